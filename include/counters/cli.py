@@ -1,0 +1,300 @@
+"""``counterctl``: a thin command line over the library (the DAG calls the same functions).
+
+Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input,
+3 another run holds the family, 4 conservation check failed, 5 Cassandra unreachable,
+6 raw rows refused (NULL or non-integer increments).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from . import engine
+from .config import Catalog, ConfigError, Family, load_catalog
+from .connection import CassandraUnavailable, Connection, connect
+from .core import epoch_for, format_key
+from .schema import SchemaError, ensure_schema
+from .store import Store
+
+EXIT_CODES: dict[type[BaseException], int] = {
+    ConfigError: 2,
+    SchemaError: 2,
+    engine.EpochNotNewer: 0,
+    engine.LeaseHeld: 3,
+    engine.ChecksFailed: 4,
+    CassandraUnavailable: 5,
+    engine.RowsRefused: 6,
+}
+
+
+class Failure(click.ClickException):
+    """A one-line reason and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Map library errors to one-line messages and exit codes."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except tuple(EXIT_CODES) as exc:
+        raise Failure(str(exc), EXIT_CODES[type(exc)]) from exc
+
+
+class Context:
+    def __init__(self, config: str | None):
+        self.config_path = config
+        self._catalog: Catalog | None = None
+        self._conn: Connection | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            with reported():
+                self._catalog = load_catalog(self.config_path)
+        return self._catalog
+
+    def family(self, name: str) -> Family:
+        with reported():
+            return self.catalog.get(name)
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            with reported():
+                self._conn = connect()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group()
+@click.option(
+    "--config",
+    envvar="COUNTERS_CONFIG",
+    type=click.Path(dir_okay=False),
+    help="Families YAML (default: include/counter_families.yaml, or $COUNTERS_CONFIG).",
+)
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None, verbose: int) -> None:
+    """Compact event-sourced counters in Cassandra.
+
+    Connection: CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
+    CASSANDRA_LOCAL_DC.
+    """
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = Context(config)
+    ctx.call_on_close(ctx.obj.close)
+
+
+@cli.command("families")
+@pass_context
+def families_command(obj: Context) -> None:
+    """List the families of the config file."""
+    for family in obj.catalog.families:
+        click.echo(
+            f"{family.name}\t{family.kind.value}\t{family.keyspace}.{family.raw_table} -> "
+            f"{family.keyspace}.{family.compact_table}\tlag={family.lag}\tschedule='{family.schedule}'"
+        )
+
+
+@cli.command("init")
+@click.option("--family", "names", multiple=True, help="Only these families (default: all).")
+@click.option(
+    "--replication",
+    default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
+    show_default=True,
+    help="Replication map for keyspaces that do not exist yet.",
+)
+@pass_context
+def init_command(obj: Context, names: tuple[str, ...], replication: str) -> None:
+    """Create keyspaces and tables (IF NOT EXISTS); check existing tables against the YAML."""
+    families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    for family in families:
+        with reported():
+            layout = ensure_schema(obj.conn.session, family, replication)
+        click.echo(
+            f"{family.name}: ready ({family.keyspace}.{family.raw_table}: key "
+            f"{[c.name for c in layout.key]}, clustering {[c.name for c in layout.clustering]})"
+        )
+
+
+def _parse_epoch(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise Failure(f"--epoch: not an ISO 8601 time: {value!r}", 2) from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@cli.command("compact")
+@click.option("--family", "name", required=True)
+@click.option("--epoch", help="Fold rows up to this time (ISO 8601; default: now - lag).")
+@click.option("--dry-run", is_flag=True, help="Plan and report; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--run-id", help="Run id (default: generated).")
+@pass_context
+def compact_command(
+    obj: Context, name: str, epoch: str | None, dry_run: bool, as_json: bool, run_id: str | None
+) -> None:
+    """Compact one family: fold, verify, clean up, record the audit row."""
+    family = obj.family(name)
+    at = _parse_epoch(epoch) or epoch_for(datetime.now(UTC), family.lag)
+    store = Store(obj.conn, family)
+    progress = _progress() if sys.stderr.isatty() and not as_json else None
+    with reported():
+        summary = engine.run_family(store, at, run_id, dry_run=dry_run, progress=progress)
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
+    else:
+        _print_summary(summary)
+
+
+def _progress() -> Callable[[str], None]:
+    def say(message: str) -> None:
+        click.echo(f"  .. {message}", err=True)
+
+    return say
+
+
+def _print_summary(summary: engine.RunSummary) -> None:
+    data = summary.as_dict()
+    click.echo(f"{data['family']}: {data['outcome']} (run {data['run_id']})")
+    if summary.message:
+        click.echo(f"  {summary.message}")
+    click.echo(f"  epoch: {data['epoch_before']} -> {data['epoch']}")
+    click.echo(
+        f"  counters: {data['counters_committed']} committed, rows folded: {data['rows_folded']}, "
+        f"sum folded: {data['sum_folded']}, rows deleted: {data['rows_deleted']}, "
+        f"conflicts: {data['conflicts']}"
+    )
+    click.echo(
+        f"  late rows: {data['late_rows']} (sum {data['late_sum']}, worst lateness "
+        f"{data['max_lateness_ms'] / 1000:.3f} s)"
+    )
+    if data["checks"]:
+        click.echo("  checks: " + ", ".join(f"{k}={'ok' if v else 'FAIL'}" for k, v in
+                                            data["checks"].items()))
+    click.echo(
+        "  durations: " + ", ".join(f"{k} {v:.3f}s" for k, v in data["durations_s"].items())
+    )
+
+
+@cli.command("read")
+@click.option("--family", "name", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("counters", nargs=-1, required=True)
+@pass_context
+def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ...]) -> None:
+    """Read counters: compact value + increments newer than its epoch.
+
+    \b
+    A composite key is written with '/' between its parts, e.g. 7/2026-11-22.
+    """
+    from .client import CounterClient
+
+    family = obj.family(name)
+    client = CounterClient(obj.conn, family)
+    keys = [_parse_counter(family, c) for c in counters]
+    with reported():
+        values = client.read_many(keys)
+    if as_json:
+        click.echo(json.dumps([
+            {"counter": format_key(v.counter), "value": v.value, "compact_value": v.compact_value,
+             "epoch": v.epoch.isoformat() if v.epoch else None, "newer_sum": v.newer_sum}
+            for v in values
+        ], indent=2))
+        return
+    for v in values:
+        epoch = v.epoch.isoformat() if v.epoch else "-"
+        click.echo(
+            f"{format_key(v.counter)}\t{v.value}\t(compact {v.compact_value} @ {epoch} "
+            f"+ newer {v.newer_sum})"
+        )
+
+
+def _parse_counter(family: Family, text: str) -> tuple[Any, ...]:
+    parts = text.split("/") if len(family.columns.key) > 1 else [text]
+    if len(parts) != len(family.columns.key):
+        raise Failure(
+            f"counter {text!r}: family {family.name!r} has key {list(family.columns.key)}; "
+            "give one value per column, separated by '/'",
+            2,
+        )
+    return tuple(parts)
+
+
+@cli.command("audit")
+@click.option("--family", "name", required=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def audit_command(obj: Context, name: str, limit: int, as_json: bool) -> None:
+    """Print the family's audit rows, newest first."""
+    family = obj.family(name)
+    with reported():
+        rows = Store(obj.conn, family).read_audit(limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    click.echo("started_at\trun_id\toutcome\tepoch_after\tcounters\trows_folded\tsum_folded\t"
+               "late_rows\trows_deleted")
+    for r in rows:
+        click.echo(
+            f"{r['started_at']:%Y-%m-%d %H:%M:%S}\t{r['run_id']}\t{r['outcome']}\t"
+            f"{r['epoch_after']}\t{r['counters']}\t{r['rows_folded']}\t{r['sum_folded']}\t"
+            f"{r['late_rows']}\t{r['rows_deleted']}"
+        )
+
+
+@cli.command("demo-writer")
+@click.option("--family", "names", multiple=True, help="Only these families (default: all).")
+@click.option("--rate", default=20.0, show_default=True, help="Increments per second per family.")
+@click.option("--counters", default=50, show_default=True, help="Distinct counters per family.")
+@click.option("--duration", default=0.0, help="Stop after this many seconds (0: until signalled).")
+@pass_context
+def demo_writer_command(
+    obj: Context, names: tuple[str, ...], rate: float, counters: int, duration: float
+) -> None:
+    """Keep appending increments to the demo families until SIGINT/SIGTERM."""
+    from .demo import write_forever
+
+    families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with reported():
+        written = write_forever(obj.conn, families, rate, counters, stop, duration or None)
+    click.echo(f"demo writer stopped after {written} increments", err=True)
+
+
+def main() -> None:
+    cli(prog_name="counterctl")
+
+
+if __name__ == "__main__":
+    main()

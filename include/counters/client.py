@@ -1,0 +1,106 @@
+"""The client library: record increments (idempotently) and read counters with the seed's rule.
+
+Writing an increment is two steps, in this order: mark the counter in the touched index, then
+insert the raw row. A crash between them leaves a harmless mark; the reverse order could leave a
+row no run would find. The raw row's write timestamp is derived from its own time, so a retry
+writes the very same cell (and is shadowed by the tombstone once the row was folded and deleted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .config import Discovery, Family
+from .connection import Connection
+from .core import Key, truncate_ms, utc_naive, write_timestamp
+from .store import Store
+
+
+def as_key(counter: str | Sequence[object]) -> Key:
+    """A counter key as a tuple (a plain string is a one-column key)."""
+    if isinstance(counter, str):
+        return (counter,)
+    return tuple(counter)
+
+
+@dataclass(frozen=True)
+class Increment:
+    """One event: ``identity`` fills the clustering columns after the time column
+    (``(actor, version)`` in the default layout) and makes a retry the same row."""
+
+    counter: Key
+    increment: int
+    time: datetime
+    identity: tuple[object, ...]
+
+
+@dataclass(frozen=True)
+class CounterValue:
+    counter: Key
+    value: int
+    compact_value: int
+    epoch: datetime | None
+    newer_sum: int
+
+
+class CounterClient:
+    def __init__(self, conn: Connection, family: Family, store: Store | None = None):
+        self.family = family
+        self.store = store or Store(conn, family)
+
+    def increment(
+        self,
+        counter: str | Sequence[object],
+        amount: int,
+        *,
+        at: datetime | None = None,
+        actor: str = "",
+        version: int = 0,
+        identity: tuple[object, ...] | None = None,
+    ) -> Increment:
+        """Record one increment; returns what was written (retrying it is safe)."""
+        event = Increment(
+            counter=as_key(counter),
+            increment=amount,
+            time=truncate_ms(utc_naive(at or datetime.now(UTC))),
+            identity=identity if identity is not None else (actor, version),
+        )
+        self.record([event])
+        return event
+
+    def record(self, events: Iterable[Increment]) -> None:
+        """Record many increments: marks first (one per counter), then the rows."""
+        events = list(events)
+        width = len(self.store.layout.clustering) - 1
+        for event in events:
+            if isinstance(event.increment, bool) or not isinstance(event.increment, int):
+                raise TypeError(
+                    f"family {self.family.name!r}: increment must be an integer, "
+                    f"got {event.increment!r} for counter {event.counter}"
+                )
+            if len(event.identity) != width:
+                raise ValueError(
+                    f"family {self.family.name!r}: identity needs {width} value(s) for "
+                    f"{[c.name for c in self.store.layout.clustering[1:]]}, got {event.identity!r}"
+                )
+        if self.family.discovery is Discovery.INDEX:
+            self.store.mark_touched(e.counter for e in events)
+        self.store.insert_raw(
+            [
+                (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))
+                for e in events
+            ]
+        )
+
+    def read(self, counter: str | Sequence[object]) -> int:
+        return self.read_many([counter])[0].value
+
+    def read_many(self, counters: Sequence[str | Sequence[object]]) -> list[CounterValue]:
+        keys = [as_key(c) for c in counters]
+        values = self.store.read_values(keys)
+        return [
+            CounterValue(k, values[k][0] + values[k][2], values[k][0], values[k][1], values[k][2])
+            for k in keys
+        ]

@@ -1,0 +1,346 @@
+"""Counter families, declared in YAML and validated once, at load, into frozen typed objects.
+
+Every error names the file, the family and the field, so a bad entry is fixed where it was written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "counter_families.yaml"
+CONFIG_ENV = "COUNTERS_CONFIG"
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ConfigError(ValueError):
+    """The families file cannot be used; the message says where and why."""
+
+
+def parse_duration(text: str | int | float) -> timedelta:
+    """Parse ``90s``, ``1m``, ``2h``, ``1d``, ``500ms`` (or a bare number of seconds)."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a duration like '1m' or '90s', got {text!r}")
+    if isinstance(text, int | float):
+        return timedelta(seconds=text)
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"expected a duration like '1m', '90s' or '2h', got {text!r}")
+    amount, unit = int(match.group(1)), match.group(2)
+    return timedelta(seconds=amount * _UNIT_SECONDS[unit])
+
+
+def _identifier(value: str, what: str) -> str:
+    if not isinstance(value, str) or not IDENTIFIER.match(value):
+        raise ValueError(
+            f"{what} must be a CQL identifier (letters, digits, underscore; "
+            f"not starting with a digit; at most 48 chars), got {value!r}"
+        )
+    return value
+
+
+class Kind(StrEnum):
+    INCREMENTS = "increments"
+    ROWS = "rows"
+    UNIQUE = "unique"
+
+
+class Retention(StrEnum):
+    DELETE = "delete"
+    KEEP = "keep"
+
+
+class Discovery(StrEnum):
+    """How a run finds the counters that have rows to fold.
+
+    ``index``: a small table of touched counters kept by the write API (cost follows activity).
+    ``scan``: token-range scans of the raw table (cost follows table size; finds rows written
+    by any writer, so it is also the periodic sweep).
+    """
+
+    INDEX = "index"
+    SCAN = "scan"
+
+
+class Consistency(StrEnum):
+    ONE = "ONE"
+    LOCAL_ONE = "LOCAL_ONE"
+    QUORUM = "QUORUM"
+    LOCAL_QUORUM = "LOCAL_QUORUM"
+    EACH_QUORUM = "EACH_QUORUM"
+    ALL = "ALL"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Columns(_Strict):
+    """Column names in the raw table; defaults are the seed's."""
+
+    key: tuple[str, ...] = ("type",)
+    time: str = "modify_time"
+    increment: str = "increment"
+    member: str | None = None
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("key needs at least one column")
+        for name in value:
+            _identifier(name, "key column")
+        if len(set(value)) != len(value):
+            raise ValueError(f"key columns repeat: {list(value)}")
+        return value
+
+    @field_validator("time", "increment", "member")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return None if value is None else _identifier(value, "column")
+
+
+class CompactColumns(_Strict):
+    value: str = "value"
+    epoch: str = "epoch"
+
+    @field_validator("value", "epoch")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        return _identifier(value, "compact column")
+
+
+class Alerts(_Strict):
+    """Where a family's alerts go. Empty lists mean: no channel of that type."""
+
+    email: tuple[str, ...] = ()
+    slack_webhook_conn_id: str | None = None
+    webhook_url: str | None = None
+    smtp_conn_id: str = "counters_smtp"
+
+
+class Family(_Strict):
+    name: str
+    keyspace: str
+    raw_table: str
+    compact_table: str
+    lag: timedelta
+    schedule: str = "* * * * *"
+    description: str = ""
+    kind: Kind = Kind.INCREMENTS
+    columns: Columns = Field(default_factory=Columns)
+    compact_columns: CompactColumns = Field(default_factory=CompactColumns)
+    retention: Retention | None = None
+    shards: int = Field(default=4, ge=1, le=256)
+    consistency: Consistency = Consistency.LOCAL_QUORUM
+    discovery: Discovery = Discovery.INDEX
+    catchup: bool = False
+    freshness: timedelta = timedelta(minutes=10)
+    owner: str = "counters"
+    tags: tuple[str, ...] = ()
+    alerts: Alerts = Field(default_factory=Alerts)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _identifier(value, "name")
+
+    @field_validator("keyspace", "raw_table", "compact_table")
+    @classmethod
+    def _tables(cls, value: str) -> str:
+        return _identifier(value, "table/keyspace name")
+
+    @field_validator("lag", "freshness", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        return parse_duration(value)
+
+    @field_validator("lag")
+    @classmethod
+    def _lag_positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"lag must be > 0 (it absorbs writers' clock skew), got {value}")
+        if value.total_seconds() % 1:
+            raise ValueError(f"lag must be a whole number of seconds, got {value}")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        if not croniter.is_valid(value):
+            raise ValueError(f"schedule must be a cron expression like '* * * * *', got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> Family:
+        if self.raw_table == self.compact_table:
+            raise ValueError("raw_table and compact_table must differ")
+        if self.kind is Kind.ROWS and self.retention is Retention.DELETE:
+            raise ValueError("retention: a 'rows' family keeps its rows (business data); use 'keep'")
+        if self.kind is Kind.UNIQUE and not self.columns.member:
+            raise ValueError("columns.member is required for a 'unique' family")
+        return self
+
+    @property
+    def effective_retention(self) -> Retention:
+        if self.retention is not None:
+            return self.retention
+        return Retention.KEEP if self.kind is Kind.ROWS else Retention.DELETE
+
+    @property
+    def dag_id(self) -> str:
+        return f"compact_{self.name}"
+
+
+class _File(_Strict):
+    families: tuple[Family, ...]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> _File:
+        seen: set[str] = set()
+        for family in self.families:
+            if family.name in seen:
+                raise ValueError(f"family name {family.name!r} is declared twice")
+            seen.add(family.name)
+        return self
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The families of one file, by name."""
+
+    path: Path
+    families: tuple[Family, ...]
+
+    def get(self, name: str) -> Family:
+        for family in self.families:
+            if family.name == name:
+                return family
+        known = ", ".join(f.name for f in self.families) or "(none)"
+        raise ConfigError(f"unknown family {name!r} in {self.path}; known families: {known}")
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.families]
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read families file {path}: {exc.strerror}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML: {exc}") from exc
+
+
+def _family_label(raw: Any, index: int) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"family {name!r} (families[{index}])" if name else f"families[{index}]"
+
+
+def _format_error(path: Path, raw: Any, exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        where = ""
+        if loc[:1] == ["families"] and len(loc) > 1 and isinstance(loc[1], int):
+            families = raw.get("families") if isinstance(raw, Mapping) else None
+            entry = families[loc[1]] if isinstance(families, list) else None
+            where = _family_label(entry, loc[1])
+            loc = loc[2:]
+        field = ".".join(str(part) for part in loc) or "(entry)"
+        message = error["msg"].removeprefix("Value error, ")
+        value = error.get("input")
+        shown = f" (got {value!r})" if error["type"] == "extra_forbidden" else ""
+        prefix = f"{where}: " if where else ""
+        lines.append(f"{prefix}field '{field}': {message}{shown}")
+    return f"{path}: " + "; ".join(lines)
+
+
+def parse_catalog(raw: Any, path: Path) -> Catalog:
+    if not isinstance(raw, Mapping) or "families" not in raw:
+        raise ConfigError(f"{path}: top level must be a mapping with a 'families:' list")
+    if not isinstance(raw["families"], list):
+        raise ConfigError(f"{path}: 'families' must be a list of family entries")
+    try:
+        parsed = _File.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ConfigError(_format_error(path, raw, exc)) from None
+    return Catalog(path=path, families=parsed.families)
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """Load and validate the whole file; the first bad entry refuses the file."""
+    resolved = config_path(path)
+    return parse_catalog(_read_yaml(resolved), resolved)
+
+
+def load_families_leniently(
+    path: str | os.PathLike[str] | None = None,
+) -> tuple[list[Family], dict[str, str]]:
+    """Validate entry by entry: good families, and an error per bad entry (keyed by its name).
+
+    The DAG factory uses this so one broken family shows up as one import error and the
+    other families still load.
+    """
+    resolved = config_path(path)
+    raw = _read_yaml(resolved)
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("families"), list):
+        raise ConfigError(f"{resolved}: top level must be a mapping with a 'families:' list")
+    good: list[Family] = []
+    errors: dict[str, str] = {}
+    seen: set[str] = set()
+    for index, entry in enumerate(raw["families"]):
+        label = _family_label(entry, index)
+        key = entry.get("name") if isinstance(entry, Mapping) and entry.get("name") else label
+        try:
+            family = parse_catalog({"families": [entry]}, resolved).families[0]
+        except ConfigError as exc:
+            errors[str(key)] = str(exc).replace("families[0]", f"families[{index}]")
+            continue
+        if family.name in seen:
+            errors[f"{family.name}#{index}"] = (
+                f"{resolved}: {label}: family name {family.name!r} is declared twice"
+            )
+            continue
+        seen.add(family.name)
+        good.append(family)
+    return good, errors

@@ -1,0 +1,565 @@
+"""The compaction engine: plan -> compact shards -> verify -> clean up -> record.
+
+The DAG runs each phase as its own task (compact mapped over shards); ``run_family`` runs them
+in one process for ``counterctl compact``. Both call exactly these functions.
+
+Safety, in one place:
+
+* commits are compare-and-set on the compact row's ``commit_id`` (a lightweight transaction),
+  so overlapping runs, retries and stale lease holders can never both build on one state;
+* a shard lease (LWT with TTL) keeps two runs from doing the same work, but correctness does not
+  depend on it;
+* raw rows are deleted only by ``cleanup_shard``, only after ``verify_run`` passed, and only the
+  exact rows the committed compact row lists as counted (``pending``), never a range: a late row
+  written next to them survives and is folded by a later run;
+* the run log is written after each commit; whatever a crash leaves behind (committed but not
+  logged, logged but not cleaned) is found again by the next run through the touched index and
+  the compact row's ``pending`` list.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .config import Discovery, Family
+from .core import (
+    CheckOutcome,
+    CommitRecord,
+    FoldPlan,
+    Key,
+    Tally,
+    evaluate_commit_checks,
+    format_key,
+    plan_fold,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+    write_timestamp,
+)
+from .store import LogEntry, Store, Touched
+
+log = logging.getLogger(__name__)
+
+Fault = Callable[[str], None]
+"""Called between statements with the name of the point reached; tests raise there to crash."""
+
+LEASE_TTL_S = 300
+FORGET_MARGIN = timedelta(minutes=2)
+"""Index marks younger than this are kept: a writer marks first and writes its row just after."""
+
+
+class EngineError(RuntimeError):
+    """A run could not do its work; the message is the one-line reason."""
+
+
+class LeaseHeld(EngineError):
+    pass
+
+
+class EpochNotNewer(EngineError):
+    pass
+
+
+class ChecksFailed(EngineError):
+    def __init__(self, message: str, outcomes: Sequence[CheckOutcome]):
+        super().__init__(message)
+        self.outcomes = list(outcomes)
+
+
+class RowsRefused(EngineError):
+    pass
+
+
+def _no_fault(point: str) -> None:
+    del point
+
+
+def new_run_id(prefix: str = "cli") -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class Phases:
+    """Wall time per phase, in seconds."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def merge(self, other: Phases) -> Phases:
+        out = Phases(dict(self.seconds))
+        for name, value in other.seconds.items():
+            out.seconds[name] = out.seconds.get(name, 0.0) + value
+        return out
+
+
+@dataclass
+class ShardReport:
+    shard: int
+    tally: Tally
+    phases: Phases
+    dry_run: bool = False
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    family: str
+    run_id: str
+    epoch: datetime
+    epoch_before: datetime | None
+    shards: tuple[int, ...]
+    noop_reason: str | None = None
+
+    @property
+    def noop(self) -> bool:
+        return self.noop_reason is not None
+
+
+def decide_plan(
+    family: Family,
+    run_id: str,
+    epoch: datetime,
+    epoch_before: datetime | None,
+) -> RunPlan:
+    """Pure: whether a run at ``epoch`` has anything to do, given the family's compacted epoch."""
+    epoch = truncate_ms(epoch)
+    reason = None
+    if epoch_before is not None and epoch <= utc_naive(epoch_before):
+        reason = (
+            f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
+            f"{utc_naive(epoch_before).isoformat()}: nothing to do"
+        )
+    return RunPlan(family.name, run_id, epoch, epoch_before, tuple(range(family.shards)), reason)
+
+
+def plan_run(store: Store, run_id: str, epoch: datetime) -> RunPlan:
+    return decide_plan(store.family, run_id, epoch, store.family_epoch())
+
+
+# --- compact -----------------------------------------------------------------------------
+
+
+def compact_shard(
+    store: Store,
+    shard: int,
+    epoch: datetime,
+    run_id: str,
+    *,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    chunk_size: int = 500,
+    max_attempts: int = 4,
+    fault: Fault = _no_fault,
+) -> ShardReport:
+    """Fold every counter of the shard with rows at or below ``epoch``; commit each with CAS."""
+    phases = Phases()
+    tally = Tally()
+    epoch = truncate_ms(epoch)
+    holding = False
+    if use_lease and not dry_run:
+        holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
+        if holder is not None:
+            raise LeaseHeld(
+                f"family {store.family.name!r} shard {shard} is held by run {holder!r}"
+            )
+        holding = True
+        fault("lease")
+    try:
+        with phases.timed("discover"):
+            marks = _discover(store, shard)
+        fault("discover")
+        already_logged = (
+            {e.counter for e in store.read_log(run_id, shard)} if not dry_run else set()
+        )
+        last_renewal = time.monotonic()
+        for chunk in chunks(list(marks), chunk_size):
+            todo: list[Key] = list(chunk)
+            for attempt in range(max_attempts):
+                plans = _plan_chunk(store, todo, epoch, phases, fault)
+                if dry_run:
+                    for plan in plans:
+                        tally.add_plan(plan)
+                    break
+                todo = _commit_chunk(
+                    store, shard, run_id, plans, marks, already_logged, tally, phases, fault
+                )
+                if not todo:
+                    break
+                tally.conflicts += len(todo)
+                log.info("shard %s: %d conflict(s), attempt %d", shard, len(todo), attempt + 1)
+            if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
+                if not store.renew_lease(shard, run_id, LEASE_TTL_S):
+                    raise LeaseHeld(f"lost the lease of shard {shard} to another run")
+                last_renewal = time.monotonic()
+    except Exception:
+        if holding:
+            _release_quietly(store, shard, run_id)
+        raise
+    if holding:
+        store.release_lease(shard, run_id)
+    if tally.counters_refused:
+        raise RowsRefused(
+            f"family {store.family.name!r} shard {shard}: {tally.counters_refused} counter(s) "
+            f"have raw rows with a NULL or non-integer increment, not folded: "
+            f"{', '.join(tally.refused_counters)}"
+        )
+    return ShardReport(shard, tally, phases, dry_run)
+
+
+def _release_quietly(store: Store, shard: int, run_id: str) -> None:
+    try:
+        store.release_lease(shard, run_id)
+    except Exception:  # the lease expires by itself; the original error matters more
+        log.warning("could not release the lease of shard %s", shard, exc_info=True)
+
+
+def _discover(store: Store, shard: int) -> dict[Key, int | None]:
+    """Counters that may have rows to fold, with the write time of their index mark."""
+    if store.family.discovery is Discovery.SCAN:
+        return {counter: None for counter in store.scan_counters(shard)}
+    return {t.counter: t.writetime for t in store.touched(shard)}
+
+
+def _plan_chunk(
+    store: Store, counters: Sequence[Key], epoch: datetime, phases: Phases, fault: Fault
+) -> list[FoldPlan]:
+    # Order matters: the compact row is read before the raw rows, so a row deleted by another
+    # run's cleanup is either counted in the pending list we read or already gone.
+    with phases.timed("read_compact"):
+        checkpoints = store.read_checkpoints(counters)
+    fault("read_compact")
+    with phases.timed("read_raw"):
+        rows = store.read_rows(counters)
+    fault("read_raw")
+    with phases.timed("plan"):
+        return [plan_fold(c, checkpoints[c], rows[c], epoch) for c in counters]
+
+
+def _commit_chunk(
+    store: Store,
+    shard: int,
+    run_id: str,
+    plans: Sequence[FoldPlan],
+    marks: dict[Key, int | None],
+    already_logged: set[Key],
+    tally: Tally,
+    phases: Phases,
+    fault: Fault,
+) -> list[Key]:
+    """Commit the plans that fold something, log what happened; return conflicting counters."""
+    committing = [p for p in plans if p.commit]
+    commit_ids = [store.new_commit_id() for _ in committing]
+    with phases.timed("commit"):
+        applied = store.commit(committing, commit_ids, run_id)
+    fault("commit")
+    conflicts: list[Key] = []
+    entries: list[LogEntry] = []
+    for plan, commit_id, ok in zip(committing, commit_ids, applied, strict=True):
+        if ok:
+            tally.add_plan(plan)
+            entries.append(_entry(plan, commit_id, "commit", marks.get(plan.counter)))
+        else:
+            conflicts.append(plan.counter)
+    for plan in plans:
+        if plan.commit:
+            continue
+        tally.add_plan(plan)
+        if plan.refused or plan.counter in already_logged:
+            continue
+        action = "cleanup" if plan.counted_present else "idle"
+        entries.append(_entry(plan, plan.base.commit_id, action, marks.get(plan.counter)))
+    with phases.timed("log"):
+        store.write_log(run_id, shard, entries)
+    fault("log")
+    return conflicts
+
+
+def _entry(plan: FoldPlan, commit_id: Any, action: str, writetime: int | None) -> LogEntry:
+    committed = action == "commit"
+    return LogEntry(
+        counter=plan.counter,
+        commit_id=commit_id,
+        action=action,
+        base_value=plan.base.value,
+        base_epoch=plan.base.epoch,
+        folded_rows=plan.folded_rows if committed else 0,
+        folded_sum=plan.folded_sum if committed else 0,
+        late_rows=plan.late_rows if committed else 0,
+        late_sum=plan.late_sum if committed else 0,
+        max_lateness_ms=plan.max_lateness_ms if committed else 0,
+        new_value=plan.value if committed else plan.base.value,
+        new_epoch=plan.epoch if committed else (plan.base.epoch or plan.epoch),
+        touched_writetime=writetime,
+        newer_rows=plan.newer_rows,
+    )
+
+
+# --- verify ------------------------------------------------------------------------------
+
+
+@dataclass
+class Verification:
+    outcomes: list[CheckOutcome]
+    records: list[CommitRecord]
+    tally: Tally
+
+    @property
+    def passed(self) -> bool:
+        return all(o.success for o in self.outcomes if o.critical)
+
+    def failure_message(self, family: str, run_id: str) -> str:
+        failed = [o for o in self.outcomes if o.critical and not o.success]
+        parts = [f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed]
+        return f"conservation check failed for family {family!r} run {run_id!r}: " + " | ".join(
+            parts
+        )
+
+
+def collect_records(store: Store, run_id: str, shards: Sequence[int]) -> tuple[
+    list[CommitRecord], Tally
+]:
+    """Join the run's log with the compact rows as they are now."""
+    records: list[CommitRecord] = []
+    tally = Tally()
+    for shard in shards:
+        entries = [e for e in store.read_log(run_id, shard) if e.action in ("commit", "cleanup")]
+        current = store.read_checkpoints([e.counter for e in entries])
+        for entry in entries:
+            checkpoint = current[entry.counter]
+            records.append(
+                CommitRecord(
+                    counter=entry.counter,
+                    commit_id=entry.commit_id,
+                    base_value=entry.base_value,
+                    folded_sum=entry.folded_sum,
+                    new_value=entry.new_value,
+                    new_epoch=entry.new_epoch,
+                    current_commit_id=checkpoint.commit_id,
+                    current_value=checkpoint.value if checkpoint.commit_id else None,
+                    current_epoch=checkpoint.epoch,
+                )
+            )
+            if entry.action == "commit":
+                tally.counters_committed += 1
+                tally.rows_folded += entry.folded_rows
+                tally.sum_folded += entry.folded_sum
+                tally.late_rows += entry.late_rows
+                tally.late_sum += entry.late_sum
+                tally.max_lateness_ms = max(tally.max_lateness_ms, entry.max_lateness_ms)
+    return records, tally
+
+
+def verify_run(store: Store, run_id: str, shards: Sequence[int]) -> Verification:
+    records, tally = collect_records(store, run_id, shards)
+    return Verification(evaluate_commit_checks(records), records, tally)
+
+
+# --- cleanup -----------------------------------------------------------------------------
+
+
+def cleanup_shard(
+    store: Store,
+    shard: int,
+    run_id: str,
+    *,
+    now: datetime | None = None,
+    fault: Fault = _no_fault,
+) -> int:
+    """Delete the raw rows the run's verified commits counted; forget idle index marks.
+
+    Only rows listed in the compact row's ``pending`` are deleted, and only while the compact
+    row still carries the commit this run logged (a later commit lists them itself).
+    """
+    entries = store.read_log(run_id, shard)
+    fault("cleanup_read_log")
+    current = store.read_checkpoints([e.counter for e in entries if e.action != "idle"])
+    deletions = [
+        (e.counter, sorted(current[e.counter].pending, key=repr))
+        for e in entries
+        if e.action != "idle"
+        and current[e.counter].commit_id == e.commit_id
+        and current[e.counter].pending
+    ]
+    now = now or datetime.now(UTC)
+    tombstone_ts = max(write_timestamp(now), max(
+        (write_timestamp(e.new_epoch) + 1000 for e in entries), default=0
+    ))
+    deleted = store.delete_rows(deletions, tombstone_ts) if deletions else 0
+    fault("cleanup_delete")
+    horizon = (to_millis(now) - int(FORGET_MARGIN.total_seconds() * 1000)) * 1000
+    forgettable = [
+        Touched(e.counter, e.touched_writetime)
+        for e in entries
+        if e.touched_writetime is not None and e.newer_rows == 0 and e.touched_writetime < horizon
+    ]
+    if forgettable:
+        store.forget_touched(shard, forgettable)
+    fault("cleanup_forget")
+    return deleted
+
+
+# --- finish ------------------------------------------------------------------------------
+
+
+def finish_run(store: Store, plan: RunPlan) -> None:
+    """The whole run succeeded: the family's compacted epoch becomes the run's epoch."""
+    store.advance_family_epoch(plan.epoch, plan.run_id)
+
+
+def audit_record(
+    family: Family,
+    plan: RunPlan,
+    *,
+    outcome: str,
+    tally: Tally,
+    phases: Phases,
+    checks: Sequence[CheckOutcome] = (),
+    dry_run: bool = False,
+    message: str = "",
+    started_at: datetime | None = None,
+) -> dict[str, Any]:
+    return {
+        "family": family.name,
+        "started_at": started_at or datetime.now(UTC),
+        "run_id": plan.run_id,
+        "kind": family.kind.value,
+        "outcome": outcome,
+        "dry_run": dry_run,
+        "epoch_before": plan.epoch_before,
+        "epoch_after": plan.epoch if outcome == "success" and not dry_run else plan.epoch_before,
+        "counters": tally.counters_committed,
+        "rows_folded": tally.rows_folded,
+        "sum_folded": tally.sum_folded,
+        "late_rows": tally.late_rows,
+        "late_sum": tally.late_sum,
+        "max_lateness_ms": tally.max_lateness_ms,
+        "conflicts": tally.conflicts,
+        "rows_deleted": tally.rows_deleted,
+        "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
+        "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
+        "message": message[:2000],
+    }
+
+
+@dataclass
+class RunSummary:
+    plan: RunPlan
+    outcome: str
+    tally: Tally
+    phases: Phases
+    checks: list[CheckOutcome]
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.plan.family,
+            "run_id": self.plan.run_id,
+            "outcome": self.outcome,
+            "epoch_before": self.plan.epoch_before.isoformat() if self.plan.epoch_before else None,
+            "epoch": self.plan.epoch.isoformat(),
+            "message": self.message,
+            **{k: v for k, v in self.tally.as_dict().items() if k != "refused_counters"},
+            "refused_counters": self.tally.refused_counters,
+            "checks": {o.name: o.success for o in self.checks},
+            "durations_s": {k: round(v, 3) for k, v in self.phases.seconds.items()},
+        }
+
+
+def run_family(
+    store: Store,
+    epoch: datetime,
+    run_id: str | None = None,
+    *,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    chunk_size: int = 500,
+    fault: Fault = _no_fault,
+    progress: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Every phase of a run in this process (what ``counterctl compact`` does)."""
+    run_id = run_id or new_run_id()
+    started = datetime.now(UTC)
+    phases = Phases()
+    with phases.timed("plan"):
+        plan = plan_run(store, run_id, epoch)
+    tally = Tally()
+    checks: list[CheckOutcome] = []
+    say = progress or (lambda _m: None)
+    if plan.noop:
+        summary = RunSummary(plan, "noop", tally, phases, checks, plan.noop_reason or "")
+        store.write_audit(
+            audit_record(store.family, plan, outcome="noop", tally=tally, phases=phases,
+                         dry_run=dry_run, message=summary.message, started_at=started)
+        )
+        return summary
+    try:
+        for shard in plan.shards:
+            say(f"compacting shard {shard + 1}/{len(plan.shards)}")
+            report = compact_shard(
+                store, shard, plan.epoch, run_id, dry_run=dry_run, use_lease=use_lease,
+                chunk_size=chunk_size, fault=fault,
+            )
+            tally = tally.merge(report.tally)
+            phases = phases.merge(report.phases)
+        if dry_run:
+            summary = RunSummary(plan, "dry-run", tally, phases, checks, "dry run: nothing written")
+            store.write_audit(
+                audit_record(store.family, plan, outcome="dry-run", tally=tally, phases=phases,
+                             dry_run=True, message=summary.message, started_at=started)
+            )
+            return summary
+        say("verifying")
+        with phases.timed("verify"):
+            verification = verify_run(store, run_id, plan.shards)
+        checks = verification.outcomes
+        conflicts = tally.conflicts
+        tally = verification.tally
+        tally.conflicts = conflicts
+        fault("verify")
+        if not verification.passed:
+            raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
+        say("cleaning up")
+        with phases.timed("cleanup"):
+            for shard in plan.shards:
+                tally.rows_deleted += cleanup_shard(store, shard, run_id, fault=fault)
+        with phases.timed("finish"):
+            finish_run(store, plan)
+        fault("finish")
+    except EngineError as exc:
+        store.write_audit(
+            audit_record(store.family, plan, outcome="failed", tally=tally, phases=phases,
+                         checks=checks, message=str(exc), started_at=started)
+        )
+        raise
+    summary = RunSummary(plan, "success", tally, phases, checks)
+    store.write_audit(
+        audit_record(store.family, plan, outcome="success", tally=tally, phases=phases,
+                     checks=checks, started_at=started)
+    )
+    return summary
+
+
+def format_counter(counter: Key) -> str:
+    return format_key(counter)

@@ -1,0 +1,265 @@
+"""Tables of a family: DDL with options chosen for this access pattern, and checks of existing ones.
+
+Table options (explained in the README, "Data model"):
+
+* raw table: LeveledCompactionStrategy (a counter's rows stay in few SSTables, so the reader's
+  slice and the fold read touch few files), ``tombstone_threshold``/``unchecked_tombstone_compaction``
+  so the point deletes of folded rows are purged soon after ``gc_grace_seconds``, and
+  ``gc_grace_seconds`` = 3 h (the default hint window: a shorter value risks resurrecting deleted
+  rows on a replica that missed the delete; a longer one keeps more tombstones in the fold read).
+* compact table: LCS and key cache; it is small and read on every counter read.
+* bookkeeping tables: the touched index (a queue-like table: short gc_grace), the run log (TTL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cassandra.cluster import Session
+
+from .config import Family, Kind
+
+INTEGER_TYPES = {"tinyint", "smallint", "int", "bigint", "varint"}
+TIME_TYPES = {"timestamp", "timeuuid"}
+
+RAW_OPTIONS = (
+    "compaction = {'class': 'LeveledCompactionStrategy', 'tombstone_threshold': '0.1', "
+    "'unchecked_tombstone_compaction': 'true'} "
+    "AND gc_grace_seconds = 10800 "
+    "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
+)
+COMPACT_OPTIONS = (
+    "compaction = {'class': 'LeveledCompactionStrategy'} "
+    "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
+)
+INDEX_OPTIONS = (
+    "compaction = {'class': 'LeveledCompactionStrategy', 'tombstone_threshold': '0.05', "
+    "'unchecked_tombstone_compaction': 'true'} AND gc_grace_seconds = 10800"
+)
+RUNLOG_OPTIONS = "default_time_to_live = 1209600 AND gc_grace_seconds = 10800"
+
+AUDIT_TABLE = "counters_audit"
+LEASE_TABLE = "counters_lease"
+STATE_TABLE = "counters_family_state"
+
+
+class SchemaError(ValueError):
+    """A table the family names is missing or does not have what the YAML says."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    cql_type: str
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    """The raw table as it is in Cassandra: partition key, clustering key, time and increment."""
+
+    key: tuple[Column, ...]
+    clustering: tuple[Column, ...]
+    time: Column
+    increment: Column
+
+    @property
+    def clustering_tuple_type(self) -> str:
+        return f"frozen<tuple<{', '.join(c.cql_type for c in self.clustering)}>>"
+
+
+def index_table(family: Family) -> str:
+    return f"{family.raw_table}_touched"
+
+
+def runlog_table(family: Family) -> str:
+    return f"{family.compact_table}_runlog"
+
+
+def q(name: str) -> str:
+    """Quote an identifier (names are validated at load; quoting keeps case as written)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def default_raw_ddl(family: Family) -> str:
+    """The seed's raw table, with the family's column names."""
+    cols = family.columns
+    key_defs = ", ".join(f"{q(k)} text" for k in cols.key)
+    key_list = ", ".join(q(k) for k in cols.key)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {q(family.keyspace)}.{q(family.raw_table)} ("
+        f"{key_defs}, {q(cols.time)} timestamp, actor text, version bigint, "
+        f"{q(cols.increment)} bigint, "
+        f"PRIMARY KEY (({key_list}), {q(cols.time)}, actor, version)) "
+        f"WITH CLUSTERING ORDER BY ({q(cols.time)} DESC, actor ASC, version ASC) "
+        f"AND {RAW_OPTIONS}"
+    )
+
+
+def compact_ddl(family: Family, layout: RawLayout) -> str:
+    key_defs = ", ".join(f"{q(c.name)} {c.cql_type}" for c in layout.key)
+    key_list = ", ".join(q(c.name) for c in layout.key)
+    cc = family.compact_columns
+    return (
+        f"CREATE TABLE IF NOT EXISTS {q(family.keyspace)}.{q(family.compact_table)} ("
+        f"{key_defs}, {q(cc.epoch)} timestamp, {q(cc.value)} bigint, "
+        f"{_bookkeeping_defs(layout)}, PRIMARY KEY (({key_list}))) WITH {COMPACT_OPTIONS}"
+    )
+
+
+def _bookkeeping(layout: RawLayout) -> list[Column]:
+    return [
+        Column("commit_id", "timeuuid"),
+        Column("run_id", "text"),
+        Column("pending", f"frozen<list<{layout.clustering_tuple_type}>>"),
+        Column("updated_at", "timestamp"),
+    ]
+
+
+def _bookkeeping_defs(layout: RawLayout) -> str:
+    return ", ".join(f"{c.name} {c.cql_type}" for c in _bookkeeping(layout))
+
+
+def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
+    ks = q(family.keyspace)
+    key_defs = ", ".join(f"{q(c.name)} {c.cql_type}" for c in layout.key)
+    key_list = ", ".join(q(c.name) for c in layout.key)
+    return [
+        f"CREATE TABLE IF NOT EXISTS {ks}.{q(index_table(family))} (shard int, {key_defs}, "
+        f"touched boolean, PRIMARY KEY ((shard), {key_list})) WITH {INDEX_OPTIONS}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{q(runlog_table(family))} (run_id text, shard int, "
+        f"{key_defs}, commit_id timeuuid, action text, base_value bigint, base_epoch timestamp, "
+        "folded_rows int, folded_sum bigint, late_rows int, late_sum bigint, "
+        "max_lateness_ms bigint, new_value bigint, new_epoch timestamp, touched_writetime bigint, "
+        f"newer_rows int, PRIMARY KEY ((run_id, shard), {key_list})) WITH {RUNLOG_OPTIONS}",
+    ]
+
+
+def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
+    ks = q(keyspace)
+    return [
+        f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{AUDIT_TABLE} (family text, started_at timestamp, "
+        "run_id text, kind text, outcome text, dry_run boolean, epoch_before timestamp, "
+        "epoch_after timestamp, counters int, rows_folded bigint, sum_folded bigint, "
+        "late_rows bigint, late_sum bigint, max_lateness_ms bigint, conflicts int, "
+        "rows_deleted bigint, checks text, durations text, message text, "
+        "PRIMARY KEY ((family), started_at, run_id)) "
+        "WITH CLUSTERING ORDER BY (started_at DESC, run_id ASC)",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
+        "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
+        "epoch timestamp, run_id text, updated_at timestamp)",
+    ]
+
+
+def _table_meta(session: Session, keyspace: str, table: str):  # noqa: ANN202 - driver type
+    if not _has_table(session, keyspace, table):
+        return None
+    session.cluster.refresh_table_metadata(keyspace, table)
+    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    return ks.tables.get(table) if ks else None
+
+
+def _has_table(session: Session, keyspace: str, table: str) -> bool:
+    row = session.execute(
+        "SELECT table_name FROM system_schema.tables WHERE keyspace_name=%s AND table_name=%s",
+        (keyspace, table),
+    ).one()
+    return row is not None
+
+
+def read_raw_layout(session: Session, family: Family) -> RawLayout:
+    """Read the raw table's layout from the cluster and check it against the family."""
+    meta = _table_meta(session, family.keyspace, family.raw_table)
+    where = f"family {family.name!r}: raw table {family.keyspace}.{family.raw_table}"
+    if meta is None:
+        raise SchemaError(f"{where} does not exist (run `counterctl init --family {family.name}`)")
+    columns = {c.name: c for c in meta.columns.values()}
+    cols = family.columns
+    for name, field in [(k, "columns.key") for k in cols.key] + [
+        (cols.time, "columns.time"),
+        (cols.increment, "columns.increment"),
+    ]:
+        if family.kind is Kind.INCREMENTS or field != "columns.increment":
+            if name not in columns:
+                raise SchemaError(f"{where} has no column {name!r} (named by {field})")
+    partition = tuple(Column(c.name, c.cql_type) for c in meta.partition_key)
+    if tuple(c.name for c in partition) != cols.key:
+        raise SchemaError(
+            f"{where}: partition key is {[c.name for c in partition]}, but columns.key "
+            f"says {list(cols.key)}"
+        )
+    clustering = tuple(Column(c.name, c.cql_type) for c in meta.clustering_key)
+    if not clustering or clustering[0].name != cols.time:
+        raise SchemaError(
+            f"{where}: columns.time {cols.time!r} must be the first clustering column "
+            f"(clustering key is {[c.name for c in clustering]})"
+        )
+    time = clustering[0]
+    if time.cql_type not in TIME_TYPES:
+        raise SchemaError(
+            f"{where}: columns.time {cols.time!r} has type {time.cql_type}; "
+            "it must be timestamp or timeuuid"
+        )
+    increment = Column(cols.increment, columns[cols.increment].cql_type)
+    if family.kind is Kind.INCREMENTS and increment.cql_type not in INTEGER_TYPES:
+        raise SchemaError(
+            f"{where}: columns.increment {cols.increment!r} has type {increment.cql_type}; "
+            f"it must be an integer type ({', '.join(sorted(INTEGER_TYPES))})"
+        )
+    return RawLayout(key=partition, clustering=clustering, time=time, increment=increment)
+
+
+def check_compact_table(session: Session, family: Family, layout: RawLayout) -> list[str]:
+    """Check an existing compact table; return ALTERs that add missing bookkeeping columns."""
+    meta = _table_meta(session, family.keyspace, family.compact_table)
+    where = f"family {family.name!r}: compact table {family.keyspace}.{family.compact_table}"
+    if meta is None:
+        raise SchemaError(f"{where} does not exist")
+    key = tuple(c.name for c in meta.partition_key)
+    if key != tuple(c.name for c in layout.key):
+        raise SchemaError(f"{where}: primary key is {list(key)}, expected {list(family.columns.key)}")
+    columns = {c.name: c.cql_type for c in meta.columns.values()}
+    cc = family.compact_columns
+    for name, field, allowed in (
+        (cc.value, "compact_columns.value", INTEGER_TYPES),
+        (cc.epoch, "compact_columns.epoch", {"timestamp"}),
+    ):
+        if name not in columns:
+            raise SchemaError(f"{where} has no column {name!r} (named by {field})")
+        if columns[name] not in allowed:
+            raise SchemaError(f"{where}: column {name!r} has type {columns[name]}")
+    alters = []
+    table = f"{q(family.keyspace)}.{q(family.compact_table)}"
+    for column in _bookkeeping(layout):
+        if column.name not in columns:
+            alters.append(f"ALTER TABLE {table} ADD {column.name} {column.cql_type}")
+        elif columns[column.name].replace(" ", "") != column.cql_type.replace(" ", ""):
+            raise SchemaError(
+                f"{where}: bookkeeping column {column.name!r} has type {columns[column.name]}, "
+                f"expected {column.cql_type}"
+            )
+    return alters
+
+
+def ensure_schema(
+    session: Session,
+    family: Family,
+    replication: str = "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+    create_raw: bool = True,
+) -> RawLayout:
+    """Create what is missing (IF NOT EXISTS), check what exists; return the raw layout."""
+    for statement in keyspace_ddl(family.keyspace, replication):
+        session.execute(statement)
+    if create_raw and family.kind is Kind.INCREMENTS:
+        session.execute(default_raw_ddl(family))
+    layout = read_raw_layout(session, family)
+    if _has_table(session, family.keyspace, family.compact_table):
+        for statement in check_compact_table(session, family, layout):
+            session.execute(statement)
+    else:
+        session.execute(compact_ddl(family, layout))
+    for statement in bookkeeping_ddl(family, layout):
+        session.execute(statement)
+    session.cluster.refresh_schema_metadata()
+    return layout

@@ -1,0 +1,459 @@
+"""Every CQL statement of a family, prepared once, executed with bounded concurrency.
+
+The engine and the client library call these; nothing else in the project writes CQL for a
+family's tables. Identifiers come from the validated config and are quoted; values are bound.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from cassandra import ConsistencyLevel
+from cassandra.concurrent import execute_concurrent
+from cassandra.murmur3 import murmur3
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.util import uuid_from_time
+
+from . import schema
+from .config import Family
+from .connection import BULK_PROFILE, Connection
+from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of, utc_naive
+from .schema import RawLayout, q
+
+DEFAULT_CONCURRENCY = 64
+DELETE_BATCH_ROWS = 200
+
+
+@dataclass(frozen=True)
+class Touched:
+    """An entry of the touched-counter index and the server write time of its latest mark."""
+
+    counter: Key
+    writetime: int
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One counter in a run's log: what the run saw and what it committed."""
+
+    counter: Key
+    commit_id: Any
+    action: str
+    base_value: int
+    base_epoch: datetime | None
+    folded_rows: int
+    folded_sum: int
+    late_rows: int
+    late_sum: int
+    max_lateness_ms: int
+    new_value: int
+    new_epoch: datetime
+    touched_writetime: int | None
+    newer_rows: int
+
+
+def _consistency(family: Family) -> int:
+    return getattr(ConsistencyLevel, family.consistency.value)
+
+
+class Store:
+    """I/O for one family. Cheap to create; statements are prepared on first use."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        family: Family,
+        layout: RawLayout | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ):
+        if concurrency <= 0:
+            raise ValueError(f"concurrency must be greater than 0, got {concurrency}")
+        self.conn = conn
+        self.family = family
+        self.concurrency = concurrency
+        self._layout = layout
+        self._prepared: dict[str, PreparedStatement] = {}
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    @property
+    def session(self):  # noqa: ANN201 - driver Session
+        return self.conn.session
+
+    @property
+    def layout(self) -> RawLayout:
+        if self._layout is None:
+            self._layout = schema.read_raw_layout(self.session, self.family)
+        return self._layout
+
+    @cached_property
+    def _names(self) -> dict[str, str]:
+        f = self.family
+        lay = self.layout
+        ks = q(f.keyspace)
+        return {
+            "raw": f"{ks}.{q(f.raw_table)}",
+            "compact": f"{ks}.{q(f.compact_table)}",
+            "index": f"{ks}.{q(schema.index_table(f))}",
+            "runlog": f"{ks}.{q(schema.runlog_table(f))}",
+            "audit": f"{ks}.{schema.AUDIT_TABLE}",
+            "lease": f"{ks}.{schema.LEASE_TABLE}",
+            "state": f"{ks}.{schema.STATE_TABLE}",
+            "key": ", ".join(q(c.name) for c in lay.key),
+            "key_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key),
+            "key_marks": ", ".join("?" for _ in lay.key),
+            "clustering": ", ".join(q(c.name) for c in lay.clustering),
+            "row_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key + lay.clustering),
+            "value": q(f.compact_columns.value),
+            "epoch": q(f.compact_columns.epoch),
+            "time": q(lay.time.name),
+            "increment": q(lay.increment.name),
+            "token": f"token({', '.join(q(c.name) for c in lay.key)})",
+        }
+
+    def prepare(self, name: str, cql: str, serial: bool = False) -> PreparedStatement:
+        statement = self._prepared.get(name)
+        if statement is None:
+            statement = self.session.prepare(cql.format(**self._names))
+            statement.consistency_level = _consistency(self.family)
+            if serial:
+                statement.serial_consistency_level = ConsistencyLevel.LOCAL_SERIAL
+            self._prepared[name] = statement
+        return statement
+
+    def _run(
+        self,
+        statements: Sequence[tuple[Any, Any]],
+        profile: str = BULK_PROFILE,
+        session: Any = None,
+    ) -> list[Any]:
+        """Run (statement, params) pairs with at most ``concurrency`` in flight; results in
+        input order; the first error raises."""
+        if not statements:
+            return []
+        results = execute_concurrent(
+            session or self.session,
+            statements,
+            concurrency=self.concurrency,
+            raise_on_first_error=True,
+            execution_profile=profile,
+        )
+        return [result for _ok, result in results]
+
+    def _concurrent(
+        self, statement: PreparedStatement, params: Sequence[Sequence[Any]], bulk: bool = True
+    ) -> list[Any]:
+        """One prepared statement for many parameter sets."""
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+        return self._run(
+            [(statement, p) for p in params], BULK_PROFILE if bulk else EXEC_PROFILE_DEFAULT
+        )
+
+    # --- keys and shards ------------------------------------------------------------------
+
+    def token(self, counter: Key) -> int:
+        routing = self.prepare(
+            "compact_read", "SELECT {value}, {epoch}, commit_id, pending FROM {compact} "
+            "WHERE {key_where}"
+        ).bind(list(counter)).routing_key
+        return murmur3(routing)
+
+    def shard(self, counter: Key) -> int:
+        return shard_of(self.token(counter), self.family.shards)
+
+    # --- write API ------------------------------------------------------------------------
+
+    def mark_touched(self, counters: Iterable[Key]) -> None:
+        """Mark counters as having rows to fold (server timestamps; before the raw write)."""
+        statement = self.prepare(
+            "index_mark", "UPDATE {index} SET touched = true WHERE shard = ? AND {key_where}"
+        )
+        params = [(self.shard(c), *c) for c in set(counters)]
+        self._run([(statement, p) for p in params], session=self.conn.server_timestamp_session)
+
+    def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
+        """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
+        counter (one mutation per partition)."""
+        cols = ", ".join(
+            [self._names["key"], self._names["clustering"], self._names["increment"]]
+        )
+        marks = ", ".join("?" for _ in range(len(self.layout.key) + len(self.layout.clustering) + 1))
+        statement = self.prepare(
+            "raw_insert", f"INSERT INTO {{raw}} ({cols}) VALUES ({marks}) USING TIMESTAMP ?"
+        )
+        by_counter: dict[Key, list[tuple]] = defaultdict(list)
+        for counter, clustering, increment, ts in rows:
+            by_counter[counter].append((*counter, *clustering, increment, ts))
+        batches = []
+        for values in by_counter.values():
+            for start in range(0, len(values), DELETE_BATCH_ROWS):
+                batch = BatchStatement(
+                    batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+                )
+                for params in values[start : start + DELETE_BATCH_ROWS]:
+                    batch.add(statement, params)
+                batches.append((batch, None))
+        self._run(batches)
+
+    # --- discovery ------------------------------------------------------------------------
+
+    def touched(self, shard: int) -> list[Touched]:
+        statement = self.prepare(
+            "index_scan", "SELECT {key}, writetime(touched) FROM {index} WHERE shard = ?"
+        )
+        width = len(self.layout.key)
+        rows = self.session.execute(statement, (shard,), execution_profile=BULK_PROFILE)
+        return [Touched(tuple(r[:width]), r[width]) for r in rows]
+
+    def scan_counters(self, shard: int) -> list[Key]:
+        """Every counter with live raw rows in the shard's token range (the sweep)."""
+        lo, hi = shard_bounds(self.family.shards)[shard]
+        statement = self.prepare(
+            "raw_distinct",
+            "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
+        )
+        rows = self.session.execute(statement, (lo, hi), execution_profile=BULK_PROFILE)
+        return [tuple(r) for r in rows]
+
+    def forget_touched(self, shard: int, entries: Sequence[Touched]) -> None:
+        """Delete index entries, each at the write time it was read with: a mark written after
+        the read has a later server timestamp and survives."""
+        statement = self.prepare(
+            "index_forget", "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND {key_where}"
+        )
+        self._concurrent(statement, [(e.writetime, shard, *e.counter) for e in entries])
+
+    # --- fold reads and the commit --------------------------------------------------------
+
+    def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
+        statement = self.prepare(
+            "compact_read", "SELECT {value}, {epoch}, commit_id, pending FROM {compact} "
+            "WHERE {key_where}"
+        )
+        out: dict[Key, Checkpoint] = {}
+        for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
+            row = result.one() if hasattr(result, "one") else None
+            if row is None:
+                out[counter] = Checkpoint(value=0, epoch=None)
+            else:
+                value, epoch, commit_id, pending = row
+                out[counter] = Checkpoint(
+                    value=value or 0,
+                    epoch=epoch,
+                    commit_id=commit_id,
+                    pending=frozenset(tuple(p) for p in (pending or ())),
+                )
+        return out
+
+    def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[RawRow]]:
+        statement = self.prepare(
+            "raw_read", "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where}"
+        )
+        width = len(self.layout.clustering)
+        out: dict[Key, list[RawRow]] = {}
+        for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
+            out[counter] = [RawRow(tuple(r[:width]), r[0], r[width]) for r in result]
+        return out
+
+    def commit(self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str) -> list[bool]:
+        """Compare-and-set each counter's compact row on the commit id its plan was based on."""
+        statement = self.prepare(
+            "compact_cas",
+            "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
+            "pending = ?, updated_at = ? WHERE {key_where} IF commit_id = ?",
+            serial=True,
+        )
+        now = datetime.utcnow()
+        params = [
+            (p.value, p.epoch, cid, run_id, list(p.pending), now, *p.counter, p.base.commit_id)
+            for p, cid in zip(plans, commit_ids, strict=True)
+        ]
+        return [r.was_applied for r in self._concurrent(statement, params, bulk=False)]
+
+    @staticmethod
+    def new_commit_id() -> Any:
+        return uuid_from_time(time.time())
+
+    def delete_rows(self, deletions: Sequence[tuple[Key, Sequence[Key]]], ts: int) -> int:
+        """Delete exactly these rows (never a range: a late row next to them must survive),
+        with a tombstone timestamp that also shadows later retries of the same rows."""
+        statement = self.prepare(
+            "raw_delete", "DELETE FROM {raw} USING TIMESTAMP ? WHERE {row_where}"
+        )
+        batches = []
+        count = 0
+        for counter, clusterings in deletions:
+            for start in range(0, len(clusterings), DELETE_BATCH_ROWS):
+                batch = BatchStatement(
+                    batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+                )
+                for clustering in clusterings[start : start + DELETE_BATCH_ROWS]:
+                    batch.add(statement, (ts, *counter, *clustering))
+                    count += 1
+                batches.append((batch, None))
+        self._run(batches)
+        return count
+
+    # --- run log --------------------------------------------------------------------------
+
+    def write_log(self, run_id: str, shard: int, entries: Sequence[LogEntry]) -> None:
+        statement = self.prepare(
+            "log_write",
+            "INSERT INTO {runlog} (run_id, shard, {key}, commit_id, action, base_value, "
+            "base_epoch, folded_rows, folded_sum, late_rows, late_sum, max_lateness_ms, "
+            "new_value, new_epoch, touched_writetime, newer_rows) VALUES (?, ?, {key_marks}, "
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        for start in range(0, len(entries), DELETE_BATCH_ROWS):
+            batch = BatchStatement(
+                batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+            )
+            for e in entries[start : start + DELETE_BATCH_ROWS]:
+                batch.add(
+                    statement,
+                    (
+                        run_id, shard, *e.counter, e.commit_id, e.action, e.base_value,
+                        e.base_epoch, e.folded_rows, e.folded_sum, e.late_rows, e.late_sum,
+                        e.max_lateness_ms, e.new_value, e.new_epoch, e.touched_writetime,
+                        e.newer_rows,
+                    ),
+                )
+            self.session.execute(batch)
+
+    def read_log(self, run_id: str, shard: int) -> list[LogEntry]:
+        statement = self.prepare(
+            "log_read",
+            "SELECT {key}, commit_id, action, base_value, base_epoch, folded_rows, folded_sum, "
+            "late_rows, late_sum, max_lateness_ms, new_value, new_epoch, touched_writetime, "
+            "newer_rows FROM {runlog} WHERE run_id = ? AND shard = ?",
+        )
+        width = len(self.layout.key)
+        rows = self.session.execute(statement, (run_id, shard), execution_profile=BULK_PROFILE)
+        return [LogEntry(tuple(r[:width]), *r[width:]) for r in rows]
+
+    # --- lease ----------------------------------------------------------------------------
+
+    def acquire_lease(self, shard: int, owner: str, ttl_s: int) -> str | None:
+        """Take the shard's lease (or keep it, for a retry of the same run).
+
+        Returns None on success, else the current holder."""
+        take = self.prepare(
+            "lease_take",
+            "UPDATE {lease} USING TTL ? SET owner = ?, acquired_at = toTimestamp(now()) "
+            "WHERE family = ? AND shard = ? IF owner = null",
+            serial=True,
+        )
+        keep = self.prepare(
+            "lease_keep",
+            "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
+            serial=True,
+        )
+        result = self.session.execute(take, (ttl_s, owner, self.family.name, shard))
+        if result.was_applied:
+            return None
+        holder = result.one().owner
+        if holder == owner:
+            again = self.session.execute(keep, (ttl_s, owner, self.family.name, shard, owner))
+            if again.was_applied:
+                return None
+            holder = again.one().owner
+        return holder or "(unknown)"
+
+    def renew_lease(self, shard: int, owner: str, ttl_s: int) -> bool:
+        keep = self.prepare(
+            "lease_keep",
+            "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
+            serial=True,
+        )
+        return self.session.execute(keep, (ttl_s, owner, self.family.name, shard, owner)).was_applied
+
+    def release_lease(self, shard: int, owner: str) -> None:
+        statement = self.prepare(
+            "lease_release",
+            "DELETE FROM {lease} WHERE family = ? AND shard = ? IF owner = ?",
+            serial=True,
+        )
+        self.session.execute(statement, (self.family.name, shard, owner))
+
+    # --- family state and audit -----------------------------------------------------------
+
+    def family_epoch(self) -> datetime | None:
+        statement = self.prepare("state_read", "SELECT epoch FROM {state} WHERE family = ?")
+        row = self.session.execute(statement, (self.family.name,)).one()
+        return row.epoch if row else None
+
+    def advance_family_epoch(self, epoch: datetime, run_id: str) -> None:
+        """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
+        newest epoch wins whatever order overlapping runs finish in."""
+        from .core import write_timestamp
+
+        statement = self.prepare(
+            "state_write",
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, "
+            "updated_at = toTimestamp(now()) WHERE family = ?",
+        )
+        self.session.execute(
+            statement, (write_timestamp(epoch), epoch, run_id, self.family.name)
+        )
+
+    def write_audit(self, record: dict[str, Any]) -> None:
+        columns = list(record)
+        statement = self.session.prepare(
+            f"INSERT INTO {self._names['audit']} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' for _ in columns)})"
+        )
+        statement.consistency_level = _consistency(self.family)
+        values = [
+            json.dumps(v, default=str) if isinstance(v, dict | list) else v
+            for v in record.values()
+        ]
+        self.session.execute(statement, values)
+
+    def read_audit(self, limit: int) -> list[dict[str, Any]]:
+        statement = self.prepare(
+            "audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?"
+        )
+        return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
+
+    # --- read API -------------------------------------------------------------------------
+
+    def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
+        """The seed's read rule for many counters: (compact value, epoch, sum of newer rows)."""
+        compact = self.prepare(
+            "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
+        )
+        newer = self.prepare(
+            "raw_newer",
+            "SELECT sum({increment}) FROM {raw} WHERE {key_where} AND {time} > ?",
+        )
+        everything = self.prepare(
+            "raw_all", "SELECT sum({increment}) FROM {raw} WHERE {key_where}"
+        )
+        bases = self._concurrent(compact, counters)
+        checkpoints = []
+        for result in bases:
+            row = result.one()
+            checkpoints.append((row[0] or 0, row[1]) if row else (0, None))
+        with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
+        without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
+        sums: dict[Key, int] = {}
+        for (counter, cp), result in zip(
+            with_epoch,
+            self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
+            strict=True,
+        ):
+            sums[counter] = result.one()[0] or 0
+        for counter, result in zip(without, self._concurrent(everything, without), strict=True):
+            sums[counter] = result.one()[0] or 0
+        return {
+            c: (cp[0], utc_naive(cp[1]) if cp[1] else None, sums[c])
+            for c, cp in zip(counters, checkpoints, strict=True)
+        }

@@ -1,0 +1,128 @@
+"""Loading and validating the families file."""
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from counters.config import (
+    DEFAULT_CONFIG_PATH,
+    ConfigError,
+    Kind,
+    Retention,
+    load_catalog,
+    load_families_leniently,
+    parse_duration,
+)
+
+GOOD = """
+families:
+  - name: trades
+    keyspace: ks
+    raw_table: raw
+    compact_table: compact
+    lag: 90s
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "families.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_file_loads():
+    catalog = load_catalog(DEFAULT_CONFIG_PATH)
+    assert catalog.names
+
+
+def test_defaults(tmp_path):
+    family = load_catalog(write(tmp_path, GOOD)).get("trades")
+    assert family.lag == timedelta(seconds=90)
+    assert family.schedule == "* * * * *"
+    assert family.kind is Kind.INCREMENTS
+    assert family.effective_retention is Retention.DELETE
+    assert family.columns.key == ("type",)
+    assert family.columns.time == "modify_time"
+    assert family.dag_id == "compact_trades"
+
+
+def test_env_var_selects_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("COUNTERS_CONFIG", str(write(tmp_path, GOOD)))
+    assert load_catalog().names == ["trades"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("lag: 0s", "family 'trades' (families[0]): field 'lag': lag must be > 0"),
+        ("lag: soon", "field 'lag': expected a duration"),
+        ("schedule: every minute", "field 'schedule': schedule must be a cron expression"),
+        ("kind: gauge", "field 'kind'"),
+        ("colour: red", "field 'colour': Extra inputs are not permitted"),
+        ("shards: 0", "field 'shards'"),
+        ("raw_table: 'x; DROP TABLE y'", "field 'raw_table'"),
+    ],
+)
+def test_bad_field_is_named(tmp_path, text, fragment):
+    key = text.split(":")[0]
+    lines = [ln for ln in GOOD.splitlines() if not ln.strip().startswith(f"{key}:")]
+    path = write(tmp_path, "\n".join(lines) + f"\n    {text}\n")
+    with pytest.raises(ConfigError) as info:
+        load_catalog(path)
+    assert fragment in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_malformed_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_catalog(write(tmp_path, "families: [\n  - name: x\n    lag: : :"))
+
+
+def test_missing_families_key(tmp_path):
+    with pytest.raises(ConfigError, match="'families:' list"):
+        load_catalog(write(tmp_path, "family: {}"))
+
+
+def test_unknown_family_lists_known(tmp_path):
+    with pytest.raises(ConfigError, match="unknown family 'nope'.*known families: trades"):
+        load_catalog(write(tmp_path, GOOD)).get("nope")
+
+
+def test_duplicate_names_refused(tmp_path):
+    with pytest.raises(ConfigError, match="declared twice"):
+        load_catalog(write(tmp_path, GOOD + GOOD.split("families:")[1]))
+
+
+def test_rows_family_cannot_delete(tmp_path):
+    text = GOOD + "    kind: rows\n    retention: delete\n"
+    with pytest.raises(ConfigError, match="'rows' family keeps its rows"):
+        load_catalog(write(tmp_path, text))
+
+
+def test_unique_needs_member(tmp_path):
+    with pytest.raises(ConfigError, match="columns.member is required"):
+        load_catalog(write(tmp_path, GOOD + "    kind: unique\n"))
+
+
+def test_composite_key(tmp_path):
+    text = GOOD + "    columns:\n      key: [location_id, calculation_date]\n"
+    family = load_catalog(write(tmp_path, text)).get("trades")
+    assert family.columns.key == ("location_id", "calculation_date")
+
+
+def test_lenient_load_keeps_good_families(tmp_path):
+    text = GOOD + """  - name: broken
+    keyspace: ks
+    raw_table: r2
+    compact_table: c2
+    lag: -1m
+"""
+    good, errors = load_families_leniently(write(tmp_path, text))
+    assert [f.name for f in good] == ["trades"]
+    assert list(errors) == ["broken"]
+    assert "family 'broken' (families[1]): field 'lag'" in errors["broken"]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1m", 60), ("2h", 7200), (30, 30)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == timedelta(seconds=seconds)
