@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make bench [ARGS=...]`: setup, the same Cassandra as `make test` (local `test` instance on
+# 127.0.0.1:9142 unless CASSANDRA_HOSTS is set), then `python -m $BENCH_MODULE ARGS`
+# (default counters.bench, written by the engine work). Results go where that module writes them
+# (var/bench/ by convention, git-ignored).
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+LOG_TAG=bench
+cd "$PROJECT_ROOT"
+
+"$PROJECT_ROOT/scripts/setup.sh"
+BENCH_MODULE="${BENCH_MODULE:-counters.bench}"
+if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$BENCH_MODULE') is None)"; then
+  die "no benchmark module '$BENCH_MODULE' yet (expected include/${BENCH_MODULE//.//}.py)"
+fi
+
+cleanup() {
+  local rc=$?
+  trap - EXIT
+  trap '' INT TERM
+  test_cassandra_end || rc=1
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+test_cassandra_begin
+airflow_env "$PROJECT_ROOT/var/airflow-test"
+mkdir -p "$PROJECT_ROOT/var/bench"
+log "python -m $BENCH_MODULE $* (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042})"
+"$PY" -m "$BENCH_MODULE" "$@"

@@ -1,0 +1,908 @@
+#!/usr/bin/env python3
+"""Run a real single-node Apache Cassandra 5.0.9 from Maven Central jars, for development and tests.
+
+    python scripts/cassandra_node.py up     [--instance dev|test|NAME] [--port N] [--timeout S]
+    python scripts/cassandra_node.py down   [--instance NAME]
+    python scripts/cassandra_node.py status [--instance NAME] [--json]
+    python scripts/cassandra_node.py cql    [--instance NAME] "SELECT ..." | -f file.cql
+    python scripts/cassandra_node.py fetch  (only download the jars into .cache/)
+
+Run it with the project venv's python (needs only the standard library and cassandra-driver).
+
+Jars: org.apache.cassandra:cassandra-all:<version> and its runtime dependencies, copied by Maven
+into <project>/.cache/cassandra-<version>/lib (local Maven repo <project>/.cache/m2). No conf/
+comes from Maven, so this script writes cassandra.yaml and logback.xml itself.
+
+Instances live in <project>/var/cassandra/<NAME>/ (conf/, data/, logs/, triggers/, cassandra.pid).
+Default ports: dev 9042/7000/7199, test 9142/7100/7299 (native/storage/jmx), so `make test` can run
+while `make run` is up. Flags beat environment (CASSANDRA_PORT, CASSANDRA_STORAGE_PORT,
+CASSANDRA_JMX_PORT, CASSANDRA_HEAP, CASSANDRA_START_TIMEOUT), which beats the instance defaults.
+
+If CASSANDRA_HOSTS is set, `up` and `down` do nothing (an external cluster is in use) and `cql`
+talks to that cluster (CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+CASSANDRA_VERSION = "5.0.9"
+CACHE_DIR = PROJECT / ".cache"
+M2_REPO = CACHE_DIR / "m2"
+DIST_DIR = CACHE_DIR / f"cassandra-{CASSANDRA_VERSION}"
+LIB_DIR = DIST_DIR / "lib"
+LIB_COMPLETE = LIB_DIR / ".complete"
+VAR_DIR = PROJECT / "var" / "cassandra"
+
+# native, storage, jmx
+DEFAULT_PORTS = {"dev": (9042, 7000, 7199), "test": (9142, 7100, 7299)}
+LISTEN_ADDRESS = "127.0.0.1"
+DEFAULT_HEAP = "1G"
+DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_STOP_TIMEOUT = 60.0
+# Native jars for other platforms, shipped inside the Maven artifacts; not needed on Linux x86_64.
+FOREIGN_NATIVE_MARKERS = ("osx", "macos", "windows", "win32", "aarch64", "aarch_64", "riscv")
+
+# The JPMS block of Cassandra's conf/jvm17-server.options. Only four of these are strictly needed
+# to start (see shared notes), but SAI, tools and repair were not exercised without the rest.
+JPMS_FLAGS = [
+    "-Djdk.attach.allowAttachSelf=true",
+    *(
+        f"--add-exports={m}=ALL-UNNAMED"
+        for m in (
+            "java.base/jdk.internal.misc",
+            "java.management.rmi/com.sun.jmx.remote.internal.rmi",
+            "java.rmi/sun.rmi.registry",
+            "java.rmi/sun.rmi.server",
+            "java.sql/java.sql",
+            "java.base/java.lang.ref",
+            "jdk.unsupported/sun.misc",
+            "jdk.compiler/com.sun.tools.javac.file",
+            "jdk.attach/sun.tools.attach",
+        )
+    ),
+    *(
+        f"--add-opens=java.base/{p}=ALL-UNNAMED"
+        for p in (
+            "java.lang.module",
+            "jdk.internal.loader",
+            "jdk.internal.ref",
+            "jdk.internal.reflect",
+            "jdk.internal.math",
+            "jdk.internal.module",
+            "jdk.internal.util.jar",
+            "sun.nio.ch",
+            "java.io",
+            "java.lang.reflect",
+            "java.lang",
+            "java.util",
+        )
+    ),
+    "--add-opens=jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens=jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+]
+
+
+class NodeError(Exception):
+    """A failure with a message for the user; exits 1."""
+
+
+def say(message: str) -> None:
+    print(f"[cassandra] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Jars from Maven Central
+
+
+POM = f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0"
+         xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 http://maven.apache.org/xsd/maven-4.0.0.xsd">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.counters</groupId>
+  <artifactId>cassandra-runtime</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.cassandra</groupId>
+      <artifactId>cassandra-all</artifactId>
+      <version>{CASSANDRA_VERSION}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lib_jars() -> list[Path]:
+    return sorted(LIB_DIR.glob("*.jar"))
+
+
+def ensure_jars() -> list[Path]:
+    """Download cassandra-all and its runtime dependencies once; reuse them afterwards."""
+    if LIB_COMPLETE.exists():
+        return lib_jars()
+    with file_lock(CACHE_DIR / f"cassandra-{CASSANDRA_VERSION}.lock"):
+        if LIB_COMPLETE.exists():  # another process finished it while we waited
+            return lib_jars()
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise NodeError("Maven (mvn) is not on PATH; it is needed once to fetch the jars")
+        DIST_DIR.mkdir(parents=True, exist_ok=True)
+        pom = DIST_DIR / "pom.xml"
+        pom.write_text(POM)
+        tmp = DIST_DIR / "lib.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        say(
+            f"fetching org.apache.cassandra:cassandra-all:{CASSANDRA_VERSION} and runtime "
+            f"dependencies from Maven Central into {LIB_DIR.relative_to(PROJECT)} (once, ~70 MB)"
+        )
+        started = time.monotonic()
+        cmd = [
+            mvn, "-q", "-B", "-f", str(pom),
+            f"-Dmaven.repo.local={M2_REPO}",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={tmp}",
+        ]  # fmt: skip
+        result = subprocess.run(cmd, cwd=DIST_DIR, capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
+            raise NodeError(f"mvn failed (exit {result.returncode}):\n{tail}")
+        removed = 0
+        for jar in tmp.glob("*.jar"):
+            if any(marker in jar.name.lower() for marker in FOREIGN_NATIVE_MARKERS):
+                jar.unlink()
+                removed += 1
+        shutil.rmtree(LIB_DIR, ignore_errors=True)
+        tmp.rename(LIB_DIR)
+        LIB_COMPLETE.write_text(f"cassandra-all {CASSANDRA_VERSION}\n")
+        jars = lib_jars()
+        size = sum(j.stat().st_size for j in jars) / 1e6
+        say(
+            f"got {len(jars)} jars ({size:.0f} MB; removed {removed} non-Linux-x86_64 native jars) "
+            f"in {time.monotonic() - started:.1f} s"
+        )
+        return jars
+
+
+# --------------------------------------------------------------------------------------------
+# Instances
+
+
+@dataclass
+class Instance:
+    name: str
+    native_port: int
+    storage_port: int
+    jmx_port: int
+    heap: str
+
+    @property
+    def home(self) -> Path:
+        return VAR_DIR / self.name
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.home / "conf"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def triggers_dir(self) -> Path:
+        return self.home / "triggers"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "cassandra.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "instance.json"
+
+    @property
+    def system_log(self) -> Path:
+        return self.log_dir / "system.log"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.log_dir / "stdout.log"
+
+
+def env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise NodeError(f"{name} must be an integer, got {value!r}") from exc
+
+
+def resolve_instance(args: argparse.Namespace) -> Instance:
+    name = args.instance
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise NodeError(f"instance name must be alphanumeric (with - or _), got {name!r}")
+    native, storage, jmx = DEFAULT_PORTS.get(name, DEFAULT_PORTS["dev"])
+    state = read_state(VAR_DIR / name / "instance.json")
+    # A running node keeps the ports it was started with (status/down/cql of a running node).
+    if state and args.command != "up":
+        native = state.get("native_port", native)
+        storage = state.get("storage_port", storage)
+        jmx = state.get("jmx_port", jmx)
+    else:
+        native = env_int("CASSANDRA_PORT") or native
+        storage = env_int("CASSANDRA_STORAGE_PORT") or storage
+        jmx = env_int("CASSANDRA_JMX_PORT") or jmx
+    native = getattr(args, "port", None) or native
+    storage = getattr(args, "storage_port", None) or storage
+    jmx = getattr(args, "jmx_port", None) or jmx
+    heap = getattr(args, "heap", None) or os.environ.get("CASSANDRA_HEAP") or DEFAULT_HEAP
+    return Instance(name, native, storage, jmx, heap)
+
+
+def read_state(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_pid(inst: Instance) -> int | None:
+    try:
+        return int(inst.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def is_instance_process(pid: int, inst: Instance) -> bool:
+    """Guards against pid reuse: the process must be a CassandraDaemon of this instance."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"org.apache.cassandra.service.CassandraDaemon" in cmdline and (
+        f"-Dcassandra.storagedir={inst.data_dir}".encode() in cmdline
+    )
+
+
+def running_pid(inst: Instance) -> int | None:
+    pid = read_pid(inst)
+    if pid is not None and pid_alive(pid) and is_instance_process(pid, inst):
+        return pid
+    return None
+
+
+def tail_logs(inst: Instance, lines: int = 30) -> str:
+    parts = []
+    for log in (inst.system_log, inst.stdout_log):
+        try:
+            text = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if text:
+            parts.append(f"--- last {min(lines, len(text))} lines of {log} ---")
+            parts.extend(text[-lines:])
+    return "\n".join(parts) if parts else "(no log output yet)"
+
+
+def port_in_use(port: int, host: str = LISTEN_ADDRESS) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# CQL
+
+
+def quiet_driver_logs() -> None:
+    # Without handlers, the driver's connection WARNINGs would go to stderr while we poll.
+    logging.getLogger("cassandra").setLevel(logging.CRITICAL)
+
+
+def make_cluster(hosts: list[str], port: int, protocol_version: int | None = None):
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(
+            DCAwareRoundRobinPolicy(local_dc=os.environ.get("CASSANDRA_LOCAL_DC") or None)
+        ),
+        request_timeout=60,
+    )
+    kwargs = {}
+    if protocol_version:
+        kwargs["protocol_version"] = protocol_version
+    user = os.environ.get("CASSANDRA_USERNAME")
+    if user:
+        kwargs["auth_provider"] = PlainTextAuthProvider(user, os.environ.get("CASSANDRA_PASSWORD"))
+    return Cluster(
+        contact_points=hosts,
+        port=port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=5,
+        **kwargs,
+    )
+
+
+def cql_answers(host: str, port: int) -> str | None:
+    """release_version if the node answers CQL, else None."""
+    if not port_accepts(host, port):
+        return None
+    quiet_driver_logs()
+    cluster = make_cluster([host], port, protocol_version=5)
+    try:
+        session = cluster.connect()
+        row = session.execute("SELECT release_version FROM system.local", timeout=10).one()
+        return row.release_version if row else None
+    except Exception:
+        return None
+    finally:
+        cluster.shutdown()
+
+
+def split_statements(text: str) -> list[str]:
+    """Split CQL on ';' outside quotes, $$ strings and comments (comments are dropped)."""
+    statements: list[str] = []
+    buf: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        two = text[i : i + 2]
+        if c in ("'", '"'):
+            j = i + 1
+            while j < n:
+                if text[j] == c:
+                    if j + 1 < n and text[j + 1] == c:  # doubled quote escapes itself
+                        j += 2
+                        continue
+                    break
+                j += 1
+            buf.append(text[i : j + 1])
+            i = j + 1
+        elif two == "$$":
+            j = text.find("$$", i + 2)
+            j = n if j < 0 else j + 2
+            buf.append(text[i:j])
+            i = j
+        elif two in ("--", "//"):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif two == "/*":
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == ";":
+            statements.append("".join(buf))
+            buf = []
+            i += 1
+        else:
+            buf.append(c)
+            i += 1
+    statements.append("".join(buf))
+    return [s.strip() for s in statements if s.strip()]
+
+
+def format_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value
+    return repr(value) if isinstance(value, bytes) else str(value)
+
+
+def print_table(columns: list[str], rows: list[tuple]) -> None:
+    cells = [[format_value(v) for v in row] for row in rows]
+    widths = [len(c) for c in columns]
+    for row in cells:
+        widths = [max(w, len(v)) for w, v in zip(widths, row, strict=True)]
+    print(" | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    print("-+-".join("-" * w for w in widths))
+    for row in cells:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    print(f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+# --------------------------------------------------------------------------------------------
+# Config files
+
+
+def cassandra_yaml(inst: Instance) -> str:
+    return f"""# Written by scripts/cassandra_node.py (instance '{inst.name}'); rewritten by `up`.
+cluster_name: counters-{inst.name}
+num_tokens: 1
+initial_token: 0
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "{LISTEN_ADDRESS}:{inst.storage_port}"
+listen_address: {LISTEN_ADDRESS}
+rpc_address: {LISTEN_ADDRESS}
+storage_port: {inst.storage_port}
+native_transport_port: {inst.native_port}
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+auto_snapshot: false
+memtable_heap_space: 64MiB
+memtable_offheap_space: 64MiB
+key_cache_size: 8MiB
+counter_cache_size: 0MiB
+concurrent_reads: 8
+concurrent_writes: 8
+concurrent_counter_writes: 2
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+"""
+
+
+LOGBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by scripts/cassandra_node.py. -->
+<configuration scan="false">
+  <appender name="SYSTEMLOG" class="ch.qos.logback.core.rolling.RollingFileAppender">
+    <file>${cassandra.logdir}/system.log</file>
+    <rollingPolicy class="ch.qos.logback.core.rolling.FixedWindowRollingPolicy">
+      <fileNamePattern>${cassandra.logdir}/system.log.%i</fileNamePattern>
+      <minIndex>1</minIndex>
+      <maxIndex>3</maxIndex>
+    </rollingPolicy>
+    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">
+      <maxFileSize>50MB</maxFileSize>
+    </triggeringPolicy>
+    <encoder>
+      <pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern>
+    </encoder>
+  </appender>
+  <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+    <filter class="ch.qos.logback.classic.filter.ThresholdFilter">
+      <level>WARN</level>
+    </filter>
+    <encoder>
+      <pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern>
+    </encoder>
+  </appender>
+  <root level="INFO">
+    <appender-ref ref="SYSTEMLOG" />
+    <appender-ref ref="STDOUT" />
+  </root>
+  <logger name="org.apache.cassandra" level="INFO" />
+</configuration>
+"""
+
+
+def java_command(inst: Instance, jars: list[Path]) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise NodeError("java is not on PATH (Cassandra 5.0 needs Java 11 or 17)")
+    classpath = ":".join([str(inst.conf_dir), *(str(j) for j in jars)])
+    cmd = [
+        java,
+        f"-Xms{inst.heap}",
+        f"-Xmx{inst.heap}",
+        "-Xss256k",
+        "-XX:+PerfDisableSharedMem",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Dcassandra-foreground=yes",
+        f"-Dcassandra.config=file://{inst.conf_dir / 'cassandra.yaml'}",
+        f"-Dcassandra.storagedir={inst.data_dir}",
+        f"-Dcassandra.logdir={inst.log_dir}",
+        f"-Dlogback.configurationFile=file://{inst.conf_dir / 'logback.xml'}",
+        f"-Dcassandra.jmx.local.port={inst.jmx_port}",
+        f"-Dcassandra.triggers_dir={inst.triggers_dir}",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        f"-Duser.home={inst.home}",
+        "-Djava.net.preferIPv4Stack=true",
+        *JPMS_FLAGS,
+        "-cp",
+        classpath,
+        "org.apache.cassandra.service.CassandraDaemon",
+    ]
+    # As root the JVM mlockall()s the whole heap (RSS ~1.5 GB for a 1 GB heap). Dropping
+    # CAP_IPC_LOCK makes that fail harmlessly ("Unable to lock JVM memory") and halves RSS.
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        drop = [setpriv, "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock"]
+        probe = subprocess.run([*drop, "true"], capture_output=True)
+        if probe.returncode == 0:
+            cmd = [*drop, *cmd]
+    return cmd
+
+
+def heap_bytes(heap: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    heap = heap.strip().lower()
+    try:
+        if heap[-1] in units:
+            return int(heap[:-1]) * units[heap[-1]]
+        return int(heap)
+    except (ValueError, IndexError) as exc:
+        raise NodeError(f"bad heap size {heap!r} (use e.g. 512M or 1G)") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+
+
+def external_cluster() -> str | None:
+    return os.environ.get("CASSANDRA_HOSTS") or None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if external_cluster():
+        say(f"CASSANDRA_HOSTS={external_cluster()} is set: using that cluster, not starting one")
+        return 0
+    inst = resolve_instance(args)
+    timeout = args.timeout or float(
+        os.environ.get("CASSANDRA_START_TIMEOUT") or DEFAULT_START_TIMEOUT
+    )
+    if heap_bytes(inst.heap) > (1 << 30) and not args.allow_big_heap:
+        raise NodeError(f"heap {inst.heap} is over 1 GiB; pass --allow-big-heap if you mean it")
+    jars = ensure_jars()
+    inst.home.mkdir(parents=True, exist_ok=True)
+    with file_lock(inst.home / ".lock"):
+        pid = running_pid(inst)
+        if pid is not None:
+            state = read_state(inst.state_file) or {}
+            port = state.get("native_port", inst.native_port)
+            version = cql_answers(LISTEN_ADDRESS, port)
+            if version:
+                say(
+                    f"instance '{inst.name}' is already running (pid {pid}, "
+                    f"{LISTEN_ADDRESS}:{port}, Cassandra {version}); nothing to do"
+                )
+                return 0
+            say(f"instance '{inst.name}' has pid {pid} but CQL does not answer yet; waiting")
+            inst.native_port = port
+            return wait_ready(inst, pid, None, timeout, time.monotonic())
+        if inst.pid_file.exists():
+            say(f"removing stale pid file {inst.pid_file} (pid {read_pid(inst)} is not running)")
+            inst.pid_file.unlink()
+
+        for label, port in (
+            ("native_transport_port", inst.native_port),
+            ("storage_port", inst.storage_port),
+            ("JMX port", inst.jmx_port),
+        ):
+            if port_in_use(port):
+                raise NodeError(
+                    f"{label} {port} on {LISTEN_ADDRESS} is already in use (another Cassandra, "
+                    f"another instance, or some other program?). See who holds it with "
+                    f"`ss -ltnp 'sport = :{port}'`, or pick other ports with --port/--storage-port/"
+                    f"--jmx-port (env CASSANDRA_PORT/CASSANDRA_STORAGE_PORT/CASSANDRA_JMX_PORT)."
+                )
+
+        for d in (inst.conf_dir, inst.data_dir, inst.log_dir, inst.triggers_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        (inst.conf_dir / "cassandra.yaml").write_text(cassandra_yaml(inst))
+        (inst.conf_dir / "logback.xml").write_text(LOGBACK_XML)
+        cmd = java_command(inst, jars)
+
+        started = time.monotonic()
+        with open(inst.stdout_log, "ab") as out:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            out.write(f"\n=== {stamp} starting instance {inst.name}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                cmd,
+                cwd=inst.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                # Own session and process group: a Ctrl-C in the calling shell does not reach it.
+                start_new_session=True,
+                close_fds=True,
+            )
+        inst.pid_file.write_text(f"{proc.pid}\n")
+        inst.state_file.write_text(
+            json.dumps(
+                {
+                    "instance": inst.name,
+                    "pid": proc.pid,
+                    "native_port": inst.native_port,
+                    "storage_port": inst.storage_port,
+                    "jmx_port": inst.jmx_port,
+                    "heap": inst.heap,
+                    "version": CASSANDRA_VERSION,
+                    "started_at": time.time(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        say(
+            f"starting Cassandra {CASSANDRA_VERSION} instance '{inst.name}' (pid {proc.pid}, "
+            f"native {inst.native_port}, storage {inst.storage_port}, jmx {inst.jmx_port}, "
+            f"heap {inst.heap}); waiting up to {timeout:.0f} s for CQL"
+        )
+        return wait_ready(inst, proc.pid, proc, timeout, started)
+
+
+def wait_ready(
+    inst: Instance, pid: int, proc: subprocess.Popen | None, timeout: float, started: float
+) -> int:
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        exited = proc.poll() is not None if proc is not None else not pid_alive(pid)
+        if exited:
+            inst.pid_file.unlink(missing_ok=True)
+            code = f" with exit code {proc.returncode}" if proc is not None else ""
+            raise NodeError(
+                f"Cassandra instance '{inst.name}' (pid {pid}) exited{code} during startup.\n"
+                f"{tail_logs(inst)}"
+            )
+        version = cql_answers(LISTEN_ADDRESS, inst.native_port)
+        if version:
+            say(
+                f"instance '{inst.name}' is up: Cassandra {version} at {LISTEN_ADDRESS}:"
+                f"{inst.native_port}, pid {pid}, ready after {time.monotonic() - started:.1f} s "
+                f"(logs: {inst.log_dir.relative_to(PROJECT)})"
+            )
+            return 0
+        time.sleep(0.5)
+    logs = tail_logs(inst)
+    kill_pid(pid, proc, grace=10.0)
+    inst.pid_file.unlink(missing_ok=True)
+    raise NodeError(
+        f"Cassandra instance '{inst.name}' did not answer CQL on {LISTEN_ADDRESS}:"
+        f"{inst.native_port} within {timeout:.0f} s; killed pid {pid}.\n{logs}\n"
+        f"(raise the limit with --timeout or CASSANDRA_START_TIMEOUT)"
+    )
+
+
+def kill_pid(pid: int, proc: subprocess.Popen | None, grace: float) -> bool:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL. True if it stopped gracefully."""
+
+    def gone() -> bool:
+        return proc.poll() is not None if proc is not None else not pid_alive(pid)
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if gone():
+            return True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not gone():
+        time.sleep(0.1)
+    return False
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    if external_cluster():
+        say(f"CASSANDRA_HOSTS={external_cluster()} is set: using that cluster, nothing to stop")
+        return 0
+    inst = resolve_instance(args)
+    timeout = args.timeout or DEFAULT_STOP_TIMEOUT
+    if not inst.home.exists():
+        say(f"instance '{inst.name}' is not running (never started)")
+        return 0
+    with file_lock(inst.home / ".lock"):
+        pid = read_pid(inst)
+        if pid is None:
+            say(f"instance '{inst.name}' is not running (no pid file)")
+            return 0
+        if not (pid_alive(pid) and is_instance_process(pid, inst)):
+            say(f"instance '{inst.name}' is not running (stale pid {pid}); removing the pid file")
+            inst.pid_file.unlink(missing_ok=True)
+            return 0
+        say(f"stopping instance '{inst.name}' (SIGTERM to pid {pid}, up to {timeout:.0f} s)")
+        started = time.monotonic()
+        graceful = kill_pid(pid, None, grace=timeout)
+        inst.pid_file.unlink(missing_ok=True)
+        if pid_alive(pid):
+            raise NodeError(f"pid {pid} is still alive after SIGKILL")
+        how = "stopped" if graceful else f"did not stop within {timeout:.0f} s; killed (SIGKILL)"
+        say(f"instance '{inst.name}' {how} after {time.monotonic() - started:.1f} s")
+        return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    inst = resolve_instance(args)
+    pid = running_pid(inst)
+    version = cql_answers(LISTEN_ADDRESS, inst.native_port) if pid else None
+    info = {
+        "instance": inst.name,
+        "state": "running" if pid else "stopped",
+        "pid": pid,
+        "cql": "answering" if version else "not answering",
+        "release_version": version,
+        "native_port": inst.native_port,
+        "storage_port": inst.storage_port,
+        "jmx_port": inst.jmx_port,
+        "data_dir": str(inst.data_dir),
+        "log_dir": str(inst.log_dir),
+        "external_cluster": external_cluster(),
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for key, value in info.items():
+            if key == "external_cluster" and not value:
+                continue
+            print(f"{key + ':':<17} {'-' if value is None else value}")
+    return 0 if pid else 3
+
+
+def cmd_cql(args: argparse.Namespace) -> int:
+    if args.file:
+        source = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    elif args.statement:
+        source = args.statement
+    else:
+        raise NodeError('give a statement (cql "SELECT ...") or a file (cql -f file.cql)')
+    statements = split_statements(source)
+    if not statements:
+        raise NodeError("no CQL statement found")
+    if external_cluster():
+        hosts = [h.strip() for h in external_cluster().split(",") if h.strip()]
+        port = env_int("CASSANDRA_PORT") or 9042
+        protocol = None
+    else:
+        inst = resolve_instance(args)
+        hosts, port, protocol = [LISTEN_ADDRESS], inst.native_port, 5
+    quiet_driver_logs()
+    cluster = make_cluster(hosts, port, protocol_version=protocol)
+    try:
+        try:
+            session = cluster.connect(args.keyspace) if args.keyspace else cluster.connect()
+        except Exception as exc:
+            raise NodeError(
+                f"cannot connect to {','.join(hosts)}:{port}: {exc}\n"
+                f"(is it up? `python scripts/cassandra_node.py status --instance {args.instance}`)"
+            ) from exc
+        for i, statement in enumerate(statements):
+            if len(statements) > 1:
+                print(f"{'' if i == 0 else chr(10)}cql> {statement}")
+            try:
+                result = session.execute(statement, timeout=args.request_timeout)
+            except Exception as exc:
+                raise NodeError(f"{type(exc).__name__}: {exc}") from exc
+            columns = result.column_names
+            if columns:
+                print_table(list(columns), [tuple(row) for row in result])
+            else:
+                print("OK")
+    finally:
+        cluster.shutdown()
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    jars = ensure_jars()
+    say(f"{len(jars)} jars ready in {LIB_DIR.relative_to(PROJECT)}")
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="cassandra_node.py",
+        description=f"Local single-node Cassandra {CASSANDRA_VERSION} from Maven Central jars.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def instance_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--instance",
+            default=os.environ.get("CASSANDRA_INSTANCE") or "dev",
+            help="instance name (default: $CASSANDRA_INSTANCE or dev); state in var/cassandra/NAME",
+        )
+
+    up = sub.add_parser("up", help="start the node (no-op if it already runs) and wait for CQL")
+    instance_arg(up)
+    up.add_argument("--port", type=int, help="native (CQL) port (env CASSANDRA_PORT)")
+    up.add_argument("--storage-port", type=int, help="storage port (env CASSANDRA_STORAGE_PORT)")
+    up.add_argument("--jmx-port", type=int, help="JMX port (env CASSANDRA_JMX_PORT)")
+    up.add_argument("--heap", help=f"JVM heap, e.g. 512M (env CASSANDRA_HEAP; {DEFAULT_HEAP})")
+    up.add_argument("--allow-big-heap", action="store_true", help="allow a heap over 1 GiB")
+    up.add_argument(
+        "--timeout",
+        type=float,
+        help=f"seconds to wait for CQL (env CASSANDRA_START_TIMEOUT; {DEFAULT_START_TIMEOUT:.0f})",
+    )
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="SIGTERM the recorded pid, wait (SIGKILL after --timeout)")
+    instance_arg(down)
+    down.add_argument("--timeout", type=float, help=f"seconds (default {DEFAULT_STOP_TIMEOUT:.0f})")
+    down.set_defaults(func=cmd_down)
+
+    status = sub.add_parser("status", help="running/stopped, pid, ports, data dir (3 if stopped)")
+    instance_arg(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    cql = sub.add_parser("cql", help="run CQL and print rows as a table")
+    instance_arg(cql)
+    cql.add_argument("statement", nargs="?", help="CQL statement(s), ';'-separated")
+    cql.add_argument("-f", "--file", help="file of ';'-separated statements ('-' for stdin)")
+    cql.add_argument("-k", "--keyspace", help="keyspace to USE")
+    cql.add_argument("--request-timeout", type=float, default=60.0, help="seconds per statement")
+    cql.set_defaults(func=cmd_cql)
+
+    fetch = sub.add_parser("fetch", help="only download the Cassandra jars into .cache/")
+    fetch.set_defaults(func=cmd_fetch)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return args.func(args)
+    except NodeError as exc:
+        print(f"[cassandra] ERROR: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("[cassandra] interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Shared fixtures for tests that talk to a real Cassandra.
+
+`make test` (scripts/test.sh) starts the local `test` instance on 127.0.0.1:9142 and exports
+CASSANDRA_HOSTS/CASSANDRA_PORT for pytest. Run by hand, the default is 127.0.0.1:9042 (the `dev`
+instance of `make run`). Point at another cluster with CASSANDRA_HOSTS (comma separated),
+CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD and CASSANDRA_LOCAL_DC.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+
+import pytest
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9042
+
+
+def _answers(host: str, port: int, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def cassandra_contact() -> tuple[list[str], int]:
+    """(hosts, port) from CASSANDRA_HOSTS / CASSANDRA_PORT; fails the test if nothing answers."""
+    raw = os.environ.get("CASSANDRA_HOSTS") or DEFAULT_HOST
+    hosts = [h.strip() for h in raw.split(",") if h.strip()]
+    port = int(os.environ.get("CASSANDRA_PORT") or DEFAULT_PORT)
+    if not any(_answers(h, port) for h in hosts):
+        pytest.fail(
+            f"no Cassandra answers at {','.join(hosts)}:{port}. Run the tests with `make test` "
+            f"(it starts a local node on port 9142), or start one with "
+            f"`python scripts/cassandra_node.py up --instance test` and export "
+            f"CASSANDRA_HOSTS=127.0.0.1 CASSANDRA_PORT=9142.",
+            pytrace=False,
+        )
+    return hosts, port
+
+
+@pytest.fixture(scope="session")
+def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Cluster]:
+    """A driver Cluster: token aware over DC-aware round robin, protocol v5."""
+    hosts, port = cassandra_contact
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(
+            DCAwareRoundRobinPolicy(local_dc=os.environ.get("CASSANDRA_LOCAL_DC") or None)
+        ),
+        request_timeout=30,
+    )
+    username = os.environ.get("CASSANDRA_USERNAME")
+    password = os.environ.get("CASSANDRA_PASSWORD")
+    auth = PlainTextAuthProvider(username, password) if username else None
+    cluster = Cluster(
+        contact_points=hosts,
+        port=port,
+        protocol_version=5,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        auth_provider=auth,
+        connect_timeout=10,
+    )
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def cassandra_session(cassandra_cluster: Cluster) -> Session:
+    """A session with no keyspace set (use fully qualified names or the `keyspace` fixture)."""
+    return cassandra_cluster.connect()
+
+
+@pytest.fixture
+def keyspace(cassandra_session: Session) -> Iterator[str]:
+    """A fresh keyspace t_<random hex> (SimpleStrategy, RF 1), dropped after the test."""
+    name = f"t_{secrets.token_hex(6)}"
+    cassandra_session.execute(
+        f"CREATE KEYSPACE {name} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    try:
+        yield name
+    finally:
+        cassandra_session.execute(f"DROP KEYSPACE IF EXISTS {name}")
