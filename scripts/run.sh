@@ -168,6 +168,8 @@ sys.exit(0 if all((h.get(p) or {}).get("status") == "healthy" for p in parts) el
 done
 log "Airflow healthy after $(since "$t") s"
 
+writer_desc="not running (no counterctl)"
+[[ -n "$WRITER_PID" ]] && writer_desc="pid $WRITER_PID, log var/demo-writer.log"
 PASSWORD_FILE="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 password="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin", "?"))' "$PASSWORD_FILE" 2>/dev/null || echo "(see $PASSWORD_FILE)")"
 
@@ -179,7 +181,7 @@ cat <<BANNER
               (from ${PASSWORD_FILE#"$PROJECT_ROOT"/})
  Cassandra    $CASSANDRA_DESC
               .venv/bin/python scripts/cassandra_node.py cql "SELECT ..."
- Demo writer  ${WRITER_PID:+pid $WRITER_PID, log var/demo-writer.log}${WRITER_PID:-not running (no counterctl)}
+ Demo writer  $writer_desc
  Logs         ${STANDALONE_LOG#"$PROJECT_ROOT"/}, var/cassandra/$DEV_INSTANCE/logs/
  Stop         Ctrl-C (stops Airflow, the writer and the Cassandra this started)
 ================================================================================
