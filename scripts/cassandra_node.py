@@ -333,7 +333,8 @@ def tail_logs(inst: Instance, lines: int = 30) -> str:
             continue
         if text:
             parts.append(f"--- last {min(lines, len(text))} lines of {log} ---")
-            parts.extend(text[-lines:])
+            # Some lines (node configuration, classpath) run to many KB: cut them.
+            parts.extend(t if len(t) <= 300 else t[:300] + " [...]" for t in text[-lines:])
     return "\n".join(parts) if parts else "(no log output yet)"
 
 
