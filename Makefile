@@ -31,10 +31,10 @@ bench:
 
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/ruff format --check scripts tests/conftest.py tests/integration
+	.venv/bin/ruff format --check .
 
 format: setup
-	.venv/bin/ruff format scripts tests/conftest.py tests/integration
+	.venv/bin/ruff format .
 
 cassandra-up: setup
 	@$(NODE) up --instance $(INSTANCE)

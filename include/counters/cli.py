@@ -31,6 +31,7 @@ EXIT_CODES: dict[type[BaseException], int] = {
     SchemaError: 2,
     engine.EpochNotNewer: 0,
     engine.LeaseHeld: 3,
+    engine.EpochInFuture: 2,
     engine.ChecksFailed: 4,
     CassandraUnavailable: 5,
     engine.RowsRefused: 6,
@@ -197,11 +198,11 @@ def _print_summary(summary: engine.RunSummary) -> None:
         f"{data['max_lateness_ms'] / 1000:.3f} s)"
     )
     if data["checks"]:
-        click.echo("  checks: " + ", ".join(f"{k}={'ok' if v else 'FAIL'}" for k, v in
-                                            data["checks"].items()))
-    click.echo(
-        "  durations: " + ", ".join(f"{k} {v:.3f}s" for k, v in data["durations_s"].items())
-    )
+        click.echo(
+            "  checks: "
+            + ", ".join(f"{k}={'ok' if v else 'FAIL'}" for k, v in data["checks"].items())
+        )
+    click.echo("  durations: " + ", ".join(f"{k} {v:.3f}s" for k, v in data["durations_s"].items()))
 
 
 @cli.command("read")
@@ -223,11 +224,21 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
     with reported():
         values = client.read_many(keys)
     if as_json:
-        click.echo(json.dumps([
-            {"counter": format_key(v.counter), "value": v.value, "compact_value": v.compact_value,
-             "epoch": v.epoch.isoformat() if v.epoch else None, "newer_sum": v.newer_sum}
-            for v in values
-        ], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "counter": format_key(v.counter),
+                        "value": v.value,
+                        "compact_value": v.compact_value,
+                        "epoch": v.epoch.isoformat() if v.epoch else None,
+                        "newer_sum": v.newer_sum,
+                    }
+                    for v in values
+                ],
+                indent=2,
+            )
+        )
         return
     for v in values:
         epoch = v.epoch.isoformat() if v.epoch else "-"
@@ -261,8 +272,10 @@ def audit_command(obj: Context, name: str, limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    click.echo("started_at\trun_id\toutcome\tepoch_after\tcounters\trows_folded\tsum_folded\t"
-               "late_rows\trows_deleted")
+    click.echo(
+        "started_at\trun_id\toutcome\tepoch_after\tcounters\trows_folded\tsum_folded\t"
+        "late_rows\trows_deleted"
+    )
     for r in rows:
         click.echo(
             f"{r['started_at']:%Y-%m-%d %H:%M:%S}\t{r['run_id']}\t{r['outcome']}\t"

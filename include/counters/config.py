@@ -206,7 +206,9 @@ class Family(_Strict):
         if self.raw_table == self.compact_table:
             raise ValueError("raw_table and compact_table must differ")
         if self.kind is Kind.ROWS and self.retention is Retention.DELETE:
-            raise ValueError("retention: a 'rows' family keeps its rows (business data); use 'keep'")
+            raise ValueError(
+                "retention: a 'rows' family keeps its rows (business data); use 'keep'"
+            )
         if self.kind is Kind.UNIQUE and not self.columns.member:
             raise ValueError("columns.member is required for a 'unique' family")
         return self

@@ -15,13 +15,12 @@ from typing import Any
 from cassandra import ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.query import tuple_factory
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
-
+from cassandra.query import tuple_factory
 
 BULK_PROFILE = "bulk"
 """Execution profile for engine reads: rows as plain tuples (cheaper than named tuples)."""
@@ -51,7 +50,9 @@ class ConnectionSettings:
             port = int(env.get("CASSANDRA_PORT", "9042"))
             protocol = int(env.get("CASSANDRA_PROTOCOL_VERSION", "5"))
         except ValueError as exc:
-            raise ValueError(f"CASSANDRA_PORT/CASSANDRA_PROTOCOL_VERSION must be integers: {exc}")
+            raise ValueError(
+                f"CASSANDRA_PORT/CASSANDRA_PROTOCOL_VERSION must be integers: {exc}"
+            ) from None
         return cls(
             hosts=hosts or ("127.0.0.1",),
             port=port,

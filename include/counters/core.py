@@ -290,7 +290,9 @@ def evaluate_commit_checks(records: Sequence[CommitRecord]) -> list[CheckOutcome
     for record in records:
         name = format_key(record.counter)
         if record.base_value + record.folded_sum != record.new_value:
-            arithmetic.append(f"{name}: {record.base_value}+{record.folded_sum}!={record.new_value}")
+            arithmetic.append(
+                f"{name}: {record.base_value}+{record.folded_sum}!={record.new_value}"
+            )
         if record.current_commit_id is None:
             missing.append(name)
             continue

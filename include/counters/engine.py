@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Fault = Callable[[str], None]
 """Called between statements with the name of the point reached; tests raise there to crash."""
 
-LEASE_TTL_S = 300
+LEASE_TTL_S = 120
 FORGET_MARGIN = timedelta(minutes=2)
 """Index marks younger than this are kept: a writer marks first and writes its row just after."""
 
@@ -137,14 +137,29 @@ class RunPlan:
         return self.noop_reason is not None
 
 
+class EpochInFuture(EngineError):
+    pass
+
+
 def decide_plan(
     family: Family,
     run_id: str,
     epoch: datetime,
     epoch_before: datetime | None,
+    now: datetime | None = None,
 ) -> RunPlan:
-    """Pure: whether a run at ``epoch`` has anything to do, given the family's compacted epoch."""
+    """Pure: whether a run at ``epoch`` has anything to do, given the family's compacted epoch.
+
+    An epoch later than ``now - lag`` is refused: writers are still writing rows at those
+    times, and every one of them would become a late write.
+    """
     epoch = truncate_ms(epoch)
+    if now is not None and epoch > utc_naive(now) - family.lag:
+        raise EpochInFuture(
+            f"family {family.name!r}: epoch {epoch.isoformat()} is later than now - lag "
+            f"({(utc_naive(now) - family.lag).isoformat()}); refusing to fold rows that "
+            "writers may still be writing"
+        )
     reason = None
     if epoch_before is not None and epoch <= utc_naive(epoch_before):
         reason = (
@@ -154,8 +169,8 @@ def decide_plan(
     return RunPlan(family.name, run_id, epoch, epoch_before, tuple(range(family.shards)), reason)
 
 
-def plan_run(store: Store, run_id: str, epoch: datetime) -> RunPlan:
-    return decide_plan(store.family, run_id, epoch, store.family_epoch())
+def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
+    return decide_plan(store.family, run_id, epoch, store.family_epoch(), now or datetime.now(UTC))
 
 
 # --- compact -----------------------------------------------------------------------------
@@ -181,9 +196,7 @@ def compact_shard(
     if use_lease and not dry_run:
         holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
         if holder is not None:
-            raise LeaseHeld(
-                f"family {store.family.name!r} shard {shard} is held by run {holder!r}"
-            )
+            raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
         holding = True
         fault("lease")
     try:
@@ -337,9 +350,9 @@ class Verification:
         )
 
 
-def collect_records(store: Store, run_id: str, shards: Sequence[int]) -> tuple[
-    list[CommitRecord], Tally
-]:
+def collect_records(
+    store: Store, run_id: str, shards: Sequence[int]
+) -> tuple[list[CommitRecord], Tally]:
     """Join the run's log with the compact rows as they are now."""
     records: list[CommitRecord] = []
     tally = Tally()
@@ -403,9 +416,9 @@ def cleanup_shard(
         and current[e.counter].pending
     ]
     now = now or datetime.now(UTC)
-    tombstone_ts = max(write_timestamp(now), max(
-        (write_timestamp(e.new_epoch) + 1000 for e in entries), default=0
-    ))
+    tombstone_ts = max(
+        write_timestamp(now), max((write_timestamp(e.new_epoch) + 1000 for e in entries), default=0)
+    )
     deleted = store.delete_rows(deletions, tombstone_ts) if deletions else 0
     fault("cleanup_delete")
     horizon = (to_millis(now) - int(FORGET_MARGIN.total_seconds() * 1000)) * 1000
@@ -497,37 +510,60 @@ def run_family(
     chunk_size: int = 500,
     fault: Fault = _no_fault,
     progress: Callable[[str], None] | None = None,
+    now: datetime | None = None,
 ) -> RunSummary:
     """Every phase of a run in this process (what ``counterctl compact`` does)."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
     phases = Phases()
     with phases.timed("plan"):
-        plan = plan_run(store, run_id, epoch)
+        plan = plan_run(store, run_id, epoch, now)
     tally = Tally()
     checks: list[CheckOutcome] = []
     say = progress or (lambda _m: None)
     if plan.noop:
         summary = RunSummary(plan, "noop", tally, phases, checks, plan.noop_reason or "")
         store.write_audit(
-            audit_record(store.family, plan, outcome="noop", tally=tally, phases=phases,
-                         dry_run=dry_run, message=summary.message, started_at=started)
+            audit_record(
+                store.family,
+                plan,
+                outcome="noop",
+                tally=tally,
+                phases=phases,
+                dry_run=dry_run,
+                message=summary.message,
+                started_at=started,
+            )
         )
         return summary
     try:
         for shard in plan.shards:
             say(f"compacting shard {shard + 1}/{len(plan.shards)}")
             report = compact_shard(
-                store, shard, plan.epoch, run_id, dry_run=dry_run, use_lease=use_lease,
-                chunk_size=chunk_size, fault=fault,
+                store,
+                shard,
+                plan.epoch,
+                run_id,
+                dry_run=dry_run,
+                use_lease=use_lease,
+                chunk_size=chunk_size,
+                fault=fault,
             )
             tally = tally.merge(report.tally)
             phases = phases.merge(report.phases)
         if dry_run:
             summary = RunSummary(plan, "dry-run", tally, phases, checks, "dry run: nothing written")
             store.write_audit(
-                audit_record(store.family, plan, outcome="dry-run", tally=tally, phases=phases,
-                             dry_run=True, message=summary.message, started_at=started)
+                audit_record(
+                    store.family,
+                    plan,
+                    outcome="dry-run",
+                    tally=tally,
+                    phases=phases,
+                    dry_run=True,
+                    message=summary.message,
+                    started_at=started,
+                )
             )
             return summary
         say("verifying")
@@ -543,20 +579,35 @@ def run_family(
         say("cleaning up")
         with phases.timed("cleanup"):
             for shard in plan.shards:
-                tally.rows_deleted += cleanup_shard(store, shard, run_id, fault=fault)
+                tally.rows_deleted += cleanup_shard(store, shard, run_id, now=now, fault=fault)
         with phases.timed("finish"):
             finish_run(store, plan)
         fault("finish")
     except EngineError as exc:
         store.write_audit(
-            audit_record(store.family, plan, outcome="failed", tally=tally, phases=phases,
-                         checks=checks, message=str(exc), started_at=started)
+            audit_record(
+                store.family,
+                plan,
+                outcome="failed",
+                tally=tally,
+                phases=phases,
+                checks=checks,
+                message=str(exc),
+                started_at=started,
+            )
         )
         raise
     summary = RunSummary(plan, "success", tally, phases, checks)
     store.write_audit(
-        audit_record(store.family, plan, outcome="success", tally=tally, phases=phases,
-                     checks=checks, started_at=started)
+        audit_record(
+            store.family,
+            plan,
+            outcome="success",
+            tally=tally,
+            phases=phases,
+            checks=checks,
+            started_at=started,
+        )
     )
     return summary
 

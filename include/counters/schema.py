@@ -2,10 +2,10 @@
 
 Table options (explained in the README, "Data model"):
 
-* raw table: LeveledCompactionStrategy (a counter's rows stay in few SSTables, so the reader's
-  slice and the fold read touch few files), ``tombstone_threshold``/``unchecked_tombstone_compaction``
-  so the point deletes of folded rows are purged soon after ``gc_grace_seconds``, and
-  ``gc_grace_seconds`` = 3 h (the default hint window: a shorter value risks resurrecting deleted
+* raw table: LeveledCompactionStrategy (a counter's rows stay in few SSTables, so the
+  reader's slice and the fold read touch few files), ``tombstone_threshold`` and
+  ``unchecked_tombstone_compaction`` so the point deletes of folded rows are purged soon after
+  ``gc_grace_seconds``, and ``gc_grace_seconds`` = 3 h (the default hint window: a shorter value risks resurrecting deleted
   rows on a replica that missed the delete; a longer one keeps more tombstones in the fold read).
 * compact table: LCS and key cache; it is small and read on every counter read.
 * bookkeeping tables: the touched index (a queue-like table: short gc_grace), the run log (TTL).
@@ -152,7 +152,7 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
     ]
 
 
-def _table_meta(session: Session, keyspace: str, table: str):  # noqa: ANN202 - driver type
+def _table_meta(session: Session, keyspace: str, table: str):
     if not _has_table(session, keyspace, table):
         return None
     session.cluster.refresh_table_metadata(keyspace, table)
@@ -180,9 +180,10 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
         (cols.time, "columns.time"),
         (cols.increment, "columns.increment"),
     ]:
-        if family.kind is Kind.INCREMENTS or field != "columns.increment":
-            if name not in columns:
-                raise SchemaError(f"{where} has no column {name!r} (named by {field})")
+        if (family.kind is Kind.INCREMENTS or field != "columns.increment") and (
+            name not in columns
+        ):
+            raise SchemaError(f"{where} has no column {name!r} (named by {field})")
     partition = tuple(Column(c.name, c.cql_type) for c in meta.partition_key)
     if tuple(c.name for c in partition) != cols.key:
         raise SchemaError(
@@ -218,7 +219,9 @@ def check_compact_table(session: Session, family: Family, layout: RawLayout) -> 
         raise SchemaError(f"{where} does not exist")
     key = tuple(c.name for c in meta.partition_key)
     if key != tuple(c.name for c in layout.key):
-        raise SchemaError(f"{where}: primary key is {list(key)}, expected {list(family.columns.key)}")
+        raise SchemaError(
+            f"{where}: primary key is {list(key)}, expected {list(family.columns.key)}"
+        )
     columns = {c.name: c.cql_type for c in meta.columns.values()}
     cc = family.compact_columns
     for name, field, allowed in (

@@ -84,7 +84,7 @@ class Store:
     # --- plumbing -------------------------------------------------------------------------
 
     @property
-    def session(self):  # noqa: ANN201 - driver Session
+    def session(self):
         return self.conn.session
 
     @property
@@ -160,10 +160,14 @@ class Store:
     # --- keys and shards ------------------------------------------------------------------
 
     def token(self, counter: Key) -> int:
-        routing = self.prepare(
-            "compact_read", "SELECT {value}, {epoch}, commit_id, pending FROM {compact} "
-            "WHERE {key_where}"
-        ).bind(list(counter)).routing_key
+        routing = (
+            self.prepare(
+                "compact_read",
+                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
+            )
+            .bind(list(counter))
+            .routing_key
+        )
         return murmur3(routing)
 
     def shard(self, counter: Key) -> int:
@@ -182,10 +186,10 @@ class Store:
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
         counter (one mutation per partition)."""
-        cols = ", ".join(
-            [self._names["key"], self._names["clustering"], self._names["increment"]]
+        cols = ", ".join([self._names["key"], self._names["clustering"], self._names["increment"]])
+        marks = ", ".join(
+            "?" for _ in range(len(self.layout.key) + len(self.layout.clustering) + 1)
         )
-        marks = ", ".join("?" for _ in range(len(self.layout.key) + len(self.layout.clustering) + 1))
         statement = self.prepare(
             "raw_insert", f"INSERT INTO {{raw}} ({cols}) VALUES ({marks}) USING TIMESTAMP ?"
         )
@@ -235,8 +239,8 @@ class Store:
 
     def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
         statement = self.prepare(
-            "compact_read", "SELECT {value}, {epoch}, commit_id, pending FROM {compact} "
-            "WHERE {key_where}"
+            "compact_read",
+            "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
         )
         out: dict[Key, Checkpoint] = {}
         for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
@@ -263,7 +267,9 @@ class Store:
             out[counter] = [RawRow(tuple(r[:width]), r[0], r[width]) for r in result]
         return out
 
-    def commit(self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str) -> list[bool]:
+    def commit(
+        self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str
+    ) -> list[bool]:
         """Compare-and-set each counter's compact row on the commit id its plan was based on."""
         statement = self.prepare(
             "compact_cas",
@@ -320,9 +326,21 @@ class Store:
                 batch.add(
                     statement,
                     (
-                        run_id, shard, *e.counter, e.commit_id, e.action, e.base_value,
-                        e.base_epoch, e.folded_rows, e.folded_sum, e.late_rows, e.late_sum,
-                        e.max_lateness_ms, e.new_value, e.new_epoch, e.touched_writetime,
+                        run_id,
+                        shard,
+                        *e.counter,
+                        e.commit_id,
+                        e.action,
+                        e.base_value,
+                        e.base_epoch,
+                        e.folded_rows,
+                        e.folded_sum,
+                        e.late_rows,
+                        e.late_sum,
+                        e.max_lateness_ms,
+                        e.new_value,
+                        e.new_epoch,
+                        e.touched_writetime,
                         e.newer_rows,
                     ),
                 )
@@ -373,7 +391,9 @@ class Store:
             "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        return self.session.execute(keep, (ttl_s, owner, self.family.name, shard, owner)).was_applied
+        return self.session.execute(
+            keep, (ttl_s, owner, self.family.name, shard, owner)
+        ).was_applied
 
     def release_lease(self, shard: int, owner: str) -> None:
         statement = self.prepare(
@@ -400,9 +420,7 @@ class Store:
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, "
             "updated_at = toTimestamp(now()) WHERE family = ?",
         )
-        self.session.execute(
-            statement, (write_timestamp(epoch), epoch, run_id, self.family.name)
-        )
+        self.session.execute(statement, (write_timestamp(epoch), epoch, run_id, self.family.name))
 
     def write_audit(self, record: dict[str, Any]) -> None:
         columns = list(record)
@@ -412,15 +430,12 @@ class Store:
         )
         statement.consistency_level = _consistency(self.family)
         values = [
-            json.dumps(v, default=str) if isinstance(v, dict | list) else v
-            for v in record.values()
+            json.dumps(v, default=str) if isinstance(v, dict | list) else v for v in record.values()
         ]
         self.session.execute(statement, values)
 
     def read_audit(self, limit: int) -> list[dict[str, Any]]:
-        statement = self.prepare(
-            "audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?"
-        )
+        statement = self.prepare("audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?")
         return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
 
     # --- read API -------------------------------------------------------------------------
@@ -434,9 +449,7 @@ class Store:
             "raw_newer",
             "SELECT sum({increment}) FROM {raw} WHERE {key_where} AND {time} > ?",
         )
-        everything = self.prepare(
-            "raw_all", "SELECT sum({increment}) FROM {raw} WHERE {key_where}"
-        )
+        everything = self.prepare("raw_all", "SELECT sum({increment}) FROM {raw} WHERE {key_where}")
         bases = self._concurrent(compact, counters)
         checkpoints = []
         for result in bases:
@@ -445,7 +458,7 @@ class Store:
         with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
         without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
         sums: dict[Key, int] = {}
-        for (counter, cp), result in zip(
+        for (counter, _cp), result in zip(
             with_epoch,
             self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
             strict=True,

@@ -79,12 +79,12 @@ def test_malformed_yaml(tmp_path):
 
 
 def test_missing_families_key(tmp_path):
-    with pytest.raises(ConfigError, match="'families:' list"):
+    with pytest.raises(ConfigError, match=r"'families:' list"):
         load_catalog(write(tmp_path, "family: {}"))
 
 
 def test_unknown_family_lists_known(tmp_path):
-    with pytest.raises(ConfigError, match="unknown family 'nope'.*known families: trades"):
+    with pytest.raises(ConfigError, match=r"unknown family 'nope'.*known families: trades"):
         load_catalog(write(tmp_path, GOOD)).get("nope")
 
 
@@ -100,7 +100,7 @@ def test_rows_family_cannot_delete(tmp_path):
 
 
 def test_unique_needs_member(tmp_path):
-    with pytest.raises(ConfigError, match="columns.member is required"):
+    with pytest.raises(ConfigError, match=r"columns\.member is required"):
         load_catalog(write(tmp_path, GOOD + "    kind: unique\n"))
 
 
@@ -111,12 +111,15 @@ def test_composite_key(tmp_path):
 
 
 def test_lenient_load_keeps_good_families(tmp_path):
-    text = GOOD + """  - name: broken
+    text = (
+        GOOD
+        + """  - name: broken
     keyspace: ks
     raw_table: r2
     compact_table: c2
     lag: -1m
 """
+    )
     good, errors = load_families_leniently(write(tmp_path, text))
     assert [f.name for f in good] == ["trades"]
     assert list(errors) == ["broken"]

@@ -1,5 +1,6 @@
 """The functional core: epochs, shards, fold plans, checks (no services)."""
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -53,7 +54,7 @@ class TestShards:
         bounds = shard_bounds(n)
         assert len(bounds) == n
         assert bounds[0][0] == MIN_TOKEN and bounds[-1][1] == MAX_TOKEN
-        for (_, end), (start, _) in zip(bounds, bounds[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(bounds):
             assert end == start
 
     @pytest.mark.parametrize("n", [1, 3, 4, 16])
@@ -120,14 +121,25 @@ class TestPlanFold:
         assert plan.bad_rows == (row(0, None).clustering,)
 
     def test_negative_increments_are_summed(self):
-        plan = plan_fold(("x",), EMPTY_CHECKPOINT, [row(0, 5), row(0.5, -7, "b")], T0 + timedelta(1))
+        plan = plan_fold(
+            ("x",), EMPTY_CHECKPOINT, [row(0, 5), row(0.5, -7, "b")], T0 + timedelta(1)
+        )
         assert plan.value == -2
 
 
 class TestChecks:
     def record(self, **changes):
-        base = dict(counter=("x",), commit_id="c1", base_value=5, folded_sum=3, new_value=8,
-                    new_epoch=T0, current_commit_id="c1", current_value=8, current_epoch=T0)
+        base = dict(
+            counter=("x",),
+            commit_id="c1",
+            base_value=5,
+            folded_sum=3,
+            new_value=8,
+            new_epoch=T0,
+            current_commit_id="c1",
+            current_value=8,
+            current_epoch=T0,
+        )
         base.update(changes)
         return CommitRecord(**base)
 
@@ -138,13 +150,16 @@ class TestChecks:
         assert all(o.success for o in evaluate_commit_checks([self.record()]))
 
     def test_tampered_value_names_counter_and_amounts(self):
-        result = self.outcome([self.record(current_value=9)], "compact_value_equals_before_plus_folded")
+        result = self.outcome(
+            [self.record(current_value=9)], "compact_value_equals_before_plus_folded"
+        )
         assert not result.success
         assert "x: compact value 9 (expected 8 = 5 + 3)" in result.counters
 
     def test_superseded_commit_passes_when_epoch_moved_forward(self):
-        rec = self.record(current_commit_id="c2", current_value=100,
-                          current_epoch=T0 + timedelta(minutes=1))
+        rec = self.record(
+            current_commit_id="c2", current_value=100, current_epoch=T0 + timedelta(minutes=1)
+        )
         assert all(o.success for o in evaluate_commit_checks([rec]))
 
     def test_superseded_commit_with_older_epoch_fails(self):

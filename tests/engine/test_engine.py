@@ -1,0 +1,259 @@
+"""The engine's guarantees, each against the real node."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from counters import engine
+from counters.client import Increment
+from counters.config import Discovery
+
+from .conftest import Crash
+from .helpers import compact_row, raw_rows, rows_at_or_below
+
+pytestmark = pytest.mark.integration
+
+
+def inc(counter, amount, at, actor="w", version=0):
+    return Increment((counter,), amount, at, (actor, version))
+
+
+def load(client, t0, counters=("IBM", "AAPL"), before=10, after=2, epoch_offset=10):
+    """``before`` rows at or below t0+epoch_offset minutes and ``after`` rows above, per counter."""
+    events = []
+    for c in counters:
+        for i in range(before):
+            events.append(inc(c, i + 1, t0 + timedelta(minutes=i * epoch_offset / before), "w", i))
+        for j in range(after):
+            events.append(
+                inc(c, 100, t0 + timedelta(minutes=epoch_offset, seconds=j + 1), "w", 1000 + j)
+            )
+    client.record(events)
+    return events
+
+
+def run(store, epoch, now=None, **kw):
+    return engine.run_family(store, epoch, now=now or epoch + timedelta(minutes=5), **kw)
+
+
+def test_fold_counts_rows_at_or_below_epoch_and_deletes_exactly_them(make_family, t0):
+    _family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    before = {c.counter: c.value for c in client.read_many(["IBM", "AAPL"])}
+    summary = run(store, epoch)
+    assert summary.outcome == "success"
+    assert summary.tally.rows_folded == 20 and summary.tally.sum_folded == 2 * 55
+    assert summary.tally.rows_deleted == 20
+    for counter in (("IBM",), ("AAPL",)):
+        row = compact_row(store, counter)
+        assert (row.value, row.epoch) == (55, epoch)
+        assert rows_at_or_below(store, counter, epoch) == 0
+        assert len(raw_rows(store, counter)) == 2  # the newer rows are untouched
+        assert client.read(counter) == before[counter] == 255
+
+
+def test_rerun_same_or_older_epoch_is_a_recorded_noop(make_family, t0):
+    _family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    run(store, epoch)
+    for again in (epoch, epoch - timedelta(minutes=3)):
+        summary = run(store, again)
+        assert summary.outcome == "noop"
+        assert "not newer than the compacted epoch" in summary.message
+    assert client.read("IBM") == 255
+    outcomes = [r["outcome"] for r in store.read_audit(10)]
+    assert outcomes.count("noop") == 2 and outcomes.count("success") == 1
+
+
+def test_epoch_later_than_now_minus_lag_is_refused(make_family, t0):
+    _family, store, client = make_family()
+    load(client, t0)
+    with pytest.raises(engine.EpochInFuture, match="later than now - lag"):
+        engine.run_family(store, t0 + timedelta(minutes=10), now=t0 + timedelta(minutes=10))
+    assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 10
+
+
+def test_late_write_is_folded_by_next_run_and_reported(make_family, t0):
+    _family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    run(store, epoch)
+    client.record([inc("IBM", 7, t0 + timedelta(minutes=2), "late", 1)])  # behind the epoch
+    assert client.read("IBM") == 255  # invisible to readers until folded: the documented gap
+    summary = run(store, epoch + timedelta(minutes=1))
+    assert (summary.tally.late_rows, summary.tally.late_sum) == (1, 7)
+    assert summary.tally.max_lateness_ms == 8 * 60_000
+    assert client.read("IBM") == 262
+    audit = store.read_audit(1)[0]
+    assert (audit["late_rows"], audit["late_sum"]) == (1, 7)
+
+
+def test_late_write_during_a_run_survives_its_cleanup(make_family, t0):
+    _family, store, client = make_family()
+    load(client, t0, counters=("IBM",))
+    epoch = t0 + timedelta(minutes=10)
+
+    def write_late(point):
+        if point == "read_raw":
+            client.record([inc("IBM", 1000, t0 + timedelta(minutes=1), "late", 2)])
+
+    run(store, epoch, fault=write_late)
+    assert len([r for r in raw_rows(store, ("IBM",)) if r[1] == 1000]) == 1, "late row deleted"
+    run(store, epoch + timedelta(minutes=1))
+    assert client.read("IBM") == 55 + 200 + 1000
+
+
+def test_retry_of_folded_increment_is_not_counted_twice(make_family, t0):
+    _family, store, client = make_family()
+    events = load(client, t0, counters=("IBM",))
+    epoch = t0 + timedelta(minutes=10)
+    run(store, epoch)
+    client.record(events)  # every increment retried after it was folded and deleted
+    assert client.read("IBM") == 255
+    run(store, epoch + timedelta(minutes=2))
+    assert client.read("IBM") == 255
+
+
+def test_null_increment_refuses_counter_and_deletes_nothing(make_family, t0):
+    family, store, client = make_family()
+    load(client, t0, counters=("IBM", "AAPL"))
+    store.session.execute(
+        f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version) "
+        "VALUES ('IBM', %s, 'bad', 1)",
+        (t0 + timedelta(minutes=1),),
+    )
+    with pytest.raises(engine.RowsRefused, match="IBM"):
+        run(store, t0 + timedelta(minutes=10))
+    assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 11
+    assert rows_at_or_below(store, ("AAPL",), t0 + timedelta(minutes=10)) == 10
+    assert client.read("AAPL") == 255  # whatever was committed, readers stay exact
+    assert store.read_audit(1)[0]["outcome"] == "failed"
+
+
+def test_second_run_is_refused_while_a_lease_is_held(make_family, t0):
+    _family, store, client = make_family(shards=1)
+    load(client, t0)
+    assert store.acquire_lease(0, "other-run", 60) is None
+    with pytest.raises(engine.LeaseHeld, match="held by run 'other-run'"):
+        run(store, t0 + timedelta(minutes=10))
+    assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 10
+    store.release_lease(0, "other-run")
+    assert run(store, t0 + timedelta(minutes=10)).outcome == "success"
+
+
+def test_tampered_compact_row_fails_verification_and_deletes_nothing(make_family, t0):
+    family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+
+    def tamper(point):
+        committed = compact_row(store, ("IBM",))
+        if point == "log" and committed is not None and committed.value == 55:
+            store.session.execute(
+                f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 "
+                "WHERE type = 'IBM'"
+            )
+
+    with pytest.raises(engine.ChecksFailed) as info:
+        run(store, epoch, fault=tamper)
+    assert "IBM: compact value 999 (expected 55 = 0 + 55)" in str(info.value)
+    assert rows_at_or_below(store, ("IBM",), epoch) == 10
+    assert rows_at_or_below(store, ("AAPL",), epoch) == 10
+    assert store.family_epoch() is None
+
+
+def test_scan_discovery_finds_rows_written_without_the_index(make_family, t0):
+    _family, store, client = make_family(discovery=Discovery.SCAN, shards=3)
+    counters = [f"c{i}" for i in range(30)]
+    store.insert_raw(  # straight into the raw table, as a foreign writer would
+        [((c,), (t0, "x", 1), 2, 0) for c in counters]
+    )
+    summary = run(store, t0 + timedelta(minutes=1))
+    assert summary.tally.counters_committed == 30
+    assert all(v.value == 2 and v.newer_sum == 0 for v in client.read_many(counters))
+
+
+CRASH_POINTS = [
+    "lease",
+    "discover",
+    "read_compact",
+    "read_raw",
+    "commit",
+    "log",
+    "verify",
+    "cleanup_read_log",
+    "cleanup_delete",
+    "cleanup_forget",
+    "finish",
+]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_at_every_point_then_rerun_is_exact(make_family, t0, point):
+    _family, store, client = make_family(shards=2)
+    counters = [f"s{i}" for i in range(6)]
+    load(client, t0, counters=counters, before=5, after=1)
+    expected = {c: sum(range(1, 6)) + 100 for c in counters}
+    epoch = t0 + timedelta(minutes=10)
+    hits = []
+
+    def crash(p):
+        if p == point and not hits:
+            hits.append(p)
+            raise Crash(p)
+
+    with pytest.raises(Crash):
+        run(store, epoch, chunk_size=2, fault=crash, run_id="run-1")
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
+    # the retry of the same run takes its own lease back and finishes the job
+    retry = run(store, epoch, run_id="run-1")
+    assert retry.outcome == ("noop" if point == "finish" else "success")
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
+    for c in counters:
+        assert rows_at_or_below(store, (c,), epoch) == 0
+    # and the next run finds nothing left to fold twice
+    run(store, epoch + timedelta(minutes=1))
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
+
+
+@pytest.mark.parametrize(
+    "point", ["read_compact", "read_raw", "commit", "log", "verify", "cleanup_delete"]
+)
+def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
+    """Run A stalls at ``point`` while run B (a stale lease holder's rival) runs to the end."""
+    _family, store, client = make_family(shards=1)
+    counters = [f"o{i}" for i in range(4)]
+    load(client, t0, counters=counters, before=4, after=1)
+    expected = {c: 10 + 100 for c in counters}
+    paused, resume = threading.Event(), threading.Event()
+
+    def stall(p):
+        if p == point and not paused.is_set():
+            paused.set()
+            resume.wait(30)
+
+    errors = []
+
+    def run_a():
+        try:
+            run(store, t0 + timedelta(minutes=10), use_lease=False, fault=stall, run_id="A")
+        except engine.EngineError as exc:  # e.g. a no-op or superseded run: allowed
+            errors.append(exc)
+        finally:
+            paused.set()
+
+    thread = threading.Thread(target=run_a)
+    thread.start()
+    assert paused.wait(30)
+    client.record([inc(c, 1, t0 + timedelta(minutes=3), "late", 7) for c in counters])
+    expected = {c: v + 1 for c, v in expected.items()}
+    run(store, t0 + timedelta(minutes=11), use_lease=False, run_id="B")
+    resume.set()
+    thread.join(60)
+    run(store, t0 + timedelta(minutes=12), use_lease=False, run_id="C")
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
+    assert all(isinstance(e, engine.EngineError) for e in errors)
