@@ -3,10 +3,11 @@
 Table options (explained in the README, "Data model"):
 
 * raw table: LeveledCompactionStrategy (a counter's rows stay in few SSTables, so the
-  reader's slice and the fold read touch few files), ``tombstone_threshold`` and
+  reader's slice and the fold read touch few files); ``tombstone_threshold`` and
   ``unchecked_tombstone_compaction`` so the point deletes of folded rows are purged soon after
-  ``gc_grace_seconds``, and ``gc_grace_seconds`` = 3 h (the default hint window: a shorter value risks resurrecting deleted
-  rows on a replica that missed the delete; a longer one keeps more tombstones in the fold read).
+  ``gc_grace_seconds``; ``gc_grace_seconds`` = 3 h, the default hint window (shorter risks
+  resurrecting deleted rows on a replica that missed the delete; longer keeps more tombstones
+  in the fold read).
 * compact table: LCS and key cache; it is small and read on every counter read.
 * bookkeeping tables: the touched index (a queue-like table: short gc_grace), the run log (TTL).
 """
