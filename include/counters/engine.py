@@ -433,6 +433,36 @@ def cleanup_shard(
     return deleted
 
 
+def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOutcome:
+    """After cleanup: no row the run counted remains at or below the counter's epoch.
+
+    Rows at or below the epoch that the compact row does not list are late writes that arrived
+    after the fold; they are reported (and folded by the next run), not failures.
+    """
+    leftovers: list[str] = []
+    late_rows = late_sum = 0
+    for shard in shards:
+        entries = [e for e in store.read_log(run_id, shard) if e.action != "idle"]
+        current = store.read_checkpoints([e.counter for e in entries])
+        mine = [e.counter for e in entries if current[e.counter].commit_id == e.commit_id]
+        for counter, rows in store.read_rows(mine).items():
+            checkpoint = current[counter]
+            for row in rows:
+                if checkpoint.epoch is None or utc_naive(row.time) > utc_naive(checkpoint.epoch):
+                    continue
+                if row.clustering in checkpoint.pending:
+                    leftovers.append(f"{format_key(counter)} @ {row.time.isoformat()}")
+                else:
+                    late_rows += 1
+                    late_sum += row.increment or 0
+    detail = (
+        f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone"
+    ) + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
+    return CheckOutcome(
+        "no_counted_rows_remain_after_cleanup", not leftovers, True, detail, tuple(leftovers[:50])
+    )
+
+
 # --- finish ------------------------------------------------------------------------------
 
 
@@ -580,6 +610,15 @@ def run_family(
         with phases.timed("cleanup"):
             for shard in plan.shards:
                 tally.rows_deleted += cleanup_shard(store, shard, run_id, now=now, fault=fault)
+        with phases.timed("verify_cleanup"):
+            after = verify_cleanup(store, run_id, plan.shards)
+        checks.append(after)
+        if not after.success:
+            raise ChecksFailed(
+                f"cleanup check failed for family {store.family.name!r} run {run_id!r}: "
+                f"{after.detail} [{'; '.join(after.counters[:5])}]",
+                checks,
+            )
         with phases.timed("finish"):
             finish_run(store, plan)
         fault("finish")
