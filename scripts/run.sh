@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make run`: everything for a local demo, in the foreground until Ctrl-C.
-#   setup -> dev Cassandra (127.0.0.1:9042, unless CASSANDRA_HOSTS) -> counterctl init
+#   setup -> dev Cassandra (127.0.0.1:9042, unless CASSANDRA_HOSTS) -> counterctl init --with-demo-tables
 #   -> Airflow DB + airflow_settings.yaml -> counterctl demo-writer (background)
 #   -> airflow standalone (own process group) -> wait for /api/v2/monitor/health -> print login.
 # On Ctrl-C / TERM / exit it stops Airflow (whole process group), the demo writer, and the dev
@@ -100,7 +100,7 @@ HAVE_COUNTERCTL=0
 if [[ -x "$VENV/bin/counterctl" ]] && "$VENV/bin/counterctl" --help >/dev/null 2>&1; then
   HAVE_COUNTERCTL=1
   log "counterctl init (keyspaces and tables for $(basename "$COUNTERS_CONFIG"))"
-  "$VENV/bin/counterctl" init
+  "$VENV/bin/counterctl" init --with-demo-tables
 else
   log "WARNING: counterctl is not available yet (include/counters/cli.py); skipping init and the demo writer"
 fi

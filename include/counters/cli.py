@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 
@@ -129,10 +128,27 @@ def families_command(obj: Context) -> None:
     show_default=True,
     help="Replication map for keyspaces that do not exist yet.",
 )
+@click.option(
+    "--with-demo-tables",
+    is_flag=True,
+    help="Also create the demo business tables (rows families' raw tables) if missing.",
+)
 @pass_context
-def init_command(obj: Context, names: tuple[str, ...], replication: str) -> None:
-    """Create keyspaces and tables (IF NOT EXISTS); check existing tables against the YAML."""
+def init_command(
+    obj: Context, names: tuple[str, ...], replication: str, with_demo_tables: bool
+) -> None:
+    """Create keyspaces and tables (IF NOT EXISTS); check existing tables against the YAML.
+
+    \b
+    A rows family's raw table is business data: init checks it but does not create it
+    (except the demo's, with --with-demo-tables).
+    """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    if with_demo_tables:
+        from .demo import create_demo_tables
+
+        with reported():
+            create_demo_tables(obj.conn.session, families, replication)
     for family in families:
         with reported():
             layout = ensure_schema(obj.conn.session, family, replication)
@@ -220,8 +236,11 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
 
     family = obj.family(name)
     client = CounterClient(obj.conn, family)
-    keys = [_parse_counter(family, c) for c in counters]
     with reported():
+        try:
+            keys = [client.store.parse_key(_split_counter(family, c)) for c in counters]
+        except ValueError as exc:
+            raise Failure(str(exc), 2) from exc
         values = client.read_many(keys)
     if as_json:
         click.echo(
@@ -248,7 +267,7 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
         )
 
 
-def _parse_counter(family: Family, text: str) -> tuple[Any, ...]:
+def _split_counter(family: Family, text: str) -> list[str]:
     parts = text.split("/") if len(family.columns.key) > 1 else [text]
     if len(parts) != len(family.columns.key):
         raise Failure(
@@ -256,7 +275,7 @@ def _parse_counter(family: Family, text: str) -> tuple[Any, ...]:
             "give one value per column, separated by '/'",
             2,
         )
-    return tuple(parts)
+    return parts
 
 
 @cli.command("audit")

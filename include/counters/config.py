@@ -127,6 +127,8 @@ class Columns(_Strict):
 
 
 class CompactColumns(_Strict):
+    """Names in the compact table (a rows family defaults to ``count``/``counted_until``)."""
+
     value: str = "value"
     epoch: str = "epoch"
 
@@ -165,6 +167,17 @@ class Family(_Strict):
     owner: str = "counters"
     tags: tuple[str, ...] = ()
     alerts: Alerts = Field(default_factory=Alerts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data: Any) -> Any:
+        """Defaults that depend on the kind: a rows family counts ``count``/``counted_until``
+        and is found by scanning (its writers are the business application, not our API)."""
+        if isinstance(data, Mapping) and data.get("kind") == Kind.ROWS.value:
+            data = dict(data)
+            data.setdefault("compact_columns", {"value": "count", "epoch": "counted_until"})
+            data.setdefault("discovery", Discovery.SCAN.value)
+        return data
 
     @field_validator("name")
     @classmethod
@@ -218,6 +231,12 @@ class Family(_Strict):
         if self.retention is not None:
             return self.retention
         return Retention.KEEP if self.kind is Kind.ROWS else Retention.DELETE
+
+    @property
+    def folds_by_slice(self) -> bool:
+        """Kept rows are folded by slice (checkpoint, epoch] with a server-side aggregate;
+        deleted rows are folded one by one, tracking the counted-but-not-deleted ones."""
+        return self.effective_retention is Retention.KEEP
 
     @property
     def dag_id(self) -> str:

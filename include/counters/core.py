@@ -189,6 +189,22 @@ def plan_fold(counter: Key, base: Checkpoint, rows: Iterable[RawRow], epoch: dat
     )
 
 
+def plan_slice(counter: Key, base: Checkpoint, rows: int, total: int, epoch: datetime) -> FoldPlan:
+    """Fold a counter whose rows are kept: add the slice (checkpoint, epoch] aggregated by the
+    server (``rows`` rows whose increments, or count, add up to ``total``)."""
+    epoch = utc_naive(epoch)
+    new_epoch = max(epoch, base.epoch) if base.epoch is not None else epoch
+    return FoldPlan(
+        counter=counter,
+        base=base,
+        epoch=new_epoch,
+        value=base.value + total,
+        pending=(),
+        folded_rows=rows,
+        folded_sum=total,
+    )
+
+
 # --- run summaries and checks --------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from .client import CounterClient, Increment
 from .config import Family, Kind
@@ -17,6 +18,34 @@ from .core import truncate_ms
 log = logging.getLogger(__name__)
 
 SYMBOLS = ["IBM", "AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "TSLA", "META", "ORCL", "SAP"]
+
+
+ORDERS_DDL = (
+    "CREATE TABLE IF NOT EXISTS {keyspace}.{table} (location_id int, calculation_date date, "
+    "timestamp timeuuid, order_id int, PRIMARY KEY ((location_id, calculation_date), "
+    "timestamp, order_id)) WITH CLUSTERING ORDER BY (timestamp ASC, order_id ASC)"
+)
+"""Seed 003's ``location_orders2``: the business table of the demo ``rows`` family."""
+
+
+def create_demo_tables(session: Any, families: Sequence[Family], replication: str) -> None:
+    for family in families:
+        if family.kind is Kind.ROWS:
+            session.execute(
+                f"CREATE KEYSPACE IF NOT EXISTS {family.keyspace} WITH replication = {replication}"
+            )
+            session.execute(ORDERS_DDL.format(keyspace=family.keyspace, table=family.raw_table))
+
+
+def write_orders(session: Any, family: Family, count: int, rng: random.Random) -> None:
+    """The business application of the demo rows family: one row per order, now() timeuuid."""
+    statement = session.prepare(
+        f"INSERT INTO {family.keyspace}.{family.raw_table} "
+        "(location_id, calculation_date, timestamp, order_id) VALUES (?, ?, now(), ?)"
+    )
+    today = datetime.now(UTC).date()
+    for _ in range(count):
+        session.execute(statement, (rng.randrange(1, 6), today, rng.randrange(1, 10**9)))
 
 
 def demo_counter(index: int) -> str:
@@ -35,8 +64,9 @@ def write_forever(
 ) -> int:
     """Write ``rate`` increments per second to each family until ``stop`` is set."""
     clients = [CounterClient(conn, f) for f in families if f.kind is Kind.INCREMENTS]
-    if not clients:
-        raise ValueError("no family of kind 'increments' to write to")
+    order_families = [f for f in families if f.kind is Kind.ROWS]
+    if not clients and not order_families:
+        raise ValueError("no family of kind 'increments' or 'rows' to write to")
     rng = random.Random()
     written = 0
     version = int(time.time() * 1000)
@@ -64,5 +94,11 @@ def write_forever(
                 written += len(batch)
             except Exception:  # keep the demo alive through a Cassandra restart
                 log.warning("demo write failed; retrying next tick", exc_info=True)
+        for family in order_families:
+            try:
+                write_orders(conn.session, family, max(1, int(rate * tick / 4)), rng)
+                written += max(1, int(rate * tick / 4))
+            except Exception:
+                log.warning("demo order write failed; retrying next tick", exc_info=True)
         stop.wait(max(0.0, tick - (time.monotonic() - begin)))
     return written

@@ -38,6 +38,7 @@ from .core import (
     evaluate_commit_checks,
     format_key,
     plan_fold,
+    plan_slice,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -263,6 +264,11 @@ def _plan_chunk(
     with phases.timed("read_compact"):
         checkpoints = store.read_checkpoints(counters)
     fault("read_compact")
+    if store.family.folds_by_slice:
+        with phases.timed("read_raw"):
+            slices = store.read_slices(counters, checkpoints, epoch)
+        fault("read_raw")
+        return [plan_slice(c, checkpoints[c], *slices[c], epoch) for c in counters]
     with phases.timed("read_raw"):
         rows = store.read_rows(counters)
     fault("read_raw")
@@ -439,6 +445,10 @@ def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOut
     Rows at or below the epoch that the compact row does not list are late writes that arrived
     after the fold; they are reported (and folded by the next run), not failures.
     """
+    if store.family.folds_by_slice:
+        return CheckOutcome(
+            "no_counted_rows_remain_after_cleanup", True, False, "retention keep: nothing deleted"
+        )
     leftovers: list[str] = []
     late_rows = late_sum = 0
     for shard in shards:

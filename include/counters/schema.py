@@ -61,7 +61,7 @@ class RawLayout:
     key: tuple[Column, ...]
     clustering: tuple[Column, ...]
     time: Column
-    increment: Column
+    increment: Column | None
 
     @property
     def clustering_tuple_type(self) -> str:
@@ -96,28 +96,32 @@ def default_raw_ddl(family: Family) -> str:
     )
 
 
+def epoch_type(family: Family, layout: RawLayout) -> str:
+    """A slice-folded family's checkpoint has the type of the time column (seed 003 keeps a
+    timeuuid); a pending-folded one is a timestamp."""
+    return layout.time.cql_type if family.folds_by_slice else "timestamp"
+
+
 def compact_ddl(family: Family, layout: RawLayout) -> str:
     key_defs = ", ".join(f"{q(c.name)} {c.cql_type}" for c in layout.key)
     key_list = ", ".join(q(c.name) for c in layout.key)
     cc = family.compact_columns
     return (
         f"CREATE TABLE IF NOT EXISTS {q(family.keyspace)}.{q(family.compact_table)} ("
-        f"{key_defs}, {q(cc.epoch)} timestamp, {q(cc.value)} bigint, "
-        f"{_bookkeeping_defs(layout)}, PRIMARY KEY (({key_list}))) WITH {COMPACT_OPTIONS}"
+        f"{key_defs}, {q(cc.epoch)} {epoch_type(family, layout)}, {q(cc.value)} bigint, "
+        f"{_bookkeeping_defs(family, layout)}, PRIMARY KEY (({key_list}))) WITH {COMPACT_OPTIONS}"
     )
 
 
-def _bookkeeping(layout: RawLayout) -> list[Column]:
-    return [
-        Column("commit_id", "timeuuid"),
-        Column("run_id", "text"),
-        Column("pending", f"frozen<list<{layout.clustering_tuple_type}>>"),
-        Column("updated_at", "timestamp"),
-    ]
+def _bookkeeping(family: Family, layout: RawLayout) -> list[Column]:
+    columns = [Column("commit_id", "timeuuid"), Column("run_id", "text")]
+    if not family.folds_by_slice:
+        columns.append(Column("pending", f"frozen<list<{layout.clustering_tuple_type}>>"))
+    return [*columns, Column("updated_at", "timestamp")]
 
 
-def _bookkeeping_defs(layout: RawLayout) -> str:
-    return ", ".join(f"{c.name} {c.cql_type}" for c in _bookkeeping(layout))
+def _bookkeeping_defs(family: Family, layout: RawLayout) -> str:
+    return ", ".join(f"{c.name} {c.cql_type}" for c in _bookkeeping(family, layout))
 
 
 def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
@@ -203,8 +207,10 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
             f"{where}: columns.time {cols.time!r} has type {time.cql_type}; "
             "it must be timestamp or timeuuid"
         )
+    if family.kind is not Kind.INCREMENTS:
+        return RawLayout(key=partition, clustering=clustering, time=time, increment=None)
     increment = Column(cols.increment, columns[cols.increment].cql_type)
-    if family.kind is Kind.INCREMENTS and increment.cql_type not in INTEGER_TYPES:
+    if increment.cql_type not in INTEGER_TYPES:
         raise SchemaError(
             f"{where}: columns.increment {cols.increment!r} has type {increment.cql_type}; "
             f"it must be an integer type ({', '.join(sorted(INTEGER_TYPES))})"
@@ -227,7 +233,7 @@ def check_compact_table(session: Session, family: Family, layout: RawLayout) -> 
     cc = family.compact_columns
     for name, field, allowed in (
         (cc.value, "compact_columns.value", INTEGER_TYPES),
-        (cc.epoch, "compact_columns.epoch", {"timestamp"}),
+        (cc.epoch, "compact_columns.epoch", {epoch_type(family, layout)}),
     ):
         if name not in columns:
             raise SchemaError(f"{where} has no column {name!r} (named by {field})")
@@ -235,7 +241,7 @@ def check_compact_table(session: Session, family: Family, layout: RawLayout) -> 
             raise SchemaError(f"{where}: column {name!r} has type {columns[name]}")
     alters = []
     table = f"{q(family.keyspace)}.{q(family.compact_table)}"
-    for column in _bookkeeping(layout):
+    for column in _bookkeeping(family, layout):
         if column.name not in columns:
             alters.append(f"ALTER TABLE {table} ADD {column.name} {column.cql_type}")
         elif columns[column.name].replace(" ", "") != column.cql_type.replace(" ", ""):

@@ -19,12 +19,12 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
 from cassandra.murmur3 import murmur3
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
-from cassandra.util import uuid_from_time
+from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
 
 from . import schema
 from .config import Family
 from .connection import BULK_PROFILE, Connection
-from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of, utc_naive
+from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
@@ -114,7 +114,7 @@ class Store:
             "value": q(f.compact_columns.value),
             "epoch": q(f.compact_columns.epoch),
             "time": q(lay.time.name),
-            "increment": q(lay.increment.name),
+            "increment": q(lay.increment.name) if lay.increment else "",
             "token": f"token({', '.join(q(c.name) for c in lay.key)})",
         }
 
@@ -160,15 +160,21 @@ class Store:
     # --- keys and shards ------------------------------------------------------------------
 
     def token(self, counter: Key) -> int:
-        routing = (
-            self.prepare(
-                "compact_read",
-                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
-            )
-            .bind(list(counter))
-            .routing_key
+        statement = self.prepare(
+            "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
         )
-        return murmur3(routing)
+        return murmur3(statement.bind(list(counter)).routing_key)
+
+    def parse_key(self, parts: Sequence[str]) -> Key:
+        """Typed key values from text (the CLI), by the partition key's column types."""
+        if len(parts) != len(self.layout.key):
+            raise ValueError(
+                f"family {self.family.name!r}: key {[c.name for c in self.layout.key]} needs "
+                f"{len(self.layout.key)} part(s), got {list(parts)}"
+            )
+        return tuple(
+            _parse_value(c.cql_type, c.name, p) for c, p in zip(self.layout.key, parts, strict=True)
+        )
 
     def shard(self, counter: Key) -> int:
         return shard_of(self.token(counter), self.family.shards)
@@ -237,24 +243,75 @@ class Store:
 
     # --- fold reads and the commit --------------------------------------------------------
 
+    def epoch_value(self, epoch: datetime | None) -> Any:
+        """The stored form of an epoch: a timeuuid checkpoint is the largest timeuuid of the
+        epoch's millisecond, so ``time <= until`` and ``time > until`` split at the epoch."""
+        if epoch is None:
+            return None
+        if self.family.folds_by_slice and self.layout.time.cql_type == "timeuuid":
+            return max_uuid_from_time(epoch)
+        return epoch
+
+    def epoch_time(self, stored: Any) -> datetime | None:
+        if stored is None:
+            return None
+        if isinstance(stored, datetime):
+            return stored
+        return datetime_from_uuid1(stored)
+
     def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
-        statement = self.prepare(
-            "compact_read",
-            "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
-        )
+        if self.family.folds_by_slice:
+            statement = self.prepare(
+                "compact_read_slice",
+                "SELECT {value}, {epoch}, commit_id FROM {compact} WHERE {key_where}",
+            )
+        else:
+            statement = self.prepare(
+                "compact_read",
+                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
+            )
         out: dict[Key, Checkpoint] = {}
         for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
-            row = result.one() if hasattr(result, "one") else None
+            row = result.one()
             if row is None:
                 out[counter] = Checkpoint(value=0, epoch=None)
+                continue
+            pending = row[3] if len(row) > 3 else None
+            out[counter] = Checkpoint(
+                value=row[0] or 0,
+                epoch=self.epoch_time(row[1]),
+                commit_id=row[2],
+                pending=frozenset(tuple(p) for p in (pending or ())),
+            )
+        return out
+
+    def read_slices(
+        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint], epoch: datetime
+    ) -> dict[Key, tuple[int, int]]:
+        """Server-side aggregate of each counter's slice (checkpoint, epoch]: (rows, total).
+        The total is the row count for a rows family, the sum of increments otherwise."""
+        measure = "count(*)" if self.layout.increment is None else "sum({increment})"
+        bounded = self.prepare(
+            "raw_slice",
+            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} "
+            "AND {time} > ? AND {time} <= ?",
+        )
+        unbounded = self.prepare(
+            "raw_slice_all",
+            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} <= ?",
+        )
+        upper = self.epoch_value(epoch)
+        statements = []
+        for counter in counters:
+            base = checkpoints[counter].epoch
+            if base is None:
+                statements.append((unbounded, (*counter, upper)))
             else:
-                value, epoch, commit_id, pending = row
-                out[counter] = Checkpoint(
-                    value=value or 0,
-                    epoch=epoch,
-                    commit_id=commit_id,
-                    pending=frozenset(tuple(p) for p in (pending or ())),
-                )
+                statements.append((bounded, (*counter, self.epoch_value(base), upper)))
+        out: dict[Key, tuple[int, int]] = {}
+        for counter, result in zip(counters, self._run(statements), strict=True):
+            rows, total = result.one()
+            out[counter] = (rows or 0, total or 0)
         return out
 
     def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[RawRow]]:
@@ -270,18 +327,40 @@ class Store:
     def commit(
         self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str
     ) -> list[bool]:
-        """Compare-and-set each counter's compact row on the commit id its plan was based on."""
-        statement = self.prepare(
-            "compact_cas",
-            "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
-            "pending = ?, updated_at = ? WHERE {key_where} IF commit_id = ?",
-            serial=True,
-        )
+        """Compare-and-set each counter's compact row on the state its plan was based on: the
+        commit id (pending-folded families) or the checkpoint itself (slice-folded ones, as in
+        seed 003's ``IF last_timestamp = <old>``)."""
         now = datetime.utcnow()
-        params = [
-            (p.value, p.epoch, cid, run_id, list(p.pending), now, *p.counter, p.base.commit_id)
-            for p, cid in zip(plans, commit_ids, strict=True)
-        ]
+        if self.family.folds_by_slice:
+            statement = self.prepare(
+                "compact_cas_slice",
+                "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
+                "updated_at = ? WHERE {key_where} IF {epoch} = ?",
+                serial=True,
+            )
+            params = [
+                (
+                    p.value,
+                    self.epoch_value(p.epoch),
+                    cid,
+                    run_id,
+                    now,
+                    *p.counter,
+                    self.epoch_value(p.base.epoch),
+                )
+                for p, cid in zip(plans, commit_ids, strict=True)
+            ]
+        else:
+            statement = self.prepare(
+                "compact_cas",
+                "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
+                "pending = ?, updated_at = ? WHERE {key_where} IF commit_id = ?",
+                serial=True,
+            )
+            params = [
+                (p.value, p.epoch, cid, run_id, list(p.pending), now, *p.counter, p.base.commit_id)
+                for p, cid in zip(plans, commit_ids, strict=True)
+            ]
         return [r.was_applied for r in self._concurrent(statement, params, bulk=False)]
 
     @staticmethod
@@ -441,20 +520,21 @@ class Store:
     # --- read API -------------------------------------------------------------------------
 
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
-        """The seed's read rule for many counters: (compact value, epoch, sum of newer rows)."""
+        """The seed's read rule for many counters: (compact value, epoch, newer rows' sum, or
+        their count for a rows family)."""
         compact = self.prepare(
             "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
         )
+        measure = "count(*)" if self.layout.increment is None else "sum({increment})"
         newer = self.prepare(
-            "raw_newer",
-            "SELECT sum({increment}) FROM {raw} WHERE {key_where} AND {time} > ?",
+            "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
-        everything = self.prepare("raw_all", "SELECT sum({increment}) FROM {raw} WHERE {key_where}")
+        everything = self.prepare("raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}")
         bases = self._concurrent(compact, counters)
         checkpoints = []
         for result in bases:
             row = result.one()
-            checkpoints.append((row[0] or 0, row[1]) if row else (0, None))
+            checkpoints.append((row[0] or 0, row[1]) if row else (0, None))  # stored form
         with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
         without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
         sums: dict[Key, int] = {}
@@ -467,6 +547,31 @@ class Store:
         for counter, result in zip(without, self._concurrent(everything, without), strict=True):
             sums[counter] = result.one()[0] or 0
         return {
-            c: (cp[0], utc_naive(cp[1]) if cp[1] else None, sums[c])
+            c: (cp[0], self.epoch_time(cp[1]), sums[c])
             for c, cp in zip(counters, checkpoints, strict=True)
         }
+
+
+def _parse_value(cql_type: str, column: str, text: str) -> Any:
+    import datetime as dt
+    import decimal
+    import uuid
+
+    try:
+        if cql_type in ("tinyint", "smallint", "int", "bigint", "varint", "counter"):
+            return int(text)
+        if cql_type in ("float", "double"):
+            return float(text)
+        if cql_type == "decimal":
+            return decimal.Decimal(text)
+        if cql_type == "boolean":
+            return text.lower() in ("true", "1", "yes")
+        if cql_type == "date":
+            return dt.date.fromisoformat(text)
+        if cql_type == "timestamp":
+            return dt.datetime.fromisoformat(text)
+        if cql_type in ("uuid", "timeuuid"):
+            return uuid.UUID(text)
+    except ValueError as exc:
+        raise ValueError(f"key column {column!r} ({cql_type}): cannot parse {text!r}") from exc
+    return text

@@ -38,6 +38,10 @@ def conn() -> Iterator[Connection]:
 @pytest.fixture(scope="session")
 def engine_keyspace(conn: Connection) -> Iterator[str]:
     name = f"t_engine_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE KEYSPACE {name} WITH replication = "
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
     yield name
     conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
