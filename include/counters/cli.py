@@ -2,7 +2,7 @@
 
 Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input,
 3 another run holds the family, 4 conservation check failed, 5 Cassandra unreachable,
-6 raw rows refused (NULL or non-integer increments).
+6 raw rows refused (NULL or non-integer increments), 7 reconcile found differences.
 """
 
 from __future__ import annotations
@@ -276,6 +276,51 @@ def _split_counter(family: Family, text: str) -> list[str]:
             2,
         )
     return parts
+
+
+@cli.command("reconcile")
+@click.option("--family", "name", required=True)
+@click.option("--repair", is_flag=True, help="Fix what can be fixed (see --help text).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> None:
+    """Recount a unique family's set (or a rows family's rows) and report differences.
+
+    \b
+    unique: distinct members vs the counter's value; --repair rewrites the derived row of every
+            member not yet counted (healing writers that crashed mid-way), then compact.
+    rows:   rows at or below each checkpoint vs its count (rows that arrived behind it);
+            --repair folds the difference in with a conditional commit.
+    Exit code 0 when everything matches (or was repaired), 7 when differences remain.
+    """
+    family = obj.family(name)
+    with reported():
+        found = engine.reconcile(Store(obj.conn, family), repair=repair)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "counter": format_key(d.counter),
+                        "expected": d.expected,
+                        "counted": d.counted,
+                        "difference": d.difference,
+                        "repaired": d.repaired,
+                    }
+                    for d in found
+                ],
+                indent=2,
+            )
+        )
+    else:
+        for d in found:
+            click.echo(
+                f"{format_key(d.counter)}\texpected {d.expected}\tcounted {d.counted}\t"
+                f"difference {d.difference:+d}{'  (repaired)' if d.repaired else ''}"
+            )
+        click.echo(f"{family.name}: {len(found)} counter(s) differ")
+    if any(not d.repaired for d in found):
+        raise SystemExit(7)
 
 
 @cli.command("audit")

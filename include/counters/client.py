@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .config import Discovery, Family
+from .config import Discovery, Family, Kind
 from .connection import Connection
 from .core import Key, truncate_ms, utc_naive, write_timestamp
 from .store import Store
@@ -93,6 +93,26 @@ class CounterClient:
                 for e in events
             ]
         )
+
+    def add_member(
+        self, counter: str | Sequence[object], member: object, *, at: datetime | None = None
+    ) -> bool:
+        """Add a member to a unique family's set; True if this write was the first.
+
+        Three idempotent writes: the touched mark, the first-write-wins member (seed 000), and
+        the derived +1 row keyed by the winner's first-write time. A crash between them is
+        healed by a retry (or ``counterctl reconcile --repair``): every retry derives the same
+        row, and the fold counts each member once.
+        """
+        if self.family.kind is not Kind.UNIQUE:
+            raise TypeError(f"family {self.family.name!r} is not a unique family")
+        key = as_key(counter)
+        now = truncate_ms(utc_naive(at or datetime.now(UTC)))
+        if self.family.discovery is Discovery.INDEX:
+            self.store.mark_touched([key])
+        first, first_seen = self.store.add_member(key, member, now)
+        self.store.insert_raw([(key, (first_seen, member), 1, write_timestamp(first_seen))])
+        return first
 
     def read(self, counter: str | Sequence[object]) -> int:
         return self.read_many([counter])[0].value

@@ -233,6 +233,18 @@ class Family(_Strict):
         return Retention.KEEP if self.kind is Kind.ROWS else Retention.DELETE
 
     @property
+    def fold_table(self) -> str:
+        """The table the engine folds: the raw table, or for a unique family the derived
+        table of first writes (one +1 row per member, keyed by its first-write time)."""
+        return f"{self.raw_table}_firsts" if self.kind is Kind.UNIQUE else self.raw_table
+
+    @property
+    def fold_columns(self) -> Columns:
+        if self.kind is Kind.UNIQUE:
+            return Columns(key=self.columns.key, time="first_time", increment="increment")
+        return self.columns
+
+    @property
     def folds_by_slice(self) -> bool:
         """Kept rows are folded by slice (checkpoint, epoch] with a server-side aggregate;
         deleted rows are folded one by one, tracking the counted-but-not-deleted ones."""

@@ -127,10 +127,11 @@ class FoldPlan:
     counted_present: int = 0
     newer_rows: int = 0
     bad_rows: tuple[Key, ...] = ()
+    duplicates: int = 0
 
     @property
     def commit(self) -> bool:
-        return self.folded_rows > 0 and not self.bad_rows
+        return (self.folded_rows > 0 or self.duplicates > 0) and not self.bad_rows
 
     @property
     def refused(self) -> bool:
@@ -142,18 +143,32 @@ class FoldPlan:
         return bool(self.pending) if self.commit else self.counted_present > 0
 
 
-def plan_fold(counter: Key, base: Checkpoint, rows: Iterable[RawRow], epoch: datetime) -> FoldPlan:
+def plan_fold(
+    counter: Key,
+    base: Checkpoint,
+    rows: Iterable[RawRow],
+    epoch: datetime,
+    member_index: int | None = None,
+    counted_members: frozenset[Hashable] = frozenset(),
+) -> FoldPlan:
     """Decide how to fold a counter's present raw rows into its compact row at ``epoch``.
 
     ``rows`` must be every row of the counter present when read (read after ``base``). The new
     epoch never moves backwards: a run with an older epoch still folds late rows, at the
     counter's own epoch.
+
+    For a unique family (``member_index`` = the member's position in the clustering key), a
+    member counts once: a row whose member is already counted (listed in ``pending``, marked in
+    ``counted_members``, or seen earlier in this fold) is a duplicate, deleted but not summed.
     """
     epoch = utc_naive(epoch)
     new_epoch = max(epoch, base.epoch) if base.epoch is not None else epoch
-    folded_rows = folded_sum = late_rows = late_sum = lateness = counted = newer = 0
+    folded_rows = folded_sum = late_rows = late_sum = lateness = counted = newer = dups = 0
     pending: list[Key] = []
     bad: list[Key] = []
+    seen: set[Hashable] = set(counted_members)
+    if member_index is not None:
+        seen.update(key[member_index] for key in base.pending)
     for row in rows:
         time = utc_naive(row.time)
         if time > new_epoch:
@@ -163,6 +178,12 @@ def plan_fold(counter: Key, base: Checkpoint, rows: Iterable[RawRow], epoch: dat
         if row.clustering in base.pending:
             counted += 1
             continue
+        if member_index is not None:
+            member = row.clustering[member_index]
+            if member in seen:
+                dups += 1
+                continue
+            seen.add(member)
         if row.increment is None or isinstance(row.increment, bool):
             bad.append(row.clustering)
             continue
@@ -186,6 +207,7 @@ def plan_fold(counter: Key, base: Checkpoint, rows: Iterable[RawRow], epoch: dat
         counted_present=counted,
         newer_rows=newer,
         bad_rows=tuple(bad),
+        duplicates=dups,
     )
 
 

@@ -65,8 +65,9 @@ def write_forever(
     """Write ``rate`` increments per second to each family until ``stop`` is set."""
     clients = [CounterClient(conn, f) for f in families if f.kind is Kind.INCREMENTS]
     order_families = [f for f in families if f.kind is Kind.ROWS]
-    if not clients and not order_families:
-        raise ValueError("no family of kind 'increments' or 'rows' to write to")
+    sets = [CounterClient(conn, f) for f in families if f.kind is Kind.UNIQUE]
+    if not clients and not order_families and not sets:
+        raise ValueError("no family to write to")
     rng = random.Random()
     written = 0
     version = int(time.time() * 1000)
@@ -94,6 +95,13 @@ def write_forever(
                 written += len(batch)
             except Exception:  # keep the demo alive through a Cassandra restart
                 log.warning("demo write failed; retrying next tick", exc_info=True)
+        for unique in sets:  # meeting acceptances (seed 000): users accept, some twice
+            try:
+                for _ in range(max(1, int(rate * tick / 4))):
+                    unique.add_member(f"meeting-{rng.randrange(5)}", f"user-{rng.randrange(200)}")
+                    written += 1
+            except Exception:
+                log.warning("demo member write failed; retrying next tick", exc_info=True)
         for family in order_families:
             try:
                 write_orders(conn.session, family, max(1, int(rate * tick / 4)), rng)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .config import Discovery, Family
+from .config import Discovery, Family, Kind
 from .core import (
     CheckOutcome,
     CommitRecord,
@@ -272,8 +272,24 @@ def _plan_chunk(
     with phases.timed("read_raw"):
         rows = store.read_rows(counters)
     fault("read_raw")
+    if store.family.kind is Kind.UNIQUE:
+        with phases.timed("read_members"):
+            counted = {c: _counted_members(store, c, checkpoints[c], rows[c]) for c in counters}
+        return [
+            plan_fold(c, checkpoints[c], rows[c], epoch, MEMBER_INDEX, frozenset(counted[c]))
+            for c in counters
+        ]
     with phases.timed("plan"):
         return [plan_fold(c, checkpoints[c], rows[c], epoch) for c in counters]
+
+
+MEMBER_INDEX = 1
+"""A unique family's derived rows are clustered by (first_time, member)."""
+
+
+def _counted_members(store: Store, counter: Key, base: Any, rows: Sequence[Any]) -> set[Any]:
+    candidates = [r.clustering[MEMBER_INDEX] for r in rows if r.clustering not in base.pending]
+    return store.counted_members(counter, candidates)
 
 
 def _commit_chunk(
@@ -425,6 +441,11 @@ def cleanup_shard(
     tombstone_ts = max(
         write_timestamp(now), max((write_timestamp(e.new_epoch) + 1000 for e in entries), default=0)
     )
+    if deletions and store.family.kind is Kind.UNIQUE:
+        # members first: once their derived rows are gone, the mark is what keeps a duplicate
+        # row (a clock-behind writer's) from counting the member again
+        store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
+        fault("cleanup_mark")
     deleted = store.delete_rows(deletions, tombstone_ts) if deletions else 0
     fault("cleanup_delete")
     horizon = (to_millis(now) - int(FORGET_MARGIN.total_seconds() * 1000)) * 1000
@@ -471,6 +492,82 @@ def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOut
     return CheckOutcome(
         "no_counted_rows_remain_after_cleanup", not leftovers, True, detail, tuple(leftovers[:50])
     )
+
+
+# --- reconcile ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    counter: Key
+    expected: int
+    counted: int
+    repaired: bool = False
+
+    @property
+    def difference(self) -> int:
+        return self.expected - self.counted
+
+
+def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
+    """Recount from the source of truth and compare with what readers see.
+
+    * unique: the number of distinct members vs the counter's value. ``repair`` rewrites the
+      derived row of every member not yet counted (idempotent; the fold counts a member once),
+      which heals writers that crashed between the member and its row; run a compaction after.
+    * rows: the rows at or below each checkpoint vs its count (rows that arrived behind the
+      checkpoint). ``repair`` folds the difference in with the same conditional commit.
+    * increments: the folded rows are deleted, so there is nothing to recount against.
+    """
+    family = store.family
+    if family.kind is Kind.INCREMENTS:
+        raise EngineError(
+            f"family {family.name!r}: reconcile recounts a unique family's set or a rows "
+            "family's rows; an increments family's folded rows are deleted (late rows are "
+            "reported by every compaction instead)"
+        )
+    found: list[Discrepancy] = []
+    for shard in range(family.shards):
+        if family.kind is Kind.UNIQUE:
+            counters = store.scan_set_counters(shard)
+            truth = store.count_members(counters)
+            values = store.read_values(counters) if counters else {}
+            seen = {c: compact + newer for c, (compact, _epoch, newer) in values.items()}
+            for counter in counters:
+                if truth[counter] == seen[counter]:
+                    continue
+                if repair:
+                    missing = [(m, t) for m, t, counted in store.members(counter) if not counted]
+                    store.mark_touched([counter])
+                    store.insert_raw(
+                        [(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t]
+                    )
+                found.append(Discrepancy(counter, truth[counter], seen[counter], repair))
+        else:
+            counters = store.scan_counters(shard)
+            checkpoints = store.read_checkpoints(counters)
+            known = [c for c in counters if checkpoints[c].epoch is not None]
+            truth = store.recount_slices(known, checkpoints)
+            for counter in known:
+                base = checkpoints[counter]
+                if truth[counter] == base.value:
+                    continue
+                repaired = False
+                if repair:
+                    plan = FoldPlan(
+                        counter,
+                        base,
+                        base.epoch,
+                        truth[counter],
+                        (),
+                        truth[counter] - base.value,
+                        truth[counter] - base.value,
+                        late_rows=truth[counter] - base.value,
+                        late_sum=truth[counter] - base.value,
+                    )
+                    repaired = store.commit([plan], [store.new_commit_id()], "reconcile")[0]
+                found.append(Discrepancy(counter, truth[counter], base.value, repaired))
+    return found
 
 
 # --- finish ------------------------------------------------------------------------------

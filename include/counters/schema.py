@@ -174,20 +174,19 @@ def _has_table(session: Session, keyspace: str, table: str) -> bool:
 
 
 def read_raw_layout(session: Session, family: Family) -> RawLayout:
-    """Read the raw table's layout from the cluster and check it against the family."""
-    meta = _table_meta(session, family.keyspace, family.raw_table)
-    where = f"family {family.name!r}: raw table {family.keyspace}.{family.raw_table}"
+    """Read the folded table's layout from the cluster and check it against the family."""
+    meta = _table_meta(session, family.keyspace, family.fold_table)
+    where = f"family {family.name!r}: raw table {family.keyspace}.{family.fold_table}"
     if meta is None:
         raise SchemaError(f"{where} does not exist (run `counterctl init --family {family.name}`)")
     columns = {c.name: c for c in meta.columns.values()}
-    cols = family.columns
+    cols = family.fold_columns
+    summed = family.kind is not Kind.ROWS
     for name, field in [(k, "columns.key") for k in cols.key] + [
         (cols.time, "columns.time"),
         (cols.increment, "columns.increment"),
     ]:
-        if (family.kind is Kind.INCREMENTS or field != "columns.increment") and (
-            name not in columns
-        ):
+        if (summed or field != "columns.increment") and (name not in columns):
             raise SchemaError(f"{where} has no column {name!r} (named by {field})")
     partition = tuple(Column(c.name, c.cql_type) for c in meta.partition_key)
     if tuple(c.name for c in partition) != cols.key:
@@ -207,7 +206,7 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
             f"{where}: columns.time {cols.time!r} has type {time.cql_type}; "
             "it must be timestamp or timeuuid"
         )
-    if family.kind is not Kind.INCREMENTS:
+    if not summed:
         return RawLayout(key=partition, clustering=clustering, time=time, increment=None)
     increment = Column(cols.increment, columns[cols.increment].cql_type)
     if increment.cql_type not in INTEGER_TYPES:
@@ -252,6 +251,50 @@ def check_compact_table(session: Session, family: Family, layout: RawLayout) -> 
     return alters
 
 
+def unique_set_ddl(family: Family) -> str:
+    """Seed 000's set table: one row per (counter, member), written first-write-wins."""
+    cols = family.columns
+    key_defs = ", ".join(f"{q(k)} text" for k in cols.key)
+    key_list = ", ".join(q(k) for k in cols.key)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {q(family.keyspace)}.{q(family.raw_table)} ("
+        f"{key_defs}, {q(cols.member or 'member')} text, first_seen timestamp, counted boolean, "
+        f"PRIMARY KEY (({key_list}), {q(cols.member or 'member')})) "
+        "WITH compaction = {'class': 'LeveledCompactionStrategy'}"
+    )
+
+
+def ensure_unique_tables(session: Session, family: Family) -> None:
+    """The set table (created if missing, checked and completed if present) and the derived
+    table of first writes that the engine folds."""
+    where = f"family {family.name!r}: set table {family.keyspace}.{family.raw_table}"
+    session.execute(unique_set_ddl(family))
+    meta = _table_meta(session, family.keyspace, family.raw_table)
+    columns = {c.name: c.cql_type for c in meta.columns.values()}
+    member = family.columns.member or "member"
+    if member not in columns:
+        raise SchemaError(f"{where} has no column {member!r} (named by columns.member)")
+    keys = tuple(c.name for c in meta.partition_key)
+    if keys != family.columns.key:
+        raise SchemaError(
+            f"{where}: partition key is {list(keys)}, columns.key says {list(family.columns.key)}"
+        )
+    if [c.name for c in meta.clustering_key] != [member]:
+        raise SchemaError(f"{where}: the clustering key must be the member column {member!r}")
+    table = f"{q(family.keyspace)}.{q(family.raw_table)}"
+    for name, cql_type in (("first_seen", "timestamp"), ("counted", "boolean")):
+        if name not in columns:
+            session.execute(f"ALTER TABLE {table} ADD {name} {cql_type}")
+    key_defs = ", ".join(f"{q(k)} {columns[k]}" for k in family.columns.key)
+    key_list = ", ".join(q(k) for k in family.columns.key)
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {q(family.keyspace)}.{q(family.fold_table)} ("
+        f"{key_defs}, first_time timestamp, {q(member)} {columns[member]}, increment int, "
+        f"PRIMARY KEY (({key_list}), first_time, {q(member)})) "
+        f"WITH CLUSTERING ORDER BY (first_time DESC, {q(member)} ASC) AND {RAW_OPTIONS}"
+    )
+
+
 def ensure_schema(
     session: Session,
     family: Family,
@@ -263,6 +306,8 @@ def ensure_schema(
         session.execute(statement)
     if create_raw and family.kind is Kind.INCREMENTS:
         session.execute(default_raw_ddl(family))
+    if family.kind is Kind.UNIQUE:
+        ensure_unique_tables(session, family)
     layout = read_raw_layout(session, family)
     if _has_table(session, family.keyspace, family.compact_table):
         for statement in check_compact_table(session, family, layout):

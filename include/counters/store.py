@@ -22,12 +22,15 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
 
 from . import schema
-from .config import Family
+from .config import Family, Kind
 from .connection import BULK_PROFILE, Connection
-from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of
+from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of, write_timestamp
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
+FIRST_WRITE_WINS = 2**63 - 1
+"""Seed 000: writes ``USING TIMESTAMP Long.MAX - now``, so the earliest write has the largest
+timestamp and wins."""
 DELETE_BATCH_ROWS = 200
 
 
@@ -99,7 +102,9 @@ class Store:
         lay = self.layout
         ks = q(f.keyspace)
         return {
-            "raw": f"{ks}.{q(f.raw_table)}",
+            "raw": f"{ks}.{q(f.fold_table)}",
+            "set": f"{ks}.{q(f.raw_table)}",
+            "member": q(f.columns.member or "member"),
             "compact": f"{ks}.{q(f.compact_table)}",
             "index": f"{ks}.{q(schema.index_table(f))}",
             "runlog": f"{ks}.{q(schema.runlog_table(f))}",
@@ -212,6 +217,87 @@ class Store:
                     batch.add(statement, params)
                 batches.append((batch, None))
         self._run(batches)
+
+    def add_member(self, counter: Key, member: Any, now: datetime) -> tuple[bool, datetime]:
+        """Seed 000's first-write-wins insert, then its WRITETIME check; returns (whether this
+        write was the first, the winning first-write time)."""
+        ts = FIRST_WRITE_WINS - write_timestamp(now)
+        insert = self.prepare(
+            "set_insert",
+            "INSERT INTO {set} ({key}, {member}, first_seen) VALUES ({key_marks}, ?, ?) "
+            "USING TIMESTAMP ?",
+        )
+        check = self.prepare(
+            "set_check",
+            "SELECT first_seen, writetime(first_seen) FROM {set} WHERE {key_where} "
+            "AND {member} = ?",
+        )
+        self.session.execute(insert, (*counter, member, now, ts))
+        first_seen, winner = self.session.execute(check, (*counter, member)).one()
+        return winner == ts, first_seen
+
+    def counted_members(self, counter: Key, members: Sequence[Any]) -> set[Any]:
+        """Members of a unique family already marked counted by an earlier cleanup."""
+        if not members:
+            return set()
+        statement = self.prepare(
+            "set_counted",
+            "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
+        )
+        rows = self.session.execute(statement, (*counter, list(set(members))))
+        return {member for member, counted in rows if counted}
+
+    def mark_counted(self, items: Sequence[tuple[Key, Sequence[Any]]]) -> None:
+        statement = self.prepare(
+            "set_mark",
+            "UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?",
+        )
+        batches = []
+        for counter, members in items:
+            batch = BatchStatement(
+                batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+            )
+            for member in members:
+                batch.add(statement, (*counter, member))
+            batches.append((batch, None))
+        self._run(batches)
+
+    def members(self, counter: Key) -> list[tuple[Any, datetime | None, bool]]:
+        """Every member of a unique counter with its first-write time and counted mark."""
+        statement = self.prepare(
+            "set_members",
+            "SELECT {member}, first_seen, counted FROM {set} WHERE {key_where}",
+        )
+        rows = self.session.execute(statement, counter, execution_profile=BULK_PROFILE)
+        return [(m, first_seen, bool(counted)) for m, first_seen, counted in rows]
+
+    def scan_set_counters(self, shard: int) -> list[Key]:
+        """Every counter of a unique family's set table in the shard's token range."""
+        lo, hi = shard_bounds(self.family.shards)[shard]
+        statement = self.prepare(
+            "set_distinct", "SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"
+        )
+        rows = self.session.execute(statement, (lo, hi), execution_profile=BULK_PROFILE)
+        return [tuple(r) for r in rows]
+
+    def recount_slices(
+        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint]
+    ) -> dict[Key, int]:
+        """A rows family's full recount up to each counter's checkpoint (reconciliation)."""
+        statement = self.prepare(
+            "raw_recount", "SELECT count(*) FROM {raw} WHERE {key_where} AND {time} <= ?"
+        )
+        params = [(*c, self.epoch_value(checkpoints[c].epoch)) for c in counters]
+        return {
+            c: r.one()[0]
+            for c, r in zip(counters, self._concurrent(statement, params), strict=True)
+        }
+
+    def count_members(self, counters: Sequence[Key]) -> dict[Key, int]:
+        """Recount a unique family's set (reconciliation)."""
+        statement = self.prepare("set_count", "SELECT count(*) FROM {set} WHERE {key_where}")
+        results = self._concurrent(statement, counters)
+        return {c: r.one()[0] for c, r in zip(counters, results, strict=True)}
 
     # --- discovery ------------------------------------------------------------------------
 
@@ -520,16 +606,28 @@ class Store:
     # --- read API -------------------------------------------------------------------------
 
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
-        """The seed's read rule for many counters: (compact value, epoch, newer rows' sum, or
-        their count for a rows family)."""
+        """The seed's read rule for many counters: (compact value, epoch, newer rows' sum; their
+        count for a rows family; their distinct members for a unique family)."""
         compact = self.prepare(
             "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
         )
-        measure = "count(*)" if self.layout.increment is None else "sum({increment})"
+        unique = self.family.kind is Kind.UNIQUE
+        if unique:  # members, counted distinct below: a clock-behind winner leaves two rows
+            measure = "{member}"
+        elif self.layout.increment is None:
+            measure = "count(*)"
+        else:
+            measure = "sum({increment})"
         newer = self.prepare(
             "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
         everything = self.prepare("raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}")
+
+        def measured(result: Any) -> int:
+            if unique:
+                return len({row[0] for row in result})
+            return result.one()[0] or 0
+
         bases = self._concurrent(compact, counters)
         checkpoints = []
         for result in bases:
@@ -543,9 +641,9 @@ class Store:
             self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
             strict=True,
         ):
-            sums[counter] = result.one()[0] or 0
+            sums[counter] = measured(result)
         for counter, result in zip(without, self._concurrent(everything, without), strict=True):
-            sums[counter] = result.one()[0] or 0
+            sums[counter] = measured(result)
         return {
             c: (cp[0], self.epoch_time(cp[1]), sums[c])
             for c, cp in zip(counters, checkpoints, strict=True)
