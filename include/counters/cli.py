@@ -278,6 +278,35 @@ def _split_counter(family: Family, text: str) -> list[str]:
     return parts
 
 
+@cli.command("reset")
+@click.option("--family", "name", required=True)
+@click.option("--at", "at", help="Reset point (ISO 8601; default: now). Later increments count.")
+@click.option("--reset-id", help="Idempotency id (default: derived from counter and point).")
+@click.argument("counter")
+@pass_context
+def reset_command(
+    obj: Context, name: str, at: str | None, reset_id: str | None, counter: str
+) -> None:
+    """Set COUNTER back to zero; retrying the same reset is one reset (recorded in the audit)."""
+    family = obj.family(name)
+    store = Store(obj.conn, family)
+    moment = _parse_epoch(at) or datetime.now(UTC)
+    with reported():
+        try:
+            key = store.parse_key(_split_counter(family, counter))
+        except ValueError as exc:
+            raise Failure(str(exc), 2) from exc
+        try:
+            result = engine.reset_counter(store, key, moment, reset_id)
+        except engine.EngineError as exc:
+            raise Failure(str(exc), 2) from exc
+    state = "already done" if result.already_done else f"was {result.value_before}"
+    click.echo(
+        f"{family.name}: {format_key(result.counter)} reset to 0 at {result.at.isoformat()} "
+        f"({state}; {result.rows_deleted} raw row(s) consumed; id {result.reset_id})"
+    )
+
+
 @cli.command("reconcile")
 @click.option("--family", "name", required=True)
 @click.option("--repair", is_flag=True, help="Fix what can be fixed (see --help text).")

@@ -494,6 +494,88 @@ def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOut
     )
 
 
+# --- reset -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    counter: Key
+    reset_id: str
+    at: datetime
+    value_before: int
+    already_done: bool
+    rows_deleted: int = 0
+
+
+def reset_counter(
+    store: Store,
+    counter: Key,
+    at: datetime,
+    reset_id: str | None = None,
+    now: datetime | None = None,
+) -> ResetResult:
+    """Set a counter back to zero at ``at``: increments after ``at`` count, the ones at or
+    before it are consumed (deleted, for a deleting family). A retry with the same reset id
+    (default: derived from counter and time) finds its own commit and does nothing.
+    """
+    family = store.family
+    if family.kind is Kind.UNIQUE:
+        raise EngineError(
+            f"family {family.name!r}: a unique counter cannot be reset: its set rows are written "
+            "with timestamps near Long.MAX (first write wins), so no delete can remove them "
+            "without also shadowing every later write of the same member"
+        )
+    at = truncate_ms(utc_naive(at))
+    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    value_before = compact_value + newer
+    for _attempt in range(4):
+        if store.committed_by(counter) == reset_id:
+            return ResetResult(counter, reset_id, at, value_before, already_done=True)
+        base = store.read_checkpoints([counter])[counter]
+        if base.epoch is not None and at < utc_naive(base.epoch):
+            raise EngineError(
+                f"family {family.name!r} counter {format_key(counter)}: reset point "
+                f"{at.isoformat()} is before its compacted epoch {base.epoch.isoformat()}; "
+                "increments after the reset point are already folded in, choose a later point"
+            )
+        consumed: tuple[Key, ...] = ()
+        if not family.folds_by_slice:
+            rows = store.read_rows([counter])[counter]
+            consumed = tuple(r.clustering for r in rows if utc_naive(r.time) <= at)
+        plan = FoldPlan(counter, base, at, 0, consumed, 0, -base.value)
+        if store.commit([plan], [store.new_commit_id()], reset_id)[0]:
+            break
+    else:
+        raise EngineError(f"counter {format_key(counter)}: reset kept conflicting with runs")
+    after = store.read_checkpoints([counter])[counter]
+    if after.value != 0 or utc_naive(after.epoch) != at:
+        raise ChecksFailed(
+            f"reset of {format_key(counter)} not visible: value {after.value} @ {after.epoch}",
+            [],
+        )
+    deleted = 0
+    if after.pending and family.effective_retention.value == "delete":
+        ts = max(write_timestamp(now or datetime.now(UTC)), write_timestamp(at) + 1000)
+        deleted = store.delete_rows([(counter, sorted(after.pending, key=repr))], ts)
+    tally = Tally(counters_committed=1, rows_deleted=deleted)
+    plan_record = RunPlan(family.name, reset_id, at, base.epoch, ())
+    store.write_audit(
+        audit_record(
+            family,
+            plan_record,
+            outcome="reset",
+            tally=tally,
+            phases=Phases(),
+            message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
+            f"{at.isoformat()} ({deleted} raw row(s) consumed)",
+        )
+    )
+    return ResetResult(
+        counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
+    )
+
+
 # --- reconcile ---------------------------------------------------------------------------
 
 
@@ -598,7 +680,9 @@ def audit_record(
         "outcome": outcome,
         "dry_run": dry_run,
         "epoch_before": plan.epoch_before,
-        "epoch_after": plan.epoch if outcome == "success" and not dry_run else plan.epoch_before,
+        "epoch_after": plan.epoch
+        if outcome in ("success", "reset") and not dry_run
+        else plan.epoch_before,
         "counters": tally.counters_committed,
         "rows_folded": tally.rows_folded,
         "sum_folded": tally.sum_folded,

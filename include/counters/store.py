@@ -449,6 +449,12 @@ class Store:
             ]
         return [r.was_applied for r in self._concurrent(statement, params, bulk=False)]
 
+    def committed_by(self, counter: Key) -> str | None:
+        """The run (or reset) id of the counter's latest commit."""
+        statement = self.prepare("compact_run", "SELECT run_id FROM {compact} WHERE {key_where}")
+        row = self.session.execute(statement, counter).one()
+        return row.run_id if row else None
+
     @staticmethod
     def new_commit_id() -> Any:
         return uuid_from_time(time.time())

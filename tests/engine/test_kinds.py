@@ -238,3 +238,42 @@ def test_unique_crash_then_rerun_is_exact(meetings, t0, point):
     compact_all(store, t0, minutes=50)
     assert [client.read("m0"), client.read("m1")] == [3, 3]
     assert engine.reconcile(store) == []
+
+
+# --- reset -------------------------------------------------------------------------------
+
+
+def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
+    from counters.client import Increment
+
+    _family, store, client = make_family()
+    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(6)])
+    engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=3))
+    at = t0 + timedelta(minutes=4)
+    result = engine.reset_counter(store, ("IBM",), at, now=t0 + timedelta(minutes=10))
+    assert (result.value_before, result.already_done) == (60, False)
+    assert result.rows_deleted == 2  # the rows at minutes 3 and 4: consumed by the reset
+    assert client.read("IBM") == 10  # minute 5 came after the reset point
+    again = engine.reset_counter(store, ("IBM",), at, now=t0 + timedelta(minutes=10))
+    assert again.already_done and client.read("IBM") == 10
+    client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=6), ("w", 99))])
+    engine.run_family(store, t0 + timedelta(minutes=8), now=t0 + timedelta(minutes=10))
+    assert client.read("IBM") == 17
+    assert store.read_audit(5)[1]["outcome"] == "reset"
+    with pytest.raises(engine.EngineError, match="before its compacted epoch"):
+        engine.reset_counter(store, ("IBM",), t0 + timedelta(minutes=1), reset_id="other")
+
+
+def test_reset_of_rows_family_moves_its_checkpoint(orders, t0):
+    _family, store, client, add = orders
+    for i in range(6):
+        add(1, t0 + timedelta(minutes=i), i)
+    engine.reset_counter(store, (1, DAY), t0 + timedelta(minutes=3))
+    assert client.read_many([(1, DAY)])[0].value == 2
+    assert business_rows(store) == 6
+
+
+def test_unique_family_cannot_be_reset(meetings, t0):
+    _family, store, _client = meetings
+    with pytest.raises(engine.EngineError, match="cannot be reset"):
+        engine.reset_counter(store, ("m1",), t0)
