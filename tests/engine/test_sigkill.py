@@ -1,0 +1,77 @@
+"""A real process, killed with SIGKILL at random moments mid-run, then retried: totals exact."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from counters.client import CounterClient, Increment
+from counters.config import load_catalog
+from counters.store import Store
+
+from .helpers import rows_at_or_below
+
+pytestmark = pytest.mark.integration
+
+
+def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tmp_path):
+    suffix = secrets.token_hex(3)
+    config = tmp_path / "families.yaml"
+    config.write_text(
+        f"""families:
+  - name: kill_{suffix}
+    keyspace: {engine_keyspace}
+    raw_table: raw_{suffix}
+    compact_table: compact_{suffix}
+    lag: 1m
+    shards: 3
+"""
+    )
+    family = load_catalog(config).get(f"kill_{suffix}")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "counters.cli", "--config", str(config)]
+    subprocess.run([*cmd, "init"], check=True, env=env, capture_output=True)
+    client = CounterClient(conn, family)
+    base = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0) - timedelta(hours=1)
+    counters = [f"k{i}" for i in range(400)]
+    client.record(
+        Increment((c,), i + 1, base + timedelta(seconds=i), ("w", i))
+        for c in counters
+        for i in range(5)
+    )
+    expected = sum(range(1, 6))
+    epoch = (base + timedelta(minutes=30)).isoformat()
+    rng = random.Random(7)
+    kills = 0
+    for _attempt in range(12):
+        process = subprocess.Popen(
+            [*cmd, "compact", "--family", family.name, "--epoch", epoch, "--run-id", "run-1"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(rng.uniform(1.0, 4.0))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            kills += 1
+            continue
+        out, err = process.communicate()
+        assert process.returncode == 0, (out, err)
+        break
+    else:
+        pytest.fail("the run never finished between kills")
+    assert kills >= 1, "no run was killed mid-way: the test proved nothing"
+    values = {v.counter[0]: v.value for v in client.read_many(counters)}
+    assert values == dict.fromkeys(counters, expected)
+    store = Store(conn, family)
+    assert sum(rows_at_or_below(store, (c,), base + timedelta(minutes=30)) for c in counters) == 0
+    outcomes = [r["outcome"] for r in store.read_audit(20)]
+    assert outcomes.count("success") == 1
