@@ -1,0 +1,9 @@
+"""Airflow DAGs: one `compact_<family>` DAG per counter family in the families YAML.
+
+The YAML is `include/counter_families.yaml` (or `$COUNTERS_CONFIG`). The DAGs are built by
+`counters.airflow.factory`; a broken family entry is reported by `counters_config_check.py`.
+"""
+
+from counters.airflow.factory import family_dags
+
+globals().update(family_dags())

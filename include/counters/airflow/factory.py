@@ -1,0 +1,331 @@
+"""Build the DAGs from the families YAML: one ``compact_<family>`` DAG each, plus freshness.
+
+Parsing is cheap and does no I/O beyond reading the YAML: no Cassandra, no Variables, no GX
+(tasks import what they need when they run). A broken family entry does not stop the others:
+``family_dags`` builds the good ones and ``check_config`` (its own DAG file) raises one import
+error naming every broken entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, task
+from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+
+from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
+from . import tasks
+from .notifiers import Channels, CountersAlertNotifier
+
+log = logging.getLogger(__name__)
+
+FRESHNESS_DAG_ID = "counters_freshness"
+FRESHNESS_SCHEDULE = "*/5 * * * *"
+POOL_ENV = "COUNTERS_POOL"
+DEFAULT_POOL = "cassandra_compaction"
+DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
+"""Where a family with ``catchup: true`` starts catching up (until families get a
+``start_date`` of their own, which the factory then uses)."""
+
+RETRIES = 3
+RETRY_DELAY = timedelta(seconds=20)
+RETRY_BACKOFF = 2.0
+MAX_RETRY_DELAY = timedelta(minutes=5)
+LEASE_RETRY_DELAY = timedelta(seconds=60)
+TASK_TIMEOUT = timedelta(minutes=30)
+
+# Failures a retry cannot fix fail at once (checks, refused rows and bad config raise
+# AirflowFailException subclasses anyway; this also covers engine errors that escape).
+# A held lease is retried after a minute; anything else (Cassandra timeouts, unavailable
+# nodes) gets the task's retries with exponential backoff.
+RETRY_POLICY = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(
+            exception=[
+                "counters.engine.ChecksFailed",
+                "counters.engine.RowsRefused",
+                "counters.engine.EpochInFuture",
+                "counters.schema.SchemaError",
+                "counters.config.ConfigError",
+            ],
+            action=RetryAction.FAIL,
+            reason="not transient: retrying cannot fix it",
+        ),
+        RetryRule(
+            exception="counters.engine.LeaseHeld",
+            action=RetryAction.RETRY,
+            retry_delay=LEASE_RETRY_DELAY,
+            reason="another run holds the shard's lease",
+        ),
+    ]
+)
+
+
+def pool() -> str:
+    return os.environ.get(POOL_ENV) or DEFAULT_POOL
+
+
+def _start_date(family: Family) -> datetime:
+    return getattr(family, "start_date", None) or DEFAULT_START_DATE
+
+
+def _columns(family: Family) -> str:
+    cols = family.columns
+    parts = [f"key `{', '.join(cols.key)}`", f"time `{cols.time}`"]
+    if family.kind is Kind.UNIQUE and cols.member:
+        parts.append(f"member `{cols.member}`")
+    elif family.kind is Kind.INCREMENTS:
+        parts.append(f"increment `{cols.increment}`")
+    return ", ".join(parts)
+
+
+def doc_md(family: Family, channels: Channels) -> str:
+    """The DAG's documentation in the UI: tables, lag, read rule, tasks, params, alerts."""
+    cc = family.compact_columns
+    deleted = family.effective_retention.value == "delete"
+    rows = [
+        ("raw table", f"`{family.keyspace}.{family.raw_table}` ({_columns(family)})"),
+        (
+            "compact table",
+            f"`{family.keyspace}.{family.compact_table}` (value `{cc.value}`, epoch `{cc.epoch}`)",
+        ),
+        (
+            "schedule",
+            f"`{family.schedule}`, catchup {'on' if family.catchup else 'off'}, one run at a time",
+        ),
+        (
+            "lag",
+            f"{family.lag}: a run scheduled at T folds the rows with time <= T (to the "
+            "minute) - lag",
+        ),
+        ("shards", f"{family.shards}: one `compact` and one `cleanup` task per token range"),
+        (
+            "raw rows after folding",
+            "deleted (only after `verify` passed)" if deleted else "kept (business data)",
+        ),
+        (
+            "freshness",
+            f"`{FRESHNESS_DAG_ID}` alerts when the compacted epoch is behind now - lag by "
+            f"more than {family.freshness}",
+        ),
+        ("alerts", channels.describe()),
+    ]
+    table = "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
+    return f"""\
+### Counter family `{family.name}` ({family.kind.value})
+
+{family.description or ""}
+
+{table}
+
+**Read rule.** value = compact `{cc.value}` + sum of the raw rows newer than the compact
+`{cc.epoch}`: `counterctl read --family {family.name} <counter>`.
+
+**Tasks.** `plan` (the epoch; a run whose epoch is not newer than the compacted epoch records a
+`noop` audit row and skips the rest) -> `compact` (per shard, compare-and-set commits) ->
+`verify` (engine checks and the Great Expectations suite; Data Docs in `var/gx/{family.name}`)
+-> `cleanup` (per shard) -> `verify_cleanup` -> `record_audit` (advance the compacted epoch,
+audit row). Audit: `counterctl audit --family {family.name}`.
+
+**Params.** `epoch`: fold up to this ISO time instead of the scheduled time minus the lag;
+`dry_run`: compact without writing (audit `dry-run`).
+
+**Backfill.** `airflow backfill create --dag-id {family.dag_id} --from-date 2026-11-22T09:00
+--to-date 2026-11-22T09:10`: each run takes its epoch from its own logical date; runs whose
+epoch is already compacted are recorded no-ops.
+"""
+
+
+def default_args(family: Family, channels: Channels) -> dict[str, Any]:
+    return {
+        "owner": family.owner,
+        "retries": RETRIES,
+        "retry_delay": RETRY_DELAY,
+        "retry_exponential_backoff": RETRY_BACKOFF,
+        "max_retry_delay": MAX_RETRY_DELAY,
+        "retry_policy": RETRY_POLICY,
+        "execution_timeout": TASK_TIMEOUT,
+        "on_failure_callback": [CountersAlertNotifier(family.name, channels)],
+    }
+
+
+def _all(mapped: Sequence[Any]) -> list[Any]:
+    """A mapped task's results in one request (iterating probes one index past the end,
+    which Airflow logs as an error)."""
+    return list(mapped[:])
+
+
+def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> DAG:
+    """The DAG of one family: plan -> compact[shard] -> verify -> cleanup[shard] ->
+    verify_cleanup -> record_audit."""
+    channels = Channels.for_family(family, env)
+    with DAG(
+        dag_id=family.dag_id,
+        description=(family.description or f"Compact counter family {family.name}")[:200],
+        schedule=family.schedule,
+        start_date=_start_date(family),
+        catchup=family.catchup,
+        max_active_runs=1,
+        tags=["counters", family.kind.value, *family.tags],
+        doc_md=doc_md(family, channels),
+        default_args=default_args(family, channels),
+        params={
+            "epoch": Param(
+                None,
+                type=["null", "string"],
+                description="Fold rows up to this time (ISO 8601, UTC if no offset) instead "
+                "of the run's scheduled time minus the lag.",
+            ),
+            "dry_run": Param(
+                False, type="boolean", description="Compact without writing anything."
+            ),
+        },
+    ) as dag:
+
+        @task
+        def plan() -> list[int]:
+            """Returns the shards to map over; the run itself goes to XCom key ``run``."""
+            context = get_current_context()
+            dag_run = context["dag_run"]
+            params = context["params"]
+            run = tasks.plan(
+                family,
+                run_id=dag_run.run_id,
+                scheduled=tasks.scheduled_time(dag_run),
+                epoch=params.get("epoch"),
+                dry_run=bool(params.get("dry_run")),
+            )
+            context["ti"].xcom_push("run", run)
+            return run["shards"]
+
+        @task(pool=pool(), map_index_template="shard {{ shard_label }}")
+        def compact(run: tasks.Run, shard: int) -> dict[str, Any]:
+            get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
+            return tasks.compact(family, run, shard)
+
+        @task
+        def verify(run: tasks.Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
+            ti = get_current_context()["ti"]
+            return tasks.verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
+
+        @task(pool=pool(), map_index_template="shard {{ shard_label }}")
+        def cleanup(run: tasks.Run, shard: int) -> dict[str, Any]:
+            get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
+            return tasks.cleanup(family, run, shard)
+
+        @task
+        def verify_cleanup(
+            run: tasks.Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
+        ) -> dict[str, Any]:
+            return tasks.verify_cleanup(family, run, verified, _all(cleanups))
+
+        @task
+        def record_audit(
+            run: tasks.Run, verified: dict[str, Any], cleaned: dict[str, Any]
+        ) -> dict[str, Any]:
+            return tasks.record_audit(family, run, verified, cleaned)
+
+        shards = plan()
+        run = shards["run"]
+        reports = compact.partial(run=run).expand(shard=shards)
+        verified = verify(run, reports)
+        cleanups = cleanup.partial(run=run).expand(shard=shards)
+        verified >> cleanups
+        cleaned = verify_cleanup(run, verified, cleanups)
+        record_audit(run, verified, cleaned)
+    return dag
+
+
+def build_freshness_dag(families: list[Family], env: dict[str, str] | None = None) -> DAG:
+    """``counters_freshness``: every 5 minutes, one task per family; a stale family fails its
+    task, which alerts that family's channels."""
+    with DAG(
+        dag_id=FRESHNESS_DAG_ID,
+        description="Alert when a counter family's compacted epoch falls behind now - lag",
+        schedule=FRESHNESS_SCHEDULE,
+        start_date=DEFAULT_START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["counters", "freshness"],
+        doc_md="\n".join(
+            [
+                "### Freshness of the counter families",
+                "",
+                "Every 5 minutes, per family: fail (and alert the family's channels) when its "
+                "compacted epoch is behind `now - lag` by more than its `freshness` (e.g. the "
+                "scheduler stopped, the DAG is paused, or its runs keep failing). A family that "
+                "was never compacted is skipped.",
+                "",
+                "| family | lag | freshness | alerts |",
+                "| --- | --- | --- | --- |",
+                *(
+                    f"| `{f.name}` | {f.lag} | {f.freshness} | "
+                    f"{Channels.for_family(f, env).describe()} |"
+                    for f in families
+                ),
+            ]
+        ),
+        default_args={"owner": "counters", "retries": 1, "retry_delay": timedelta(seconds=30)},
+    ) as dag:
+        for family in families:
+            channels = Channels.for_family(family, env)
+
+            @task(
+                task_id=family.name,
+                owner=family.owner,
+                on_failure_callback=[CountersAlertNotifier(family.name, channels)],
+                retry_policy=RETRY_POLICY,
+            )
+            def check(family: Family = family) -> dict[str, Any]:
+                return tasks.freshness(family)
+
+            check()
+    return dag
+
+
+def _load() -> tuple[list[Family], dict[str, str]]:
+    return load_families_leniently(config_path())
+
+
+def family_dags() -> dict[str, DAG]:
+    """The compaction DAGs of the good families (only the one a worker asks for, when
+    Airflow parses to run a task). A file that cannot be read at all gives no DAGs here:
+    ``check_config`` reports it."""
+    try:
+        families, _errors = _load()
+    except ConfigError:
+        return {}
+    wanted = get_parsing_context().dag_id
+    return {
+        f.dag_id: build_compaction_dag(f)
+        for f in sorted(families, key=lambda f: f.name)
+        if wanted is None or wanted == f.dag_id
+    }
+
+
+def freshness_dags() -> dict[str, DAG]:
+    wanted = get_parsing_context().dag_id
+    if wanted not in (None, FRESHNESS_DAG_ID):
+        return {}
+    try:
+        families, _errors = _load()
+    except ConfigError:
+        return {}
+    return {FRESHNESS_DAG_ID: build_freshness_dag(sorted(families, key=lambda f: f.name))}
+
+
+def check_config() -> None:
+    """Raise one ``ConfigError`` naming every broken family entry (an import error in the UI)."""
+    _families, errors = _load()
+    if errors:
+        names = ", ".join(sorted(errors))
+        details = "\n".join(f"- {name}: {message}" for name, message in sorted(errors.items()))
+        raise ConfigError(
+            f"{len(errors)} counter famil{'y' if len(errors) == 1 else 'ies'} could not be "
+            f"loaded from {config_path()} ({names}); the other families' DAGs are loaded.\n"
+            f"{details}"
+        )

@@ -1,0 +1,417 @@
+"""The bodies of a compaction DAG's tasks: thin calls into ``counters.engine``.
+
+Each function takes the family and what earlier tasks returned (plain JSON: XCom), calls the
+engine function ``counterctl compact`` calls for the same phase, and returns plain JSON. The
+DAG factory wraps them in ``@task``; tests may call them directly.
+
+Audit rows: one per run, keyed by the run's start (``started_at``) and run id, written by the
+task that decides the outcome: ``plan`` (noop), ``verify`` (dry-run), ``record_audit``
+(success), or the task that failed a check or was refused (failed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowSkipException
+
+from .. import engine
+from ..config import Family
+from ..core import CheckOutcome, Tally, epoch_for, truncate_ms, utc_naive
+from ..engine import Phases, RunPlan
+from . import checks
+from .errors import CheckFailed, FamilyStale, RunRefused
+from .runtime import store_for
+
+log = logging.getLogger(__name__)
+
+Run = dict[str, Any]
+"""What ``plan`` returns and every later task gets: run_id, epoch, epoch_before, shards,
+dry_run, started_at, scheduled (ISO strings for times)."""
+
+# --- fault points (tests) -----------------------------------------------------------------
+
+_fault_hooks: list[Callable[[str], None]] = []
+
+
+def _fault(point: str) -> None:
+    """Passed to the engine as its ``fault`` callback; calls the hooks tests installed."""
+    for hook in tuple(_fault_hooks):
+        hook(point)
+
+
+@contextmanager
+def fault_hook(hook: Callable[[str], None]) -> Iterator[None]:
+    """Call ``hook(point)`` at the engine's fault points while the block runs (tests only).
+
+    Tasks run in the test's process under ``dag.test()``, so a test can, for example, corrupt a
+    compact row right after the commit (point ``"log"``) and watch ``verify`` catch it.
+    """
+    _fault_hooks.append(hook)
+    try:
+        yield
+    finally:
+        _fault_hooks.remove(hook)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else utc_naive(moment).isoformat()
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def parse_epoch(text: str) -> datetime:
+    """An ``epoch`` param: ISO 8601, UTC when it has no offset; millisecond precision."""
+    try:
+        moment = datetime.fromisoformat(str(text).strip())
+    except ValueError:
+        raise RunRefused(
+            f"param epoch: not an ISO 8601 time: {text!r} (e.g. 2026-11-22T10:00:00)",
+            checks=["epoch_param"],
+        ) from None
+    return truncate_ms(utc_naive(moment if moment.tzinfo else moment.replace(tzinfo=UTC)))
+
+
+def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
+    """The run's epoch: the ``epoch`` param if given, else its scheduled time minus the lag."""
+    return parse_epoch(override) if override else epoch_for(scheduled, family.lag)
+
+
+def scheduled_time(dag_run: Any) -> datetime:
+    """A run's own scheduled time: its logical date; manual runs in Airflow 3 have none, so
+    their ``run_after`` (when they were triggered)."""
+    return dag_run.logical_date or dag_run.run_after
+
+
+def _plan(family: Family, run: Run) -> RunPlan:
+    return RunPlan(
+        family.name,
+        run["run_id"],
+        _time(run["epoch"]),
+        _time(run["epoch_before"]),
+        tuple(run["shards"]),
+    )
+
+
+def _outcome_dict(outcome: CheckOutcome) -> dict[str, Any]:
+    return {
+        "name": outcome.name,
+        "success": outcome.success,
+        "critical": outcome.critical,
+        "detail": outcome.detail,
+        "counters": list(outcome.counters),
+    }
+
+
+def _outcome(data: Mapping[str, Any]) -> CheckOutcome:
+    return CheckOutcome(
+        data["name"], data["success"], data["critical"], data["detail"], tuple(data["counters"])
+    )
+
+
+def _merge_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[Tally, Phases]:
+    tally, phases = Tally(), Phases()
+    for report in reports:
+        tally = tally.merge(Tally.from_dict(dict(report["tally"])))
+        phases = phases.merge(Phases(dict(report["seconds"])))
+    return tally, phases
+
+
+def _audit(
+    family: Family,
+    run: Run,
+    outcome: str,
+    *,
+    tally: Tally,
+    phases: Phases,
+    checks_: Sequence[CheckOutcome] = (),
+    message: str = "",
+) -> None:
+    record = engine.audit_record(
+        family,
+        _plan(family, run),
+        outcome=outcome,
+        tally=tally,
+        phases=phases,
+        checks=checks_,
+        dry_run=run["dry_run"],
+        message=message,
+        started_at=_time(run["started_at"]),
+    )
+    store_for(family).write_audit(record)
+    log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
+
+
+# --- the tasks ----------------------------------------------------------------------------
+
+
+def plan(
+    family: Family,
+    *,
+    run_id: str,
+    scheduled: datetime,
+    epoch: str | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> Run:
+    """Decide the run's epoch; a run with nothing to do records a noop and skips the rest."""
+    started = time.perf_counter()
+    now = now or datetime.now(UTC)
+    at = run_epoch(family, scheduled, epoch)
+    store = store_for(family)
+    try:
+        decided = engine.plan_run(store, run_id, at, now)
+    except engine.EpochInFuture as exc:
+        raise RunRefused(str(exc), checks=["epoch_not_in_future"]) from exc
+    run: Run = {
+        "run_id": run_id,
+        "epoch": _iso(decided.epoch),
+        "epoch_before": _iso(decided.epoch_before),
+        "shards": list(decided.shards),
+        "dry_run": bool(dry_run),
+        "started_at": _iso(now),
+        "scheduled": _iso(scheduled),
+    }
+    phases = Phases({"plan": time.perf_counter() - started})
+    if decided.noop:
+        reason = decided.noop_reason or "nothing to do"
+        _audit(family, run, "noop", tally=Tally(), phases=phases, message=reason)
+        log.info("family %s run %s: %s", family.name, run_id, reason)
+        raise AirflowSkipException(f"noop: {reason}")
+    log.info(
+        "family %s run %s: fold rows up to %s (compacted epoch before: %s) over %d shard(s)%s",
+        family.name,
+        run_id,
+        run["epoch"],
+        run["epoch_before"],
+        len(run["shards"]),
+        " (dry run)" if dry_run else "",
+    )
+    return run
+
+
+def compact(family: Family, run: Run, shard: int) -> dict[str, Any]:
+    """Fold one shard (token range) with compare-and-set commits."""
+    store = store_for(family)
+    try:
+        report = engine.compact_shard(
+            store,
+            shard,
+            _time(run["epoch"]),
+            run["run_id"],
+            dry_run=run["dry_run"],
+            fault=_fault,
+        )
+    except engine.RowsRefused as exc:
+        _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=str(exc))
+        raise RunRefused(str(exc), checks=["increments_are_non_null_integers"]) from exc
+    tally = report.tally
+    log.info(
+        "shard %d: %d counter(s) seen, %d committed, %d row(s) folded (sum %d), %d late row(s) "
+        "(sum %d), %d conflict(s)%s",
+        shard,
+        tally.counters_seen,
+        tally.counters_committed,
+        tally.rows_folded,
+        tally.sum_folded,
+        tally.late_rows,
+        tally.late_sum,
+        tally.conflicts,
+        " (dry run: nothing written)" if report.dry_run else "",
+    )
+    return {"shard": shard, "tally": tally.as_dict(), "seconds": dict(report.phases.seconds)}
+
+
+def verify(
+    family: Family,
+    run: Run,
+    reports: Iterable[Mapping[str, Any]],
+    *,
+    push: Callable[[str, Any], None] | None = None,
+) -> dict[str, Any]:
+    """Check conservation twice (engine rules, then the GX suite with Data Docs).
+
+    A dry run stops here: it records a ``dry-run`` audit row and skips the rest.
+    ``push(key, value)`` stores the full GX result (XCom ``gx_result``).
+    """
+    tally, phases = _merge_reports(reports)
+    if run["dry_run"]:
+        message = (
+            f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
+            f"row(s) (sum {tally.sum_folded}); nothing written, verified or deleted"
+        )
+        _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
+        raise AirflowSkipException(message)
+    store = store_for(family)
+    with phases.timed("verify"):
+        verification = engine.verify_run(store, run["run_id"], run["shards"])
+    with phases.timed("verify_gx"):
+        suite = checks.validate_records(family.name, run["run_id"], verification.records)
+    log.info(
+        "Great Expectations: %s expectation(s) passed of %s; Data Docs: %s (this run: %s)",
+        suite.statistics.get("successful_expectations"),
+        suite.statistics.get("evaluated_expectations"),
+        suite.docs_index,
+        suite.docs_page,
+    )
+    if push is not None:
+        push("gx_result", suite.result)
+    outcomes = list(verification.outcomes) + [
+        CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
+        for o in suite.outcomes
+    ]
+    conflicts = tally.conflicts
+    tally = verification.tally
+    tally.conflicts = conflicts
+    if not (verification.passed and suite.success):
+        failed = [o for o in outcomes if o.critical and not o.success]
+        message = (
+            f"conservation check failed for family {family.name!r} run {run['run_id']!r}; "
+            "nothing was deleted: "
+            + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
+            + f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
+            f"{suite.docs_page or suite.docs_index}"
+        )
+        _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
+        counters = list(dict.fromkeys(c for o in failed for c in o.counters))
+        raise CheckFailed(
+            message,
+            checks=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
+            counters=counters,
+        )
+    log.info(
+        "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d)",
+        tally.counters_committed,
+        tally.rows_folded,
+        tally.sum_folded,
+        tally.late_rows,
+        tally.late_sum,
+    )
+    return {
+        "tally": tally.as_dict(),
+        "seconds": dict(phases.seconds),
+        "checks": [_outcome_dict(o) for o in outcomes],
+        "data_docs": str(suite.docs_index) if suite.docs_index else None,
+        "data_docs_page": suite.docs_page,
+    }
+
+
+def cleanup(family: Family, run: Run, shard: int) -> dict[str, Any]:
+    """Delete the raw rows the shard's verified commits counted (exactly those rows)."""
+    started = time.perf_counter()
+    deleted = engine.cleanup_shard(store_for(family), shard, run["run_id"], fault=_fault)
+    log.info("shard %d: %d raw row(s) deleted", shard, deleted)
+    return {"shard": shard, "rows_deleted": deleted, "seconds": time.perf_counter() - started}
+
+
+def verify_cleanup(
+    family: Family, run: Run, verified: Mapping[str, Any], cleanups: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """No row the run counted is left at or below its epoch; late arrivals are reported."""
+    cleanups = list(cleanups)
+    started = time.perf_counter()
+    outcome = engine.verify_cleanup(store_for(family), run["run_id"], run["shards"])
+    log.info("cleanup check: %s", outcome.detail)
+    if outcome.critical and not outcome.success:
+        tally = Tally.from_dict(dict(verified["tally"]))
+        tally.rows_deleted = sum(c["rows_deleted"] for c in cleanups)
+        phases = Phases(dict(verified["seconds"]))
+        message = (
+            f"cleanup check failed for family {family.name!r} run {run['run_id']!r}: "
+            f"{outcome.detail} [{'; '.join(outcome.counters[:5])}]"
+        )
+        checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
+        _audit(family, run, "failed", tally=tally, phases=phases, checks_=checks_, message=message)
+        raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters)
+    return {
+        "check": _outcome_dict(outcome),
+        "rows_deleted": sum(c["rows_deleted"] for c in cleanups),
+        "seconds": {
+            "cleanup": sum(c["seconds"] for c in cleanups),
+            "verify_cleanup": time.perf_counter() - started,
+        },
+    }
+
+
+def record_audit(
+    family: Family, run: Run, verified: Mapping[str, Any], cleaned: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Advance the family's compacted epoch, check it moved, and write the success audit row."""
+    store = store_for(family)
+    phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
+    plan_ = _plan(family, run)
+    with phases.timed("finish"):
+        engine.finish_run(store, plan_)
+        now_at = store.family_epoch()
+    tally = Tally.from_dict(dict(verified["tally"]))
+    tally.rows_deleted = cleaned["rows_deleted"]
+    advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
+    outcomes = [_outcome(c) for c in verified["checks"]] + [
+        _outcome(cleaned["check"]),
+        CheckOutcome(
+            "family_epoch_advanced",
+            advanced,
+            True,
+            f"compacted epoch {run['epoch_before']} -> {_iso(now_at)} (run epoch {run['epoch']})",
+        ),
+    ]
+    if not advanced:
+        message = (
+            f"family {family.name!r} run {run['run_id']!r}: the compacted epoch is "
+            f"{_iso(now_at)} after finishing, expected at least {run['epoch']}"
+        )
+        _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
+        raise CheckFailed(message, checks=["family_epoch_advanced"])
+    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes)
+    summary = {
+        "family": family.name,
+        "run_id": run["run_id"],
+        "epoch_before": run["epoch_before"],
+        "epoch": run["epoch"],
+        **{k: v for k, v in tally.as_dict().items() if k != "refused_counters"},
+        "data_docs": verified.get("data_docs"),
+    }
+    log.info("run finished: %s", summary)
+    return summary
+
+
+def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
+    """Fail (and so alert) when the compacted epoch is behind ``now - lag`` by more than the
+    family's ``freshness``; skip a family that was never compacted."""
+    now = utc_naive(now or datetime.now(UTC))
+    epoch = store_for(family).family_epoch()
+    if epoch is None:
+        raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
+    expected = now - family.lag
+    behind = expected - utc_naive(epoch)
+    state = {
+        "family": family.name,
+        "epoch": _iso(epoch),
+        "expected": _iso(expected),
+        "behind_s": behind.total_seconds(),
+        "threshold_s": family.freshness.total_seconds(),
+    }
+    if behind > family.freshness:
+        raise FamilyStale(
+            f"family {family.name!r} is stale: compacted epoch {_iso(epoch)} is {behind} behind "
+            f"now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
+            f"check the {family.dag_id} DAG (paused, failing, or the scheduler stopped)",
+            checks=["freshness"],
+        )
+    log.info(
+        "family %s is fresh: %s behind now - lag (threshold %s)",
+        family.name,
+        behind,
+        family.freshness,
+    )
+    return state

@@ -1,0 +1,269 @@
+"""Fixtures for end-to-end DAG tests: real Airflow code paths (``dag.test()``), real Cassandra,
+real alert receivers on loopback (an aiosmtpd SMTP server and an HTTP server).
+
+Needs a migrated Airflow DB and the project's ``dags/`` as the dags folder: ``make test`` sets
+``AIRFLOW_HOME=var/airflow-test`` and ``AIRFLOW__CORE__DAGS_FOLDER`` and migrates. By hand:
+
+    source scripts/env.sh; airflow_env $PWD/var/airflow-test; airflow_db_migrate
+    CASSANDRA_HOSTS=127.0.0.1 CASSANDRA_PORT=9142 .venv/bin/python -m pytest tests/airflow
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[2]
+DAGS = PROJECT / "dags"
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+
+def airflow_ready() -> str | None:
+    """Why the Airflow DB cannot be used, or None."""
+    home = os.environ.get("AIRFLOW_HOME")
+    if not home:
+        return "AIRFLOW_HOME is not set"
+    if Path(os.environ.get("AIRFLOW__CORE__DAGS_FOLDER", "")).resolve() != DAGS:
+        return f"AIRFLOW__CORE__DAGS_FOLDER must be {DAGS}"
+    if not (Path(home) / "airflow.db").exists():
+        return f"no migrated Airflow DB in {home}"
+    return None
+
+
+HINT = (
+    "Run `make test`, or: source scripts/env.sh; airflow_env $PWD/var/airflow-test; "
+    "airflow_db_migrate; then pytest with CASSANDRA_HOSTS/CASSANDRA_PORT set."
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def airflow_env(cassandra_contact: tuple[list[str], int]) -> Iterator[None]:
+    """The Airflow connection ``cassandra_default`` from the environment: outside a running
+    task (and in ``dag.test()``) Airflow 3 does not read connections from its DB."""
+    problem = airflow_ready()
+    if problem:
+        pytest.fail(f"{problem}. {HINT}", pytrace=False)
+    hosts, port = cassandra_contact
+    conn = {
+        "conn_type": "cassandra",
+        "host": ",".join(hosts),
+        "port": port,
+        "extra": {
+            "load_balancing_policy": "TokenAwarePolicy",
+            "load_balancing_policy_args": {
+                "child_load_balancing_policy": "DCAwareRoundRobinPolicy",
+                "child_load_balancing_policy_args": {
+                    "local_dc": os.environ.get("CASSANDRA_LOCAL_DC") or "datacenter1"
+                },
+            },
+            "protocol_version": 5,
+        },
+    }
+    if os.environ.get("CASSANDRA_USERNAME"):
+        conn["login"] = os.environ["CASSANDRA_USERNAME"]
+        conn["password"] = os.environ.get("CASSANDRA_PASSWORD", "")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW_CONN_CASSANDRA_DEFAULT", json.dumps(conn))
+        mp.setenv("GX_ANALYTICS_ENABLED", "false")
+        mp.delenv("COUNTERS_ALERT_EMAIL", raising=False)
+        mp.delenv("COUNTERS_ALERT_WEBHOOK_URL", raising=False)
+        mp.delenv("COUNTERS_ALERT_SLACK_CONN_ID", raising=False)
+        yield
+    from counters.airflow import runtime
+
+    runtime.close()
+
+
+@pytest.fixture(scope="session")
+def conn(airflow_env: None) -> Iterator[Any]:
+    """The test's own Cassandra connection (for loading increments and reading results)."""
+    from counters.connection import Connection, ConnectionSettings
+
+    connection = Connection(ConnectionSettings.from_env())
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="session")
+def dag_keyspace(conn: Any) -> Iterator[str]:
+    name = f"t_dags_{secrets.token_hex(3)}"
+    yield name
+    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- receivers ----------------------------------------------------------------------------
+
+
+@dataclass
+class Inbox:
+    """What the local receivers got: SMTP messages and HTTP POST bodies by path."""
+
+    mails: list[Any] = field(default_factory=list)
+    posts: list[tuple[str, bytes]] = field(default_factory=list)
+    smtp_port: int = 0
+    http_port: int = 0
+
+    def json_posts(self, path: str) -> list[dict[str, Any]]:
+        return [json.loads(body) for p, body in self.posts if p == path]
+
+
+@pytest.fixture
+def receivers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Inbox]:
+    """A real SMTP server (aiosmtpd) and an HTTP server on free loopback ports, plus the
+    Airflow connections that point at them: ``counters_smtp`` and ``counters_slack``."""
+    from aiosmtpd.controller import Controller
+
+    inbox = Inbox()
+
+    class Handler:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            inbox.mails.append(envelope)
+            return "250 Message accepted for delivery"
+
+    inbox.smtp_port = free_port()
+    controller = Controller(Handler(), hostname="127.0.0.1", port=inbox.smtp_port)
+    controller.start()
+
+    class Http(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            inbox.posts.append((self.path, body))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Http)
+    inbox.http_port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_COUNTERS_SMTP",
+        json.dumps(
+            {
+                "conn_type": "smtp",
+                "host": "127.0.0.1",
+                "port": inbox.smtp_port,
+                "extra": {
+                    "disable_tls": True,
+                    "disable_ssl": True,
+                    "from_email": "counters@localhost",
+                    "timeout": 10,
+                    "retry_limit": 1,
+                },
+            }
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_COUNTERS_SLACK",
+        json.dumps(
+            {
+                "conn_type": "slackwebhook",
+                "password": f"http://127.0.0.1:{inbox.http_port}/slack",
+            }
+        ),
+    )
+    try:
+        yield inbox
+    finally:
+        server.shutdown()
+        server.server_close()
+        controller.stop()
+
+
+# --- families -----------------------------------------------------------------------------
+
+
+@dataclass
+class Families:
+    """Throw-away families in a YAML that ``$COUNTERS_CONFIG`` points at, with tables."""
+
+    path: Path
+    keyspace: str
+    entries: list[dict[str, Any]]
+
+    def family(self, name: str) -> Any:
+        from counters.config import Family
+
+        return Family.model_validate(next(e for e in self.entries if e["name"] == name))
+
+
+FamiliesFactory = Callable[..., Families]
+
+
+@pytest.fixture
+def make_families(
+    conn: Any, dag_keyspace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> FamiliesFactory:
+    """``make_families(dict(...), ...)``: write the YAML, create the tables, point
+    ``COUNTERS_CONFIG`` and ``COUNTERS_GX_DIR`` (Data Docs) into the test's tmp dir."""
+    from counters.config import Family
+    from counters.schema import ensure_schema
+
+    def factory(*overrides: dict[str, Any]) -> Families:
+        entries = []
+        for override in overrides:
+            suffix = secrets.token_hex(3)
+            entry: dict[str, Any] = {
+                "name": f"f_{suffix}",
+                "keyspace": dag_keyspace,
+                "raw_table": f"raw_{suffix}",
+                "compact_table": f"compact_{suffix}",
+                "lag": "1m",
+                "shards": 2,
+                "tags": ["test"],
+            }
+            entry.update(override)
+            entries.append(entry)
+        path = tmp_path / "families.yaml"
+        path.write_text(yaml.safe_dump({"families": entries}, sort_keys=False))
+        for entry in entries:
+            ensure_schema(conn.session, Family.model_validate(entry))
+        monkeypatch.setenv("COUNTERS_CONFIG", str(path))
+        monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path / "gx"))
+        return Families(path, dag_keyspace, entries)
+
+    return factory
+
+
+@pytest.fixture
+def dagbag() -> Callable[[], Any]:
+    """Parse the project's dags folder now (with the test's environment)."""
+
+    def parse() -> Any:
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(DAGS))
+        assert not bag.import_errors, bag.import_errors
+        return bag
+
+    return parse
+
+
+@pytest.fixture
+def t0() -> datetime:
+    """A minute boundary a day back: runs are in the past, so no epoch is "in the future"."""
+    now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+    return now - timedelta(days=1)

@@ -1,0 +1,215 @@
+"""A family's DAG end to end with ``dag.test()``: real tasks, real Cassandra, real receivers."""
+
+from __future__ import annotations
+
+import email
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from counters.airflow import tasks
+from counters.client import CounterClient, Increment
+from counters.store import Store
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+
+def aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC)
+
+
+def inc(counter: str, amount: int, at: Any, version: int) -> Increment:
+    return Increment((counter,), amount, at, ("w", version))
+
+
+def load(client: CounterClient, t0: Any, counters=("IBM", "AAPL")) -> None:
+    """Per counter: 10 rows (1..10) at t0 .. t0+9m, and 2 rows of 100 after t0+10m."""
+    events = []
+    for c in counters:
+        events += [inc(c, i + 1, t0 + timedelta(minutes=i), i) for i in range(10)]
+        events += [inc(c, 100, t0 + timedelta(minutes=10, seconds=j + 1), 100 + j) for j in (0, 1)]
+    client.record(events)
+
+
+def raw_times(store: Store, counter: str) -> list[Any]:
+    f = store.family
+    rows = store.session.execute(
+        f'SELECT "{f.columns.time}" FROM {f.keyspace}.{f.raw_table} '
+        f'WHERE "{f.columns.key[0]}" = %s',
+        (counter,),
+    )
+    return [r[0] for r in rows]
+
+
+def states(run: Any) -> dict[str, str]:
+    """task_id[map_index] -> state of a finished DagRun."""
+    out = {}
+    for ti in run.get_task_instances():
+        key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
+        out[key] = str(ti.state.value if hasattr(ti.state, "value") else ti.state)
+    return out
+
+
+def test_run_folds_increments_deletes_raw_rows_and_records_audit(
+    conn, make_families, dagbag, t0, tmp_path: Path
+):
+    families = make_families({})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    before = {v.counter[0]: v.value for v in client.read_many(["IBM", "AAPL"])}
+    epoch = t0 + timedelta(minutes=10)
+
+    dag = dagbag().dags[family.dag_id]
+    run = dag.test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
+
+    assert run.state == "success", states(run)
+    assert set(states(run).values()) == {"success"}
+    for counter in ("IBM", "AAPL"):
+        value = client.read_many([counter])[0]
+        assert (value.compact_value, value.epoch, value.value) == (55, epoch, before[counter])
+        assert sorted(t for t in raw_times(store, counter) if t <= epoch) == []
+        assert len(raw_times(store, counter)) == 2  # the newer rows are untouched
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["success"]
+    assert audit[0]["run_id"] == run.run_id
+    assert (audit[0]["rows_folded"], audit[0]["sum_folded"], audit[0]["rows_deleted"]) == (
+        20,
+        110,
+        20,
+    )
+    assert audit[0]["epoch_after"] == epoch
+    assert store.family_epoch() == epoch
+    site = tmp_path / "gx" / family.name / "gx" / "uncommitted" / "data_docs" / "local_site"
+    assert (site / "index.html").exists()
+    assert list((site / "validations").rglob("*.html")), "no validation page in the Data Docs"
+
+
+def alert_channels(inbox: Any) -> dict[str, Any]:
+    return {
+        "email": ["oncall@example.com"],
+        "slack_webhook_conn_id": "counters_slack",
+        "webhook_url": f"http://127.0.0.1:{inbox.http_port}/hook",
+    }
+
+
+def mail_text(envelope: Any) -> str:
+    message = email.message_from_bytes(envelope.content)
+    parts = [message["Subject"] or ""]
+    for part in message.walk():
+        payload = part.get_payload(decode=True)
+        if payload:
+            parts.append(payload.decode(part.get_content_charset() or "utf-8"))
+    return "\n".join(parts)
+
+
+def test_tampered_run_fails_verify_deletes_nothing_and_alerts(
+    conn, make_families, dagbag, receivers, t0
+):
+    families = make_families({"alerts": alert_channels(receivers)})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    compact = f"{family.keyspace}.{family.compact_table}"
+
+    def tamper(point: str) -> None:
+        """Right after the commit is logged: someone overwrites IBM's compact value."""
+        row = store.session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        if point == "log" and row is not None and row.value == 55:
+            store.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+
+    dag = dagbag().dags[family.dag_id]
+    with tasks.fault_hook(tamper):
+        run = dag.test(logical_date=aware(epoch + family.lag))
+
+    assert run.state == "failed"
+    got = states(run)
+    assert got["verify"] == "failed", got
+    assert {got["plan"], got["compact[0]"], got["compact[1]"]} == {"success"}
+    assert not any(v == "success" for k, v in got.items() if k.startswith(("cleanup", "record")))
+    for counter in ("IBM", "AAPL"):  # nothing deleted
+        assert len([t for t in raw_times(store, counter) if t <= epoch]) == 10
+    assert store.family_epoch() is None
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["failed"]
+    assert "IBM: compact value 999 (expected 55 = 0 + 55)" in audit[0]["message"]
+
+    # the alert, delivered to a real SMTP server, the Slack webhook and the JSON webhook
+    assert len(receivers.mails) == 1
+    assert receivers.mails[0].rcpt_tos == ["oncall@example.com"]
+    text = mail_text(receivers.mails[0])
+    hooks = receivers.json_posts("/hook")
+    slack = receivers.json_posts("/slack")
+    assert len(hooks) == 1 and len(slack) == 1
+    hook = hooks[0]
+    assert hook["family"] == family.name and hook["run_id"] == run.run_id
+    assert hook["task"] == "verify"
+    assert "compact_value_equals_before_plus_folded" in hook["checks"]
+    assert "IBM: compact value 999 (expected 55 = 0 + 55)" in hook["counters"]
+    log_url = f"/dags/{family.dag_id}/runs/{quote(run.run_id)}/tasks/verify"
+    assert log_url in hook["log_url"]
+    for body in (text, slack[0]["text"]):
+        for needle in (family.name, run.run_id, "compact_value_equals_before_plus_folded"):
+            assert needle in body
+        assert "IBM: compact value 999 (expected 55 = 0 + 55)" in body
+        assert log_url in body
+
+
+def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_families, dagbag, t0):
+    families = make_families({})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=4, seconds=30)
+
+    dag = dagbag().dags[family.dag_id]
+    run = dag.test(
+        logical_date=aware(t0 + timedelta(minutes=30)),
+        run_conf={"dry_run": True, "epoch": epoch.isoformat()},
+    )
+
+    assert run.state == "success"
+    got = states(run)
+    assert got["verify"] == "skipped" and got["record_audit"] == "skipped", got
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["dry-run"]
+    assert audit[0]["dry_run"] is True
+    assert (audit[0]["rows_folded"], audit[0]["sum_folded"]) == (10, 2 * 15)  # rows 1..5
+    assert store.family_epoch() is None
+    assert client.read_many(["IBM"])[0].compact_value == 0
+    assert len(raw_times(store, "IBM")) == 12
+
+
+def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
+    conn, make_families, dagbag, t0
+):
+    families = make_families({"shards": 1})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0, counters=("IBM",))
+    dag = dagbag().dags[family.dag_id]
+
+    for minutes, expected in ((3, 1 + 2 + 3 + 4), (6, 28), (9, 55)):
+        epoch = t0 + timedelta(minutes=minutes)
+        run = dag.test(logical_date=aware(epoch + family.lag))
+        assert run.state == "success", states(run)
+        value = client.read_many(["IBM"])[0]
+        assert (value.compact_value, value.epoch, value.value) == (expected, epoch, 255)
+        assert store.family_epoch() == epoch
+
+    older = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    assert older.state == "success"
+    got = states(older)
+    assert got["plan"] == "skipped" and got["compact"] == "skipped", got
+    audit = store.read_audit(10)
+    assert [a["outcome"] for a in audit] == ["noop", "success", "success", "success"]
+    assert [a["epoch_after"] for a in audit[1:]] == [t0 + timedelta(minutes=m) for m in (9, 6, 3)]
+    assert "not newer than the compacted epoch" in audit[0]["message"]
+    assert store.family_epoch() == t0 + timedelta(minutes=9)
