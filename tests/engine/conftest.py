@@ -43,7 +43,8 @@ def engine_keyspace(conn: Connection) -> Iterator[str]:
         "{'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
     yield name
-    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+    # one schema change for every table the engine tests made; slow on a busy 2-core machine
+    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=300)
 
 
 FamilyFactory = Callable[..., tuple[Family, Store, CounterClient]]
