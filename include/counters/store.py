@@ -28,6 +28,9 @@ from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of, wri
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
+IN_CHUNK = 50
+BATCH_PARTITIONS = 10
+"""Partitions per ``IN`` read: fewer requests, still a modest fan-out for the coordinator."""
 FIRST_WRITE_WINS = 2**63 - 1
 """Seed 000: writes ``USING TIMESTAMP Long.MAX - now``, so the earliest write has the largest
 timestamp and wins."""
@@ -207,16 +210,13 @@ class Store:
         by_counter: dict[Key, list[tuple]] = defaultdict(list)
         for counter, clustering, increment, ts in rows:
             by_counter[counter].append((*counter, *clustering, increment, ts))
-        batches = []
-        for values in by_counter.values():
-            for start in range(0, len(values), DELETE_BATCH_ROWS):
-                batch = BatchStatement(
-                    batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
-                )
-                for params in values[start : start + DELETE_BATCH_ROWS]:
-                    batch.add(statement, params)
-                batches.append((batch, None))
-        self._run(batches)
+        self._run(
+            [
+                (self._batch(statement, group), None)
+                for values in by_counter.values()
+                for group in _groups(values, DELETE_BATCH_ROWS)
+            ]
+        )
 
     def add_member(self, counter: Key, member: Any, now: datetime) -> tuple[bool, datetime]:
         """Seed 000's first-write-wins insert, then its WRITETIME check; returns (whether this
@@ -252,15 +252,13 @@ class Store:
             "set_mark",
             "UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?",
         )
-        batches = []
-        for counter, members in items:
-            batch = BatchStatement(
-                batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
-            )
-            for member in members:
-                batch.add(statement, (*counter, member))
-            batches.append((batch, None))
-        self._run(batches)
+        self._run(
+            [
+                (self._batch(statement, [(*counter, m) for m in group]), None)
+                for counter, members in items
+                for group in _groups(members, DELETE_BATCH_ROWS)
+            ]
+        )
 
     def members(self, counter: Key) -> list[tuple[Any, datetime | None, bool]]:
         """Every member of a unique counter with its first-write time and counted mark."""
@@ -321,11 +319,25 @@ class Store:
 
     def forget_touched(self, shard: int, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
-        the read has a later server timestamp and survives."""
+        the read has a later server timestamp and survives. One shard is one partition, so the
+        deletes go in single-partition batches."""
         statement = self.prepare(
             "index_forget", "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND {key_where}"
         )
-        self._concurrent(statement, [(e.writetime, shard, *e.counter) for e in entries])
+        self._run(
+            [
+                (self._batch(statement, [(e.writetime, shard, *e.counter) for e in group]), None)
+                for group in _groups(entries, DELETE_BATCH_ROWS)
+            ]
+        )
+
+    def _batch(self, statement: PreparedStatement, params: Sequence[Sequence[Any]]) -> Any:
+        batch = BatchStatement(
+            batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+        )
+        for values in params:
+            batch.add(statement, values)
+        return batch
 
     # --- fold reads and the commit --------------------------------------------------------
 
@@ -345,23 +357,38 @@ class Store:
             return stored
         return datetime_from_uuid1(stored)
 
-    def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
-        if self.family.folds_by_slice:
+    def _rows_by_partition(
+        self, name: str, columns: str, table: str, counters: Sequence[Key]
+    ) -> dict[Key, list[tuple]]:
+        """Rows of many partitions, grouped by partition. A single-column key is read with
+        ``IN ?`` over chunks of ``IN_CHUNK`` partitions (one request instead of one each, which
+        is what bounds a Python client); a composite key one partition per request."""
+        out: dict[Key, list[tuple]] = {c: [] for c in counters}
+        if len(self.layout.key) == 1:
             statement = self.prepare(
-                "compact_read_slice",
-                "SELECT {value}, {epoch}, commit_id FROM {compact} WHERE {key_where}",
+                f"{name}_in", f"SELECT {{key}}, {columns} FROM {table} WHERE {{key}} IN ?"
             )
-        else:
-            statement = self.prepare(
-                "compact_read",
-                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
-            )
-        out: dict[Key, Checkpoint] = {}
+            chunks = [counters[i : i + IN_CHUNK] for i in range(0, len(counters), IN_CHUNK)]
+            for result in self._run([(statement, ([c[0] for c in chunk],)) for chunk in chunks]):
+                for row in result:
+                    out[(row[0],)].append(row[1:])
+            return out
+        statement = self.prepare(name, f"SELECT {columns} FROM {table} WHERE {{key_where}}")
         for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
-            row = result.one()
-            if row is None:
+            out[counter].extend(tuple(r) for r in result)
+        return out
+
+    def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
+        columns = "{value}, {epoch}, commit_id"
+        if not self.family.folds_by_slice:
+            columns += ", pending"
+        rows = self._rows_by_partition("compact_read", columns, "{compact}", counters)
+        out: dict[Key, Checkpoint] = {}
+        for counter in counters:
+            if not rows[counter]:
                 out[counter] = Checkpoint(value=0, epoch=None)
                 continue
+            row = rows[counter][0]
             pending = row[3] if len(row) > 3 else None
             out[counter] = Checkpoint(
                 value=row[0] or 0,
@@ -401,14 +428,9 @@ class Store:
         return out
 
     def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[RawRow]]:
-        statement = self.prepare(
-            "raw_read", "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where}"
-        )
+        rows = self._rows_by_partition("raw_read", "{clustering}, {increment}", "{raw}", counters)
         width = len(self.layout.clustering)
-        out: dict[Key, list[RawRow]] = {}
-        for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
-            out[counter] = [RawRow(tuple(r[:width]), r[0], r[width]) for r in result]
-        return out
+        return {c: [RawRow(tuple(r[:width]), r[0], r[width]) for r in rows[c]] for c in counters}
 
     def commit(
         self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str
@@ -461,23 +483,29 @@ class Store:
 
     def delete_rows(self, deletions: Sequence[tuple[Key, Sequence[Key]]], ts: int) -> int:
         """Delete exactly these rows (never a range: a late row next to them must survive),
-        with a tombstone timestamp that also shadows later retries of the same rows."""
+        with a tombstone timestamp that also shadows later retries of the same rows.
+
+        Unlogged batches of up to ``DELETE_BATCH_ROWS`` rows from at most
+        ``BATCH_PARTITIONS`` counters (Cassandra warns above 10 partitions per batch)."""
         statement = self.prepare(
             "raw_delete", "DELETE FROM {raw} USING TIMESTAMP ? WHERE {row_where}"
         )
-        batches = []
-        count = 0
+        batches: list[tuple[Any, None]] = []
+        current: list[tuple] = []
+        partitions = 0
         for counter, clusterings in deletions:
-            for start in range(0, len(clusterings), DELETE_BATCH_ROWS):
-                batch = BatchStatement(
-                    batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
-                )
-                for clustering in clusterings[start : start + DELETE_BATCH_ROWS]:
-                    batch.add(statement, (ts, *counter, *clustering))
-                    count += 1
-                batches.append((batch, None))
+            for group in _groups(clusterings, DELETE_BATCH_ROWS):
+                if current and (
+                    len(current) + len(group) > DELETE_BATCH_ROWS or partitions >= BATCH_PARTITIONS
+                ):
+                    batches.append((self._batch(statement, current), None))
+                    current, partitions = [], 0
+                current.extend((ts, *counter, *clustering) for clustering in group)
+                partitions += 1
+        if current:
+            batches.append((self._batch(statement, current), None))
         self._run(batches)
-        return count
+        return sum(len(c) for _counter, c in deletions)
 
     # --- run log --------------------------------------------------------------------------
 
@@ -489,33 +517,30 @@ class Store:
             "new_value, new_epoch, touched_writetime, newer_rows) VALUES (?, ?, {key_marks}, "
             "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
-        for start in range(0, len(entries), DELETE_BATCH_ROWS):
-            batch = BatchStatement(
-                batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+        rows = [
+            (
+                run_id,
+                shard,
+                *e.counter,
+                e.commit_id,
+                e.action,
+                e.base_value,
+                e.base_epoch,
+                e.folded_rows,
+                e.folded_sum,
+                e.late_rows,
+                e.late_sum,
+                e.max_lateness_ms,
+                e.new_value,
+                e.new_epoch,
+                e.touched_writetime,
+                e.newer_rows,
             )
-            for e in entries[start : start + DELETE_BATCH_ROWS]:
-                batch.add(
-                    statement,
-                    (
-                        run_id,
-                        shard,
-                        *e.counter,
-                        e.commit_id,
-                        e.action,
-                        e.base_value,
-                        e.base_epoch,
-                        e.folded_rows,
-                        e.folded_sum,
-                        e.late_rows,
-                        e.late_sum,
-                        e.max_lateness_ms,
-                        e.new_value,
-                        e.new_epoch,
-                        e.touched_writetime,
-                        e.newer_rows,
-                    ),
-                )
-            self.session.execute(batch)
+            for e in entries
+        ]  # one partition (run, shard): single-partition batches
+        self._run(
+            [(self._batch(statement, group), None) for group in _groups(rows, DELETE_BATCH_ROWS)]
+        )
 
     def read_log(self, run_id: str, shard: int) -> list[LogEntry]:
         statement = self.prepare(
@@ -679,3 +704,7 @@ def _parse_value(cql_type: str, column: str, text: str) -> Any:
     except ValueError as exc:
         raise ValueError(f"key column {column!r} ({cql_type}): cannot parse {text!r}") from exc
     return text
+
+
+def _groups(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
