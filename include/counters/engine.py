@@ -51,6 +51,22 @@ log = logging.getLogger(__name__)
 Fault = Callable[[str], None]
 """Called between statements with the name of the point reached; tests raise there to crash."""
 
+FAULT_POINTS = (
+    "lease",
+    "discover",
+    "read_compact",
+    "read_raw",
+    "commit",
+    "log",
+    "verify",
+    "cleanup_read_log",
+    "cleanup_mark",
+    "cleanup_delete",
+    "cleanup_forget",
+    "finish",
+)
+"""Every point ``fault`` is called at, in run order (``cleanup_mark``: unique families only)."""
+
 LEASE_TTL_S = 120
 FORGET_MARGIN = timedelta(minutes=2)
 """Index marks younger than this are kept: a writer marks first and writes its row just after."""
@@ -742,21 +758,26 @@ def run_family(
     tally = Tally()
     checks: list[CheckOutcome] = []
     say = progress or (lambda _m: None)
-    if plan.noop:
-        summary = RunSummary(plan, "noop", tally, phases, checks, plan.noop_reason or "")
+
+    def finish(outcome: str, message: str = "") -> RunSummary:
+        """Every run leaves one audit row, whatever its outcome."""
         store.write_audit(
             audit_record(
                 store.family,
                 plan,
-                outcome="noop",
+                outcome=outcome,
                 tally=tally,
                 phases=phases,
+                checks=checks,
                 dry_run=dry_run,
-                message=summary.message,
+                message=message,
                 started_at=started,
             )
         )
-        return summary
+        return RunSummary(plan, outcome, tally, phases, checks, message)
+
+    if plan.noop:
+        return finish("noop", plan.noop_reason or "")
     try:
         for shard in plan.shards:
             say(f"compacting shard {shard + 1}/{len(plan.shards)}")
@@ -773,20 +794,7 @@ def run_family(
             tally = tally.merge(report.tally)
             phases = phases.merge(report.phases)
         if dry_run:
-            summary = RunSummary(plan, "dry-run", tally, phases, checks, "dry run: nothing written")
-            store.write_audit(
-                audit_record(
-                    store.family,
-                    plan,
-                    outcome="dry-run",
-                    tally=tally,
-                    phases=phases,
-                    dry_run=True,
-                    message=summary.message,
-                    started_at=started,
-                )
-            )
-            return summary
+            return finish("dry-run", "dry run: nothing written")
         say("verifying")
         with phases.timed("verify"):
             verification = verify_run(store, run_id, plan.shards)
@@ -814,32 +822,9 @@ def run_family(
             finish_run(store, plan)
         fault("finish")
     except EngineError as exc:
-        store.write_audit(
-            audit_record(
-                store.family,
-                plan,
-                outcome="failed",
-                tally=tally,
-                phases=phases,
-                checks=checks,
-                message=str(exc),
-                started_at=started,
-            )
-        )
+        finish("failed", str(exc))
         raise
-    summary = RunSummary(plan, "success", tally, phases, checks)
-    store.write_audit(
-        audit_record(
-            store.family,
-            plan,
-            outcome="success",
-            tally=tally,
-            phases=phases,
-            checks=checks,
-            started_at=started,
-        )
-    )
-    return summary
+    return finish("success")
 
 
 def format_counter(counter: Key) -> str:

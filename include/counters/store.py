@@ -34,7 +34,7 @@ BATCH_PARTITIONS = 10
 FIRST_WRITE_WINS = 2**63 - 1
 """Seed 000: writes ``USING TIMESTAMP Long.MAX - now``, so the earliest write has the largest
 timestamp and wins."""
-DELETE_BATCH_ROWS = 200
+DELETE_BATCH_ROWS = 100
 
 
 @dataclass(frozen=True)

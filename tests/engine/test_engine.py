@@ -177,19 +177,7 @@ def test_scan_discovery_finds_rows_written_without_the_index(make_family, t0):
     assert all(v.value == 2 and v.newer_sum == 0 for v in client.read_many(counters))
 
 
-CRASH_POINTS = [
-    "lease",
-    "discover",
-    "read_compact",
-    "read_raw",
-    "commit",
-    "log",
-    "verify",
-    "cleanup_read_log",
-    "cleanup_delete",
-    "cleanup_forget",
-    "finish",
-]
+CRASH_POINTS = [p for p in engine.FAULT_POINTS if p != "cleanup_mark"]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

@@ -24,21 +24,7 @@ from .helpers import rows_at_or_below
 pytestmark = pytest.mark.integration
 
 COUNTERS = ["IBM", "AAPL", "MSFT", "GOOG"]
-POINTS = [  # read_raw twice: the stale-commit window gets drawn more often
-    "read_raw",
-    "lease",
-    "discover",
-    "read_compact",
-    "read_raw",
-    "commit",
-    "log",
-    "verify",
-    "cleanup_read_log",
-    "cleanup_mark",
-    "cleanup_delete",
-    "cleanup_forget",
-    "finish",
-]
+POINTS = ["read_raw", *engine.FAULT_POINTS]  # read_raw twice: the stale-commit window
 DAY = date(2026, 3, 29)
 
 
