@@ -1,0 +1,191 @@
+"""The dags folder parses, builds one DAG per family as configured, and reports broken families.
+
+No Cassandra here and no metadata DB: only ``DagBag`` over the project's ``dags/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from counters.config import DEFAULT_CONFIG_PATH, Family, load_catalog
+
+PROJECT = Path(__file__).resolve().parents[2]
+DAGS = PROJECT / "dags"
+CHECK_FILE = str(DAGS / "counters_config_check.py")
+
+pytestmark = pytest.mark.airflow
+
+
+def parse(monkeypatch: pytest.MonkeyPatch, config: Path) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("COUNTERS_CONFIG", str(config))
+    return DagBag(dag_folder=str(DAGS))
+
+
+@pytest.fixture(scope="module")
+def families() -> list[Family]:
+    return list(load_catalog(DEFAULT_CONFIG_PATH).families)
+
+
+@pytest.fixture(scope="module")
+def bag(families: list[Family]) -> Any:
+    with pytest.MonkeyPatch.context() as mp:
+        return parse(mp, DEFAULT_CONFIG_PATH)
+
+
+def test_no_import_errors(bag: Any) -> None:
+    assert bag.import_errors == {}
+
+
+def test_one_dag_per_family_plus_freshness(bag: Any, families: list[Family]) -> None:
+    assert set(bag.dag_ids) == {f.dag_id for f in families} | {"counters_freshness"}
+    freshness = bag.dags["counters_freshness"]
+    assert {t.task_id for t in freshness.tasks} == {f.name for f in families}
+
+
+def test_dags_are_configured_as_their_family(bag: Any, families: list[Family]) -> None:
+    for family in families:
+        dag = bag.dags[family.dag_id]
+        where = f"{dag.dag_id} in {dag.fileloc}"
+        assert dag.timetable.expression == family.schedule, where
+        assert dag.catchup is family.catchup, where
+        assert dag.max_active_runs == 1, where
+        assert {"counters", family.kind.value, *family.tags} <= set(dag.tags), where
+        assert dag.params["epoch"] is None and dag.params["dry_run"] is False, where
+        assert dag.params.get_param("epoch").schema["type"] == ["null", "string"]
+        assert f"{family.keyspace}.{family.raw_table}" in dag.doc_md, where
+        assert f"{family.keyspace}.{family.compact_table}" in dag.doc_md, where
+        assert f"| lag | {family.lag}:" in dag.doc_md, where
+        assert "Read rule" in dag.doc_md, where
+
+
+def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
+    for family in families:
+        dag = bag.dags[family.dag_id]
+        upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+        assert upstream == {
+            "plan": set(),
+            "compact": {"plan"},
+            "verify": {"plan", "compact"},
+            "cleanup": {"plan", "verify"},
+            "verify_cleanup": {"plan", "verify", "cleanup"},
+            "record_audit": {"plan", "verify", "verify_cleanup"},
+        }
+        for task in dag.tasks:
+            where = f"{dag.dag_id}.{task.task_id} in {dag.fileloc}"
+            assert task.retries >= 2, f"{where} must have task retries >= 2"
+            assert task.retry_exponential_backoff > 1, where
+            assert task.owner == family.owner, where
+            assert task.retry_policy is not None, where
+            assert task.on_failure_callback, f"{where} must alert on failure"
+        assert dag.task_dict["compact"].is_mapped and dag.task_dict["cleanup"].is_mapped
+
+
+def test_retry_policy_fails_checks_at_once_and_retries_the_rest(bag: Any, families) -> None:
+    from airflow.sdk.definitions.retry_policy import RetryAction
+    from counters import engine
+    from counters.connection import CassandraUnavailable
+
+    policy = bag.dags[families[0].dag_id].task_dict["verify"].retry_policy
+
+    def action(error: BaseException) -> RetryAction:
+        return policy.evaluate(error, try_number=1, max_tries=4).action
+
+    assert action(engine.RowsRefused("x")) is RetryAction.FAIL
+    assert action(engine.ChecksFailed("x", [])) is RetryAction.FAIL
+    assert action(engine.LeaseHeld("x")) is RetryAction.RETRY
+    assert action(CassandraUnavailable("x")) is RetryAction.DEFAULT  # retries with backoff
+
+
+def write_families(path: Path, entries: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"families": entries}, sort_keys=False))
+    return path
+
+
+def good(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "keyspace": "ks",
+        "raw_table": f"{name}_raw",
+        "compact_table": f"{name}_compact",
+        "lag": "1m",
+    }
+
+
+def test_broken_family_is_one_import_error_naming_it_and_the_others_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = {**good("broken"), "lag": "soon", "shards": 0}
+    config = write_families(tmp_path / "f.yaml", [good("alpha"), broken, good("gamma")])
+
+    bag = parse(monkeypatch, config)
+
+    assert list(bag.import_errors) == [CHECK_FILE]
+    message = bag.import_errors[CHECK_FILE]
+    assert "1 counter family could not be loaded" in message
+    assert "- broken:" in message and "field 'lag'" in message and "field 'shards'" in message
+    assert "alpha" not in message and "gamma" not in message
+    assert set(bag.dag_ids) == {"compact_alpha", "compact_gamma", "counters_freshness"}
+
+
+def test_unreadable_families_file_is_one_import_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "f.yaml"
+    config.write_text("families: [unclosed\n")
+
+    bag = parse(monkeypatch, config)
+
+    assert list(bag.import_errors) == [CHECK_FILE]
+    assert "malformed YAML" in bag.import_errors[CHECK_FILE]
+    assert bag.dag_ids == []
+
+
+PARSE_PROBE = """
+import json, sys, time
+from airflow.dag_processing.dagbag import DagBag
+started = time.perf_counter()
+bag = DagBag(dag_folder=sys.argv[1])
+import counters.airflow.runtime as runtime
+print(json.dumps({
+    "dags": sorted(bag.dag_ids),
+    "errors": list(bag.import_errors),
+    "seconds": time.perf_counter() - started,
+    "heavy": sorted(m for m in ("great_expectations", "pandas") if m in sys.modules),
+    "connected": runtime._connection is not None,
+}))
+"""
+
+
+def test_parsing_is_cheap_and_honours_the_parsing_context(families: list[Family]) -> None:
+    """A worker parsing for one DAG builds only that one; no GX/pandas import, no connection
+    (the Cassandra connection points at a closed port: any attempt would show)."""
+    wanted = families[0].dag_id
+    env = {
+        **os.environ,
+        "COUNTERS_CONFIG": str(DEFAULT_CONFIG_PATH),
+        "_AIRFLOW_PARSING_CONTEXT_DAG_ID": wanted,
+        "AIRFLOW_CONN_CASSANDRA_DEFAULT": json.dumps(
+            {"conn_type": "cassandra", "host": "127.0.0.1", "port": 9}
+        ),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PARSE_PROBE, str(DAGS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert probe["dags"] == [wanted]
+    assert probe["errors"] == []
+    assert probe["heavy"] == [] and probe["connected"] is False
