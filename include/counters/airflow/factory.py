@@ -135,8 +135,8 @@ audit row). Audit: `counterctl audit --family {family.name}`.
 `dry_run`: compact without writing (audit `dry-run`).
 
 **Backfill.** `airflow backfill create --dag-id {family.dag_id} --from-date 2026-11-22T09:00
---to-date 2026-11-22T09:10`: each run takes its epoch from its own logical date; runs whose
-epoch is already compacted are recorded no-ops.
+--to-date 2026-11-22T09:10 --max-active-runs 1`: each run takes its epoch from its own logical
+date, in order; runs whose epoch is already compacted are recorded no-ops (README, "Backfills").
 """
 
 
