@@ -33,9 +33,9 @@ COMPACT_OPTIONS = (
     "compaction = {'class': 'LeveledCompactionStrategy'} "
     "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
 )
-INDEX_OPTIONS = (
+INDEX_OPTIONS = (  # a resurrected mark only adds a candidate: short gc_grace is harmless
     "compaction = {'class': 'LeveledCompactionStrategy', 'tombstone_threshold': '0.05', "
-    "'unchecked_tombstone_compaction': 'true'} AND gc_grace_seconds = 10800"
+    "'unchecked_tombstone_compaction': 'true'} AND gc_grace_seconds = 600"
 )
 RUNLOG_OPTIONS = "default_time_to_live = 1209600 AND gc_grace_seconds = 10800"
 
@@ -130,7 +130,8 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
     key_list = ", ".join(q(c.name) for c in layout.key)
     return [
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(index_table(family))} (shard int, {key_defs}, "
-        f"touched boolean, PRIMARY KEY ((shard), {key_list})) WITH {INDEX_OPTIONS}",
+        f"slot int, touched boolean, PRIMARY KEY ((shard, slot), {key_list})) "
+        f"WITH {INDEX_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runlog_table(family))} (run_id text, shard int, "
         f"{key_defs}, commit_id timeuuid, action text, base_value bigint, base_epoch timestamp, "
         "folded_rows int, folded_sum bigint, late_rows int, late_sum bigint, "
@@ -316,5 +317,12 @@ def ensure_schema(
         session.execute(compact_ddl(family, layout))
     for statement in bookkeeping_ddl(family, layout):
         session.execute(statement)
+    index = _table_meta(session, family.keyspace, index_table(family))
+    if index is not None and [c.name for c in index.partition_key] != ["shard", "slot"]:
+        raise SchemaError(
+            f"family {family.name!r}: index table {family.keyspace}.{index_table(family)} has an "
+            "older layout (partition key (shard)); drop it, run `counterctl init`, and let one "
+            "compaction with `discovery: scan` find the counters it marked"
+        )
     session.cluster.refresh_schema_metadata()
     return layout

@@ -30,6 +30,8 @@ from .schema import RawLayout, q
 DEFAULT_CONCURRENCY = 64
 IN_CHUNK = 50
 BATCH_PARTITIONS = 10
+INDEX_SLOTS = 16
+"""Index partitions per shard (see ``Store.index_partition``)."""
 """Partitions per ``IN`` read: fewer requests, still a modest fan-out for the coordinator."""
 FIRST_WRITE_WINS = 2**63 - 1
 """Seed 000: writes ``USING TIMESTAMP Long.MAX - now``, so the earliest write has the largest
@@ -187,14 +189,21 @@ class Store:
     def shard(self, counter: Key) -> int:
         return shard_of(self.token(counter), self.family.shards)
 
+    def index_partition(self, counter: Key) -> tuple[int, int]:
+        """(shard, slot) of a counter's mark: the shard split again into ``INDEX_SLOTS`` finer
+        token ranges, so no index partition collects the tombstones of a whole shard."""
+        fine = shard_of(self.token(counter), self.family.shards * INDEX_SLOTS)
+        return fine // INDEX_SLOTS, fine % INDEX_SLOTS
+
     # --- write API ------------------------------------------------------------------------
 
     def mark_touched(self, counters: Iterable[Key]) -> None:
         """Mark counters as having rows to fold (server timestamps; before the raw write)."""
         statement = self.prepare(
-            "index_mark", "UPDATE {index} SET touched = true WHERE shard = ? AND {key_where}"
+            "index_mark",
+            "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        params = [(self.shard(c), *c) for c in set(counters)]
+        params = [(*self.index_partition(c), *c) for c in set(counters)]
         self._run([(statement, p) for p in params], session=self.conn.server_timestamp_session)
 
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
@@ -301,11 +310,12 @@ class Store:
 
     def touched(self, shard: int) -> list[Touched]:
         statement = self.prepare(
-            "index_scan", "SELECT {key}, writetime(touched) FROM {index} WHERE shard = ?"
+            "index_scan",
+            "SELECT {key}, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
         )
         width = len(self.layout.key)
-        rows = self.session.execute(statement, (shard,), execution_profile=BULK_PROFILE)
-        return [Touched(tuple(r[:width]), r[width]) for r in rows]
+        results = self._concurrent(statement, [(shard, slot) for slot in range(INDEX_SLOTS)])
+        return [Touched(tuple(r[:width]), r[width]) for result in results for r in result]
 
     def scan_counters(self, shard: int) -> list[Key]:
         """Every counter with live raw rows in the shard's token range (the sweep)."""
@@ -319,15 +329,22 @@ class Store:
 
     def forget_touched(self, shard: int, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
-        the read has a later server timestamp and survives. One shard is one partition, so the
-        deletes go in single-partition batches."""
+        the read has a later server timestamp and survives. Deletes go in single-partition
+        batches (one per index partition)."""
         statement = self.prepare(
-            "index_forget", "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND {key_where}"
+            "index_forget",
+            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
+        by_partition: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+        for entry in entries:
+            where = self.index_partition(entry.counter)
+            by_partition[where].append((entry.writetime, *where, *entry.counter))
+        del shard  # implied by the counters; kept in the signature for the engine's symmetry
         self._run(
             [
-                (self._batch(statement, [(e.writetime, shard, *e.counter) for e in group]), None)
-                for group in _groups(entries, DELETE_BATCH_ROWS)
+                (self._batch(statement, group), None)
+                for params in by_partition.values()
+                for group in _groups(params, DELETE_BATCH_ROWS)
             ]
         )
 

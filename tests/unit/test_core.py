@@ -169,3 +169,19 @@ class TestChecks:
     def test_missing_compact_row_fails(self):
         rec = self.record(current_commit_id=None, current_value=None, current_epoch=None)
         assert not self.outcome([rec], "compact_row_present").success
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4, 7])
+def test_finer_shards_nest_inside_shards(shards):
+    """The touched index splits each shard into finer ranges; every finer range must lie in
+    the shard that owns its tokens."""
+    import random
+
+    rng = random.Random(shards)
+    probes = [MIN_TOKEN + 1, MAX_TOKEN, 0, -1, 1] + [
+        rng.randint(MIN_TOKEN + 1, MAX_TOKEN) for _ in range(2000)
+    ]
+    for lo, hi in shard_bounds(shards * 16):
+        probes += [lo + 1, hi]
+    for token in probes:
+        assert shard_of(token, shards * 16) // 16 == shard_of(token, shards)
