@@ -1,0 +1,949 @@
+"""``python -m counters.bench``: compaction against the scan floor and the naive seed algorithm,
+idle-heavy tables, read latency, DAG parse time and peak memory, side by side in one run.
+
+Every figure comes from this run on this node (compare ratios, not absolute times: the machine
+is shared and noisy). The JSON report (``--out``) holds every figure; a table goes to stdout.
+All tables live in one throw-away keyspace that is dropped at the end (``--keep`` keeps it).
+
+Sections (``--only`` picks some): scan, naive, compaction, idle, reads, probes, dags, kinds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from . import bench_dags, engine
+from .bench_kinds import KINDS, KindContext
+from .bench_ops import (
+    Dataset,
+    Meter,
+    compare,
+    count_rows,
+    load_twin,
+    load_write_path,
+    naive_compact,
+    naive_ddl,
+    percentile,
+    scan_raw,
+    scan_values,
+    server_pid,
+    tombstone_index_marks,
+    write_folded_compact_rows,
+)
+from .bench_probes import commit_costs, fold_io_costs
+from .client import CounterClient, Increment
+from .config import Family
+from .connection import Connection, connect
+from .core import truncate_ms, write_timestamp
+from .schema import LEASE_TABLE, STATE_TABLE, ensure_schema, index_table, q, runlog_table
+from .store import Store
+
+SECTIONS = ("scan", "naive", "compaction", "idle", "reads", "probes", "dags", "kinds")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+TARGETS = {
+    "compaction_over_scan_floor": (">=", 0.5),
+    "naive_over_compaction": (">=", 10.0),
+    "idle_heavy_over_active_only": ("<=", 2.0),
+    "p99_compacted_over_fresh": ("<=", 1.5),
+    "compaction_seconds_per_1M_rows": ("<", 60.0),
+    "dag_parse_s_100_families": ("<", 1.0),
+}
+
+
+@dataclass
+class Params:
+    counters: int = 100_000
+    rows_per_counter: int = 10
+    idle_counters: int = 1_000_000
+    active_counters: int = 10_000
+    history_minutes: int = 1440
+    reads: int = 2000
+    families: tuple[int, ...] = (1, 10, 100)
+    only: tuple[str, ...] = SECTIONS
+    smoke: bool = False
+    out: Path = PROJECT_ROOT / "var" / "bench" / "latest.json"
+    keep: bool = False
+    profile: bool = False
+    scan_ranges: int = 64
+    scan_concurrency: int = 16
+    scan_repeats: int = 3
+    wait_marks: bool = True
+    dag_repeats: int = 3
+
+
+def parse_args(argv: list[str] | None) -> Params:
+    p = argparse.ArgumentParser(prog="python -m counters.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--counters", type=int, help="counters in the main data set (100000)")
+    p.add_argument("--rows-per-counter", type=int, help="increments per counter (10)")
+    p.add_argument("--idle-counters", type=int, help="counters in the idle-heavy table (1000000)")
+    p.add_argument("--active-counters", type=int, help="of which active since last run (10000)")
+    p.add_argument("--history-minutes", type=int, help="per-minute history of read counters (1440)")
+    p.add_argument("--reads", type=int, help="timed reads per read-latency counter (2000)")
+    p.add_argument("--families", help="DAG parse sizes, comma separated (1,10,100)")
+    p.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (CI): seconds, not minutes")
+    p.add_argument("--out", type=Path, help="JSON report (var/bench/latest.json)")
+    p.add_argument("--keep", action="store_true", help="do not drop the bench keyspace")
+    p.add_argument("--profile", action="store_true", help="pyinstrument profile of compaction")
+    p.add_argument("--scan-ranges", type=int)
+    p.add_argument("--scan-concurrency", type=int)
+    p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
+    a = p.parse_args(argv)
+    params = Params()
+    if a.smoke:
+        params = Params(
+            counters=300,
+            rows_per_counter=5,
+            idle_counters=3000,
+            active_counters=60,
+            history_minutes=60,
+            reads=40,
+            families=(1, 3),
+            smoke=True,
+            scan_repeats=1,
+            scan_ranges=16,
+            scan_concurrency=4,
+            wait_marks=False,
+            dag_repeats=1,
+        )
+    for name in (
+        "counters",
+        "rows_per_counter",
+        "idle_counters",
+        "active_counters",
+        "history_minutes",
+        "reads",
+        "out",
+        "scan_ranges",
+        "scan_concurrency",
+    ):
+        value = getattr(a, name)
+        if value is not None:
+            setattr(params, name, value)
+    if a.families:
+        params.families = tuple(int(x) for x in a.families.split(",") if x.strip())
+    if a.only:
+        params.only = tuple(dict.fromkeys(a.only))
+    params.keep = a.keep
+    params.profile = a.profile
+    if a.no_wait:
+        params.wait_marks = False
+    for name in ("counters", "rows_per_counter", "active_counters", "history_minutes", "reads"):
+        if getattr(params, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if params.idle_counters < params.active_counters:
+        p.error("--idle-counters must be >= --active-counters")
+    if params.history_minutes < 12:
+        p.error("--history-minutes must be >= 12")
+    return params
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+class Bench:
+    def __init__(self, params: Params, conn: Connection):
+        self.p = params
+        self.conn = conn
+        self.keyspace = f"counters_bench_{secrets.token_hex(3)}"
+        self.server = (
+            server_pid(conn.settings.port)
+            if conn.settings.hosts[0]
+            in (
+                "127.0.0.1",
+                "localhost",
+            )
+            else None
+        )
+        self.results: dict[str, Any] = {}
+        self.marks_at: dict[str, float] = {}
+        self.log = print
+
+    def say(self, message: str) -> None:
+        self.log(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    # --- families ---------------------------------------------------------------------------
+
+    def make_family(self, name: str, **fields: Any) -> tuple[Family, Store, CounterClient]:
+        values = {
+            "name": name,
+            "keyspace": self.keyspace,
+            "raw_table": f"{name}_raw",
+            "compact_table": f"{name}_compact",
+            "lag": "1m",
+            "shards": 4,
+            **fields,
+        }
+        family = Family.model_validate(values)
+        layout = ensure_schema(self.conn.session, family)
+        store = Store(self.conn, family, layout)
+        return family, store, CounterClient(self.conn, family, store)
+
+    def reset_family(self, family: Family) -> None:
+        """Empty a family's tables for reuse (many tables exhaust a small node's heap)."""
+        ks = q(self.keyspace)
+        for table in (
+            family.raw_table,
+            family.compact_table,
+            index_table(family),
+            runlog_table(family),
+        ):
+            self.conn.session.execute(f"TRUNCATE {ks}.{q(table)}", timeout=120)
+        self.conn.session.execute(
+            f"DELETE FROM {ks}.{STATE_TABLE} WHERE family = %s", (family.name,)
+        )
+        for shard in range(family.shards):
+            self.conn.session.execute(
+                f"DELETE FROM {ks}.{LEASE_TABLE} WHERE family = %s AND shard = %s",
+                (family.name, shard),
+            )
+        self.marks_at.pop(family.name, None)
+
+    @staticmethod
+    def family_fields(family: Family) -> dict[str, Any]:
+        data = family.model_dump(mode="json")
+        data["lag"] = family.lag.total_seconds()
+        data["freshness"] = family.freshness.total_seconds()
+        return data
+
+    def _age_marks(self, family: Family) -> float | None:
+        """Let the loader's index marks get older than the engine's forget margin, as they are
+        in steady state when a run forgets idle counters; returns their age at the run."""
+        written = self.marks_at.get(family.name)
+        if written is None:
+            return None
+        need = engine.FORGET_MARGIN.total_seconds() + 2
+        age = time.time() - written
+        if self.p.wait_marks and age < need:
+            self.say(f"waiting {need - age:.0f} s for index marks to age past the forget margin")
+            time.sleep(need - age)
+        return time.time() - written
+
+    def compact(
+        self, family: Family, epoch: datetime, label: str, profile: bool = False
+    ) -> dict[str, Any]:
+        """One engine run (``run_family``) over the whole family, in a worker process."""
+        marks_age = self._age_marks(family)
+        cmd = [
+            sys.executable,
+            "-m",
+            "counters.bench_worker",
+            "--family-json",
+            json.dumps(self.family_fields(family)),
+            "--epoch",
+            epoch.isoformat(),
+            "--now",
+            _now().replace(tzinfo=UTC).isoformat(),
+        ]
+        if profile:
+            cmd += ["--profile", str(self.p.out.parent / f"profile-{label}")]
+        self.say(f"compacting {family.name} ({label}) in a worker process")
+        with Meter(self.server) as meter:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+        line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"bench worker failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        result = json.loads(line)
+        result["process_seconds"] = round(meter.seconds, 3)
+        result["server_cpu_s"] = meter.server_cpu_s
+        result["loadavg_1m_after"] = meter.loadavg_1m
+        result["marks_age_s"] = None if marks_age is None else round(marks_age, 1)
+        result["forget_margin_s"] = engine.FORGET_MARGIN.total_seconds()
+        if profile:
+            result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
+        if not result["ok"]:
+            self.say(f"{label}: engine run failed: {result['error']}")
+        return result
+
+    def read_latency(
+        self, read: Any, counters: dict[str, Any], reads: int, warmup: int = 50
+    ) -> dict[str, Any]:
+        """Time ``read(counter)`` ``reads`` times per counter, interleaved (noise hits all)."""
+        samples: dict[str, list[float]] = {name: [] for name in counters}
+        for _ in range(min(warmup, reads)):
+            for key in counters.values():
+                read(key)
+        for _ in range(reads):
+            for name, key in counters.items():
+                start = time.perf_counter()
+                read(key)
+                samples[name].append((time.perf_counter() - start) * 1000)
+        return {
+            name: {
+                "reads": len(values),
+                "p50_ms": round(percentile(values, 50), 3),
+                "p90_ms": round(percentile(values, 90), 3),
+                "p99_ms": round(percentile(values, 99), 3),
+                "max_ms": round(max(values), 3),
+                "mean_ms": round(sum(values) / len(values), 3),
+            }
+            for name, values in samples.items()
+        }
+
+    # --- 1-3: the main data set -------------------------------------------------------------
+
+    def prepare_main(self) -> None:
+        p = self.p
+        t0 = (_now() - timedelta(days=2)).replace(second=0, microsecond=0)
+        self.main_data = Dataset("c", p.counters, p.rows_per_counter, t0)
+        self.main_family, self.main_store, self.main_client = self.make_family("bench_main")
+        self.say(f"loading {self.main_data.row_count:,} rows through CounterClient.record")
+        with Meter(self.server) as meter:
+            load_write_path(self.main_client, self.main_data)
+        self.marks_at[self.main_family.name] = time.time()
+        self.results["load"] = {
+            "rows": self.main_data.row_count,
+            "counters": p.counters,
+            "write_path": {
+                **meter.as_dict(),
+                "rows_per_s": round(self.main_data.row_count / meter.seconds),
+            },
+        }
+        self.expected = self.main_data.expected()
+        if "naive" in p.only:
+            for statement in naive_ddl(self.keyspace, "naive_raw", "naive_compact"):
+                self.conn.session.execute(statement)
+            self.say("loading the same rows into the naive peer's twin table")
+            with Meter(self.server) as meter:
+                load_twin(self.conn, self.keyspace, "naive_raw", self.main_data)
+            self.results["load"]["twin_bulk"] = {
+                **meter.as_dict(),
+                "rows_per_s": round(self.main_data.row_count / meter.seconds),
+            }
+
+    def scan_floor(self) -> None:
+        p = self.p
+        runs = []
+        for attempt in range(p.scan_repeats):
+            with Meter(self.server) as meter:
+                rows, total = scan_raw(
+                    self.conn, self.main_family, p.scan_ranges, p.scan_concurrency
+                )
+            runs.append(
+                {**meter.as_dict(), "rows": rows, "rows_per_s": round(rows / meter.seconds)}
+            )
+            self.say(f"scan floor {attempt + 1}: {rows:,} rows in {meter.seconds:.2f} s")
+        best = min(runs, key=lambda r: r["seconds"])
+        self.results["scan_floor"] = {
+            **best,
+            "ranges": p.scan_ranges,
+            "concurrency": p.scan_concurrency,
+            "fetch_size": 5000,
+            "all_runs_s": [r["seconds"] for r in runs],
+            "rows_expected": self.main_data.row_count,
+            "sum_matches": total == sum(self.expected.values()),
+        }
+
+    def naive(self) -> None:
+        epoch = self.main_data.epoch
+        self.say("naive peer: one counter at a time, synchronous calls")
+        with Meter(self.server) as meter:
+            counters = naive_compact(self.conn, self.keyspace, "naive_raw", "naive_compact", epoch)
+        found = scan_values(self.conn, self.keyspace, "naive_compact", ["type"], "value")
+        left = count_rows(self.conn, self.keyspace, "naive_raw", ["type"])
+        exactness = compare(self.expected, found, left)
+        rows = self.main_data.row_count
+        self.results["naive"] = {
+            **meter.as_dict(),
+            "counters": counters,
+            "rows": rows,
+            "rows_per_s": round(rows / meter.seconds),
+            "exactness": exactness.as_dict(),
+        }
+        self.say(f"naive peer: {meter.seconds:.1f} s ({rows / meter.seconds:,.0f} rows/s)")
+
+    def compaction(self) -> None:
+        data, family = self.main_data, self.main_family
+        run = self.compact(family, data.epoch, "compaction", profile=self.p.profile)
+        with Meter(self.server) as compact_scan:
+            found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
+        with Meter(self.server) as tombstone_scan:  # the raw table now holds only tombstones
+            left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
+        exactness = compare(self.expected, found, left)
+        sweep = self._sweep_after_fold(family)
+        sample = list(self.expected)[:200]
+        read_rule_ok = all(
+            v.value == self.expected[v.counter] for v in self.main_client.read_many(sample)
+        )
+        summary = run.get("summary") or {}
+        rows = data.row_count
+        seconds = run["seconds"]
+        self.results["compaction"] = {
+            "ok": run["ok"],
+            "error": run["error"],
+            "seconds": round(seconds, 3),
+            "rows": rows,
+            "counters": data.counters,
+            "rows_per_s": round(rows / seconds) if run["ok"] else None,
+            "seconds_per_1M_rows": round(seconds * 1_000_000 / rows, 1),
+            "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
+            "server_cpu_s": _round(run["server_cpu_s"], 2),
+            "loadavg_1m_after": run["loadavg_1m_after"],
+            "process_seconds": run["process_seconds"],
+            "phases_s": summary.get("durations_s"),
+            "tally": {
+                k: summary.get(k)
+                for k in (
+                    "counters_committed",
+                    "rows_folded",
+                    "sum_folded",
+                    "rows_deleted",
+                    "conflicts",
+                    "late_rows",
+                )
+            },
+            "tally_matches": summary.get("rows_folded") == rows
+            and summary.get("sum_folded") == sum(self.expected.values())
+            and summary.get("rows_deleted") == rows,
+            "requests": run.get("requests"),
+            "requests_per_counter": round(
+                sum((run.get("requests") or {}).values()) / data.counters, 2
+            ),
+            "rss_peak_kb": run["rss_peak_kb"],
+            "rss_before_kb": run["rss_before_kb"],
+            "marks_age_s": run["marks_age_s"],
+            "exactness": exactness.as_dict(),
+            "scan_compact_table_after_s": round(compact_scan.seconds, 3),
+            "scan_raw_tombstones_after_s": round(tombstone_scan.seconds, 3),
+            "read_rule_sample_exact": read_rule_ok,
+            "scan_discovery_after_fold": sweep,
+            "profile": run.get("profile"),
+        }
+        self.say(
+            f"compaction: {seconds:.1f} s ({rows / seconds:,.0f} rows/s), exact={exactness.exact}"
+        )
+
+    def _sweep_after_fold(self, family: Family) -> dict[str, Any]:
+        """``discovery: scan`` (the sweep) on the family just folded: ``Store.scan_counters``
+        per shard, over a raw table that now holds one tombstone per folded row."""
+        store = Store(self.conn, family.model_copy(update={"discovery": "scan"}))
+        try:
+            with Meter(self.server) as meter:
+                found = sum(len(store.scan_counters(s)) for s in range(family.shards))
+        except Exception as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        return {"ok": True, "seconds": round(meter.seconds, 3), "counters_found": found}
+
+    # --- 4: idle-heavy ------------------------------------------------------------------------
+
+    def prepare_idle(self) -> None:
+        p = self.p
+        t1 = (_now() - timedelta(days=1)).replace(second=0, microsecond=0)
+        self.idle_data = Dataset("k", p.active_counters, p.rows_per_counter, t1)
+        self.idle_e0 = truncate_ms(t1 - timedelta(hours=1))
+        base = {self.idle_data.key(i): 1000 + i % 100 for i in range(p.idle_counters)}
+        self.idle_base = base
+        setups = {}
+        for name, total in (("bench_active", p.active_counters), ("bench_idle", p.idle_counters)):
+            family, store, client = self.make_family(name)
+            keys = [self.idle_data.key(i) for i in range(total)]
+            self.say(f"{name}: {total:,} compact rows as an earlier run left them (bulk)")
+            with Meter(self.server) as meter:
+                write_folded_compact_rows(
+                    self.conn,
+                    family,
+                    [(k, base[k]) for k in keys],
+                    self.idle_e0,
+                    p.rows_per_counter,
+                )
+            store.advance_family_epoch(self.idle_e0, "bench-setup")
+            with Meter(self.server) as load:
+                load_write_path(client, self.idle_data)
+            self.marks_at[name] = time.time()
+            setups[name] = {
+                "compact_rows_bulk": {**meter.as_dict(), "rows": total},
+                "increments_write_path": {**load.as_dict(), "rows": self.idle_data.row_count},
+            }
+            setattr(self, name.replace("bench_", "") + "_family", (family, store, client))
+        self.results["idle_setup"] = setups
+
+    def _idle_expected(self, total: int, extra: list[Dataset]) -> dict[tuple, int]:
+        expected = {
+            self.idle_data.key(i): self.idle_base[self.idle_data.key(i)] for i in range(total)
+        }
+        for data in extra:
+            for i in data.indexes():
+                expected[data.key(i)] += data.total(i)
+        return expected
+
+    def _idle_run(
+        self, label: str, family: Family, total: int, epoch: datetime, datasets: list[Dataset]
+    ) -> dict[str, Any]:
+        run = self.compact(family, epoch, label)
+        found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
+        left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
+        exactness = compare(self._idle_expected(total, datasets), found, left)
+        summary = run.get("summary") or {}
+        return {
+            "ok": run["ok"],
+            "error": run["error"],
+            "seconds": round(run["seconds"], 3),
+            "counters_in_table": total,
+            "active_counters": self.p.active_counters,
+            "rows": self.idle_data.row_count,
+            "phases_s": summary.get("durations_s"),
+            "counters_committed": summary.get("counters_committed"),
+            "requests": run.get("requests"),
+            "rss_peak_kb": run["rss_peak_kb"],
+            "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
+            "server_cpu_s": _round(run["server_cpu_s"], 2),
+            "loadavg_1m_after": run["loadavg_1m_after"],
+            "marks_age_s": run["marks_age_s"],
+            "exactness": exactness.as_dict(),
+        }
+
+    def idle(self) -> None:
+        p = self.p
+        epoch = self.idle_data.epoch
+        active_family = self.active_family[0]
+        idle_family, idle_store, idle_client = self.idle_family
+        out = {
+            "active_only": self._idle_run(
+                "active_only", active_family, p.active_counters, epoch, [self.idle_data]
+            ),
+            "idle_heavy": self._idle_run(
+                "idle_heavy", idle_family, p.idle_counters, epoch, [self.idle_data]
+            ),
+        }
+        # The same idle-heavy table, but the idle counters' index marks were forgotten recently
+        # (row tombstones in the index, within its gc_grace_seconds), then a new round of
+        # increments for the active counters.
+        later = Dataset("k", p.active_counters, p.rows_per_counter, epoch + timedelta(minutes=1))
+        idle_keys = [self.idle_data.key(i) for i in range(p.active_counters, p.idle_counters)]
+        self.say(f"idle-heavy, recent: {len(idle_keys):,} index tombstones, then new increments")
+        with Meter(self.server) as meter:
+            tombstone_index_marks(
+                idle_store, idle_keys, write_timestamp(_now() - timedelta(minutes=5))
+            )
+        load_write_path(idle_client, later)
+        self.marks_at[idle_family.name] = time.time()
+        recent = self._idle_run(
+            "idle_heavy_recent", idle_family, p.idle_counters, later.epoch, [self.idle_data, later]
+        )
+        recent["index_tombstones"] = len(idle_keys)
+        recent["tombstones_written_s"] = round(meter.seconds, 2)
+        out["idle_heavy_recent_forgets"] = recent
+        self.results["idle"] = out
+
+    # --- 5: read latency ------------------------------------------------------------------------
+
+    def reads(self) -> None:
+        p = self.p
+        if hasattr(self, "main_family"):
+            family, store, client = self.main_family, self.main_store, self.main_client
+            self.reset_family(family)
+        else:
+            family, store, client = self.make_family("bench_main")
+        now_min = _now().replace(second=0, microsecond=0)
+        start = now_min - timedelta(minutes=p.history_minutes)
+        history = [
+            (truncate_ms(start + timedelta(minutes=k)), 1 + k % 50)
+            for k in range(p.history_minutes)
+        ]
+        keys = {
+            "compacted": ("lat-compacted",),
+            "uncompacted": ("lat-uncompacted",),
+            "fresh": ("lat-fresh",),
+        }
+        self.say(f"read latency: {p.history_minutes} per-minute rows, compacted vs not vs fresh")
+        client.record(
+            Increment(keys["compacted"], inc, at, ("lat", k)) for k, (at, inc) in enumerate(history)
+        )
+        # Left uncompacted: written without an index mark, so no run ever finds it.
+        store.insert_raw(
+            [
+                (keys["uncompacted"], (at, "lat", k), inc, write_timestamp(at))
+                for k, (at, inc) in enumerate(history)
+            ]
+        )
+        fresh_at = truncate_ms(_now())
+        client.record([Increment(keys["fresh"], 5, fresh_at, ("lat", 0))])
+        # Kept compact by the job: one run over the backlog, then per-minute runs.
+        runs = []
+        for back in range(11, 1, -1):
+            summary = engine.run_family(store, now_min - timedelta(minutes=back), now=_now())
+            runs.append(summary.tally.rows_folded)
+        total = sum(inc for _at, inc in history)
+        expect = {"compacted": total, "uncompacted": total, "fresh": 5}
+        values = {name: client.read(key) for name, key in keys.items()}
+        stats = self.read_latency(client.read, keys, p.reads)
+        for name in stats:
+            stats[name]["value_exact"] = values[name] == expect[name]
+        # What the engine's fold read (all of a counter's rows, tombstones included) costs on
+        # the same counters: the compacted one carries a tombstone per folded row.
+        fold = self.read_latency(
+            lambda key: store.read_rows([key]), keys, max(50, p.reads // 4), warmup=10
+        )
+        self.results["read_latency"] = {
+            "history_minutes": p.history_minutes,
+            "runs_rows_folded": runs,
+            "reads_per_counter": p.reads,
+            "read_call": "CounterClient.read (compact row, then the slice after its epoch)",
+            "counters": stats,
+            "fold_read_rows": fold,
+        }
+
+    # --- probes ---------------------------------------------------------------------------------
+
+    def probes(self) -> None:
+        size = min(self.p.counters, 20_000)
+        self.say(f"probes: {size:,} commits four ways")
+        t0 = (_now() - timedelta(days=3)).replace(second=0, microsecond=0)
+        self.results["probes"] = {
+            "commit": commit_costs(self.conn, self.keyspace, size, self.server),
+            "fold_io": fold_io_costs(self.conn, self.keyspace, size, self.server, t0),
+        }
+
+    # --- 6, kinds ---------------------------------------------------------------------------
+
+    def dags(self) -> None:
+        self.say(f"DAG parse time for {list(self.p.families)} families")
+        self.results["dag_parse"] = bench_dags.measure(
+            list(self.p.families), repeats=self.p.dag_repeats
+        )
+
+    def kinds(self) -> None:
+        ctx = KindContext(self.conn, self.keyspace, self.p, self.results, self)
+        self.results["kinds"] = {name: func(ctx).as_dict() for name, func in KINDS.items()}
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        only = self.p.only
+        self.conn.session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        )
+        steps: list[tuple[str, Any]] = []
+        if {"scan", "naive", "compaction"} & set(only):
+            steps.append(("load", self.prepare_main))
+        if "idle" in only:  # loaded early: the naive peer's minutes let the index marks age
+            steps.append(("idle_setup", self.prepare_idle))
+        for name, func in (
+            ("scan", self.scan_floor),
+            ("naive", self.naive),
+            ("compaction", self.compaction),
+            ("idle", self.idle),
+            ("reads", self.reads),
+            ("probes", self.probes),
+            ("dags", self.dags),
+            ("kinds", self.kinds),
+        ):
+            if name in only:
+                steps.append((name, func))
+        for name, func in steps:
+            started = time.perf_counter()
+            try:
+                func()
+            except Exception as exc:
+                self.say(f"section {name} failed: {type(exc).__name__}: {exc}")
+                self.results.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+            self.results.setdefault("section_seconds", {})[name] = round(
+                time.perf_counter() - started, 1
+            )
+
+    def drop(self) -> None:
+        self.conn.session.execute(f"DROP KEYSPACE IF EXISTS {self.keyspace}", timeout=120)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --- ratios, targets, report -------------------------------------------------------------------
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float | None]:
+    scan = results.get("scan_floor") or {}
+    naive = results.get("naive") or {}
+    comp = results.get("compaction") or {}
+    idle = results.get("idle") or {}
+    reads = (results.get("read_latency") or {}).get("counters") or {}
+    parse = ((results.get("dag_parse") or {}).get("sizes") or {}).get("100") or {}
+    active = (idle.get("active_only") or {}).get("seconds")
+    out = {
+        "compaction_over_scan_floor": _ratio(comp.get("rows_per_s"), scan.get("rows_per_s")),
+        "naive_over_compaction": _ratio(naive.get("seconds"), comp.get("seconds")),
+        "idle_heavy_over_active_only": _ratio(
+            (idle.get("idle_heavy") or {}).get("seconds"), active
+        ),
+        "idle_heavy_recent_over_active_only": _ratio(
+            (idle.get("idle_heavy_recent_forgets") or {}).get("seconds")
+            if (idle.get("idle_heavy_recent_forgets") or {}).get("ok")
+            else None,
+            active,
+        ),
+        "p99_compacted_over_fresh": _ratio(
+            (reads.get("compacted") or {}).get("p99_ms"), (reads.get("fresh") or {}).get("p99_ms")
+        ),
+        "p99_uncompacted_over_fresh": _ratio(
+            (reads.get("uncompacted") or {}).get("p99_ms"),
+            (reads.get("fresh") or {}).get("p99_ms"),
+        ),
+        "compaction_seconds_per_1M_rows": comp.get("seconds_per_1M_rows")
+        if comp.get("ok")
+        else None,
+        "dag_parse_s_100_families": parse.get("parse_s"),
+    }
+    return {k: None if v is None else round(v, 4) for k, v in out.items()}
+
+
+def targets(rat: dict[str, float | None]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, (op, goal) in TARGETS.items():
+        value = rat.get(name)
+        met = None
+        if value is not None:
+            met = value >= goal if op == ">=" else value <= goal if op == "<=" else value < goal
+        out[name] = {"target": f"{op} {goal:g}", "value": value, "met": met}
+    return out
+
+
+def code_state() -> dict[str, Any]:
+    """The commit measured, and files of the package that differ from it (others edit the tree
+    while benchmarks run)."""
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=20
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dirty = git("status", "--porcelain", "--", "include/counters", "dags")
+    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": dirty.splitlines()}
+
+
+def machine() -> dict[str, Any]:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load,
+    }
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        text = f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = str(value)
+    return f"{text}{unit}"
+
+
+def table(report: dict[str, Any]) -> str:
+    r = report["results"]
+    lines: list[str] = []
+
+    def row(name: str, *cells: Any) -> None:
+        lines.append(f"  {name:<44} " + "  ".join(str(c) for c in cells))
+
+    lines.append(f"counters bench — {report['started_at']} — {report['machine']['cpus']} cores")
+    load = r.get("load")
+    if load:
+        wp = load["write_path"]
+        lines.append(
+            f"data set: {load['counters']:,} counters x "
+            f"{load['rows'] // max(load['counters'], 1)} rows = {load['rows']:,} raw rows"
+        )
+        row(
+            "load via CounterClient.record",
+            _fmt(wp["seconds"], " s"),
+            _fmt(wp["rows_per_s"], " rows/s"),
+        )
+        if "twin_bulk" in load:
+            row(
+                "load naive twin (bulk batches)",
+                _fmt(load["twin_bulk"]["seconds"], " s"),
+                _fmt(load["twin_bulk"]["rows_per_s"], " rows/s"),
+            )
+    if "scan_floor" in r:
+        s = r["scan_floor"]
+        row(
+            "1. scan floor (token ranges, paged)",
+            _fmt(s["seconds"], " s"),
+            _fmt(s["rows_per_s"], " rows/s"),
+            f"cpu client {_fmt(s['client_cpu_s'])} s",
+            f"server {_fmt(s['server_cpu_s'])} s",
+        )
+    if "naive" in r:
+        s = r["naive"]
+        row(
+            "2. naive peer (sync, per counter)",
+            _fmt(s["seconds"], " s"),
+            _fmt(s["rows_per_s"], " rows/s"),
+            f"exact={s['exactness']['exact']}",
+            f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
+        )
+    if "compaction" in r:
+        s = r["compaction"]
+        row(
+            "3. compaction (engine.run_family)",
+            _fmt(s["seconds"], " s"),
+            _fmt(s["rows_per_s"], " rows/s"),
+            f"exact={s['exactness']['exact']}",
+            f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
+        )
+        if s.get("phases_s"):
+            row("   phases", ", ".join(f"{k} {v:.1f}" for k, v in s["phases_s"].items()))
+        row("   requests per counter", _fmt(s["requests_per_counter"]))
+        sweep = s.get("scan_discovery_after_fold") or {}
+        if sweep:
+            row(
+                "   sweep (discovery: scan) after the fold",
+                _fmt(sweep.get("seconds"), " s") if sweep["ok"] else f"FAILED: {sweep['error']}",
+            )
+        if s.get("error"):
+            row("   error", s["error"][:200])
+    if "idle" in r:
+        for name, s in r["idle"].items():
+            row(
+                f"4. {name} ({s['counters_in_table']:,} counters)",
+                _fmt(s["seconds"], " s") if s["ok"] else f"FAILED: {(s['error'] or '')[:120]}",
+                f"exact={s['exactness']['exact']}",
+                f"rss {_fmt(s['rss_peak_kb'] // 1024, ' MiB')}",
+            )
+    if "read_latency" in r:
+        for name, s in r["read_latency"]["counters"].items():
+            row(
+                f"5. read {name}",
+                f"p50 {_fmt(s['p50_ms'], ' ms')}",
+                f"p99 {_fmt(s['p99_ms'], ' ms')}",
+                f"exact={s['value_exact']}",
+            )
+        for name, s in (r["read_latency"].get("fold_read_rows") or {}).items():
+            row(
+                f"   fold read (Store.read_rows) {name}",
+                f"p50 {_fmt(s['p50_ms'], ' ms')}",
+                f"p99 {_fmt(s['p99_ms'], ' ms')}",
+            )
+    if "probes" in r:
+        probes = {**r["probes"]["commit"], **r["probes"].get("fold_io", {})}
+        for name, s in probes.items():
+            if isinstance(s, dict):
+                row(
+                    f"probe {name}",
+                    _fmt(s["rows_per_s"], " rows/s"),
+                    f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
+                )
+    if "dag_parse" in r:
+        d = r["dag_parse"]
+        if d["status"] != "measured":
+            row("6. DAG parse", f"{d['status']} ({d['path']})")
+        for n, s in d["sizes"].items():
+            if s is None:
+                continue
+            if "error" in s:
+                row(f"6. DAG parse, {n} families", f"ERROR {s['error'][:160]}")
+                continue
+            row(
+                f"6. DAG parse, {n} families",
+                _fmt(s["parse_s"], " s"),
+                f"{s['dags']} dags",
+                f"{len(s['import_errors'])} import errors",
+                f"(airflow import {_fmt(s['import_airflow_s'], ' s')})",
+            )
+    if "compaction" in r:
+        row(
+            "7. peak RSS of the compaction process",
+            _fmt(r["compaction"]["rss_peak_kb"] // 1024, " MiB"),
+        )
+    if "kinds" in r:
+        for name, k in r["kinds"].items():
+            row(
+                f"kind {name}",
+                _fmt(k["compaction_rows_per_s"], " rows/s"),
+                f"p99 compacted {_fmt(k['read_p99_compacted_ms'], ' ms')}",
+                f"fresh {_fmt(k['read_p99_fresh_ms'], ' ms')}",
+                k["note"],
+            )
+    lines.append("ratios and targets:")
+    for name, t in report["targets"].items():
+        mark = {True: "met", False: "MISSED", None: "-"}[t["met"]]
+        row(name, _fmt(t["value"]), t["target"], mark)
+    extra = report["ratios"]
+    for name in ("idle_heavy_recent_over_active_only", "p99_uncompacted_over_fresh"):
+        row(name, _fmt(extra.get(name)))
+    if r.get("errors"):
+        lines.append("errors: " + json.dumps(r["errors"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    params = parse_args(argv)
+    started = datetime.now(UTC)
+    report: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "command": "python -m counters.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(),
+        "code": code_state(),
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in params.__dict__.items()},
+    }
+    needs_cassandra = set(params.only) - {"dags"}
+    bench = None
+    conn = connect() if needs_cassandra else None
+    try:
+        if conn is not None:
+            report["cassandra"] = {
+                "hosts": list(conn.settings.hosts),
+                "port": conn.settings.port,
+                "release_version": conn.session.execute(
+                    "SELECT release_version FROM system.local"
+                ).one()[0],
+            }
+            bench = Bench(params, conn)
+            report["keyspace"] = bench.keyspace
+            bench.run()
+            results = bench.results
+        else:
+            results = {}
+            if "dags" in params.only:
+                results["dag_parse"] = bench_dags.measure(
+                    list(params.families), repeats=params.dag_repeats
+                )
+    finally:
+        if bench is not None and not params.keep:
+            bench.drop()
+        if conn is not None:
+            conn.close()
+    report["results"] = results
+    report["ratios"] = ratios(results)
+    report["targets"] = targets(report["ratios"])
+    report["total_seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
+    params.out.parent.mkdir(parents=True, exist_ok=True)
+    params.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(table(report))
+    print(f"JSON: {params.out}")
+    return 1 if results.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""`python -m counters.bench --smoke` against the real node: the report's structure, every
+measured figure present and positive, compaction totals exact. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _positive(report: dict, path: str) -> float:
+    value: object = report
+    for part in path.split("."):
+        assert isinstance(value, dict) and part in value, f"{path}: missing {part!r}"
+        value = value[part]
+    assert isinstance(value, int | float) and not isinstance(value, bool), f"{path}: {value!r}"
+    assert value > 0, f"{path} = {value}"
+    return value
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, cassandra_contact) -> tuple[dict, str]:
+    hosts, port = cassandra_contact
+    out = tmp_path_factory.mktemp("bench") / "report.json"
+    env = {**os.environ, "CASSANDRA_HOSTS": ",".join(hosts), "CASSANDRA_PORT": str(port)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "counters.bench", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_report_structure(smoke):
+    report, stdout = smoke
+    for key in ("started_at", "command", "machine", "code", "params", "cassandra", "results"):
+        assert key in report
+    assert report["machine"]["cpus"] >= 1
+    assert "errors" not in report["results"], report["results"].get("errors")
+    for section in (
+        "load", "scan_floor", "naive", "compaction", "idle", "read_latency", "probes",
+        "dag_parse", "kinds",
+    ):  # fmt: skip
+        assert section in report["results"], section
+    assert set(report["ratios"]) >= {
+        "compaction_over_scan_floor",
+        "naive_over_compaction",
+        "idle_heavy_over_active_only",
+        "p99_compacted_over_fresh",
+    }
+    assert set(report["targets"]) == {
+        "compaction_over_scan_floor",
+        "naive_over_compaction",
+        "idle_heavy_over_active_only",
+        "p99_compacted_over_fresh",
+        "compaction_seconds_per_1M_rows",
+        "dag_parse_s_100_families",
+    }
+    assert "ratios and targets:" in stdout
+    assert "3. compaction (engine.run_family)" in stdout
+
+
+def test_every_figure_is_present_and_positive(smoke):
+    report, _ = smoke
+    r = {"r": report["results"], "q": report["ratios"]}
+    for path in (
+        "r.load.write_path.rows_per_s",
+        "r.scan_floor.seconds",
+        "r.scan_floor.rows_per_s",
+        "r.naive.seconds",
+        "r.naive.rows_per_s",
+        "r.compaction.seconds",
+        "r.compaction.rows_per_s",
+        "r.compaction.client_cpu_s",
+        "r.compaction.rss_peak_kb",
+        "r.compaction.requests_per_counter",
+        "r.idle.active_only.seconds",
+        "r.idle.idle_heavy.seconds",
+        "r.idle.idle_heavy_recent_forgets.seconds",
+        "r.idle.idle_heavy.rss_peak_kb",
+        "q.compaction_over_scan_floor",
+        "q.naive_over_compaction",
+        "q.idle_heavy_over_active_only",
+        "q.p99_compacted_over_fresh",
+        "q.p99_uncompacted_over_fresh",
+        "q.compaction_seconds_per_1M_rows",
+        "r.kinds.increments.compaction_rows_per_s",
+        "r.kinds.increments.read_p99_compacted_ms",
+    ):
+        _positive(r, path)
+    for name in ("compacted", "uncompacted", "fresh"):
+        for stat in ("p50_ms", "p99_ms", "mean_ms"):
+            _positive(r, f"r.read_latency.counters.{name}.{stat}")
+    for name, probe in report["results"]["probes"]["commit"].items():
+        if isinstance(probe, dict):
+            assert probe["rows_per_s"] > 0, name
+    assert all(v > 0 for v in report["results"]["compaction"]["phases_s"].values() if v)
+    parse = report["results"]["dag_parse"]
+    if parse["status"] == "measured":
+        for n, size in parse["sizes"].items():
+            assert "error" not in size, size
+            assert size["parse_s"] > 0 and size["dags"] >= int(n), (n, size)
+            assert not size["import_errors"], size["import_errors"]
+    else:
+        assert parse["status"] == "dags folder not present"
+
+
+def test_compaction_totals_are_exact(smoke):
+    report, _ = smoke
+    r = report["results"]
+    rows = r["load"]["rows"]
+    compaction = r["compaction"]
+    assert compaction["ok"], compaction["error"]
+    assert compaction["exactness"]["exact"], compaction["exactness"]
+    assert compaction["exactness"]["counters_found"] == r["load"]["counters"]
+    assert compaction["tally_matches"]
+    assert compaction["tally"]["rows_folded"] == rows
+    assert compaction["read_rule_sample_exact"]
+    assert r["naive"]["exactness"]["exact"], r["naive"]["exactness"]
+    for name, run in r["idle"].items():
+        assert run["ok"], (name, run["error"])
+        assert run["exactness"]["exact"], (name, run["exactness"])
+        assert run["counters_committed"] == run["active_counters"], name
+    assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
+    assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
+    assert r["kinds"]["increments"]["exact"] is True
+
+
+def test_bench_keyspace_is_dropped(smoke, cassandra_session):
+    report, _ = smoke
+    row = cassandra_session.execute(
+        "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+        (report["keyspace"],),
+    ).one()
+    assert row is None

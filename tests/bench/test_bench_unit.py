@@ -1,0 +1,86 @@
+"""The benchmark's pure parts: data generation, percentiles, exactness, ratios and targets."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from counters import bench, bench_dags
+from counters.bench_kinds import KINDS, KindContext
+from counters.bench_ops import Dataset, compare, percentile
+from counters.config import parse_catalog
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile(values, 100) == 100
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_dataset_rows_are_at_or_below_epoch_and_totals_match_events():
+    data = Dataset("c", counters=7, rows=4, t0=datetime(2026, 1, 1))
+    events = data.events(list(data.indexes()))
+    assert len(events) == data.row_count == 28
+    assert all(e.time <= data.epoch for e in events)
+    totals: dict[tuple, int] = {}
+    for e in events:
+        totals[e.counter] = totals.get(e.counter, 0) + e.increment
+    assert totals == data.expected()
+    assert len({(e.counter, e.time, e.identity) for e in events}) == 28  # no duplicate rows
+
+
+def test_compare_flags_mismatch_missing_and_leftovers():
+    expected = {("a",): 1, ("b",): 2, ("c",): 3}
+    assert compare(expected, dict(expected), 0).exact
+    off = compare(expected, {("a",): 1, ("b",): 5}, 0)
+    assert (off.mismatches, off.missing, off.exact) == (1, 1, False)
+    assert not compare(expected, dict(expected), 1).exact
+
+
+def test_ratios_and_targets_from_partial_results():
+    results = {
+        "scan_floor": {"rows_per_s": 400_000},
+        "compaction": {"ok": True, "rows_per_s": 100_000, "seconds": 10.0,
+                       "seconds_per_1M_rows": 10.0},
+        "naive": {"seconds": 200.0},
+    }  # fmt: skip
+    ratios = bench.ratios(results)
+    assert ratios["compaction_over_scan_floor"] == 0.25
+    assert ratios["naive_over_compaction"] == 20.0
+    assert ratios["p99_compacted_over_fresh"] is None
+    targets = bench.targets(ratios)
+    assert targets["compaction_over_scan_floor"]["met"] is False
+    assert targets["naive_over_compaction"]["met"] is True
+    assert targets["compaction_seconds_per_1M_rows"]["met"] is True
+    assert targets["idle_heavy_over_active_only"]["met"] is None
+    report = {
+        "started_at": "now",
+        "machine": {"cpus": 2},
+        "results": {"dag_parse": bench_dags.measure([1], dags_folder=Path("/nonexistent"))},
+        "ratios": ratios,
+        "targets": targets,
+    }
+    text = bench.table(report)
+    assert "dags folder not present" in text and "MISSED" in text
+
+
+def test_generated_families_file_is_valid():
+    catalog = parse_catalog(bench_dags.families_yaml(12), Path("generated.yaml"))
+    assert len(catalog.families) == 12
+
+
+def test_every_kind_line_tolerates_missing_sections():
+    ctx = KindContext(conn=None, keyspace="k", params=bench.Params(), results={})
+    for name, func in KINDS.items():
+        line = func(ctx)
+        assert line.kind == name
+        assert line.compaction_rows_per_s is None and line.p99_ratio is None
+
+
+def test_smoke_params_are_small():
+    params = bench.parse_args(["--smoke", "--only", "scan"])
+    assert params.smoke and params.counters <= 1000 and params.only == ("scan",)
+    params = bench.parse_args(["--counters", "5", "--families", "1,2"])
+    assert params.counters == 5 and params.families == (1, 2)
