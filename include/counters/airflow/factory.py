@@ -18,7 +18,7 @@ from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, ta
 from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
-from . import tasks
+from . import checks, tasks
 from .notifiers import Channels, CountersAlertNotifier
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ def doc_md(family: Family, channels: Channels) -> str:
         ("alerts", channels.describe()),
     ]
     table = "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
+    docs = checks.gx_root(family.name) / "gx" / "uncommitted" / "data_docs" / "local_site"
     return f"""\
 ### Counter family `{family.name}` ({family.kind.value})
 
@@ -127,7 +128,7 @@ def doc_md(family: Family, channels: Channels) -> str:
 
 **Tasks.** `plan` (the epoch; a run whose epoch is not newer than the compacted epoch records a
 `noop` audit row and skips the rest) -> `compact` (per shard, compare-and-set commits) ->
-`verify` (engine checks and the Great Expectations suite; Data Docs in `var/gx/{family.name}`)
+`verify` (engine checks and the Great Expectations suite; Data Docs in `{docs}`)
 -> `cleanup` (per shard) -> `verify_cleanup` -> `record_audit` (advance the compacted epoch,
 audit row). Audit: `counterctl audit --family {family.name}`.
 
