@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,8 @@ class Family(_Strict):
     consistency: Consistency = Consistency.LOCAL_QUORUM
     discovery: Discovery = Discovery.INDEX
     catchup: bool = False
+    start_date: datetime | None = None
+    """Where the DAG's schedule starts (catchup creates the runs from here); UTC if naive."""
     freshness: timedelta = timedelta(minutes=10)
     owner: str = "counters"
     tags: tuple[str, ...] = ()
@@ -178,6 +180,11 @@ class Family(_Strict):
             data.setdefault("compact_columns", {"value": "count", "epoch": "counted_until"})
             data.setdefault("discovery", Discovery.SCAN.value)
         return data
+
+    @field_validator("start_date")
+    @classmethod
+    def _start_date_utc(cls, value: datetime | None) -> datetime | None:
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
 
     @field_validator("name")
     @classmethod
