@@ -81,6 +81,8 @@ class Params:
     scan_repeats: int = 3
     wait_marks: bool = True
     dag_repeats: int = 3
+    variants: tuple[str, ...] = ()
+    variant_counters: int = 20_000
 
 
 def parse_args(argv: list[str] | None) -> Params:
@@ -100,6 +102,12 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--scan-ranges", type=int)
     p.add_argument("--scan-concurrency", type=int)
     p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
+    p.add_argument(
+        "--variants",
+        help="engine variants to compare with the baseline (counters.bench_variants), e.g. "
+        "delete_in,verify_light; runs only when given",
+    )
+    p.add_argument("--variant-counters", type=int, help="counters per variant run (20000)")
     a = p.parse_args(argv)
     params = Params()
     if a.smoke:
@@ -132,6 +140,10 @@ def parse_args(argv: list[str] | None) -> Params:
         value = getattr(a, name)
         if value is not None:
             setattr(params, name, value)
+    if a.variants:
+        params.variants = tuple(v for v in a.variants.split(",") if v and v != "baseline")
+    if a.variant_counters:
+        params.variant_counters = a.variant_counters
     if a.families:
         params.families = tuple(int(x) for x in a.families.split(",") if x.strip())
     if a.only:
@@ -239,7 +251,12 @@ class Bench:
         return time.time() - written
 
     def compact(
-        self, family: Family, epoch: datetime, label: str, profile: bool = False
+        self,
+        family: Family,
+        epoch: datetime,
+        label: str,
+        profile: bool = False,
+        variant: str = "baseline",
     ) -> dict[str, Any]:
         """One engine run (``run_family``) over the whole family, in a worker process."""
         marks_age = self._age_marks(family)
@@ -253,6 +270,8 @@ class Bench:
             epoch.isoformat(),
             "--now",
             _now().replace(tzinfo=UTC).isoformat(),
+            "--variant",
+            variant,
         ]
         if profile:
             cmd += ["--profile", str(self.p.out.parent / f"profile-{label}")]
@@ -602,6 +621,52 @@ class Bench:
             "fold_read_rows": fold,
         }
 
+    # --- variants ---------------------------------------------------------------------------
+
+    def variants(self) -> None:
+        """Baseline, each variant, baseline again: the same data loaded afresh for each run."""
+        names = ["baseline", *self.p.variants, "baseline"]
+        if hasattr(self, "main_family"):
+            family, _store, client = self.main_family, self.main_store, self.main_client
+        else:
+            family, _store, client = self.make_family("bench_main")
+        runs = []
+        for n, name in enumerate(names):
+            self.reset_family(family)
+            t0 = (_now() - timedelta(days=2, hours=n)).replace(second=0, microsecond=0)
+            data = Dataset("v", self.p.variant_counters, self.p.rows_per_counter, t0)
+            load_write_path(client, data)
+            self.marks_at[family.name] = time.time()
+            saved, self.p.wait_marks = self.p.wait_marks, False  # same (young) marks for all
+            try:
+                run = self.compact(family, data.epoch, f"variant-{name}", variant=name)
+            finally:
+                self.p.wait_marks = saved
+            found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
+            left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
+            exactness = compare(data.expected(), found, left)
+            summary = run.get("summary") or {}
+            runs.append(
+                {
+                    "variant": name,
+                    "ok": run["ok"],
+                    "error": run["error"],
+                    "seconds": round(run["seconds"], 3),
+                    "rows": data.row_count,
+                    "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
+                    "server_cpu_s": _round(run["server_cpu_s"], 2),
+                    "phases_s": summary.get("durations_s"),
+                    "requests": run.get("requests"),
+                    "exact": exactness.exact,
+                }
+            )
+            self.say(f"variant {name}: {run['seconds']:.1f} s, exact={exactness.exact}")
+        self.results["variants"] = {
+            "counters": self.p.variant_counters,
+            "marks": "young (not forgotten) in every run",
+            "runs": runs,
+        }
+
     # --- probes ---------------------------------------------------------------------------------
 
     def probes(self) -> None:
@@ -638,6 +703,8 @@ class Bench:
             steps.append(("load", self.prepare_main))
         if "idle" in only:  # loaded early: the naive peer's minutes let the index marks age
             steps.append(("idle_setup", self.prepare_idle))
+        if self.p.variants:
+            steps.append(("variants", self.variants))
         for name, func in (
             ("scan", self.scan_floor),
             ("naive", self.naive),
@@ -844,6 +911,16 @@ def table(report: dict[str, Any]) -> str:
                 f"   fold read (Store.read_rows) {name}",
                 f"p50 {_fmt(s['p50_ms'], ' ms')}",
                 f"p99 {_fmt(s['p99_ms'], ' ms')}",
+            )
+    if "variants" in r:
+        for v in r["variants"]["runs"]:
+            phases = v.get("phases_s") or {}
+            row(
+                f"variant {v['variant']} ({r['variants']['counters']:,} counters)",
+                _fmt(v["seconds"], " s") if v["ok"] else f"FAILED: {v['error']}",
+                f"exact={v['exact']}",
+                f"cpu client {_fmt(v['client_cpu_s'])} s",
+                f"verify {_fmt(phases.get('verify'))} cleanup {_fmt(phases.get('cleanup'))}",
             )
     if "probes" in r:
         probes = {**r["probes"]["commit"], **r["probes"].get("fold_io", {})}

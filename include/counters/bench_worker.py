@@ -78,14 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--now", required=True, help="ISO time passed as run_family(now=...)")
     parser.add_argument("--run-id", default=None)
     parser.add_argument("--profile", default=None, help="write a pyinstrument profile here")
+    parser.add_argument("--variant", default="baseline", help="counters.bench_variants name")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     from . import engine
+    from .bench_variants import apply
     from .config import Family
     from .connection import connect
     from .store import Store
 
+    apply(args.variant)
     family = Family.model_validate(json.loads(args.family_json))
     epoch = datetime.fromisoformat(args.epoch)
     now = datetime.fromisoformat(args.now)
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     conn.close()
     result = {
         "ok": error is None,
+        "variant": args.variant,
         "error": error,
         "seconds": seconds,
         "startup_seconds": ready - started,
