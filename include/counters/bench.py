@@ -5,7 +5,8 @@ Every figure comes from this run on this node (compare ratios, not absolute time
 is shared and noisy). The JSON report (``--out``) holds every figure; a table goes to stdout.
 All tables live in one throw-away keyspace that is dropped at the end (``--keep`` keeps it).
 
-Sections (``--only`` picks some): scan, naive, compaction, idle, reads, probes, dags, kinds.
+Sections (``--only`` picks some): scan, naive, compaction, idle, reads, limits, probes, dags,
+kinds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import secrets
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +51,7 @@ from .core import truncate_ms, write_timestamp
 from .schema import LEASE_TABLE, STATE_TABLE, ensure_schema, index_table, q, runlog_table
 from .store import Store
 
-SECTIONS = ("scan", "naive", "compaction", "idle", "reads", "probes", "dags", "kinds")
+SECTIONS = ("scan", "naive", "compaction", "idle", "reads", "limits", "probes", "dags", "kinds")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 TARGETS = {
@@ -81,6 +83,7 @@ class Params:
     scan_repeats: int = 3
     wait_marks: bool = True
     dag_repeats: int = 3
+    hot_rows: int = 110_000
     variants: tuple[str, ...] = ()
     variant_counters: int = 20_000
 
@@ -93,6 +96,7 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--active-counters", type=int, help="of which active since last run (10000)")
     p.add_argument("--history-minutes", type=int, help="per-minute history of read counters (1440)")
     p.add_argument("--reads", type=int, help="timed reads per read-latency counter (2000)")
+    p.add_argument("--hot-rows", type=int, help="rows of the one hot counter in 'limits' (110000)")
     p.add_argument("--families", help="DAG parse sizes, comma separated (1,10,100)")
     p.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (CI): seconds, not minutes")
@@ -125,6 +129,7 @@ def parse_args(argv: list[str] | None) -> Params:
             scan_concurrency=4,
             wait_marks=False,
             dag_repeats=1,
+            hot_rows=2_000,
         )
     for name in (
         "counters",
@@ -133,6 +138,7 @@ def parse_args(argv: list[str] | None) -> Params:
         "active_counters",
         "history_minutes",
         "reads",
+        "hot_rows",
         "out",
         "scan_ranges",
         "scan_concurrency",
@@ -621,6 +627,65 @@ class Bench:
             "fold_read_rows": fold,
         }
 
+    # --- limits -------------------------------------------------------------------------------
+
+    def limits(self) -> None:
+        """One hot counter: ``hot_rows`` rows folded at once (a burst, or ~600 increments a
+        minute for the raw table's 3 h gc_grace), then one more increment and another run. Every
+        folded row leaves a row tombstone in the counter's partition, and the engine reads whole
+        partitions; Cassandra refuses reads over ``tombstone_failure_threshold`` (100,000)."""
+        p = self.p
+        if hasattr(self, "main_family"):
+            family, store, client = self.main_family, self.main_store, self.main_client
+            self.reset_family(family)
+        else:
+            family, store, client = self.make_family("bench_main")
+        key = ("hot",)
+        t0 = (_now() - timedelta(hours=3)).replace(second=0, microsecond=0)
+        for start in range(0, p.hot_rows, 20_000):
+            client.record(
+                Increment(key, 1, t0 + timedelta(milliseconds=20 * j), ("hot", j))
+                for j in range(start, min(p.hot_rows, start + 20_000))
+            )
+        epoch = t0 + timedelta(minutes=60)
+        late = t0 + timedelta(minutes=61)
+        folds = []
+        for n, at in enumerate((epoch, late)):
+            if n == 1:
+                client.record([Increment(key, 5, at - timedelta(seconds=30), ("hot-new", 0))])
+            self.say(f"limits: hot counter, fold {n + 1}")
+            started = time.perf_counter()
+            try:
+                summary = engine.run_family(store, at, now=_now())
+                folds.append(
+                    {
+                        "ok": True,
+                        "seconds": round(time.perf_counter() - started, 3),
+                        "outcome": summary.outcome,
+                        "rows_folded": summary.tally.rows_folded,
+                    }
+                )
+            except Exception as exc:
+                frames = traceback.extract_tb(exc.__traceback__)
+                where = [f.name for f in frames if f.filename.endswith("engine.py")]
+                folds.append(
+                    {
+                        "ok": False,
+                        "seconds": round(time.perf_counter() - started, 3),
+                        "failed_in": where[-1] if where else None,
+                        "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                    }
+                )
+        value = client.read(key)
+        self.results["limits"] = {
+            "hot_counter_rows": p.hot_rows,
+            "folds": folds,
+            "read_value": value,
+            "read_exact": value == p.hot_rows + 5,
+            "family_epoch_after": str(store.family_epoch()),
+        }
+        self.reset_family(family)
+
     # --- variants ---------------------------------------------------------------------------
 
     def variants(self) -> None:
@@ -711,6 +776,7 @@ class Bench:
             ("compaction", self.compaction),
             ("idle", self.idle),
             ("reads", self.reads),
+            ("limits", self.limits),
             ("probes", self.probes),
             ("dags", self.dags),
             ("kinds", self.kinds),
@@ -912,6 +978,16 @@ def table(report: dict[str, Any]) -> str:
                 f"p50 {_fmt(s['p50_ms'], ' ms')}",
                 f"p99 {_fmt(s['p99_ms'], ' ms')}",
             )
+    if "limits" in r:
+        lim = r["limits"]
+        for n, fold in enumerate(lim["folds"]):
+            row(
+                f"limit: hot counter ({lim['hot_counter_rows']:,} rows), run {n + 1}",
+                _fmt(fold["seconds"], " s")
+                if fold["ok"]
+                else f"FAILED in {fold['failed_in']}: {fold['error'][:120]}",
+            )
+        row("limit: hot counter read", f"exact={lim['read_exact']}")
     if "variants" in r:
         for v in r["variants"]["runs"]:
             phases = v.get("phases_s") or {}

@@ -50,8 +50,8 @@ def test_report_structure(smoke):
     assert report["machine"]["cpus"] >= 1
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
-        "load", "scan_floor", "naive", "compaction", "idle", "read_latency", "probes",
-        "dag_parse", "kinds",
+        "load", "scan_floor", "naive", "compaction", "idle", "read_latency", "limits",
+        "probes", "dag_parse", "kinds",
     ):  # fmt: skip
         assert section in report["results"], section
     assert set(report["ratios"]) >= {
@@ -103,9 +103,14 @@ def test_every_figure_is_present_and_positive(smoke):
     for name in ("compacted", "uncompacted", "fresh"):
         for stat in ("p50_ms", "p99_ms", "mean_ms"):
             _positive(r, f"r.read_latency.counters.{name}.{stat}")
-    for name, probe in report["results"]["probes"]["commit"].items():
+    probes = {**report["results"]["probes"]["commit"], **report["results"]["probes"]["fold_io"]}
+    for name, probe in probes.items():
         if isinstance(probe, dict):
             assert probe["rows_per_s"] > 0, name
+    assert report["results"]["probes"]["fold_io"]["reads_complete"]
+    for name, probe in report["results"]["probes"]["fold_io"].items():
+        if name.startswith("delete_"):
+            assert probe["rows_left"] == 0, name
     assert all(v > 0 for v in report["results"]["compaction"]["phases_s"].values() if v)
     parse = report["results"]["dag_parse"]
     if parse["status"] == "measured":
@@ -136,6 +141,8 @@ def test_compaction_totals_are_exact(smoke):
     assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
     assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
     assert r["kinds"]["increments"]["exact"] is True
+    assert r["limits"]["read_exact"]  # at the smoke size the hot counter folds normally
+    assert all(fold["ok"] for fold in r["limits"]["folds"]), r["limits"]["folds"]
 
 
 def test_bench_keyspace_is_dropped(smoke, cassandra_session):
