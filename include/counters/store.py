@@ -656,10 +656,17 @@ class Store:
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
         """The seed's read rule for many counters: (compact value, epoch, newer rows' sum; their
         count for a rows family; their distinct members for a unique family)."""
-        compact = self.prepare(
-            "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
-        )
         unique = self.family.kind is Kind.UNIQUE
+        compact = (
+            self.prepare(
+                "compact_value_pending",
+                "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
+            )
+            if unique
+            else self.prepare(
+                "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
+            )
+        )
         if unique:  # members, counted distinct below: a clock-behind winner leaves two rows
             measure = "{member}"
         elif self.layout.increment is None:
@@ -671,16 +678,23 @@ class Store:
         )
         everything = self.prepare("raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}")
 
-        def measured(result: Any) -> int:
-            if unique:
-                return len({row[0] for row in result})
-            return result.one()[0] or 0
-
         bases = self._concurrent(compact, counters)
         checkpoints = []
-        for result in bases:
+        counted: dict[Key, set[Any]] = {}
+        for counter, result in zip(counters, bases, strict=True):
             row = result.one()
             checkpoints.append((row[0] or 0, row[1]) if row else (0, None))  # stored form
+            if unique and row is not None:
+                counted[counter] = {key[1] for key in (row[2] or ())}  # (first_time, member)
+
+        def measured(counter: Key, result: Any) -> int:
+            if not unique:
+                return result.one()[0] or 0
+            # a member counts once: not if the compact row already counts it (pending) or an
+            # earlier cleanup marked it (its first row is gone, a clock-behind duplicate is not)
+            members = {row[0] for row in result} - counted.get(counter, set())
+            return len(members - self.counted_members(counter, sorted(members, key=repr)))
+
         with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
         without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
         sums: dict[Key, int] = {}
@@ -689,9 +703,9 @@ class Store:
             self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
             strict=True,
         ):
-            sums[counter] = measured(result)
+            sums[counter] = measured(counter, result)
         for counter, result in zip(without, self._concurrent(everything, without), strict=True):
-            sums[counter] = measured(result)
+            sums[counter] = measured(counter, result)
         return {
             c: (cp[0], self.epoch_time(cp[1]), sums[c])
             for c, cp in zip(counters, checkpoints, strict=True)

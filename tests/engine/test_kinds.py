@@ -277,3 +277,19 @@ def test_unique_family_cannot_be_reset(meetings, t0):
     _family, store, _client = meetings
     with pytest.raises(engine.EngineError, match="cannot be reset"):
         engine.reset_counter(store, ("m1",), t0)
+
+
+def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, t0):
+    """A clock-behind winner leaves a second derived row; when it is newer than the epoch and
+    the member is already counted, readers must not count it again (and reconcile must then
+    see a writer that crashed before its row)."""
+    _family, store, client = meetings
+    client.add_member("m1", "u5", at=t0 + timedelta(minutes=5))
+    client.add_member("m1", "u5", at=t0 + timedelta(minutes=1))  # behind: wins, second row
+    engine.run_family(store, t0 + timedelta(minutes=3), now=t0 + timedelta(minutes=4))
+    assert client.read("m1") == 1  # the row at minute 5 is a duplicate of a counted member
+    store.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
+    [found] = engine.reconcile(store, repair=True)
+    assert (found.expected, found.counted) == (2, 1)
+    compact_all(store, t0)
+    assert client.read("m1") == 2
