@@ -31,6 +31,8 @@ DEFAULT_CONCURRENCY = 64
 IN_CHUNK = 50
 BATCH_PARTITIONS = 10
 INDEX_SLOTS = 16
+SCAN_SPLITS = 64
+"""Token sub-ranges per shard for scans (tombstones of folded rows are counted per query)."""
 """Index partitions per shard (see ``Store.index_partition``)."""
 """Partitions per ``IN`` read: fewer requests, still a modest fan-out for the coordinator."""
 FIRST_WRITE_WINS = 2**63 - 1
@@ -280,12 +282,10 @@ class Store:
 
     def scan_set_counters(self, shard: int) -> list[Key]:
         """Every counter of a unique family's set table in the shard's token range."""
-        lo, hi = shard_bounds(self.family.shards)[shard]
         statement = self.prepare(
             "set_distinct", "SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"
         )
-        rows = self.session.execute(statement, (lo, hi), execution_profile=BULK_PROFILE)
-        return [tuple(r) for r in rows]
+        return self._scan_distinct(statement, shard)
 
     def recount_slices(
         self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint]
@@ -318,14 +318,19 @@ class Store:
         return [Touched(tuple(r[:width]), r[width]) for result in results for r in result]
 
     def scan_counters(self, shard: int) -> list[Key]:
-        """Every counter with live raw rows in the shard's token range (the sweep)."""
-        lo, hi = shard_bounds(self.family.shards)[shard]
+        """Every counter with live raw rows in the shard's token range (the sweep), read as
+        ``SCAN_SPLITS`` finer ranges so no single query walks a whole shard's tombstones."""
         statement = self.prepare(
             "raw_distinct",
             "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
         )
-        rows = self.session.execute(statement, (lo, hi), execution_profile=BULK_PROFILE)
-        return [tuple(r) for r in rows]
+        return self._scan_distinct(statement, shard)
+
+    def _scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
+        fine = shard_bounds(self.family.shards * SCAN_SPLITS)
+        ranges = fine[shard * SCAN_SPLITS : (shard + 1) * SCAN_SPLITS]
+        results = self._concurrent(statement, ranges)
+        return [tuple(r) for result in results for r in result]
 
     def forget_touched(self, shard: int, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
