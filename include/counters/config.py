@@ -305,8 +305,8 @@ def _read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read families file {path}: {exc.strerror}") from exc
-    try:
-        return yaml.safe_load(text)
+    try:  # libyaml's loader when present: the DAG processor parses this file often
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: malformed YAML: {exc}") from exc
 
