@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cassandra import DriverException
+
 from .config import Discovery, Family, Kind
 from .core import (
     CheckOutcome,
@@ -821,8 +823,14 @@ def run_family(
         with phases.timed("finish"):
             finish_run(store, plan)
         fault("finish")
-    except EngineError as exc:
-        finish("failed", str(exc))
+    except (EngineError, DriverException) as exc:
+        try:  # a driver error (timeout, tombstone overload) still leaves its audit row
+            finish(
+                "failed",
+                f"{type(exc).__name__}: {exc}" if isinstance(exc, DriverException) else str(exc),
+            )
+        except DriverException:
+            log.warning("could not write the audit row of run %s", run_id, exc_info=True)
         raise
     return finish("success")
 
