@@ -754,7 +754,15 @@ class Bench:
 
     def kinds(self) -> None:
         ctx = KindContext(self.conn, self.keyspace, self.p, self.results, self)
-        self.results["kinds"] = {name: func(ctx).as_dict() for name, func in KINDS.items()}
+        self.results["kinds"] = {}
+        for name, func in KINDS.items():  # one failing kind does not hide the others' lines
+            try:
+                self.results["kinds"][name] = func(ctx).as_dict()
+            except Exception as exc:
+                self.say(f"kind {name} failed: {type(exc).__name__}: {exc}")
+                self.results.setdefault("errors", {})[f"kinds.{name}"] = (
+                    f"{type(exc).__name__}: {exc}"
+                )
 
     # --- the run --------------------------------------------------------------------------------
 
@@ -1037,6 +1045,8 @@ def table(report: dict[str, Any]) -> str:
                 _fmt(k["compaction_rows_per_s"], " rows/s"),
                 f"p99 compacted {_fmt(k['read_p99_compacted_ms'], ' ms')}",
                 f"fresh {_fmt(k['read_p99_fresh_ms'], ' ms')}",
+                f"ratio {_fmt(k['p99_compacted_over_fresh'])}",
+                f"exact={k['exact']}",
                 k["note"],
             )
     lines.append("ratios and targets:")

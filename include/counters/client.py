@@ -104,15 +104,32 @@ class CounterClient:
         healed by a retry (or ``counterctl reconcile --repair``): every retry derives the same
         row, and the fold counts each member once.
         """
+        return self.add_members([(counter, member)], at=at)[0]
+
+    def add_members(
+        self, items: Iterable[tuple[str | Sequence[object], object]], *, at: datetime | None = None
+    ) -> list[bool]:
+        """``add_member`` for many ``(counter, member)`` pairs, each step concurrent over all of
+        them (marks, then members, then derived rows: the same order, so the same healing)."""
         if self.family.kind is not Kind.UNIQUE:
             raise TypeError(f"family {self.family.name!r} is not a unique family")
-        key = as_key(counter)
+        pairs = [(as_key(counter), member) for counter, member in items]
         now = truncate_ms(utc_naive(at or datetime.now(UTC)))
         if self.family.discovery is Discovery.INDEX:
-            self.store.mark_touched([key])
-        first, first_seen = self.store.add_member(key, member, now)
-        self.store.insert_raw([(key, (first_seen, member), 1, write_timestamp(first_seen))])
-        return first
+            self.store.mark_touched(key for key, _member in pairs)
+        outcomes = self.store.add_members(pairs, now)
+        self.store.insert_raw(
+            [
+                (key, (first_seen, member), 1, write_timestamp(first_seen))
+                for (key, member), (_first, first_seen) in zip(pairs, outcomes, strict=True)
+            ]
+        )
+        seen: set[tuple[Key, object]] = set()
+        firsts = []
+        for pair, (first, _first_seen) in zip(pairs, outcomes, strict=True):
+            firsts.append(first and pair not in seen)  # a pair repeated in one call: first once
+            seen.add(pair)
+        return firsts
 
     def read(self, counter: str | Sequence[object]) -> int:
         return self.read_many([counter])[0].value

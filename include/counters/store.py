@@ -230,8 +230,16 @@ class Store:
         )
 
     def add_member(self, counter: Key, member: Any, now: datetime) -> tuple[bool, datetime]:
-        """Seed 000's first-write-wins insert, then its WRITETIME check; returns (whether this
-        write was the first, the winning first-write time)."""
+        """One pair of :meth:`add_members` (what a writer that crashes before its derived row
+        leaves behind)."""
+        return self.add_members([(counter, member)], now)[0]
+
+    def add_members(
+        self, items: Sequence[tuple[Key, Any]], now: datetime
+    ) -> list[tuple[bool, datetime]]:
+        """Seed 000's first-write-wins insert, then its WRITETIME check, for many
+        ``(counter, member)`` pairs at once; returns per pair (whether this write was the first,
+        the winning first-write time). Every insert lands before any check is read."""
         ts = FIRST_WRITE_WINS - write_timestamp(now)
         insert = self.prepare(
             "set_insert",
@@ -243,9 +251,9 @@ class Store:
             "SELECT first_seen, writetime(first_seen) FROM {set} WHERE {key_where} "
             "AND {member} = ?",
         )
-        self.session.execute(insert, (*counter, member, now, ts))
-        first_seen, winner = self.session.execute(check, (*counter, member)).one()
-        return winner == ts, first_seen
+        self._concurrent(insert, [(*counter, member, now, ts) for counter, member in items])
+        checks = self._concurrent(check, [(*counter, member) for counter, member in items])
+        return [(winner == ts, first_seen) for first_seen, winner in (r.one() for r in checks)]
 
     def counted_members(self, counter: Key, members: Sequence[Any]) -> set[Any]:
         """Members of a unique family already marked counted by an earlier cleanup."""

@@ -98,6 +98,13 @@ def test_every_figure_is_present_and_positive(smoke):
         "q.compaction_seconds_per_1M_rows",
         "r.kinds.increments.compaction_rows_per_s",
         "r.kinds.increments.read_p99_compacted_ms",
+        "r.kinds.rows.compaction_rows_per_s",
+        "r.kinds.rows.read_p99_compacted_ms",
+        "r.kinds.rows.read_p99_fresh_ms",
+        "r.kinds.unique.compaction_rows_per_s",
+        "r.kinds.unique.read_p99_compacted_ms",
+        "r.kinds.unique.read_p99_fresh_ms",
+        "r.kind_details.unique.load.members_per_s",
     ):
         _positive(r, path)
     for name in ("compacted", "uncompacted", "fresh"):
@@ -141,6 +148,15 @@ def test_compaction_totals_are_exact(smoke):
     assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
     assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
     assert r["kinds"]["increments"]["exact"] is True
+    for kind in ("rows", "unique"):
+        assert r["kinds"][kind]["exact"] is True, r["kind_details"][kind]["exactness"]
+        details = r["kind_details"][kind]
+        assert details["tally"]["rows_folded"] == rows, details["tally"]
+        assert all(c["value_exact"] for c in details["read_latency"].values()), kind
+    assert r["kind_details"]["rows"]["exactness"]["business_rows_after"] == rows
+    assert r["kind_details"]["rows"]["tally"]["rows_deleted"] == 0
+    assert r["kind_details"]["unique"]["tally"]["rows_deleted"] == rows
+    assert r["kind_details"]["unique"]["load"]["retried_members"] > 0
     assert r["limits"]["read_exact"]  # at the smoke size the hot counter folds normally
     assert all(fold["ok"] for fold in r["limits"]["folds"]), r["limits"]["folds"]
 

@@ -163,6 +163,23 @@ def test_unique_first_write_wins_and_counts_distinct_members(meetings, t0):
     assert engine.reconcile(store) == []
 
 
+def test_unique_add_members_in_bulk_matches_one_by_one(meetings, t0):
+    """The bulk write API answers "first" per pair like add_member: an existing member is not
+    first, a pair repeated within the call is first once; the count is distinct members."""
+    _family, store, client = meetings
+    assert client.add_member("m1", "alice", at=t0) is True
+    firsts = client.add_members(
+        [("m1", "alice"), ("m1", "bob"), ("m2", "bob"), ("m1", "bob"), ("m2", "carol")],
+        at=t0 + timedelta(minutes=1),
+    )
+    assert firsts == [False, True, True, False, True]
+    assert [client.read("m1"), client.read("m2")] == [2, 2]
+    summary = compact_all(store, t0)
+    assert summary.tally.rows_folded == 4
+    assert [client.read("m1"), client.read("m2")] == [2, 2]
+    assert engine.reconcile(store) == []
+
+
 def test_unique_concurrent_writers_racing_on_the_same_members(meetings, t0):
     _family, store, client = meetings
     import threading
