@@ -110,7 +110,7 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument(
         "--variants",
         help="engine variants to compare with the baseline (counters.bench_variants), e.g. "
-        "delete_in,verify_light; runs only when given",
+        "verify_light; runs only when given",
     )
     p.add_argument("--variant-counters", type=int, help="counters per variant run (20000)")
     a = p.parse_args(argv)

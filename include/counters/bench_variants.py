@@ -11,39 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def delete_in() -> None:
-    """``Store.delete_rows``: one multi-column ``IN`` delete per counter
-    (``DELETE ... WHERE key = ? AND (time, actor, version) IN ?``) instead of one bound
-    statement per row; same rows, same tombstone timestamp, same batches of at most
-    ``DELETE_BATCH_ROWS`` rows from ``BATCH_PARTITIONS`` counters."""
-    from . import store as store_module
-
-    def delete_rows(self: Any, deletions: Sequence[tuple[Any, Sequence[Any]]], ts: int) -> int:
-        statement = self.prepare(
-            "raw_delete_in",
-            "DELETE FROM {raw} USING TIMESTAMP ? WHERE {key_where} AND ({clustering}) IN ?",
-        )
-        batches: list[tuple[Any, None]] = []
-        current: list[tuple] = []
-        rows = 0
-        for counter, clusterings in deletions:
-            for group in store_module._groups(clusterings, store_module.DELETE_BATCH_ROWS):
-                if current and (
-                    rows + len(group) > store_module.DELETE_BATCH_ROWS
-                    or len(current) >= store_module.BATCH_PARTITIONS
-                ):
-                    batches.append((self._batch(statement, current), None))
-                    current, rows = [], 0
-                current.append((ts, *counter, list(group)))
-                rows += len(group)
-        if current:
-            batches.append((self._batch(statement, current), None))
-        self._run(batches)
-        return sum(len(c) for _counter, c in deletions)
-
-    store_module.Store.delete_rows = delete_rows
-
-
 def verify_light() -> None:
     """``verify_run`` reads the compact rows without their ``pending`` list (the commit checks
     compare commit id, value and epoch only): ``read_checkpoints(..., pending=False)``."""
@@ -94,7 +61,6 @@ class _LightStore:
 
 VARIANTS: dict[str, Callable[[], None] | None] = {
     "baseline": None,
-    "delete_in": delete_in,
     "verify_light": verify_light,
 }
 

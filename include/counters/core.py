@@ -245,6 +245,10 @@ class Tally:
     max_lateness_ms: int = 0
     rows_deleted: int = 0
     refused_counters: list[str] = field(default_factory=list)
+    windowed_counters: list[str] = field(default_factory=list)
+    """Hot counters whose whole partition could not be read (tombstone overload) and that were
+    folded from a recent window only (see ``engine.HOT_LATE_WINDOW``); at most 20 named."""
+    windowed_reads: int = 0
 
     def add_plan(self, plan: FoldPlan) -> None:
         self.counters_seen += 1
@@ -273,11 +277,25 @@ class Tally:
             "late_rows",
             "late_sum",
             "rows_deleted",
+            "windowed_reads",
         ):
             setattr(merged, name, getattr(self, name) + getattr(other, name))
         merged.max_lateness_ms = max(self.max_lateness_ms, other.max_lateness_ms)
         merged.refused_counters = (self.refused_counters + other.refused_counters)[:20]
+        merged.windowed_counters = (self.windowed_counters + other.windowed_counters)[:20]
         return merged
+
+    def keep_compaction_counts(self, compacted: Tally) -> Tally:
+        """The verified tally (rebuilt from the run log) plus what only compaction knows."""
+        self.conflicts = compacted.conflicts
+        self.windowed_reads = compacted.windowed_reads
+        self.windowed_counters = list(compacted.windowed_counters)
+        return self
+
+    def add_windowed(self, counters: Sequence[Key]) -> None:
+        self.windowed_reads += len(counters)
+        room = 20 - len(self.windowed_counters)
+        self.windowed_counters.extend(format_key(c) for c in counters[: max(room, 0)])
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)

@@ -28,14 +28,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cassandra import DriverException
+from cassandra import DriverException, ReadFailure, ReadTimeout
 
 from .config import Discovery, Family, Kind
 from .core import (
     CheckOutcome,
+    Checkpoint,
     CommitRecord,
     FoldPlan,
     Key,
+    RawRow,
     Tally,
     evaluate_commit_checks,
     format_key,
@@ -45,6 +47,14 @@ from .core import (
     truncate_ms,
     utc_naive,
     write_timestamp,
+)
+from .errors import (
+    ChecksFailed,
+    EngineError,
+    EpochInFuture,
+    EpochNotNewer,  # noqa: F401 (re-exported: the CLI maps it to exit code 0)
+    LeaseHeld,
+    RowsRefused,
 )
 from .store import LogEntry, Store, Touched
 
@@ -71,29 +81,12 @@ FAULT_POINTS = (
 
 LEASE_TTL_S = 120
 FORGET_MARGIN = timedelta(minutes=2)
+HOT_LATE_WINDOW = timedelta(minutes=10)
+"""How far behind its epoch a hot counter is read when its whole partition cannot be (every
+folded row leaves a tombstone for ``gc_grace_seconds``; past ``tombstone_failure_threshold``,
+100,000 by default, Cassandra refuses the read). Its rows older than this are not read by the
+run: a late row there stays, uncounted but never lost, until the partition can be read whole."""
 """Index marks younger than this are kept: a writer marks first and writes its row just after."""
-
-
-class EngineError(RuntimeError):
-    """A run could not do its work; the message is the one-line reason."""
-
-
-class LeaseHeld(EngineError):
-    pass
-
-
-class EpochNotNewer(EngineError):
-    pass
-
-
-class ChecksFailed(EngineError):
-    def __init__(self, message: str, outcomes: Sequence[CheckOutcome]):
-        super().__init__(message)
-        self.outcomes = list(outcomes)
-
-
-class RowsRefused(EngineError):
-    pass
 
 
 def _no_fault(point: str) -> None:
@@ -154,10 +147,6 @@ class RunPlan:
     @property
     def noop(self) -> bool:
         return self.noop_reason is not None
-
-
-class EpochInFuture(EngineError):
-    pass
 
 
 def decide_plan(
@@ -229,7 +218,7 @@ def compact_shard(
         for chunk in chunks(list(marks), chunk_size):
             todo: list[Key] = list(chunk)
             for attempt in range(max_attempts):
-                plans = _plan_chunk(store, todo, epoch, phases, fault)
+                plans = _plan_chunk(store, todo, epoch, phases, fault, tally)
                 if dry_run:
                     for plan in plans:
                         tally.add_plan(plan)
@@ -275,7 +264,12 @@ def _discover(store: Store, shard: int) -> dict[Key, int | None]:
 
 
 def _plan_chunk(
-    store: Store, counters: Sequence[Key], epoch: datetime, phases: Phases, fault: Fault
+    store: Store,
+    counters: Sequence[Key],
+    epoch: datetime,
+    phases: Phases,
+    fault: Fault,
+    tally: Tally | None = None,
 ) -> list[FoldPlan]:
     # Order matters: the compact row is read before the raw rows, so a row deleted by another
     # run's cleanup is either counted in the pending list we read or already gone.
@@ -288,7 +282,9 @@ def _plan_chunk(
         fault("read_raw")
         return [plan_slice(c, checkpoints[c], *slices[c], epoch) for c in counters]
     with phases.timed("read_raw"):
-        rows = store.read_rows(counters)
+        rows, windowed = read_rows_tolerant(store, counters, checkpoints)
+    if tally is not None and windowed:
+        tally.add_windowed(list(windowed))
     fault("read_raw")
     if store.family.kind is Kind.UNIQUE:
         with phases.timed("read_members"):
@@ -299,6 +295,60 @@ def _plan_chunk(
         ]
     with phases.timed("plan"):
         return [plan_fold(c, checkpoints[c], rows[c], epoch) for c in counters]
+
+
+def read_rows_tolerant(
+    store: Store, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint]
+) -> tuple[dict[Key, list[RawRow]], dict[Key, datetime]]:
+    """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
+    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``).
+    Returns the rows, and per hot counter the time before which its late rows were not read."""
+    try:
+        return store.read_rows(counters), {}
+    except (ReadFailure, ReadTimeout) as exc:
+        if len(counters) == 1:
+            return read_hot_counter(store, counters[0], checkpoints[counters[0]], exc)
+    rows: dict[Key, list[RawRow]] = {}
+    floors: dict[Key, datetime] = {}
+    for counter in counters:  # one at a time, to find the counter(s) that cannot be read
+        try:
+            rows.update(store.read_rows([counter]))
+        except (ReadFailure, ReadTimeout) as exc:
+            found, floor = read_hot_counter(store, counter, checkpoints[counter], exc)
+            rows.update(found)
+            floors.update(floor)
+    return rows, floors
+
+
+def read_hot_counter(
+    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception
+) -> tuple[dict[Key, list[RawRow]], dict[Key, datetime]]:
+    """The rows a fold must see, read without crossing the tombstones of folded rows: every row
+    after the counter's epoch (no tombstone of ours lies there), every row its compact row lists
+    as pending that is still present (point reads: keeping them in ``pending`` is what stops a
+    later run from counting them twice), and, if that range can be read, late rows of the last
+    ``HOT_LATE_WINDOW``. Older late rows stay in the table, uncounted but never lost, until the
+    partition can be read whole again."""
+    if checkpoint.epoch is None:  # never folded: no tombstones of ours, not ours to work around
+        raise error
+    epoch = utc_naive(checkpoint.epoch)
+    rows = {r.clustering: r for r in store.read_rows_after(counter, epoch)}
+    rows.update((r.clustering, r) for r in store.read_rows_at(counter, list(checkpoint.pending)))
+    floor = epoch - HOT_LATE_WINDOW
+    try:
+        rows.update((r.clustering, r) for r in store.read_rows_between(counter, floor, epoch))
+    except (ReadFailure, ReadTimeout):
+        floor = epoch
+    log.warning(
+        "family %r counter %s: whole-partition read failed (%s); read its rows after %s, its "
+        "pending rows, and late rows since %s",
+        store.family.name,
+        format_key(counter),
+        type(error).__name__,
+        epoch.isoformat(),
+        floor.isoformat(),
+    )
+    return {counter: sorted(rows.values(), key=lambda r: utc_naive(r.time))}, {counter: floor}
 
 
 MEMBER_INDEX = 1
@@ -424,6 +474,22 @@ def collect_records(
     return records, tally
 
 
+def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
+    """A warning (not a failure) naming the counters folded from a window only."""
+    if not tally.windowed_reads:
+        return []
+    detail = (
+        f"{tally.windowed_reads} hot counter(s) could not be read whole (tombstone overload) and "
+        f"were folded by parts: late rows more than {HOT_LATE_WINDOW} behind their epoch are "
+        "kept and counted once the partition can be read whole again"
+    )
+    return [
+        CheckOutcome(
+            "hot_counters_read_whole", False, False, detail, tuple(tally.windowed_counters)
+        )
+    ]
+
+
 def verify_run(store: Store, run_id: str, shards: Sequence[int]) -> Verification:
     records, tally = collect_records(store, run_id, shards)
     return Verification(evaluate_commit_checks(records), records, tally)
@@ -447,13 +513,12 @@ def cleanup_shard(
     """
     entries = store.read_log(run_id, shard)
     fault("cleanup_read_log")
-    current = store.read_checkpoints([e.counter for e in entries if e.action != "idle"])
+    deleting = [e for e in entries if e.action != "idle" and not store.family.folds_by_slice]
+    current = store.read_checkpoints([e.counter for e in deleting])  # a kept family: none
     deletions = [
         (e.counter, sorted(current[e.counter].pending, key=repr))
-        for e in entries
-        if e.action != "idle"
-        and current[e.counter].commit_id == e.commit_id
-        and current[e.counter].pending
+        for e in deleting
+        if current[e.counter].commit_id == e.commit_id and current[e.counter].pending
     ]
     now = now or datetime.now(UTC)
     tombstone_ts = max(
@@ -489,12 +554,14 @@ def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOut
             "no_counted_rows_remain_after_cleanup", True, False, "retention keep: nothing deleted"
         )
     leftovers: list[str] = []
-    late_rows = late_sum = 0
+    late_rows = late_sum = windowed = 0
     for shard in shards:
         entries = [e for e in store.read_log(run_id, shard) if e.action != "idle"]
         current = store.read_checkpoints([e.counter for e in entries])
         mine = [e.counter for e in entries if current[e.counter].commit_id == e.commit_id]
-        for counter, rows in store.read_rows(mine).items():
+        found, floors = read_rows_tolerant(store, mine, current)
+        windowed += len(floors)
+        for counter, rows in found.items():
             checkpoint = current[counter]
             for row in rows:
                 if checkpoint.epoch is None or utc_naive(row.time) > utc_naive(checkpoint.epoch):
@@ -507,6 +574,8 @@ def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOut
     detail = (
         f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone"
     ) + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
+    if windowed:
+        detail += f"; {windowed} hot counter(s) checked by parts (late rows: recent ones only)"
     return CheckOutcome(
         "no_counted_rows_remain_after_cleanup", not leftovers, True, detail, tuple(leftovers[:50])
     )
@@ -800,10 +869,8 @@ def run_family(
         say("verifying")
         with phases.timed("verify"):
             verification = verify_run(store, run_id, plan.shards)
-        checks = verification.outcomes
-        conflicts = tally.conflicts
-        tally = verification.tally
-        tally.conflicts = conflicts
+        checks = verification.outcomes + hot_counter_outcomes(tally)
+        tally = verification.tally.keep_compaction_counts(tally)
         fault("verify")
         if not verification.passed:
             raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)

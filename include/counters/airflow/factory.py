@@ -12,13 +12,14 @@ import logging
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from types import ModuleType
 from typing import Any
 
 from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, task
 from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
-from . import checks, tasks
+from . import checks
 from .notifiers import Channels, CountersAlertNotifier
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,19 @@ FRESHNESS_DAG_ID = "counters_freshness"
 FRESHNESS_SCHEDULE = "*/5 * * * *"
 POOL_ENV = "COUNTERS_POOL"
 DEFAULT_POOL = "cassandra_compaction"
+
+Run = dict[str, Any]
+"""``counters.airflow.tasks.Run``: what ``plan`` returns, passed to every later task."""
+
+
+def _tasks() -> ModuleType:
+    """The task bodies, imported when a task runs: they import the engine and the Cassandra
+    driver (about 0.2 s), which parsing the DAG files does not need."""
+    from . import tasks
+
+    return tasks
+
+
 DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
 """Where a family with ``catchup: true`` starts catching up (until families get a
 ``start_date`` of their own, which the factory then uses)."""
@@ -46,9 +60,9 @@ RETRY_POLICY = ExceptionRetryPolicy(
     rules=[
         RetryRule(
             exception=[
-                "counters.engine.ChecksFailed",
-                "counters.engine.RowsRefused",
-                "counters.engine.EpochInFuture",
+                "counters.errors.ChecksFailed",
+                "counters.errors.RowsRefused",
+                "counters.errors.EpochInFuture",
                 "counters.schema.SchemaError",
                 "counters.config.ConfigError",
             ],
@@ -56,7 +70,7 @@ RETRY_POLICY = ExceptionRetryPolicy(
             reason="not transient: retrying cannot fix it",
         ),
         RetryRule(
-            exception="counters.engine.LeaseHeld",
+            exception="counters.errors.LeaseHeld",
             action=RetryAction.RETRY,
             retry_delay=LEASE_RETRY_DELAY,
             reason="another run holds the shard's lease",
@@ -193,10 +207,10 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             context = get_current_context()
             dag_run = context["dag_run"]
             params = context["params"]
-            run = tasks.plan(
+            run = _tasks().plan(
                 family,
                 run_id=dag_run.run_id,
-                scheduled=tasks.scheduled_time(dag_run),
+                scheduled=_tasks().scheduled_time(dag_run),
                 epoch=params.get("epoch"),
                 dry_run=bool(params.get("dry_run")),
             )
@@ -204,31 +218,31 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             return run["shards"]
 
         @task(pool=pool(), map_index_template="shard {{ shard_label }}")
-        def compact(run: tasks.Run, shard: int) -> dict[str, Any]:
+        def compact(run: Run, shard: int) -> dict[str, Any]:
             get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
-            return tasks.compact(family, run, shard)
+            return _tasks().compact(family, run, shard)
 
         @task
-        def verify(run: tasks.Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
+        def verify(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
             ti = get_current_context()["ti"]
-            return tasks.verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
+            return _tasks().verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
 
         @task(pool=pool(), map_index_template="shard {{ shard_label }}")
-        def cleanup(run: tasks.Run, shard: int) -> dict[str, Any]:
+        def cleanup(run: Run, shard: int) -> dict[str, Any]:
             get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
-            return tasks.cleanup(family, run, shard)
+            return _tasks().cleanup(family, run, shard)
 
         @task
         def verify_cleanup(
-            run: tasks.Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
+            run: Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
         ) -> dict[str, Any]:
-            return tasks.verify_cleanup(family, run, verified, _all(cleanups))
+            return _tasks().verify_cleanup(family, run, verified, _all(cleanups))
 
         @task
         def record_audit(
-            run: tasks.Run, verified: dict[str, Any], cleaned: dict[str, Any]
+            run: Run, verified: dict[str, Any], cleaned: dict[str, Any]
         ) -> dict[str, Any]:
-            return tasks.record_audit(family, run, verified, cleaned)
+            return _tasks().record_audit(family, run, verified, cleaned)
 
         shards = plan()
         run = shards["run"]
@@ -282,7 +296,7 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
                 retry_policy=RETRY_POLICY,
             )
             def check(family: Family = family) -> dict[str, Any]:
-                return tasks.freshness(family)
+                return _tasks().freshness(family)
 
             check()
     return dag

@@ -270,9 +270,8 @@ def verify(
         CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
         for o in suite.outcomes
     ]
-    conflicts = tally.conflicts
-    tally = verification.tally
-    tally.conflicts = conflicts
+    outcomes += engine.hot_counter_outcomes(tally)
+    tally = verification.tally.keep_compaction_counts(tally)
     if not (verification.passed and suite.success):
         failed = [o for o in outcomes if o.critical and not o.success]
         message = (

@@ -1,0 +1,34 @@
+"""The engine's errors, in a module of their own: the DAG files name them in the tasks' retry
+policy, and parsing those must not import the engine (and with it the Cassandra driver)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .core import CheckOutcome
+
+
+class EngineError(RuntimeError):
+    """A run could not do its work; the message is the one-line reason."""
+
+
+class LeaseHeld(EngineError):
+    pass
+
+
+class EpochNotNewer(EngineError):
+    pass
+
+
+class ChecksFailed(EngineError):
+    def __init__(self, message: str, outcomes: Sequence[CheckOutcome]):
+        super().__init__(message)
+        self.outcomes = list(outcomes)
+
+
+class RowsRefused(EngineError):
+    pass
+
+
+class EpochInFuture(EngineError):
+    pass
