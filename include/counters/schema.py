@@ -15,8 +15,10 @@ Table options (explained in the README, "Data model"):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cassandra.cluster import Session
+if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy (SchemaError)
+    from cassandra.cluster import Session
 
 from .config import Family, Kind
 

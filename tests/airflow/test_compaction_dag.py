@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 from counters.airflow import tasks
 from counters.client import CounterClient, Increment
+from counters.schema import SchemaError
 from counters.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -158,6 +159,38 @@ def test_tampered_run_fails_verify_deletes_nothing_and_alerts(
             assert needle in body
         assert "IBM: compact value 999 (expected 55 = 0 + 55)" in body
         assert log_url in body
+
+
+def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
+    conn, make_families, dagbag, t0
+):
+    """A compact task dies on an error no task audits (here the raw table's schema changed
+    under the run, which the retry policy does not retry): its failure callback writes the
+    run's ``failed`` audit row, naming the task and the error; nothing is deleted."""
+    families = make_families({})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    load(CounterClient(conn, family, store), t0)
+    epoch = t0 + timedelta(minutes=10)
+
+    def schema_changed(point: str) -> None:
+        if point == "discover":
+            raise SchemaError(f"family {family.name!r}: column 'increment' is gone")
+
+    dag = dagbag().dags[family.dag_id]
+    with tasks.fault_hook(schema_changed):
+        run = dag.test(logical_date=aware(epoch + family.lag))
+
+    assert run.state == "failed"
+    got = states(run)
+    assert {got["compact[0]"], got["compact[1]"]} == {"failed"}, got
+    for counter in ("IBM", "AAPL"):  # nothing folded, nothing deleted
+        assert len(raw_times(store, counter)) == 12
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["failed"]
+    assert audit[0]["run_id"] == run.run_id
+    assert "task compact[" in audit[0]["message"] and "SchemaError" in audit[0]["message"]
+    assert "column 'increment' is gone" in audit[0]["message"]
 
 
 def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_families, dagbag, t0):

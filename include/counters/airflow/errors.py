@@ -14,12 +14,23 @@ class RunFailed(AirflowFailException):
     :param checks: names of the failed checks (``compact_value_equals_before_plus_folded``,
         ``freshness``, ...).
     :param counters: the counters affected, each with its amounts where known.
+    :param audited: the raising task already wrote the run's audit row (else the failure
+        callback writes it).
     """
 
-    def __init__(self, message: str, *, checks: Sequence[str], counters: Sequence[str] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        checks: Sequence[str],
+        counters: Sequence[str] = (),
+        audited: bool = False,
+    ):
         super().__init__(message)
         self.checks = tuple(checks)
         self.counters = tuple(counters)
+        self.audited = audited
+        """True when the task wrote the run's ``failed`` audit row before raising."""
 
 
 class CheckFailed(RunFailed):

@@ -156,6 +156,10 @@ date, in order; runs whose epoch is already compacted are recorded no-ops (READM
 
 
 def default_args(family: Family, channels: Channels) -> dict[str, Any]:
+    def audit_failure(context: Any) -> None:
+        """A task that failed for good leaves the run's audit row (``tasks.record_failure``)."""
+        _tasks().record_failure(family, context)
+
     return {
         "owner": family.owner,
         "retries": RETRIES,
@@ -164,7 +168,7 @@ def default_args(family: Family, channels: Channels) -> dict[str, Any]:
         "max_retry_delay": MAX_RETRY_DELAY,
         "retry_policy": RETRY_POLICY,
         "execution_timeout": TASK_TIMEOUT,
-        "on_failure_callback": [CountersAlertNotifier(family.name, channels)],
+        "on_failure_callback": [CountersAlertNotifier(family.name, channels), audit_failure],
     }
 
 

@@ -152,6 +152,42 @@ def _audit(
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
 
 
+def record_failure(family: Family, context: Mapping[str, Any]) -> None:
+    """``on_failure_callback`` of a compaction DAG's tasks: a task that failed for good (no
+    retry left) on an error no task audited (a Cassandra error, a timeout, a refused epoch, a
+    schema that changed) still leaves the run's ``failed`` audit row, naming the task. Best
+    effort: Cassandra may be what failed."""
+    error = context.get("exception")
+    if getattr(error, "audited", False):
+        return
+    ti = context["ti"]
+    task = ti.task_id if getattr(ti, "map_index", -1) < 0 else f"{ti.task_id}[{ti.map_index}]"
+    try:
+        run = ti.xcom_pull(task_ids="plan", key="run")
+        if not run:  # the plan task itself failed: the epoch it would have taken
+            dag_run = context["dag_run"]
+            scheduled = scheduled_time(dag_run)
+            try:
+                epoch = run_epoch(family, scheduled, (context.get("params") or {}).get("epoch"))
+            except RunRefused:
+                epoch = run_epoch(family, scheduled, None)
+            run = {
+                "run_id": dag_run.run_id,
+                "epoch": _iso(epoch),
+                "epoch_before": None,
+                "shards": [],
+                "dry_run": bool((context.get("params") or {}).get("dry_run")),
+                "started_at": _iso(datetime.now(UTC)),
+                "scheduled": _iso(scheduled),
+            }
+        message = f"task {task} failed for good: {type(error).__name__}: {error}"
+        _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=message)
+    except Exception:
+        log.warning(
+            "could not write the failed audit row after task %s failed", task, exc_info=True
+        )
+
+
 # --- the tasks ----------------------------------------------------------------------------
 
 
@@ -214,7 +250,9 @@ def compact(family: Family, run: Run, shard: int) -> dict[str, Any]:
         )
     except engine.RowsRefused as exc:
         _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=str(exc))
-        raise RunRefused(str(exc), checks=["increments_are_non_null_integers"]) from exc
+        raise RunRefused(
+            str(exc), checks=["increments_are_non_null_integers"], audited=True
+        ) from exc
     tally = report.tally
     log.info(
         "shard %d: %d counter(s) seen, %d committed, %d row(s) folded (sum %d), %d late row(s) "
@@ -287,6 +325,7 @@ def verify(
             message,
             checks=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
             counters=counters,
+            audited=True,
         )
     log.info(
         "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d)",
@@ -331,7 +370,7 @@ def verify_cleanup(
         )
         checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
         _audit(family, run, "failed", tally=tally, phases=phases, checks_=checks_, message=message)
-        raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters)
+        raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
     return {
         "check": _outcome_dict(outcome),
         "rows_deleted": sum(c["rows_deleted"] for c in cleanups),
@@ -370,7 +409,7 @@ def record_audit(
             f"{_iso(now_at)} after finishing, expected at least {run['epoch']}"
         )
         _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
-        raise CheckFailed(message, checks=["family_epoch_advanced"])
+        raise CheckFailed(message, checks=["family_epoch_advanced"], audited=True)
     _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes)
     summary = {
         "family": family.name,
