@@ -87,6 +87,7 @@ class Params:
     hot_rows: int = 110_000
     variants: tuple[str, ...] = ()
     variant_counters: int = 20_000
+    kinds: tuple[str, ...] = ()
 
 
 def parse_args(argv: list[str] | None) -> Params:
@@ -113,6 +114,7 @@ def parse_args(argv: list[str] | None) -> Params:
         "verify_light; runs only when given",
     )
     p.add_argument("--variant-counters", type=int, help="counters per variant run (20000)")
+    p.add_argument("--kind", action="append", choices=sorted(KINDS), help="kind lines to run (all)")
     a = p.parse_args(argv)
     params = Params()
     if a.smoke:
@@ -151,6 +153,8 @@ def parse_args(argv: list[str] | None) -> Params:
         params.variants = tuple(v for v in a.variants.split(",") if v and v != "baseline")
     if a.variant_counters:
         params.variant_counters = a.variant_counters
+    if a.kind:
+        params.kinds = tuple(dict.fromkeys(a.kind))
     if a.families:
         params.families = tuple(int(x) for x in a.families.split(",") if x.strip())
     if a.only:
@@ -758,6 +762,8 @@ class Bench:
         ctx = KindContext(self.conn, self.keyspace, self.p, self.results, self)
         self.results["kinds"] = {}
         for name, func in KINDS.items():  # one failing kind does not hide the others' lines
+            if self.p.kinds and name not in self.p.kinds:
+                continue
             try:
                 self.results["kinds"][name] = func(ctx).as_dict()
             except Exception as exc:
