@@ -15,18 +15,7 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$B
   die "no benchmark module '$BENCH_MODULE' yet (expected include/${BENCH_MODULE//.//}.py)"
 fi
 
-cleanup() {
-  local rc=$?
-  trap - EXIT
-  trap '' INT TERM
-  test_cassandra_end || rc=1
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-test_cassandra_begin
+test_cassandra_scope
 airflow_env "$PROJECT_ROOT/var/airflow-test"
 mkdir -p "$PROJECT_ROOT/var/bench"
 log "python -m $BENCH_MODULE $* (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042})"

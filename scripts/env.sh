@@ -77,7 +77,8 @@ cassandra_port() {
 # The local Cassandra for tests and benchmarks: unless CASSANDRA_HOSTS names an external cluster,
 # start the `test` instance (127.0.0.1:9142; CASSANDRA_TEST_PORT overrides) if it is not running,
 # and export CASSANDRA_HOSTS/CASSANDRA_PORT/CASSANDRA_LOCAL_INSTANCE for the code under test.
-# Pair with test_cassandra_end in an EXIT trap: it stops the node only if this script started it.
+# Pair with test_cassandra_end in an EXIT trap (test_cassandra_scope does both): it stops the node
+# only if this script started it.
 TEST_INSTANCE="${CASSANDRA_TEST_INSTANCE:-test}"
 test_cassandra_begin() {
   if [[ -n "${CASSANDRA_HOSTS:-}" ]]; then
@@ -96,6 +97,22 @@ test_cassandra_end() {
     CASSANDRA_STARTED_BY_US=0
     env -u CASSANDRA_HOSTS "$PY" "$NODE_SCRIPT" down --instance "$TEST_INSTANCE"
   fi
+}
+# test_cassandra_begin plus the traps that pair it with test_cassandra_end: on exit (also on
+# Ctrl-C or SIGTERM) the node this script started is stopped, and the exit code is kept (made 1
+# if stopping failed).
+test_cassandra_scope() {
+  trap _test_cassandra_exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  test_cassandra_begin
+}
+_test_cassandra_exit() {
+  local rc=$?
+  trap - EXIT
+  trap '' INT TERM
+  test_cassandra_end || rc=1
+  exit "$rc"
 }
 
 log() { printf '[%s] %s\n' "${LOG_TAG:-make}" "$*"; }

@@ -10,18 +10,7 @@ cd "$PROJECT_ROOT"
 
 "$PROJECT_ROOT/scripts/setup.sh"
 
-cleanup() {
-  local rc=$?
-  trap - EXIT
-  trap '' INT TERM
-  test_cassandra_end || rc=1
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-test_cassandra_begin
+test_cassandra_scope
 airflow_env "$PROJECT_ROOT/var/airflow-test"
 airflow_db_migrate
 

@@ -42,6 +42,7 @@ from .bench_ops import (
     scan_values,
     server_pid,
     tombstone_index_marks,
+    utc_now,
     write_folded_compact_rows,
 )
 from .bench_probes import commit_costs, fold_io_costs
@@ -173,10 +174,6 @@ def parse_args(argv: list[str] | None) -> Params:
     return params
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
@@ -280,7 +277,7 @@ class Bench:
             "--epoch",
             epoch.isoformat(),
             "--now",
-            _now().replace(tzinfo=UTC).isoformat(),
+            utc_now().replace(tzinfo=UTC).isoformat(),
             "--variant",
             variant,
         ]
@@ -333,7 +330,7 @@ class Bench:
 
     def prepare_main(self) -> None:
         p = self.p
-        t0 = (_now() - timedelta(days=2)).replace(second=0, microsecond=0)
+        t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
         self.main_data = Dataset("c", p.counters, p.rows_per_counter, t0)
         self.main_family, self.main_store, self.main_client = self.make_family("bench_main")
         self.say(f"loading {self.main_data.row_count:,} rows through CounterClient.record")
@@ -477,7 +474,7 @@ class Bench:
 
     def prepare_idle(self) -> None:
         p = self.p
-        t1 = (_now() - timedelta(days=1)).replace(second=0, microsecond=0)
+        t1 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
         self.idle_data = Dataset("k", p.active_counters, p.rows_per_counter, t1)
         self.idle_e0 = truncate_ms(t1 - timedelta(hours=1))
         base = {self.idle_data.key(i): 1000 + i % 100 for i in range(p.idle_counters)}
@@ -562,7 +559,7 @@ class Bench:
         self.say(f"idle-heavy, recent: {len(idle_keys):,} index tombstones, then new increments")
         with Meter(self.server) as meter:
             tombstone_index_marks(
-                idle_store, idle_keys, write_timestamp(_now() - timedelta(minutes=5))
+                idle_store, idle_keys, write_timestamp(utc_now() - timedelta(minutes=5))
             )
         load_write_path(idle_client, later)
         self.marks_at[idle_family.name] = time.time()
@@ -583,7 +580,7 @@ class Bench:
             self.reset_family(family)
         else:
             family, store, client = self.make_family("bench_main")
-        now_min = _now().replace(second=0, microsecond=0)
+        now_min = utc_now().replace(second=0, microsecond=0)
         start = now_min - timedelta(minutes=p.history_minutes)
         history = [
             (truncate_ms(start + timedelta(minutes=k)), 1 + k % 50)
@@ -605,12 +602,12 @@ class Bench:
                 for k, (at, inc) in enumerate(history)
             ]
         )
-        fresh_at = truncate_ms(_now())
+        fresh_at = truncate_ms(utc_now())
         client.record([Increment(keys["fresh"], 5, fresh_at, ("lat", 0))])
         # Kept compact by the job: one run over the backlog, then per-minute runs.
         runs = []
         for back in range(11, 1, -1):
-            summary = engine.run_family(store, now_min - timedelta(minutes=back), now=_now())
+            summary = engine.run_family(store, now_min - timedelta(minutes=back), now=utc_now())
             runs.append(summary.tally.rows_folded)
         total = sum(inc for _at, inc in history)
         expect = {"compacted": total, "uncompacted": total, "fresh": 5}
@@ -647,7 +644,7 @@ class Bench:
         else:
             family, store, client = self.make_family("bench_main")
         key = ("hot",)
-        t0 = (_now() - timedelta(hours=3)).replace(second=0, microsecond=0)
+        t0 = (utc_now() - timedelta(hours=3)).replace(second=0, microsecond=0)
         for start in range(0, p.hot_rows, 20_000):
             client.record(
                 Increment(key, 1, t0 + timedelta(milliseconds=20 * j), ("hot", j))
@@ -662,7 +659,7 @@ class Bench:
             self.say(f"limits: hot counter, fold {n + 1}")
             started = time.perf_counter()
             try:
-                summary = engine.run_family(store, at, now=_now())
+                summary = engine.run_family(store, at, now=utc_now())
                 folds.append(
                     {
                         "ok": True,
@@ -705,7 +702,7 @@ class Bench:
         runs = []
         for n, name in enumerate(names):
             self.reset_family(family)
-            t0 = (_now() - timedelta(days=2, hours=n)).replace(second=0, microsecond=0)
+            t0 = (utc_now() - timedelta(days=2, hours=n)).replace(second=0, microsecond=0)
             data = Dataset("v", self.p.variant_counters, self.p.rows_per_counter, t0)
             load_write_path(client, data)
             self.marks_at[family.name] = time.time()
@@ -744,7 +741,7 @@ class Bench:
     def probes(self) -> None:
         size = min(self.p.counters, 20_000)
         self.say(f"probes: {size:,} commits four ways")
-        t0 = (_now() - timedelta(days=3)).replace(second=0, microsecond=0)
+        t0 = (utc_now() - timedelta(days=3)).replace(second=0, microsecond=0)
         self.results["probes"] = {
             "commit": commit_costs(self.conn, self.keyspace, size, self.server),
             "fold_io": fold_io_costs(self.conn, self.keyspace, size, self.server, t0),

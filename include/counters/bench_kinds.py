@@ -12,14 +12,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType
 from cassandra.util import Date, uuid_from_time
 
 from . import engine
-from .bench_ops import Dataset, Meter, chunked, compare, count_rows, run_concurrent, scan_values
+from .bench_ops import (
+    Dataset,
+    Meter,
+    chunked,
+    compare,
+    count_rows,
+    run_concurrent,
+    scan_values,
+    utc_now,
+)
 from .core import truncate_ms
 from .schema import q
 
@@ -89,10 +98,6 @@ DAY = date(2026, 3, 29)
 """The ``calculation_date`` of every bench order (seed 003's composite partition key)."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def _timed_line(
     ctx: KindContext,
     kind: str,
@@ -153,7 +158,7 @@ def _read_p99(
 
 def _minutes(ctx: KindContext) -> list[datetime]:
     """One moment a minute over the read history, ending two minutes ago."""
-    now_min = _now().replace(second=0, microsecond=0)
+    now_min = utc_now().replace(second=0, microsecond=0)
     start = now_min - timedelta(minutes=ctx.params.history_minutes + 2)
     return [truncate_ms(start + timedelta(minutes=k)) for k in range(ctx.params.history_minutes)]
 
@@ -198,7 +203,7 @@ def rows(ctx: KindContext) -> KindLine:
     """``counters`` locations x ``rows_per_counter`` orders (seed 003's table: composite key,
     timeuuid clustering), counted by one run; the business rows must all still be there."""
     p = ctx.params
-    t0 = (_now() - timedelta(days=2)).replace(second=0, microsecond=0)
+    t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
     data = Dataset("o", p.counters, p.rows_per_counter, t0)
     family, _store, _client, insert = _orders_family(ctx, "kind_rows")
     ctx.bench.say(f"kind rows: loading {data.row_count:,} business rows")
@@ -222,8 +227,8 @@ def rows(ctx: KindContext) -> KindLine:
         _r_family, r_store, r_client, r_insert = _orders_family(ctx, "kind_rows_reads")
         history = _minutes(ctx)
         _insert_orders(ctx, r_insert, [(1, moment, k) for k, moment in enumerate(history)])
-        engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=_now())
-        _insert_orders(ctx, r_insert, [(2, truncate_ms(_now()), 0)])
+        engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=utc_now())
+        _insert_orders(ctx, r_insert, [(2, truncate_ms(utc_now()), 0)])
         return _read_p99(
             ctx,
             r_client,
@@ -242,7 +247,7 @@ def unique(ctx: KindContext) -> KindLine:
     """``counters`` meetings x ``rows_per_counter`` members through ``add_members`` (then a
     tenth of them again, later: retries must not count), folded and deleted by one run."""
     p = ctx.params
-    t0 = (_now() - timedelta(days=2)).replace(second=0, microsecond=0)
+    t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
     data = Dataset("m", p.counters, p.rows_per_counter, t0)
     fields = {"kind": "unique", "columns": {"key": "meeting", "member": "user"}}
     family, _store, client = ctx.bench.make_family("kind_unique", **fields)
@@ -275,7 +280,7 @@ def unique(ctx: KindContext) -> KindLine:
         history = _minutes(ctx)
         for k, moment in enumerate(history):
             r_client.add_member("compacted", f"u{k}", at=moment)
-        engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=_now())
+        engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=utc_now())
         r_client.add_member("fresh", "u0")
         return _read_p99(
             ctx,

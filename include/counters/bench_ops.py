@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cassandra.concurrent import execute_concurrent
@@ -98,6 +98,11 @@ def percentile(values: Sequence[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def utc_now() -> datetime:
+    """Now, UTC, naive (as the engine and the raw tables take times)."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 # --- synthetic data ------------------------------------------------------------------------

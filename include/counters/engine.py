@@ -513,8 +513,9 @@ def cleanup_shard(
     """
     entries = store.read_log(run_id, shard)
     fault("cleanup_read_log")
-    deleting = [e for e in entries if e.action != "idle" and not store.family.folds_by_slice]
-    current = store.read_checkpoints([e.counter for e in deleting])  # a kept family: none
+    kept = store.family.folds_by_slice  # a kept family's runs delete nothing
+    deleting = [] if kept else [e for e in entries if e.action != "idle"]
+    current = store.read_checkpoints([e.counter for e in deleting])
     deletions = [
         (e.counter, sorted(current[e.counter].pending, key=repr))
         for e in deleting

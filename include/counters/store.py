@@ -493,8 +493,12 @@ class Store:
 
     def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[RawRow]]:
         rows = self._rows_by_partition("raw_read", "{clustering}, {increment}", "{raw}", counters)
+        return {c: self._raw_rows(rows[c]) for c in counters}
+
+    def _raw_rows(self, rows: Iterable[Sequence[Any]]) -> list[RawRow]:
+        """``(clustering..., increment)`` rows as RawRows (the time is the first clustering)."""
         width = len(self.layout.clustering)
-        return {c: [RawRow(tuple(r[:width]), r[0], r[width]) for r in rows[c]] for c in counters}
+        return [RawRow(tuple(r[:width]), r[0], r[width]) for r in rows]
 
     def read_rows_after(self, counter: Key, lower: datetime) -> list[RawRow]:
         """A counter's rows after ``lower`` only. Past a hot counter's epoch this read meets no
@@ -504,9 +508,9 @@ class Store:
             "raw_read_after",
             "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where} AND {time} > ?",
         )
-        width = len(self.layout.clustering)
-        result = self.session.execute(statement, (*counter, lower), execution_profile=BULK_PROFILE)
-        return [RawRow(tuple(r[:width]), r[0], r[width]) for r in result]
+        return self._raw_rows(
+            self.session.execute(statement, (*counter, lower), execution_profile=BULK_PROFILE)
+        )
 
     def read_rows_at(self, counter: Key, clusterings: Sequence[Key]) -> list[RawRow]:
         """Those of the given rows of a counter that are present: point reads (the clustering
@@ -517,12 +521,7 @@ class Store:
             f"SELECT {{clustering}}, {{increment}} FROM {{raw}} WHERE {{key_where}} AND {relation}",
         )
         params = [(*counter, bind(g)) for g in _groups(clusterings, DELETE_BATCH_ROWS)]
-        width = len(self.layout.clustering)
-        return [
-            RawRow(tuple(r[:width]), r[0], r[width])
-            for result in self._concurrent(statement, params)
-            for r in result
-        ]
+        return self._raw_rows(r for result in self._concurrent(statement, params) for r in result)
 
     def read_rows_between(self, counter: Key, lower: datetime, upper: datetime) -> list[RawRow]:
         """A counter's rows in ``[lower, upper]`` (a hot counter's recent past, for late rows)."""
@@ -531,11 +530,10 @@ class Store:
             "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where} "
             "AND {time} >= ? AND {time} <= ?",
         )
-        width = len(self.layout.clustering)
-        result = self.session.execute(
-            statement, (*counter, lower, upper), execution_profile=BULK_PROFILE
+        bounds = (*counter, lower, upper)
+        return self._raw_rows(
+            self.session.execute(statement, bounds, execution_profile=BULK_PROFILE)
         )
-        return [RawRow(tuple(r[:width]), r[0], r[width]) for r in result]
 
     def commit(
         self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str

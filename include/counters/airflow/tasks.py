@@ -162,13 +162,14 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
         return
     ti = context["ti"]
     task = ti.task_id if getattr(ti, "map_index", -1) < 0 else f"{ti.task_id}[{ti.map_index}]"
+    params = context.get("params") or {}
     try:
         run = ti.xcom_pull(task_ids="plan", key="run")
         if not run:  # the plan task itself failed: the epoch it would have taken
             dag_run = context["dag_run"]
             scheduled = scheduled_time(dag_run)
             try:
-                epoch = run_epoch(family, scheduled, (context.get("params") or {}).get("epoch"))
+                epoch = run_epoch(family, scheduled, params.get("epoch"))
             except RunRefused:
                 epoch = run_epoch(family, scheduled, None)
             run = {
@@ -176,7 +177,7 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
                 "epoch": _iso(epoch),
                 "epoch_before": None,
                 "shards": [],
-                "dry_run": bool((context.get("params") or {}).get("dry_run")),
+                "dry_run": bool(params.get("dry_run")),
                 "started_at": _iso(datetime.now(UTC)),
                 "scheduled": _iso(scheduled),
             }
