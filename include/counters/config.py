@@ -72,9 +72,10 @@ class Retention(StrEnum):
 class Discovery(StrEnum):
     """How a run finds the counters that have rows to fold.
 
-    ``index``: a small table of touched counters kept by the write API (cost follows activity).
-    ``scan``: token-range scans of the raw table (cost follows table size; finds rows written
-    by any writer, so it is also the periodic sweep).
+    ``index`` (default): a small table of touched counters kept by the write API (cost
+    follows activity), plus a sweep, a token-range scan of the whole raw table, every
+    ``sweep_interval``: rows written by any other writer are folded within that bound.
+    ``scan``: every run scans the raw table's token ranges (cost follows table size).
     """
 
     INDEX = "index"
@@ -162,6 +163,9 @@ class Family(_Strict):
     shards: int = Field(default=4, ge=1, le=256)
     consistency: Consistency = Consistency.LOCAL_QUORUM
     discovery: Discovery = Discovery.INDEX
+    sweep_interval: timedelta = timedelta(minutes=15)
+    """With ``discovery: index``: how often a run also scans the whole raw table, so rows
+    written without the write API (plain CQL ``INSERT``) are folded within this bound."""
     catchup: bool = False
     start_date: datetime | None = None
     """Where the DAG's schedule starts (catchup creates the runs from here); UTC if naive."""
@@ -196,7 +200,7 @@ class Family(_Strict):
     def _tables(cls, value: str) -> str:
         return _identifier(value, "table/keyspace name")
 
-    @field_validator("lag", "freshness", mode="before")
+    @field_validator("lag", "freshness", "sweep_interval", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         if isinstance(value, timedelta):
@@ -231,6 +235,23 @@ class Family(_Strict):
             )
         if self.kind is Kind.UNIQUE and not self.columns.member:
             raise ValueError("columns.member is required for a 'unique' family")
+        if self.kind is not Kind.ROWS and self.retention is Retention.KEEP:
+            raise ValueError(
+                f"retention: 'keep' is only for 'rows' families (their rows are business data); "
+                f"a '{self.kind.value}' family folds its rows one by one and must delete them "
+                "(a kept row below the checkpoint could never be told from a late one)"
+            )
+        if self.effective_retention is Retention.DELETE and self.consistency in (
+            Consistency.ONE,
+            Consistency.LOCAL_ONE,
+        ):
+            raise ValueError(
+                f"consistency: {self.consistency.value} is refused for a family that deletes its "
+                "rows: a delete seen by one replica lets a later run read and fold the row again "
+                "from another; use LOCAL_QUORUM (default), QUORUM, EACH_QUORUM or ALL"
+            )
+        if self.sweep_interval <= timedelta(0):
+            raise ValueError(f"sweep_interval must be > 0, got {self.sweep_interval}")
         return self
 
     @property

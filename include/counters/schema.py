@@ -40,6 +40,10 @@ INDEX_OPTIONS = (  # a resurrected mark only adds a candidate: short gc_grace is
     "'unchecked_tombstone_compaction': 'true'} AND gc_grace_seconds = 600"
 )
 RUNLOG_OPTIONS = "default_time_to_live = 1209600 AND gc_grace_seconds = 10800"
+LEDGER_OPTIONS = (
+    "compaction = {'class': 'LeveledCompactionStrategy'} "
+    "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
+)
 
 AUDIT_TABLE = "counters_audit"
 LEASE_TABLE = "counters_lease"
@@ -74,8 +78,16 @@ def index_table(family: Family) -> str:
     return f"{family.raw_table}_touched"
 
 
-def runlog_table(family: Family) -> str:
-    return f"{family.compact_table}_runlog"
+def ledger_table(family: Family) -> str:
+    return f"{family.compact_table}_ledger"
+
+
+def runs_table(family: Family) -> str:
+    return f"{family.compact_table}_runs"
+
+
+def quarantine_table(family: Family) -> str:
+    return f"{family.compact_table}_quarantine"
 
 
 def q(name: str) -> str:
@@ -127,6 +139,7 @@ def _bookkeeping_defs(family: Family, layout: RawLayout) -> str:
 
 
 def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
+    """The engine's own tables of a family: touched index, ledger, run chunks, quarantine."""
     ks = q(family.keyspace)
     key_defs = ", ".join(f"{q(c.name)} {c.cql_type}" for c in layout.key)
     key_list = ", ".join(q(c.name) for c in layout.key)
@@ -134,11 +147,19 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(index_table(family))} (shard int, {key_defs}, "
         f"slot int, touched boolean, PRIMARY KEY ((shard, slot), {key_list})) "
         f"WITH {INDEX_OPTIONS}",
-        f"CREATE TABLE IF NOT EXISTS {ks}.{q(runlog_table(family))} (run_id text, shard int, "
-        f"{key_defs}, commit_id timeuuid, action text, base_value bigint, base_epoch timestamp, "
-        "folded_rows int, folded_sum bigint, late_rows int, late_sum bigint, "
-        "max_lateness_ms bigint, new_value bigint, new_epoch timestamp, touched_writetime bigint, "
-        f"newer_rows int, PRIMARY KEY ((run_id, shard), {key_list})) WITH {RUNLOG_OPTIONS}",
+        # one partition per token-range bucket: a conditional batch on its static head commits
+        # many counters in one Paxos round
+        f"CREATE TABLE IF NOT EXISTS {ks}.{q(ledger_table(family))} (shard int, bucket int, "
+        f"head timeuuid static, {key_defs}, value bigint, epoch_ms bigint, commit_id timeuuid, "
+        "run_id text, pending text, pending_sum bigint, pending_rows int, base_value bigint, "
+        "folded_sum bigint, version bigint, updated_at timestamp, "
+        f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
+        "bucket int, chunk int, commit_id timeuuid, counters text, "
+        f"PRIMARY KEY ((run_id, shard), bucket, chunk)) WITH {RUNLOG_OPTIONS}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
+        f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
+        f"PRIMARY KEY ((shard), {key_list}))",
     ]
 
 
@@ -156,7 +177,7 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
-        "epoch timestamp, run_id text, updated_at timestamp)",
+        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp)",
     ]
 
 
@@ -307,6 +328,9 @@ def ensure_schema(
     """Create what is missing (IF NOT EXISTS), check what exists; return the raw layout."""
     for statement in keyspace_ddl(family.keyspace, replication):
         session.execute(statement)
+    state = _table_meta(session, family.keyspace, STATE_TABLE)
+    if state is not None and "last_sweep" not in state.columns:
+        session.execute(f"ALTER TABLE {q(family.keyspace)}.{STATE_TABLE} ADD last_sweep timestamp")
     if create_raw and family.kind is Kind.INCREMENTS:
         session.execute(default_raw_ddl(family))
     if family.kind is Kind.UNIQUE:

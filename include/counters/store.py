@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -24,11 +25,27 @@ from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_ti
 from . import schema
 from .config import Family, Kind
 from .connection import BULK_PROFILE, Connection
-from .core import Checkpoint, FoldPlan, Key, RawRow, shard_bounds, shard_of, write_timestamp
+from .core import (
+    BUCKETS,
+    Checkpoint,
+    Fold,
+    Key,
+    Packed,
+    Row,
+    bucket_bounds,
+    bucket_of,
+    chunks,
+    from_millis,
+    shard_bounds,
+    shard_of,
+    to_millis,
+    write_timestamp,
+)
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
 IN_CHUNK = 50
+"""Partitions per ``IN`` read: fewer requests, still a modest fan-out for the coordinator."""
 IN_KEY_TYPES = frozenset(
     {
         "text",
@@ -46,16 +63,36 @@ IN_KEY_TYPES = frozenset(
 )
 """Key column types read back as the same Python values they were bound with (``IN`` results
 are matched to the counters asked for by their first key column)."""
-BATCH_PARTITIONS = 10
-INDEX_SLOTS = 16
 SCAN_SPLITS = 64
-"""Token sub-ranges per shard for scans (tombstones of folded rows are counted per query)."""
-"""Index partitions per shard (see ``Store.index_partition``)."""
-"""Partitions per ``IN`` read: fewer requests, still a modest fan-out for the coordinator."""
+"""Token sub-ranges per shard for ``SELECT DISTINCT`` scans (tombstones count per query)."""
 FIRST_WRITE_WINS = 2**63 - 1
 """Seed 000: writes ``USING TIMESTAMP Long.MAX - now``, so the earliest write has the largest
 timestamp and wins."""
-DELETE_BATCH_ROWS = 100
+ROWS_PER_BATCH = 100
+"""Rows per single-partition unlogged batch (inserts, index forgets, ``counted`` marks)."""
+DELETE_BATCH_ROWS = 500
+"""Raw rows per multi-partition delete batch: well under the default 50 KiB batch failure
+threshold (a row tombstone is ~40 bytes), few requests per million rows."""
+COPY_BATCH_PARTITIONS = 50
+"""Compact copies per multi-partition unlogged batch (one small row each)."""
+COMMIT_CHUNK = 1000
+"""Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
+SCAN_FETCH = 5000
+PACKED_TYPES = {
+    "timestamp",
+    "text",
+    "varchar",
+    "ascii",
+    "int",
+    "bigint",
+    "smallint",
+    "tinyint",
+    "varint",
+    "boolean",
+    "uuid",
+    "timeuuid",
+}
+"""Clustering column types the engine can pack (pending lists are JSON)."""
 
 
 @dataclass(frozen=True)
@@ -67,27 +104,43 @@ class Touched:
 
 
 @dataclass(frozen=True)
-class LogEntry:
-    """One counter in a run's log: what the run saw and what it committed."""
+class Copy:
+    """A counter's row in the compact table (the readers' copy of the ledger)."""
 
-    counter: Key
+    value: int
+    epoch_ms: int | None
     commit_id: Any
-    action: str
-    base_value: int
-    base_epoch: datetime | None
-    folded_rows: int
-    folded_sum: int
-    late_rows: int
-    late_sum: int
-    max_lateness_ms: int
-    new_value: int
-    new_epoch: datetime
-    touched_writetime: int | None
-    newer_rows: int
+    writetime: int | None
+    legacy_pending: frozenset[Packed] = frozenset()
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One ledger partition as read: its head (the compare-and-set token of the whole bucket)
+    and the checkpoints of the counters read."""
+
+    head: Any
+    checkpoints: dict[Key, Checkpoint]
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    counter: Key
+    reason: str
+    run_id: str
+    detail: str
 
 
 def _consistency(family: Family) -> int:
     return getattr(ConsistencyLevel, family.consistency.value)
+
+
+def _serial(family: Family) -> int:
+    """The Paxos consistency that matches the family's: a local quorum's commits are serial
+    within the data center; any other level's across the cluster (two data centers must not
+    both win a compare-and-set)."""
+    local = family.consistency.value.startswith("LOCAL_")
+    return ConsistencyLevel.LOCAL_SERIAL if local else ConsistencyLevel.SERIAL
 
 
 class Store:
@@ -107,6 +160,9 @@ class Store:
         self.concurrency = concurrency
         self._layout = layout
         self._prepared: dict[str, PreparedStatement] = {}
+        self.requests: dict[str, int] = defaultdict(int)
+        """Requests sent, by the phase named in ``phase`` (the benchmark reports them)."""
+        self.phase = "other"
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -131,7 +187,9 @@ class Store:
             "member": q(f.columns.member or "member"),
             "compact": f"{ks}.{q(f.compact_table)}",
             "index": f"{ks}.{q(schema.index_table(f))}",
-            "runlog": f"{ks}.{q(schema.runlog_table(f))}",
+            "ledger": f"{ks}.{q(schema.ledger_table(f))}",
+            "runs": f"{ks}.{q(schema.runs_table(f))}",
+            "quarantine": f"{ks}.{q(schema.quarantine_table(f))}",
             "audit": f"{ks}.{schema.AUDIT_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
@@ -153,7 +211,7 @@ class Store:
             statement = self.session.prepare(cql.format(**self._names))
             statement.consistency_level = _consistency(self.family)
             if serial:
-                statement.serial_consistency_level = ConsistencyLevel.LOCAL_SERIAL
+                statement.serial_consistency_level = _serial(self.family)
             self._prepared[name] = statement
         return statement
 
@@ -167,6 +225,7 @@ class Store:
         input order; the first error raises."""
         if not statements:
             return []
+        self.requests[self.phase] += len(statements)
         results = execute_concurrent(
             session or self.session,
             statements,
@@ -208,11 +267,9 @@ class Store:
     def shard(self, counter: Key) -> int:
         return shard_of(self.token(counter), self.family.shards)
 
-    def index_partition(self, counter: Key) -> tuple[int, int]:
-        """(shard, slot) of a counter's mark: the shard split again into ``INDEX_SLOTS`` finer
-        token ranges, so no index partition collects the tombstones of a whole shard."""
-        fine = shard_of(self.token(counter), self.family.shards * INDEX_SLOTS)
-        return fine // INDEX_SLOTS, fine % INDEX_SLOTS
+    def bucket(self, counter: Key) -> tuple[int, int]:
+        """(shard, bucket) of a counter: its ledger partition and its touched-index partition."""
+        return bucket_of(self.token(counter), self.family.shards)
 
     # --- write API ------------------------------------------------------------------------
 
@@ -222,7 +279,7 @@ class Store:
             "index_mark",
             "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        params = [(*self.index_partition(c), *c) for c in set(counters)]
+        params = [(*self.bucket(c), *c) for c in set(counters)]
         self._run([(statement, p) for p in params], session=self.conn.server_timestamp_session)
 
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
@@ -242,7 +299,7 @@ class Store:
             [
                 (self._batch(statement, group), None)
                 for values in by_counter.values()
-                for group in _groups(values, DELETE_BATCH_ROWS)
+                for group in chunks(values, ROWS_PER_BATCH)
             ]
         )
 
@@ -292,7 +349,7 @@ class Store:
             [
                 (self._batch(statement, [(*counter, m) for m in group]), None)
                 for counter, members in items
-                for group in _groups(members, DELETE_BATCH_ROWS)
+                for group in chunks(members, ROWS_PER_BATCH)
             ]
         )
 
@@ -333,14 +390,18 @@ class Store:
 
     # --- discovery ------------------------------------------------------------------------
 
-    def touched(self, shard: int) -> list[Touched]:
+    def touched(self, shard: int) -> dict[int, list[Touched]]:
+        """The shard's index marks, by bucket (one index partition each)."""
         statement = self.prepare(
             "index_scan",
             "SELECT {key}, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
         )
         width = len(self.layout.key)
-        results = self._concurrent(statement, [(shard, slot) for slot in range(INDEX_SLOTS)])
-        return [Touched(tuple(r[:width]), r[width]) for result in results for r in result]
+        results = self._concurrent(statement, [(shard, bucket) for bucket in range(BUCKETS)])
+        return {
+            bucket: [Touched(tuple(r[:width]), r[width]) for r in result]
+            for bucket, result in enumerate(results)
+        }
 
     def scan_counters(self, shard: int) -> list[Key]:
         """Every counter with live raw rows in the shard's token range (the sweep), read as
@@ -351,30 +412,42 @@ class Store:
         )
         return self._scan_distinct(statement, shard)
 
+    def distinct_counters(self, shard: int, bucket: int) -> list[Key]:
+        """Every counter with live raw rows in one bucket's token range, read in finer ranges
+        (the fallback when a bucket's row scan meets too many tombstones)."""
+        statement = self.prepare(
+            "raw_distinct",
+            "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
+        )
+        low, high = bucket_bounds(self.family.shards, shard, bucket)
+        step = (high - low) // 8 or 1
+        edges = [low + i * step for i in range(8)] + [high]
+        ranges = [(edges[i], edges[i + 1]) for i in range(8) if edges[i] < edges[i + 1]]
+        results = self._concurrent(statement, ranges)
+        return [tuple(r) for result in results for r in result]
+
     def _scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
         fine = shard_bounds(self.family.shards * SCAN_SPLITS)
         ranges = fine[shard * SCAN_SPLITS : (shard + 1) * SCAN_SPLITS]
         results = self._concurrent(statement, ranges)
         return [tuple(r) for result in results for r in result]
 
-    def forget_touched(self, shard: int, entries: Sequence[Touched]) -> None:
+    def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
-        the read has a later server timestamp and survives. Deletes go in single-partition
-        batches (one per index partition)."""
+        the read has a later server timestamp and survives. Single-partition batches."""
         statement = self.prepare(
             "index_forget",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
         by_partition: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         for entry in entries:
-            where = self.index_partition(entry.counter)
+            where = self.bucket(entry.counter)
             by_partition[where].append((entry.writetime, *where, *entry.counter))
-        del shard  # implied by the counters; kept in the signature for the engine's symmetry
         self._run(
             [
                 (self._batch(statement, group), None)
                 for params in by_partition.values()
-                for group in _groups(params, DELETE_BATCH_ROWS)
+                for group in chunks(params, ROWS_PER_BATCH)
             ]
         )
 
@@ -386,26 +459,16 @@ class Store:
             batch.add(statement, values)
         return batch
 
-    # --- fold reads and the commit --------------------------------------------------------
-
-    def epoch_value(self, epoch: datetime | None) -> Any:
-        """The stored form of an epoch: a timeuuid checkpoint is the largest timeuuid of the
-        epoch's millisecond, so ``time <= until`` and ``time > until`` split at the epoch."""
-        if epoch is None:
-            return None
-        if self.family.folds_by_slice and self.layout.time.cql_type == "timeuuid":
-            return max_uuid_from_time(epoch)
-        return epoch
-
-    def epoch_time(self, stored: Any) -> datetime | None:
-        if stored is None:
-            return None
-        if isinstance(stored, datetime):
-            return stored
-        return datetime_from_uuid1(stored)
-
     def _rows_by_partition(
-        self, name: str, columns: str, table: str, counters: Sequence[Key]
+        self,
+        name: str,
+        columns: str,
+        table: str,
+        counters: Sequence[Key],
+        *,
+        where: str = "",
+        params: Sequence[Any] = (),
+        group: bool = False,
     ) -> dict[Key, list[tuple]]:
         """Rows of many partitions, grouped by partition: ``IN ?`` over the first key column,
         ``IN_CHUNK`` partitions per request (one request instead of one each, which is what
@@ -413,185 +476,529 @@ class Store:
         003's orders of one day: ``location_id IN ? AND calculation_date = ?``), so the ``IN``
         names exactly the wanted partitions. A first key column whose values the driver does
         not read back as it was given them (dates, times, decimals) is read a partition a
-        request."""
+        request. ``where``/``params`` add a clustering restriction; ``group`` aggregates per
+        partition (``GROUP BY`` the key)."""
         out: dict[Key, list[tuple]] = {c: [] for c in counters}
         lay = self.layout
         width = len(lay.key)
+        grouping = " GROUP BY {key}" if group else ""
         if lay.key[0].cql_type not in IN_KEY_TYPES:
-            statement = self.prepare(name, f"SELECT {columns} FROM {table} WHERE {{key_where}}")
-            results = self._concurrent(statement, counters)
+            statement = self.prepare(
+                name, f"SELECT {columns} FROM {table} WHERE {{key_where}} {where}"
+            )
+            results = self._concurrent(statement, [(*c, *params) for c in counters])
             for counter, result in zip(counters, results, strict=True):
                 out[counter].extend(tuple(r) for r in result)
             return out
         rest = "".join(f" AND {q(c.name)} = ?" for c in lay.key[1:])
         statement = self.prepare(
             f"{name}_in",
-            f"SELECT {{key}}, {columns} FROM {table} WHERE {q(lay.key[0].name)} IN ?{rest}",
+            f"SELECT {{key}}, {columns} FROM {table} WHERE {q(lay.key[0].name)} IN ?{rest} "
+            f"{where}{grouping}",
         )
         by_rest: dict[Key, list[Key]] = defaultdict(list)
         for counter in counters:
             by_rest[tuple(counter[1:])].append(counter)
         requests: list[tuple[Any, Any]] = []
         owners: list[dict[Any, Key]] = []
-        for others, group in by_rest.items():
-            for chunk in _groups(group, IN_CHUNK):
-                requests.append((statement, ([c[0] for c in chunk], *others)))
+        for others, group_ in by_rest.items():
+            for chunk in chunks(group_, IN_CHUNK):
+                requests.append((statement, ([c[0] for c in chunk], *others, *params)))
                 owners.append({c[0]: c for c in chunk})
         for owner, result in zip(owners, self._run(requests), strict=True):
             for row in result:
                 out[owner[row[0]]].append(tuple(row[width:]))
         return out
 
-    def read_checkpoints(self, counters: Sequence[Key]) -> dict[Key, Checkpoint]:
-        columns = "{value}, {epoch}, commit_id"
-        if not self.family.folds_by_slice:
-            columns += ", pending"
-        rows = self._rows_by_partition("compact_read", columns, "{compact}", counters)
-        out: dict[Key, Checkpoint] = {}
-        for counter in counters:
-            if not rows[counter]:
-                out[counter] = Checkpoint(value=0, epoch=None)
-                continue
-            row = rows[counter][0]
-            pending = row[3] if len(row) > 3 else None
-            out[counter] = Checkpoint(
-                value=row[0] or 0,
-                epoch=self.epoch_time(row[1]),
-                commit_id=row[2],
-                pending=frozenset(tuple(p) for p in (pending or ())),
-            )
-        return out
-
     def read_slices(
-        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint], epoch: datetime
+        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint], epoch_ms: int
     ) -> dict[Key, tuple[int, int]]:
         """Server-side aggregate of each counter's slice (checkpoint, epoch]: (rows, total).
-        The total is the row count for a rows family, the sum of increments otherwise."""
-        measure = "count(*)" if self.layout.increment is None else "sum({increment})"
-        bounded = self.prepare(
-            "raw_slice",
-            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} "
-            "AND {time} > ? AND {time} <= ?",
+        The total is the row count for a rows family, the sum of increments otherwise;
+        counters sharing a checkpoint are aggregated together (``IN`` + ``GROUP BY``)."""
+        measure = (
+            "count(*)"
+            if self.layout.increment is None
+            else f"sum(CAST({self._names['increment']} AS varint))"
         )
-        unbounded = self.prepare(
-            "raw_slice_all",
-            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} <= ?",
-        )
-        upper = self.epoch_value(epoch)
-        statements = []
+        upper = self._time_bound(epoch_ms)
+        by_base: dict[int | None, list[Key]] = defaultdict(list)
         for counter in counters:
-            base = checkpoints[counter].epoch
-            if base is None:
-                statements.append((unbounded, (*counter, upper)))
-            else:
-                statements.append((bounded, (*counter, self.epoch_value(base), upper)))
+            by_base[checkpoints[counter].epoch_ms].append(counter)
         out: dict[Key, tuple[int, int]] = {}
-        for counter, result in zip(counters, self._run(statements), strict=True):
-            rows, total = result.one()
-            out[counter] = (rows or 0, total or 0)
+        for base, group in by_base.items():
+            if base is None:
+                found = self._rows_by_partition(
+                    "raw_slice_all",
+                    f"count(*), {measure}",
+                    "{raw}",
+                    group,
+                    where="AND {time} <= ?",
+                    params=(upper,),
+                    group=True,
+                )
+            else:
+                found = self._rows_by_partition(
+                    "raw_slice",
+                    f"count(*), {measure}",
+                    "{raw}",
+                    group,
+                    where="AND {time} > ? AND {time} <= ?",
+                    params=(self._time_bound(base), upper),
+                    group=True,
+                )
+            for counter, rows in found.items():
+                out[counter] = (rows[0][0] or 0, rows[0][1] or 0) if rows else (0, 0)
         return out
 
-    def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[RawRow]]:
-        rows = self._rows_by_partition("raw_read", "{clustering}, {increment}", "{raw}", counters)
-        return {c: self._raw_rows(rows[c]) for c in counters}
+    # --- packing: raw rows and keys as plain, hashable, JSON-able values ------------------
 
-    def _raw_rows(self, rows: Iterable[Sequence[Any]]) -> list[RawRow]:
-        """``(clustering..., increment)`` rows as RawRows (the time is the first clustering)."""
-        width = len(self.layout.clustering)
-        return [RawRow(tuple(r[:width]), r[0], r[width]) for r in rows]
+    @cached_property
+    def _packing(self) -> tuple[list[str], list[Callable[[Any], Any]], bool, int | None]:
+        """How raw rows are selected and packed: the clustering select expressions, a decoder
+        per clustering column (packed value -> bindable value), whether no column needs
+        converting, and the position of the time in epoch ms when it is not the packed time."""
+        exprs: list[str] = []
+        decoders: list[Callable[[Any], Any]] = []
+        plain = True
+        for column in self.layout.clustering:
+            if column.cql_type not in PACKED_TYPES:
+                raise schema.SchemaError(
+                    f"family {self.family.name!r}: clustering column {column.name!r} has type "
+                    f"{column.cql_type}; the engine packs only {', '.join(sorted(PACKED_TYPES))}"
+                )
+            if column.cql_type == "timestamp":
+                exprs.append(f"toUnixTimestamp({q(column.name)})")
+                decoders.append(_identity)
+            elif column.cql_type in ("uuid", "timeuuid"):
+                exprs.append(q(column.name))
+                decoders.append(uuid.UUID)
+                plain = False
+            else:
+                exprs.append(q(column.name))
+                decoders.append(_identity)
+        time_at = None
+        if self.layout.time.cql_type != "timestamp":
+            exprs.append(f"toUnixTimestamp({q(self.layout.time.name)})")
+            time_at = len(self.layout.clustering)
+        return exprs, decoders, plain, time_at
 
-    def read_rows_after(self, counter: Key, lower: datetime) -> list[RawRow]:
-        """A counter's rows after ``lower`` only. Past a hot counter's epoch this read meets no
-        tombstone of ours (every folded row is at or before the epoch it was folded at), where
-        a whole-partition read can exceed the node's ``tombstone_failure_threshold``."""
+    def _row_columns(self) -> str:
+        exprs = self._packing[0]
+        return ", ".join([*exprs, self._names["increment"]])
+
+    def _parse_rows(self, rows: Iterable[Sequence[Any]], width: int) -> dict[Key, list[Row]]:
+        """``(key..., clustering..., [time ms], increment)`` rows grouped by counter as
+        ``(time ms, packed clustering, increment)``. ``width``: key columns in the row (0 when
+        the caller knows the counter)."""
+        _exprs, _decoders, plain, time_at = self._packing
+        cw = len(self.layout.clustering)
+        out: dict[Key, list[Row]] = {}
+        last_key: Any = None
+        bucket: list[Row] = []
+        for r in rows:
+            key = r[:width]
+            if key != last_key:
+                bucket = out.setdefault(key, [])
+                last_key = key
+            packed = r[width : width + cw]
+            if not plain:
+                packed = tuple(str(v) if isinstance(v, uuid.UUID) else v for v in packed)
+            time_ms = packed[0] if time_at is None else r[width + time_at]
+            bucket.append((time_ms, packed, r[-1]))
+        return out
+
+    def _unpack(self, packed: Packed) -> tuple[Any, ...]:
+        """A packed clustering key as values to bind."""
+        decoders = self._packing[1]
+        return tuple(d(v) for d, v in zip(decoders, packed, strict=True))
+
+    def pack_clustering(self, values: Sequence[Any]) -> Packed:
+        """Clustering values as read by the driver (datetimes, uuids) in packed form."""
+        return tuple(
+            to_millis(v) if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
+            for v in values
+        )
+
+    def _time_bound(self, epoch_ms: int) -> Any:
+        """An epoch as a bound on the time column: a timeuuid bound is the largest timeuuid of
+        the epoch's millisecond, so ``time <= bound`` and ``time > bound`` split at the epoch."""
+        if self.layout.time.cql_type == "timeuuid":
+            return max_uuid_from_time(epoch_ms / 1000)
+        return epoch_ms
+
+    def epoch_value(self, epoch_ms: int | None) -> Any:
+        """The stored form of an epoch in the compact table (timestamp, or a rows family's
+        timeuuid ``counted_until``)."""
+        if epoch_ms is None:
+            return None
+        if self.family.folds_by_slice and self.layout.time.cql_type == "timeuuid":
+            return max_uuid_from_time(epoch_ms / 1000)
+        return epoch_ms
+
+    @staticmethod
+    def epoch_ms_of(stored: Any) -> int | None:
+        if stored is None:
+            return None
+        if isinstance(stored, datetime):
+            return to_millis(stored)
+        if isinstance(stored, int):
+            return stored
+        return to_millis(datetime_from_uuid1(stored))
+
+    def epoch_time(self, stored: Any) -> datetime | None:
+        ms = self.epoch_ms_of(stored)
+        return None if ms is None else from_millis(ms)
+
+    # --- reading raw rows -----------------------------------------------------------------
+
+    def scan_rows(self, shard: int, bucket: int) -> dict[Key, list[Row]]:
+        """Every raw row of one bucket's token range, grouped by counter (one paged query)."""
         statement = self.prepare(
-            "raw_read_after",
-            "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where} AND {time} > ?",
+            "raw_scan",
+            f"SELECT {{key}}, {self._row_columns()} FROM {{raw}} "
+            "WHERE {token} > ? AND {token} <= ?",
         )
-        return self._raw_rows(
-            self.session.execute(statement, (*counter, lower), execution_profile=BULK_PROFILE)
+        self.requests[self.phase] += 1
+        result = self.session.execute(
+            statement,
+            bucket_bounds(self.family.shards, shard, bucket),
+            execution_profile=BULK_PROFILE,
+        )
+        return self._parse_rows(result, len(self.layout.key))
+
+    def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[Row]]:
+        """Every raw row of the given counters (``IN`` reads)."""
+        found = self._rows_by_partition("raw_read", self._row_columns(), "{raw}", counters)
+        out: dict[Key, list[Row]] = {}
+        for counter in counters:
+            out[counter] = self._parse_rows(found[counter], 0).get((), [])
+        return out
+
+    def _read_counter_rows(self, name: str, where: str, params: Sequence[Any]) -> list[Row]:
+        statement = self.prepare(
+            name, f"SELECT {self._row_columns()} FROM {{raw}} WHERE {{key_where}} {where}"
+        )
+        self.requests[self.phase] += 1
+        rows = self.session.execute(statement, params, execution_profile=BULK_PROFILE)
+        return self._parse_rows(rows, 0).get((), [])
+
+    def read_rows_after(self, counter: Key, after_ms: int) -> list[Row]:
+        """A counter's rows after ``after_ms`` only. Past a hot counter's epoch this read meets
+        no tombstone of ours (every folded row is at or before the epoch it was folded at)."""
+        return self._read_counter_rows(
+            "raw_read_after", "AND {time} > ?", (*counter, self._time_bound(after_ms))
         )
 
-    def read_rows_at(self, counter: Key, clusterings: Sequence[Key]) -> list[RawRow]:
-        """Those of the given rows of a counter that are present: point reads (the clustering
-        keys ``IN``, ``DELETE_BATCH_ROWS`` per request), no range scanned."""
+    def read_rows_between(self, counter: Key, low_ms: int, high_ms: int) -> list[Row]:
+        """A counter's rows in ``[low_ms, high_ms]`` (a hot counter's recent past)."""
+        low = self._time_bound(low_ms - 1)
+        return self._read_counter_rows(
+            "raw_read_between",
+            "AND {time} > ? AND {time} <= ?",
+            (*counter, low, self._time_bound(high_ms)),
+        )
+
+    def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
+        """Those of the given rows of a counter that are present: point reads, no range."""
         relation, bind = self._rows_in()
         statement = self.prepare(
             "raw_read_at",
-            f"SELECT {{clustering}}, {{increment}} FROM {{raw}} WHERE {{key_where}} AND {relation}",
+            f"SELECT {self._row_columns()} FROM {{raw}} WHERE {{key_where}} AND {relation}",
         )
-        params = [(*counter, bind(g)) for g in _groups(clusterings, DELETE_BATCH_ROWS)]
-        return self._raw_rows(r for result in self._concurrent(statement, params) for r in result)
+        params = [(*counter, bind(group)) for group in chunks(list(keys), ROWS_PER_BATCH)]
+        results = self._concurrent(statement, params)
+        return self._parse_rows((r for result in results for r in result), 0).get((), [])
 
-    def read_rows_between(self, counter: Key, lower: datetime, upper: datetime) -> list[RawRow]:
-        """A counter's rows in ``[lower, upper]`` (a hot counter's recent past, for late rows)."""
+    def _rows_in(self) -> tuple[str, Callable[[Sequence[Packed]], list[Any]]]:
+        """The relation naming many rows of one partition by their clustering keys, and how to
+        bind packed keys to it (a one-column clustering key is not a tuple)."""
+        if len(self.layout.clustering) == 1:
+            decode = self._packing[1][0]
+            return "{time} IN ?", lambda keys: [decode(k[0]) for k in keys]
+        return "({clustering}) IN ?", lambda keys: [self._unpack(k) for k in keys]
+
+    def recount(
+        self, shard: int, bucket: int, counters: Sequence[Key] | None, epoch_ms: int
+    ) -> dict[Key, tuple[int, int]]:
+        """An independent recount by the server: per counter, the number and the sum of its
+        present raw rows at or below ``epoch_ms`` (``GROUP BY`` over the bucket's token range,
+        or over the given counters). Summed as varint: an int column cannot wrap."""
+        measure = f"count(*), sum(CAST({self._names['increment']} AS varint))"
+        bound = self._time_bound(epoch_ms)
+        if counters is None:
+            statement = self.prepare(
+                "raw_recount_range",
+                f"SELECT {{key}}, {measure} FROM {{raw}} WHERE {{token}} > ? AND {{token}} <= ? "
+                "AND {time} <= ? GROUP BY {key} ALLOW FILTERING",
+            )
+            self.requests[self.phase] += 1
+            rows = self.session.execute(
+                statement,
+                (*bucket_bounds(self.family.shards, shard, bucket), bound),
+                execution_profile=BULK_PROFILE,
+            )
+            width = len(self.layout.key)
+            return {tuple(r[:width]): (r[width], r[width + 1] or 0) for r in rows}
+        found = self._rows_by_partition(
+            "raw_recount",
+            measure,
+            "{raw}",
+            counters,
+            where="AND {time} <= ?",
+            params=(bound,),
+            group=True,
+        )
+        return {c: (rows[0][0], rows[0][1] or 0) if rows else (0, 0) for c, rows in found.items()}
+
+    # --- the ledger: checkpoints committed a bucket at a time -----------------------------
+
+    _LEDGER_COLUMNS = "value, epoch_ms, commit_id, run_id, pending, pending_sum, version"
+
+    def _checkpoint(self, row: Sequence[Any]) -> Checkpoint:
+        value, epoch_ms, commit_id, run_id, pending, pending_sum, version = row
+        return Checkpoint(
+            value=value or 0,
+            epoch_ms=epoch_ms,
+            commit_id=commit_id,
+            pending=frozenset(map(tuple, json.loads(pending))) if pending else frozenset(),
+            pending_sum=pending_sum or 0,
+            version=version,
+            run_id=run_id,
+        )
+
+    def read_ledger(self, shard: int, bucket: int, counters: Sequence[Key] | None) -> Ledger:
+        """A bucket's head and the checkpoints of ``counters`` (all counters when None)."""
+        width = len(self.layout.key)
+        if counters is None:
+            statement = self.prepare(
+                "ledger_scan",
+                f"SELECT head, {{key}}, {self._LEDGER_COLUMNS} FROM {{ledger}} "
+                "WHERE shard = ? AND bucket = ?",
+            )
+            self.requests[self.phase] += 1
+            rows = list(
+                self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
+            )
+            head = rows[0][0] if rows else None
+            return Ledger(
+                head,
+                {
+                    tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :])
+                    for r in rows
+                    if r[1] is not None
+                },
+            )
+        head_statement = self.prepare(
+            "ledger_head", "SELECT head FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
+        )
         statement = self.prepare(
-            "raw_read_between",
-            "SELECT {clustering}, {increment} FROM {raw} WHERE {key_where} "
-            "AND {time} >= ? AND {time} <= ?",
+            "ledger_read",
+            f"SELECT {{key}}, {self._LEDGER_COLUMNS} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ? AND ({key}) IN ?",
         )
-        bounds = (*counter, lower, upper)
-        return self._raw_rows(
-            self.session.execute(statement, bounds, execution_profile=BULK_PROFILE)
+        requests: list[tuple[Any, Any]] = [(head_statement, (shard, bucket))]
+        requests += [
+            (statement, (shard, bucket, [tuple(c) for c in group]))
+            for group in chunks(list(counters), ROWS_PER_BATCH)
+        ]
+        results = self._run(requests)
+        head_row = results[0].one()
+        checkpoints = {
+            tuple(r[:width]): self._checkpoint(r[width:]) for result in results[1:] for r in result
+        }
+        return Ledger(head_row[0] if head_row else None, checkpoints)
+
+    def commit_bucket(
+        self,
+        shard: int,
+        bucket: int,
+        head: Any,
+        folds: Sequence[Fold],
+        commit_id: Any,
+        run_id: str,
+        now_micros: int,
+    ) -> bool:
+        """Commit many counters of one bucket in one conditional batch: one Paxos round,
+        applied only if the bucket's head is still the one the folds were planned on (every
+        commit to the bucket changes the head, so two runs can never both build on one state).
+        All or nothing."""
+        from .core import next_version
+
+        head_cas = self.prepare(
+            "ledger_head_cas",
+            "UPDATE {ledger} SET head = ? WHERE shard = ? AND bucket = ? IF head = ?",
+            serial=True,
+        )
+        row = self.prepare(
+            "ledger_write",
+            "UPDATE {ledger} SET value = ?, epoch_ms = ?, commit_id = ?, run_id = ?, "
+            "pending = ?, pending_sum = ?, pending_rows = ?, base_value = ?, folded_sum = ?, "
+            "version = ?, updated_at = ? WHERE shard = ? AND bucket = ? AND {key_where}",
+        )
+        batch = BatchStatement(
+            batch_type=BatchType.UNLOGGED,
+            consistency_level=_consistency(self.family),
+            serial_consistency_level=_serial(self.family),
+        )
+        batch.add(head_cas, (commit_id, shard, bucket, head))
+        now_ms = now_micros // 1000
+        dumps = json.dumps
+        for f in folds:
+            batch.add(
+                row,
+                (
+                    f.value,
+                    f.epoch_ms,
+                    commit_id,
+                    run_id,
+                    dumps(f.pending),
+                    f.pending_sum,
+                    len(f.pending),
+                    f.base.value,
+                    f.folded_sum,
+                    next_version(now_micros, f.base.version),
+                    now_ms,
+                    shard,
+                    bucket,
+                    *f.counter,
+                ),
+            )
+        self.requests[self.phase] += 1
+        return self.session.execute(batch).was_applied
+
+    def copy_compact(
+        self, commits: Sequence[tuple[Key, Checkpoint]], run_id: str, now_micros: int
+    ) -> None:
+        """Write the readers' copies of committed checkpoints, each with the write timestamp
+        of its commit (``version``): a late copy of an older commit never overwrites a newer
+        one. Unlogged batches of many partitions (one bucket's, so one token range)."""
+        unique = self.family.kind is Kind.UNIQUE
+        pending = ", pending = ?" if unique else ""
+        statement = self.prepare(
+            "compact_copy",
+            "UPDATE {compact} USING TIMESTAMP ? SET {value} = ?, {epoch} = ?, commit_id = ?, "
+            f"run_id = ?, updated_at = ?{pending} WHERE {{key_where}}",
+        )
+        now_ms = now_micros // 1000
+        params = []
+        for counter, cp in commits:
+            values = [
+                cp.version,
+                cp.value,
+                self.epoch_value(cp.epoch_ms),
+                cp.commit_id,
+                run_id,
+                now_ms,
+            ]
+            if unique:
+                values.append(sorted((self._unpack(p) for p in cp.pending), key=repr))
+            params.append((*values, *counter))
+        self._run(
+            [
+                (self._batch(statement, group), None)
+                for group in chunks(params, COPY_BATCH_PARTITIONS)
+            ]
         )
 
-    def commit(
-        self, plans: Sequence[FoldPlan], commit_ids: Sequence[Any], run_id: str
-    ) -> list[bool]:
-        """Compare-and-set each counter's compact row on the state its plan was based on: the
-        commit id (pending-folded families) or the checkpoint itself (slice-folded ones, as in
-        seed 003's ``IF last_timestamp = <old>``)."""
-        now = datetime.utcnow()
-        if self.family.folds_by_slice:
+    def read_copies(
+        self, shard: int, bucket: int, counters: Sequence[Key] | None
+    ) -> dict[Key, Copy]:
+        """The compact rows of ``counters`` (all of the bucket's token range when None)."""
+        pending = ", pending" if not self.family.folds_by_slice else ""
+        columns = f"{{value}}, {{epoch}}, commit_id, writetime({{value}}){pending}"
+        if counters is None:
             statement = self.prepare(
-                "compact_cas_slice",
-                "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
-                "updated_at = ? WHERE {key_where} IF {epoch} = ?",
-                serial=True,
+                "compact_scan",
+                f"SELECT {{key}}, {columns} FROM {{compact}} "
+                "WHERE {token} > ? AND {token} <= ?",
             )
-            params = [
-                (
-                    p.value,
-                    self.epoch_value(p.epoch),
-                    cid,
-                    run_id,
-                    now,
-                    *p.counter,
-                    self.epoch_value(p.base.epoch),
-                )
-                for p, cid in zip(plans, commit_ids, strict=True)
-            ]
-        else:
-            statement = self.prepare(
-                "compact_cas",
-                "UPDATE {compact} SET {value} = ?, {epoch} = ?, commit_id = ?, run_id = ?, "
-                "pending = ?, updated_at = ? WHERE {key_where} IF commit_id = ?",
-                serial=True,
+            self.requests[self.phase] += 1
+            width = len(self.layout.key)
+            rows = self.session.execute(
+                statement,
+                bucket_bounds(self.family.shards, shard, bucket),
+                execution_profile=BULK_PROFILE,
             )
-            params = [
-                (p.value, p.epoch, cid, run_id, list(p.pending), now, *p.counter, p.base.commit_id)
-                for p, cid in zip(plans, commit_ids, strict=True)
-            ]
-        return [r.was_applied for r in self._concurrent(statement, params, bulk=False)]
+            return {tuple(r[:width]): self._copy(r[width:]) for r in rows}
+        found = self._rows_by_partition("compact_read", columns, "{compact}", counters)
+        return {c: self._copy(rows[0]) for c, rows in found.items() if rows}
+
+    def _copy(self, row: Sequence[Any]) -> Copy:
+        legacy = (
+            frozenset(self.pack_clustering(p) for p in (row[4] or ()))
+            if len(row) > 4
+            else (frozenset())
+        )
+        return Copy(row[0] or 0, self.epoch_ms_of(row[1]), row[2], row[3], legacy)
 
     def committed_by(self, counter: Key) -> str | None:
         """The run (or reset) id of the counter's latest commit."""
-        statement = self.prepare("compact_run", "SELECT run_id FROM {compact} WHERE {key_where}")
-        row = self.session.execute(statement, counter).one()
-        return row.run_id if row else None
+        shard, bucket = self.bucket(counter)
+        checkpoint = self.read_ledger(shard, bucket, [counter]).checkpoints.get(counter)
+        return checkpoint.run_id if checkpoint else None
 
     @staticmethod
     def new_commit_id() -> Any:
         return uuid_from_time(time.time())
 
-    def delete_rows(self, deletions: Sequence[tuple[Key, Sequence[Key]]], ts: int) -> int:
-        """Delete exactly these rows (never a range: a late row next to them must survive),
-        with a tombstone timestamp that also shadows later retries of the same rows.
+    # --- the run's chunks (what cleanup deletes) ------------------------------------------
 
-        One multi-column ``IN`` delete per counter (a statement per row cost twice the client
-        CPU: bench variant ``delete_in``), in unlogged batches of up to ``DELETE_BATCH_ROWS``
-        rows from at most ``BATCH_PARTITIONS`` counters (Cassandra warns above 10 partitions
-        per batch)."""
+    def _key_codec(self) -> tuple[Callable[[Key], list[Any]], Callable[[list[Any]], Key]]:
+        types = [c.cql_type for c in self.layout.key]
+
+        def encode(key: Key) -> list[Any]:
+            return [_encode_value(t, v) for t, v in zip(types, key, strict=True)]
+
+        def decode(values: list[Any]) -> Key:
+            return tuple(_decode_value(t, v) for t, v in zip(types, values, strict=True))
+
+        return encode, decode
+
+    def write_run_chunk(
+        self,
+        run_id: str,
+        shard: int,
+        bucket: int,
+        chunk: int,
+        commit_id: Any,
+        counters: Sequence[Key],
+    ) -> None:
+        """Record which counters one of the run's commits holds (cleanup reads it back)."""
+        statement = self.prepare(
+            "runs_write",
+            "INSERT INTO {runs} (run_id, shard, bucket, chunk, commit_id, counters) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        encode, _decode = self._key_codec()
+        self.requests[self.phase] += 1
+        self.session.execute(
+            statement,
+            (run_id, shard, bucket, chunk, commit_id, json.dumps([encode(c) for c in counters])),
+        )
+
+    def read_run_chunks(self, run_id: str, shard: int) -> dict[int, list[tuple[Any, list[Key]]]]:
+        """The run's commits in a shard, by bucket: (commit id, counters)."""
+        statement = self.prepare(
+            "runs_read",
+            "SELECT bucket, commit_id, counters FROM {runs} WHERE run_id = ? AND shard = ?",
+        )
+        _encode, decode = self._key_codec()
+        self.requests[self.phase] += 1
+        out: dict[int, list[tuple[Any, list[Key]]]] = defaultdict(list)
+        for bucket, commit_id, counters in self.session.execute(
+            statement, (run_id, shard), execution_profile=BULK_PROFILE
+        ):
+            out[bucket].append((commit_id, [decode(v) for v in json.loads(counters)]))
+        return out
+
+    # --- deletes --------------------------------------------------------------------------
+
+    def delete_rows(self, deletions: Sequence[tuple[Key, Sequence[Packed]]], ts: int) -> int:
+        """Delete exactly these rows (never a range: a late row next to them must survive),
+        with a tombstone timestamp that also shadows later retries of the same rows. One
+        ``IN`` delete per counter, in unlogged batches of up to ``DELETE_BATCH_ROWS`` rows of
+        many counters (the caller passes one bucket: one token range)."""
         relation, bind = self._rows_in()
         statement = self.prepare(
             "raw_delete_in",
@@ -600,11 +1007,9 @@ class Store:
         batches: list[tuple[Any, None]] = []
         current: list[tuple] = []
         rows = 0
-        for counter, clusterings in deletions:
-            for group in _groups(clusterings, DELETE_BATCH_ROWS):
-                if current and (
-                    rows + len(group) > DELETE_BATCH_ROWS or len(current) >= BATCH_PARTITIONS
-                ):
+        for counter, keys in deletions:
+            for group in chunks(list(keys), DELETE_BATCH_ROWS):
+                if current and rows + len(group) > DELETE_BATCH_ROWS:
                     batches.append((self._batch(statement, current), None))
                     current, rows = [], 0
                 current.append((ts, *counter, bind(group)))
@@ -612,60 +1017,43 @@ class Store:
         if current:
             batches.append((self._batch(statement, current), None))
         self._run(batches)
-        return sum(len(c) for _counter, c in deletions)
+        return sum(len(keys) for _counter, keys in deletions)
 
-    def _rows_in(self) -> tuple[str, Callable[[Sequence[Key]], list[Any]]]:
-        """The relation naming many rows of one partition by their clustering keys, and how to
-        bind the keys to it (a one-column clustering key is not a tuple)."""
-        if len(self.layout.clustering) == 1:
-            return "{time} IN ?", lambda keys: [k[0] for k in keys]
-        return "({clustering}) IN ?", lambda keys: [tuple(k) for k in keys]
+    # --- quarantine -----------------------------------------------------------------------
 
-    # --- run log --------------------------------------------------------------------------
-
-    def write_log(self, run_id: str, shard: int, entries: Sequence[LogEntry]) -> None:
+    def quarantine(self, run_id: str, entries: Sequence[tuple[Key, str, str]]) -> None:
+        """Keep counters out of every run (no fold, no delete) until an operator releases
+        them: ``(counter, reason, detail)``."""
         statement = self.prepare(
-            "log_write",
-            "INSERT INTO {runlog} (run_id, shard, {key}, commit_id, action, base_value, "
-            "base_epoch, folded_rows, folded_sum, late_rows, late_sum, max_lateness_ms, "
-            "new_value, new_epoch, touched_writetime, newer_rows) VALUES (?, ?, {key_marks}, "
-            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "quarantine_put",
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
+            "VALUES (?, {key_marks}, ?, ?, ?, toTimestamp(now()))",
         )
-        rows = [
-            (
-                run_id,
-                shard,
-                *e.counter,
-                e.commit_id,
-                e.action,
-                e.base_value,
-                e.base_epoch,
-                e.folded_rows,
-                e.folded_sum,
-                e.late_rows,
-                e.late_sum,
-                e.max_lateness_ms,
-                e.new_value,
-                e.new_epoch,
-                e.touched_writetime,
-                e.newer_rows,
-            )
-            for e in entries
-        ]  # one partition (run, shard): single-partition batches
-        self._run(
-            [(self._batch(statement, group), None) for group in _groups(rows, DELETE_BATCH_ROWS)]
+        self._concurrent(
+            statement,
+            [
+                (self.bucket(c)[0], *c, reason, detail[:2000], run_id)
+                for c, reason, detail in entries
+            ],
         )
 
-    def read_log(self, run_id: str, shard: int) -> list[LogEntry]:
+    def read_quarantine(self, shard: int) -> dict[Key, Quarantined]:
         statement = self.prepare(
-            "log_read",
-            "SELECT {key}, commit_id, action, base_value, base_epoch, folded_rows, folded_sum, "
-            "late_rows, late_sum, max_lateness_ms, new_value, new_epoch, touched_writetime, "
-            "newer_rows FROM {runlog} WHERE run_id = ? AND shard = ?",
+            "quarantine_read",
+            "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
         )
         width = len(self.layout.key)
-        rows = self.session.execute(statement, (run_id, shard), execution_profile=BULK_PROFILE)
-        return [LogEntry(tuple(r[:width]), *r[width:]) for r in rows]
+        self.requests[self.phase] += 1
+        return {
+            tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.session.execute(statement, (shard,), execution_profile=BULK_PROFILE)
+        }
+
+    def release(self, counter: Key) -> None:
+        statement = self.prepare(
+            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
+        )
+        self.session.execute(statement, (self.bucket(counter)[0], *counter))
 
     # --- lease ----------------------------------------------------------------------------
 
@@ -715,30 +1103,42 @@ class Store:
 
     # --- family state and audit -----------------------------------------------------------
 
-    def family_epoch(self) -> datetime | None:
-        statement = self.prepare("state_read", "SELECT epoch FROM {state} WHERE family = ?")
+    def family_state(self) -> tuple[datetime | None, datetime | None]:
+        """The family's compacted epoch and when its last sweep (a full scan) started."""
+        statement = self.prepare(
+            "state_read", "SELECT epoch, last_sweep FROM {state} WHERE family = ?"
+        )
         row = self.session.execute(statement, (self.family.name,)).one()
-        return row.epoch if row else None
+        return (row[0], row[1]) if row else (None, None)
 
-    def advance_family_epoch(self, epoch: datetime, run_id: str) -> None:
+    def family_epoch(self) -> datetime | None:
+        return self.family_state()[0]
+
+    def advance_family_epoch(
+        self, epoch: datetime, run_id: str, swept_at: datetime | None = None
+    ) -> None:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
-        newest epoch wins whatever order overlapping runs finish in."""
-        from .core import write_timestamp
-
+        newest epoch wins whatever order overlapping runs finish in. A sweep run also records
+        when it started."""
         statement = self.prepare(
             "state_write",
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, "
             "updated_at = toTimestamp(now()) WHERE family = ?",
         )
         self.session.execute(statement, (write_timestamp(epoch), epoch, run_id, self.family.name))
+        if swept_at is not None:
+            sweep = self.prepare(
+                "state_sweep", "UPDATE {state} SET last_sweep = ? WHERE family = ?"
+            )
+            self.session.execute(sweep, (swept_at, self.family.name))
 
     def write_audit(self, record: dict[str, Any]) -> None:
         columns = list(record)
-        statement = self.session.prepare(
-            f"INSERT INTO {self._names['audit']} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})"
+        statement = self.prepare(
+            "audit_write:" + ",".join(columns),
+            f"INSERT INTO {{audit}} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' for _ in columns)})",
         )
-        statement.consistency_level = _consistency(self.family)
         values = [
             json.dumps(v, default=str) if isinstance(v, dict | list) else v for v in record.values()
         ]
@@ -769,7 +1169,7 @@ class Store:
         elif self.layout.increment is None:
             measure = "count(*)"
         else:
-            measure = "sum({increment})"
+            measure = "sum(CAST({increment} AS varint))"
         newer = self.prepare(
             "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
@@ -834,5 +1234,35 @@ def _parse_value(cql_type: str, column: str, text: str) -> Any:
     return text
 
 
-def _groups(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _encode_value(cql_type: str, value: Any) -> Any:
+    """A key value as JSON (the run's chunks list counters)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime):
+        return to_millis(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)  # uuid, date, decimal, inet
+
+
+def _decode_value(cql_type: str, value: Any) -> Any:
+    import datetime as dt
+    import decimal
+
+    if value is None:
+        return None
+    if cql_type in ("uuid", "timeuuid"):
+        return uuid.UUID(value)
+    if cql_type == "date":
+        return dt.date.fromisoformat(value)
+    if cql_type == "timestamp":
+        return from_millis(value)
+    if cql_type == "decimal":
+        return decimal.Decimal(value)
+    if cql_type == "blob":
+        return bytes.fromhex(value)
+    return value

@@ -1,0 +1,1158 @@
+"""Compaction of a family: plan -> compact shards -> verify -> clean up -> finish.
+
+``run_family`` runs every step for ``counterctl compact`` (shards in parallel processes); the
+Airflow tasks call the same step functions, one task per step (compact and cleanup mapped over
+shards). The engine is the only place that sequences a run.
+
+A shard is worked a bucket at a time (a token sub-range: one ledger partition, one index
+partition, one raw-table scan), so every step costs requests per bucket, not per counter:
+
+1. read the bucket's ledger (checkpoints) and compact copies, then its raw rows (a token-range
+   scan when much of it changed, ``IN`` reads of the touched counters when little did);
+2. fold each counter (``core.fold_counter``) and commit the bucket's folds in conditional
+   batches on the bucket's head: one Paxos round for up to ``COMMIT_CHUNK`` counters, applied
+   only if no other commit touched the bucket since it was read;
+3. write the readers' compact copies (each with its commit's write timestamp);
+4. verify, before anything is deleted: the ledger and the copies read back, and an independent
+   server-side recount (``GROUP BY`` over the token range) of the raw rows each commit counted;
+   a counter that fails is quarantined (never folded or deleted again until released), the rest
+   proceed;
+5. cleanup (after the family-level checks passed) deletes exactly the rows each verified
+   commit counted, in multi-partition batches of one token range.
+
+Safety does not depend on the shard lease (it only avoids duplicate work).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from multiprocessing import get_context
+from typing import Any
+
+from cassandra import DriverException, ReadFailure, ReadTimeout
+
+from .config import Discovery, Family, Kind
+from .core import (
+    BUCKETS,
+    EMPTY_CHECKPOINT,
+    CheckOutcome,
+    Checkpoint,
+    Committed,
+    Evidence,
+    Fold,
+    Key,
+    Row,
+    Tally,
+    check_committed,
+    chunks,
+    evaluate_evidence,
+    fold_counter,
+    fold_slice,
+    format_key,
+    from_millis,
+    needs_closer_look,
+    next_version,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+)
+from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .store import COMMIT_CHUNK, Copy, Store, Touched
+
+log = logging.getLogger(__name__)
+
+Fault = Callable[[str], None]
+"""Called between statements with the name of the point reached; tests raise there to crash."""
+
+FAULT_POINTS = (
+    "lease",
+    "discover",
+    "read_compact",
+    "read_raw",
+    "commit",
+    "copy",
+    "verify",
+    "forget",
+    "cleanup_read_log",
+    "cleanup_mark",
+    "cleanup_delete",
+    "finish",
+)
+"""Every point ``fault`` is called at, in run order (``cleanup_mark``: unique families only)."""
+
+LEASE_TTL_S = 120
+FORGET_MARGIN = timedelta(minutes=2)
+"""A mark is forgotten only if it was written this long before the fold read the rows: a
+writer marks first and writes its row just after."""
+HOT_LATE_WINDOW = timedelta(minutes=10)
+"""How far behind its epoch a hot counter is read when its whole partition cannot be (every
+folded row leaves a tombstone for ``gc_grace_seconds``; past ``tombstone_failure_threshold``,
+100,000 by default, Cassandra refuses the read). Its older late rows wait, uncounted but never
+lost, until the partition can be read whole; its mark is kept so every run looks again."""
+SCAN_THRESHOLD = 32
+"""Touched counters in a bucket from which one token-range scan replaces their ``IN`` reads."""
+MAX_FOLD_ROWS = 50_000
+"""Rows one commit of one counter may carry (its ``pending`` list); a larger backlog is folded
+over several runs, each moving the counter's own epoch as far as the rows that fit."""
+MAX_ATTEMPTS = 4
+MEMBER_INDEX = 1
+"""A unique family's derived rows are clustered by (first_time, member)."""
+
+
+def _no_fault(point: str) -> None:
+    del point
+
+
+def new_run_id(prefix: str = "cli") -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _micros(moment: datetime | None = None) -> int:
+    return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
+
+
+@dataclass
+class Phases:
+    """Wall time per phase, in seconds."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, name: str, store: Store | None = None) -> Iterator[None]:
+        start = time.perf_counter()
+        if store is not None:
+            store.phase = name
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def merge(self, other: Phases) -> Phases:
+        out = Phases(dict(self.seconds))
+        for name, value in other.seconds.items():
+            out.seconds[name] = out.seconds.get(name, 0.0) + value
+        return out
+
+
+@dataclass
+class ShardReport:
+    shard: int
+    tally: Tally
+    phases: Phases
+    evidence: list[Evidence] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "shard": self.shard,
+            "tally": self.tally.as_dict(),
+            "seconds": dict(self.phases.seconds),
+            "evidence": [e.as_dict() for e in self.evidence],
+            "failures": list(self.failures),
+            "requests": dict(self.requests),
+            "dry_run": self.dry_run,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardReport:
+        return cls(
+            data["shard"],
+            Tally.from_dict(dict(data["tally"])),
+            Phases(dict(data["seconds"])),
+            [Evidence(**e) for e in data.get("evidence", [])],
+            list(data.get("failures", [])),
+            dict(data.get("requests", {})),
+            bool(data.get("dry_run")),
+        )
+
+
+# --- plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    family: str
+    run_id: str
+    epoch: datetime
+    epoch_before: datetime | None
+    shards: tuple[int, ...]
+    sweep: bool = False
+    noop_reason: str | None = None
+    started_at: datetime | None = None
+
+    @property
+    def noop(self) -> bool:
+        return self.noop_reason is not None
+
+    @property
+    def epoch_ms(self) -> int:
+        return to_millis(self.epoch)
+
+
+def decide_plan(
+    family: Family,
+    run_id: str,
+    epoch: datetime,
+    epoch_before: datetime | None,
+    now: datetime | None = None,
+    last_sweep: datetime | None = None,
+) -> RunPlan:
+    """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
+
+    An epoch later than ``now - lag`` is refused: writers are still writing rows at those
+    times, and every one of them would become a late write. A run sweeps (scans the whole raw
+    table, finding rows of every writer) with ``discovery: scan``, or when the family's last
+    sweep is older than its ``sweep_interval``.
+    """
+    epoch = truncate_ms(utc_naive(epoch))
+    now = utc_naive(now or datetime.now(UTC))
+    if epoch > now - family.lag:
+        raise EpochInFuture(
+            f"family {family.name!r}: epoch {epoch.isoformat()} is later than now - lag "
+            f"({(now - family.lag).isoformat()}); refusing to fold rows that "
+            "writers may still be writing"
+        )
+    reason = None
+    if epoch_before is not None and epoch <= utc_naive(epoch_before):
+        reason = (
+            f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
+            f"{utc_naive(epoch_before).isoformat()}: nothing to do"
+        )
+    sweep = (
+        family.discovery is Discovery.SCAN
+        or last_sweep is None
+        or now - utc_naive(last_sweep) >= family.sweep_interval
+    )
+    return RunPlan(
+        family.name,
+        run_id,
+        epoch,
+        epoch_before,
+        tuple(range(family.shards)),
+        sweep,
+        reason,
+        now,
+    )
+
+
+def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
+    epoch_before, last_sweep = store.family_state()
+    return decide_plan(store.family, run_id, epoch, epoch_before, now, last_sweep)
+
+
+# --- compact -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    store: Store
+    shard: int
+    epoch_ms: int
+    run_id: str
+    dry_run: bool
+    fault: Fault
+    tally: Tally
+    phases: Phases
+    quarantined: set[Key]
+    report: ShardReport
+    chunk_no: int = 0
+
+
+def compact_shard(
+    store: Store,
+    shard: int,
+    epoch: datetime,
+    run_id: str,
+    *,
+    sweep: bool = False,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    fault: Fault = _no_fault,
+) -> ShardReport:
+    """Fold, commit, copy and verify every counter of the shard with rows at or below
+    ``epoch``: the touched counters, or every counter when the run sweeps."""
+    epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
+    report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    holding = False
+    if use_lease and not dry_run:
+        holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
+        if holder is not None:
+            raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
+        holding = True
+        fault("lease")
+    try:
+        with report.phases.timed("discover", store):
+            quarantine = store.read_quarantine(shard)
+            marks = store.touched(shard)
+        fault("discover")
+        ctx = _Context(
+            store,
+            shard,
+            epoch_ms,
+            run_id,
+            dry_run,
+            fault,
+            report.tally,
+            report.phases,
+            set(quarantine),
+            report,
+        )
+        for counter in quarantine:
+            ctx.tally.add_quarantined(counter)
+        last_renewal = time.monotonic()
+        for bucket in range(BUCKETS):
+            touched = marks.get(bucket, [])
+            if not sweep and not touched:
+                continue
+            _compact_bucket(ctx, bucket, touched, scan=sweep or len(touched) >= SCAN_THRESHOLD)
+            if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
+                if not store.renew_lease(shard, run_id, LEASE_TTL_S):
+                    raise LeaseHeld(f"lost the lease of shard {shard} to another run")
+                last_renewal = time.monotonic()
+    except BaseException:
+        if holding:
+            _release_quietly(store, shard, run_id)
+        raise
+    if holding:
+        store.release_lease(shard, run_id)
+    report.requests = dict(store.requests)
+    return report
+
+
+def _release_quietly(store: Store, shard: int, run_id: str) -> None:
+    try:
+        store.release_lease(shard, run_id)
+    except Exception:  # the lease expires by itself; the original error matters more
+        log.warning("could not release the lease of shard %s", shard, exc_info=True)
+
+
+def _compact_bucket(ctx: _Context, bucket: int, touched: list[Touched], *, scan: bool) -> None:
+    store, phases = ctx.store, ctx.phases
+    read_start = _micros()
+    marked = [t.counter for t in touched]
+    wanted = None if scan else marked
+    with phases.timed("read_compact", store):
+        ledger = store.read_ledger(ctx.shard, bucket, wanted)
+        copies = store.read_copies(ctx.shard, bucket, wanted)
+    ctx.fault("read_compact")
+    windowed: dict[Key, int] = {}
+    with phases.timed("read_raw", store):
+        if scan:
+            try:
+                rows = store.scan_rows(ctx.shard, bucket)
+            except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
+                known = set(marked) | set(ledger.checkpoints) | set(copies)
+                known |= set(store.distinct_counters(ctx.shard, bucket))
+                rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
+        else:
+            rows, windowed = read_rows_tolerant(store, marked, ledger, copies)
+    ctx.fault("read_raw")
+    if windowed:
+        ctx.tally.add_windowed(list(windowed))
+    checkpoints, recopy, tampered = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    _quarantine(ctx, [(c, "tampered", d) for c, d in tampered.items()], rows)
+    with phases.timed("plan", store):
+        folds = _fold(ctx, rows, checkpoints)
+    bad = [
+        (f.counter, "bad_rows" if f.bad_rows else "overflow", _refusal(f))
+        for f in folds
+        if f.refused
+    ]
+    _quarantine(ctx, bad, rows)
+    folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
+    if ctx.dry_run:
+        for fold in folds:
+            ctx.tally.add_fold(fold)
+        return
+    committed = _commit(ctx, bucket, ledger.head, folds, rows)
+    with phases.timed("copy", store):
+        copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
+        copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
+        store.copy_compact(copies_to_write, ctx.run_id, _micros())
+    ctx.fault("copy")
+    with phases.timed("verify", store):
+        _verify_bucket(ctx, bucket, committed, scan)
+    ctx.fault("verify")
+    with phases.timed("forget", store):
+        _forget(ctx, touched, folds, rows, windowed, read_start)
+    ctx.fault("forget")
+
+
+def _refusal(fold: Fold) -> str:
+    if fold.bad_rows:
+        keys = ", ".join(str(k) for k in fold.bad_rows[:5])
+        return f"{len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
+    return f"value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+
+
+def _bases(
+    ledger: dict[Key, Checkpoint],
+    copies: dict[Key, Copy],
+    rows: dict[Key, list[Row]],
+    quarantined: set[Key],
+) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, str]]:
+    """Each counter's checkpoint (the ledger's; a compact row from before the ledger counts as
+    one), the counters whose copy is behind their ledger row (a crash between commit and copy),
+    and those whose copy was changed by someone else since the last commit (tampered)."""
+    bases: dict[Key, Checkpoint] = {}
+    recopy: list[Key] = []
+    tampered: dict[Key, str] = {}
+    for counter in set(rows) | set(ledger):
+        if counter in quarantined:
+            continue
+        cp = ledger.get(counter)
+        copy = copies.get(counter)
+        if cp is None:
+            bases[counter] = (
+                EMPTY_CHECKPOINT
+                if copy is None
+                else Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            )
+            continue
+        bases[counter] = cp
+        if copy is None or (copy.writetime or 0) < (cp.version or 0):
+            recopy.append(counter)
+        elif (copy.value, copy.epoch_ms, copy.commit_id) != (cp.value, cp.epoch_ms, cp.commit_id):
+            tampered[counter] = (
+                f"{format_key(counter)}: compact value {copy.value} (epoch {copy.epoch_ms}) "
+                f"differs from its last commit {cp.value} (epoch {cp.epoch_ms}): changed "
+                "outside the engine"
+            )
+    return {c: b for c, b in bases.items() if c in rows}, recopy, tampered
+
+
+def _quarantine(
+    ctx: _Context, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
+) -> None:
+    entries = [e for e in entries if e[0] not in ctx.quarantined]
+    if not entries:
+        return
+    if not ctx.dry_run:
+        ctx.store.quarantine(ctx.run_id, entries)
+    for counter, reason, detail in entries:
+        ctx.quarantined.add(counter)
+        below = sum(1 for r in rows.get(counter, ()) if r[0] <= ctx.epoch_ms)
+        ctx.tally.add_quarantined(counter, below)
+        ctx.report.failures.append(detail)
+        log.warning("quarantined %s (%s): %s", format_key(counter), reason, detail)
+
+
+def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]) -> list[Fold]:
+    store = ctx.store
+    if store.family.folds_by_slice:
+        counters = [c for c in rows if c in bases]
+        slices = store.read_slices(counters, bases, ctx.epoch_ms)
+        return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+    folds = []
+    unique = store.family.kind is Kind.UNIQUE
+    for counter, found in rows.items():
+        base = bases.get(counter)
+        if base is None:
+            continue
+        counted: frozenset[Any] = frozenset()
+        if unique:
+            candidates = [r[1][MEMBER_INDEX] for r in found if r[1] not in base.pending]
+            counted = frozenset(store.counted_members(counter, candidates))
+        folds.append(
+            fold_counter(
+                counter,
+                base,
+                found,
+                ctx.epoch_ms,
+                member_index=MEMBER_INDEX if unique else None,
+                counted_members=counted,
+                max_rows=MAX_FOLD_ROWS,
+            )
+        )
+    return folds
+
+
+def _commit(
+    ctx: _Context,
+    bucket: int,
+    head: Any,
+    folds: list[Fold],
+    rows: dict[Key, list[Row]],
+) -> dict[Key, tuple[Fold, Checkpoint]]:
+    """Commit the folds a chunk at a time, each chunk conditional on the bucket's head. A
+    chunk that loses (another run committed to the bucket) is re-read and re-folded."""
+    store = ctx.store
+    committed: dict[Key, tuple[Fold, Checkpoint]] = {}
+    todo = folds
+    for attempt in range(MAX_ATTEMPTS):
+        lost: list[Fold] = []
+        for chunk in chunks(todo, COMMIT_CHUNK):
+            commit_id = store.new_commit_id()
+            now = _micros()
+            with ctx.phases.timed("commit", store):
+                applied = store.commit_bucket(
+                    ctx.shard, bucket, head, chunk, commit_id, ctx.run_id, now
+                )
+            if not applied:
+                lost.extend(chunk)
+                continue
+            head = commit_id
+            with ctx.phases.timed("log", store):
+                store.write_run_chunk(
+                    ctx.run_id,
+                    ctx.shard,
+                    bucket,
+                    ctx.chunk_no,
+                    commit_id,
+                    [f.counter for f in chunk],
+                )
+            ctx.chunk_no += 1
+            for f in chunk:
+                ctx.tally.add_fold(f)
+                committed[f.counter] = (
+                    f,
+                    Checkpoint(
+                        f.value,
+                        f.epoch_ms,
+                        commit_id,
+                        frozenset(f.pending),
+                        f.pending_sum,
+                        next_version(now, f.base.version),
+                        ctx.run_id,
+                    ),
+                )
+        ctx.fault("commit")
+        if not lost:
+            return committed
+        ctx.tally.conflicts += len(lost)
+        log.info(
+            "shard %s bucket %s: %d conflict(s), attempt %d",
+            ctx.shard,
+            bucket,
+            len(lost),
+            attempt + 1,
+        )
+        todo, head = _refold(ctx, bucket, [f.counter for f in lost], rows)
+    raise EngineError(
+        f"family {store.family.name!r} shard {ctx.shard} bucket {bucket}: commits kept "
+        f"conflicting with other runs after {MAX_ATTEMPTS} attempts"
+    )
+
+
+def _refold(
+    ctx: _Context, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
+) -> tuple[list[Fold], Any]:
+    """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
+    store = ctx.store
+    ledger = store.read_ledger(ctx.shard, bucket, counters)
+    copies = store.read_copies(ctx.shard, bucket, counters)
+    fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
+    rows.update(fresh)
+    bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
+    folds = [f for f in _fold(ctx, fresh, bases) if f.commit]
+    return folds, ledger.head
+
+
+def _verify_bucket(
+    ctx: _Context,
+    bucket: int,
+    committed: dict[Key, tuple[Fold, Checkpoint]],
+    scan: bool,
+) -> None:
+    """Read back what was committed and recount the raw rows on the server; quarantine the
+    counters that do not add up, and record the bucket's evidence."""
+    store = ctx.store
+    if not committed:
+        return
+    counters = list(committed)
+    wanted = None if scan and len(counters) >= SCAN_THRESHOLD else counters
+    ledger = store.read_ledger(ctx.shard, bucket, wanted).checkpoints
+    copies = store.read_copies(ctx.shard, bucket, wanted)
+    recount: dict[Key, tuple[int, int]] = {}
+    if store.family.folds_by_slice:
+        recount = {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
+    else:
+        by_epoch: dict[int, list[Key]] = {}
+        for counter, (fold, _cp) in committed.items():
+            by_epoch.setdefault(fold.epoch_ms, []).append(counter)
+        for epoch_ms, group in by_epoch.items():
+            whole = wanted is None and epoch_ms == ctx.epoch_ms
+            found = store.recount(ctx.shard, bucket, None if whole else group, epoch_ms)
+            recount.update({c: found.get(c, (0, 0)) for c in group})
+    failures: list[tuple[Key, str, str]] = []
+    evidence = dict(
+        counters=0,
+        rows_folded=0,
+        sum_folded=0,
+        value_delta=0,
+        pending_rows=0,
+        pending_sum=0,
+        recount_rows=0,
+        recount_sum=0,
+        late_arrivals=0,
+    )
+    for counter, (fold, cp) in committed.items():
+        now_cp = ledger.get(counter)
+        copy = copies.get(counter)
+        rows, total = recount[counter]
+        record = Committed(
+            counter=counter,
+            commit_id=cp.commit_id,
+            base_value=fold.base.value,
+            folded_sum=fold.folded_sum,
+            value=fold.value,
+            epoch_ms=fold.epoch_ms,
+            pending_rows=len(fold.pending) if not store.family.folds_by_slice else rows,
+            pending_sum=fold.pending_sum if not store.family.folds_by_slice else total,
+            ledger_commit_id=now_cp.commit_id if now_cp else None,
+            ledger_value=now_cp.value if now_cp else None,
+            ledger_epoch_ms=now_cp.epoch_ms if now_cp else None,
+            copy_commit_id=copy.commit_id if copy else None,
+            copy_value=copy.value if copy else None,
+            copy_epoch_ms=copy.epoch_ms if copy else None,
+            recount_rows=rows,
+            recount_sum=total,
+        )
+        problem = check_committed(record)
+        late = 0
+        if problem is None and needs_closer_look(record):
+            problem, late = _look_closer(store, counter, fold)
+        if problem is not None:
+            failures.append((counter, "check_failed", problem))
+            continue
+        if record.ledger_commit_id != record.commit_id:
+            continue  # superseded by a later commit
+        evidence["counters"] += 1
+        evidence["rows_folded"] += fold.folded_rows
+        evidence["sum_folded"] += fold.folded_sum
+        evidence["value_delta"] += fold.value - fold.base.value
+        evidence["pending_rows"] += record.pending_rows
+        evidence["pending_sum"] += record.pending_sum
+        evidence["recount_rows"] += rows - late
+        evidence["recount_sum"] += total - (_late_sum(store, counter, fold) if late else 0)
+        evidence["late_arrivals"] += late
+    _quarantine(ctx, failures, {})
+    ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
+
+
+def _present_below(store: Store, counter: Key, fold: Fold) -> dict[Any, Row]:
+    found = store.read_rows([counter])[counter]
+    return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
+
+
+def _look_closer(store: Store, counter: Key, fold: Fold) -> tuple[str | None, int]:
+    """The recount found more rows than the commit counted: fine if every counted row is there
+    with the counted sum (the others are late rows, folded by the next run)."""
+    present = _present_below(store, counter, fold)
+    counted = [present.get(k) for k in fold.pending]
+    if any(r is None for r in counted) or sum(r[2] or 0 for r in counted) != fold.pending_sum:
+        return (
+            f"{format_key(counter)}: the rows its commit counted are not all present as counted",
+            0,
+        )
+    return None, len(present) - len(fold.pending)
+
+
+def _late_sum(store: Store, counter: Key, fold: Fold) -> int:
+    pending = set(fold.pending)
+    return sum(
+        r[2] or 0 for k, r in _present_below(store, counter, fold).items() if k not in pending
+    )
+
+
+def _forget(
+    ctx: _Context,
+    touched: list[Touched],
+    folds: list[Fold],
+    rows: dict[Key, list[Row]],
+    windowed: dict[Key, int],
+    read_start: int,
+) -> None:
+    """Forget the marks of counters this run read whole and left with nothing newer, if the
+    mark is older than the read by ``FORGET_MARGIN`` (its row had time to land before it)."""
+    horizon = read_start - int(FORGET_MARGIN.total_seconds() * 1_000_000)
+    busy = {f.counter for f in folds if f.newer_rows}
+    busy |= {c for c, found in rows.items() if any(r[0] > ctx.epoch_ms for r in found)}
+    forget = [
+        t
+        for t in touched
+        if t.writetime < horizon
+        and t.counter not in busy
+        and t.counter not in windowed
+        and t.counter not in ctx.quarantined
+    ]
+    if forget:
+        ctx.store.forget_touched(forget)
+
+
+def read_rows_tolerant(
+    store: Store, counters: Sequence[Key], ledger: Any, copies: dict[Key, Copy]
+) -> tuple[dict[Key, list[Row]], dict[Key, int]]:
+    """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
+    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``).
+    Returns the rows, and per hot counter the time (ms) before which late rows were not read."""
+    if not counters:
+        return {}, {}
+    try:
+        return store.read_rows(counters), {}
+    except (ReadFailure, ReadTimeout):
+        pass
+    rows: dict[Key, list[Row]] = {}
+    floors: dict[Key, int] = {}
+    for counter in counters:  # one at a time, to find the counter(s) that cannot be read
+        try:
+            rows.update(store.read_rows([counter]))
+        except (ReadFailure, ReadTimeout) as exc:
+            base = ledger.checkpoints.get(counter)
+            if base is None and counter in copies:
+                copy = copies[counter]
+                base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc)
+            rows[counter] = found
+            floors[counter] = floor
+    return rows, floors
+
+
+def read_hot_counter(
+    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception
+) -> tuple[list[Row], int]:
+    """The rows a fold must see, read without crossing the tombstones of folded rows: every row
+    after the counter's epoch (no tombstone of ours lies there), every row its checkpoint lists
+    as pending that is still present (point reads: keeping them in ``pending`` is what stops a
+    later run from counting them twice), and, if that range can be read, late rows of the last
+    ``HOT_LATE_WINDOW``."""
+    if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
+        raise error
+    epoch = checkpoint.epoch_ms
+    found = {r[1]: r for r in store.read_rows_after(counter, epoch)}
+    found.update((r[1], r) for r in store.read_rows_at(counter, list(checkpoint.pending)))
+    floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
+    try:
+        found.update((r[1], r) for r in store.read_rows_between(counter, floor, epoch))
+    except (ReadFailure, ReadTimeout):
+        floor = epoch
+    log.warning(
+        "family %r counter %s: whole-partition read failed (%s); read its rows after %s, its "
+        "pending rows, and late rows since %s",
+        store.family.name,
+        format_key(counter),
+        type(error).__name__,
+        from_millis(epoch).isoformat(),
+        from_millis(floor).isoformat(),
+    )
+    return sorted(found.values(), key=lambda r: r[0]), floor
+
+
+# --- verify ------------------------------------------------------------------------------
+
+
+@dataclass
+class Verification:
+    outcomes: list[CheckOutcome]
+    evidence: list[Evidence]
+    tally: Tally
+
+    @property
+    def passed(self) -> bool:
+        return all(o.success for o in self.outcomes if o.critical)
+
+    def failure_message(self, family: str, run_id: str) -> str:
+        failed = [o for o in self.outcomes if o.critical and not o.success]
+        parts = [f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed]
+        return (
+            f"conservation check failed for family {family!r} run {run_id!r}; nothing was "
+            "deleted: " + " | ".join(parts)
+        )
+
+
+def verify_run(reports: Sequence[ShardReport]) -> Verification:
+    """Family-level checks over the shards' evidence (the per-counter checks already ran, and
+    quarantined what failed). Pure; the GX suite validates the same evidence."""
+    tally = Tally()
+    evidence: list[Evidence] = []
+    failures: list[str] = []
+    for report in reports:
+        tally = tally.merge(report.tally)
+        evidence.extend(report.evidence)
+        failures.extend(report.failures)
+    outcomes = evaluate_evidence(evidence)
+    outcomes.append(
+        CheckOutcome(
+            "no_counter_quarantined",
+            not tally.counters_quarantined,
+            False,
+            f"{tally.counters_quarantined} counter(s) quarantined (not folded, not deleted) "
+            f"holding {tally.rows_left} row(s) at or below the epoch"
+            if tally.counters_quarantined
+            else "none",
+            tuple(failures[:20]) or tuple(tally.quarantined),
+        )
+    )
+    outcomes += hot_counter_outcomes(tally)
+    return Verification(outcomes, evidence, tally)
+
+
+def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
+    """A warning (not a failure) naming the counters folded from a window only."""
+    if not tally.windowed_reads:
+        return []
+    detail = (
+        f"{tally.windowed_reads} hot counter(s) could not be read whole (tombstone overload) and "
+        f"were folded by parts: late rows more than {HOT_LATE_WINDOW} behind their epoch are "
+        "kept and counted once the partition can be read whole again"
+    )
+    return [
+        CheckOutcome(
+            "hot_counters_read_whole", False, False, detail, tuple(tally.windowed_counters)
+        )
+    ]
+
+
+# --- cleanup -----------------------------------------------------------------------------
+
+
+def cleanup_shard(
+    store: Store,
+    shard: int,
+    run_id: str,
+    *,
+    now: datetime | None = None,
+    fault: Fault = _no_fault,
+) -> int:
+    """Delete the raw rows the run's verified commits counted, exactly those, and only while
+    the ledger still holds the commit (a later commit lists them itself). Quarantined counters
+    keep their rows."""
+    store.phase = "cleanup"
+    runs = store.read_run_chunks(run_id, shard)
+    fault("cleanup_read_log")
+    if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
+        return 0
+    quarantined = set(store.read_quarantine(shard))
+    now_us = _micros(now)
+    deleted = 0
+    for bucket, items in sorted(runs.items()):
+        commits = {c: commit_id for commit_id, counters in items for c in counters}
+        counters = [c for c in commits if c not in quarantined]
+        if not counters:
+            continue
+        wanted = None if len(counters) >= SCAN_THRESHOLD else counters
+        ledger = store.read_ledger(shard, bucket, wanted).checkpoints
+        deletions = [
+            (c, sorted(ledger[c].pending, key=repr))
+            for c in counters
+            if c in ledger and ledger[c].commit_id == commits[c] and ledger[c].pending
+        ]
+        if not deletions:
+            continue
+        newest = max(ledger[c].epoch_ms or 0 for c, _keys in deletions)
+        tombstone_ts = max(now_us, newest * 1000 + 1000)
+        if store.family.kind is Kind.UNIQUE:
+            # members first: once their derived rows are gone, the mark is what keeps a
+            # duplicate row (a clock-behind writer's) from counting the member again
+            store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
+            fault("cleanup_mark")
+        deleted += store.delete_rows(deletions, tombstone_ts)
+    fault("cleanup_delete")
+    return deleted
+
+
+def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOutcome:
+    """After cleanup: no row the run counted remains at or below the counter's epoch (an
+    independent server-side count of what is left, then a closer look where anything is).
+
+    Rows at or below the epoch that the ledger does not list are late writes that arrived
+    after the fold; they are reported (and folded by the next run), not failures.
+    """
+    name = "no_counted_rows_remain_after_cleanup"
+    if store.family.folds_by_slice:
+        return CheckOutcome(name, True, False, "retention keep: nothing deleted")
+    store.phase = "verify_cleanup"
+    leftovers: list[str] = []
+    late_rows = late_sum = 0
+    for shard in shards:
+        quarantined = set(store.read_quarantine(shard))
+        for bucket, items in sorted(store.read_run_chunks(run_id, shard).items()):
+            commits = {c: cid for cid, counters in items for c in counters}
+            counters = [c for c in commits if c not in quarantined]
+            if not counters:
+                continue
+            wanted = None if len(counters) >= SCAN_THRESHOLD else counters
+            ledger = store.read_ledger(shard, bucket, wanted).checkpoints
+            mine = {
+                c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]
+            }
+            by_epoch: dict[int, list[Key]] = {}
+            for counter, cp in mine.items():
+                by_epoch.setdefault(cp.epoch_ms or 0, []).append(counter)
+            for epoch_ms, group in by_epoch.items():
+                left = store.recount(shard, bucket, group, epoch_ms)
+                for counter in group:
+                    if not left.get(counter, (0, 0))[0]:
+                        continue
+                    cp = mine[counter]
+                    for row in store.read_rows([counter])[counter]:
+                        if row[0] > (cp.epoch_ms or 0):
+                            continue
+                        if row[1] in cp.pending:
+                            leftovers.append(f"{format_key(counter)} @ {row[0]}")
+                        else:
+                            late_rows += 1
+                            late_sum += row[2] or 0
+    detail = (
+        f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone"
+    ) + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
+    return CheckOutcome(name, not leftovers, True, detail, tuple(leftovers[:50]))
+
+
+# --- finish ------------------------------------------------------------------------------
+
+
+def finish_run(store: Store, plan: RunPlan) -> None:
+    """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
+    run records when it started)."""
+    store.advance_family_epoch(plan.epoch, plan.run_id, plan.started_at if plan.sweep else None)
+
+
+def audit_record(
+    family: Family,
+    plan: RunPlan,
+    *,
+    outcome: str,
+    tally: Tally,
+    phases: Phases,
+    checks: Sequence[CheckOutcome] = (),
+    dry_run: bool = False,
+    message: str = "",
+    started_at: datetime | None = None,
+) -> dict[str, Any]:
+    return {
+        "family": family.name,
+        "started_at": started_at or datetime.now(UTC),
+        "run_id": plan.run_id,
+        "kind": family.kind.value,
+        "outcome": outcome,
+        "dry_run": dry_run,
+        "epoch_before": plan.epoch_before,
+        "epoch_after": plan.epoch
+        if outcome in ("success", "partial", "reset") and not dry_run
+        else plan.epoch_before,
+        "counters": tally.counters_committed,
+        "rows_folded": tally.rows_folded,
+        "sum_folded": tally.sum_folded,
+        "late_rows": tally.late_rows,
+        "late_sum": tally.late_sum,
+        "max_lateness_ms": tally.max_lateness_ms,
+        "conflicts": tally.conflicts,
+        "rows_deleted": tally.rows_deleted,
+        "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
+        "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
+        "message": message[:2000],
+    }
+
+
+@dataclass
+class RunSummary:
+    plan: RunPlan
+    outcome: str
+    tally: Tally
+    phases: Phases
+    checks: list[CheckOutcome]
+    message: str = ""
+    requests: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.plan.family,
+            "run_id": self.plan.run_id,
+            "outcome": self.outcome,
+            "epoch_before": self.plan.epoch_before.isoformat() if self.plan.epoch_before else None,
+            "epoch": self.plan.epoch.isoformat(),
+            "sweep": self.plan.sweep,
+            "message": self.message,
+            **self.tally.as_dict(),
+            "checks": {o.name: o.success for o in self.checks},
+            "durations_s": {k: round(v, 3) for k, v in self.phases.seconds.items()},
+            "requests": dict(self.requests),
+        }
+
+
+def _merge_requests(into: dict[str, int], more: dict[str, int]) -> None:
+    for name, count in more.items():
+        into[name] = into.get(name, 0) + count
+
+
+def _shard_step(args: tuple[Any, ...]) -> Any:
+    """One shard's compact or cleanup in a worker process (its own connection)."""
+    from .connection import Connection
+
+    step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now = args
+    with Connection(settings) as conn:
+        store = Store(conn, family, layout)
+        if step == "compact":
+            return compact_shard(
+                store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
+            )
+        deleted = cleanup_shard(store, shard, run_id, now=now)
+        return deleted, dict(store.requests)
+
+
+def run_family(
+    store: Store,
+    epoch: datetime,
+    run_id: str | None = None,
+    *,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    workers: int = 1,
+    fault: Fault = _no_fault,
+    progress: Callable[[str], None] | None = None,
+    now: datetime | None = None,
+) -> RunSummary:
+    """Every step of a run (what ``counterctl compact`` does); ``workers`` > 1 runs the shards
+    in that many processes (both cores: the client's CPU is the bound, not Cassandra's)."""
+    run_id = run_id or new_run_id()
+    started = datetime.now(UTC)
+    phases = Phases()
+    with phases.timed("plan", store):
+        plan = plan_run(store, run_id, epoch, now)
+    tally = Tally()
+    checks: list[CheckOutcome] = []
+    requests: dict[str, int] = {}
+    say = progress or (lambda _m: None)
+
+    def finish(outcome: str, message: str = "") -> RunSummary:
+        """Every run leaves one audit row, whatever its outcome."""
+        store.write_audit(
+            audit_record(
+                store.family,
+                plan,
+                outcome=outcome,
+                tally=tally,
+                phases=phases,
+                checks=checks,
+                dry_run=dry_run,
+                message=message,
+                started_at=started,
+            )
+        )
+        _merge_requests(requests, store.requests)
+        return RunSummary(plan, outcome, tally, phases, checks, message, requests)
+
+    if plan.noop:
+        return finish("noop", plan.noop_reason or "")
+    parallel = workers > 1 and fault is _no_fault and len(plan.shards) > 1
+    pool = (
+        ProcessPoolExecutor(min(workers, len(plan.shards)), mp_context=get_context("spawn"))
+        if parallel
+        else None
+    )
+
+    def each_shard(step: str) -> list[Any]:
+        if pool is None:
+            if step == "compact":
+                return [
+                    compact_shard(
+                        store,
+                        s,
+                        plan.epoch,
+                        run_id,
+                        sweep=plan.sweep,
+                        dry_run=dry_run,
+                        use_lease=use_lease,
+                        fault=fault,
+                    )
+                    for s in plan.shards
+                ]
+            return [cleanup_shard(store, s, run_id, now=now, fault=fault) for s in plan.shards]
+        args = [
+            (
+                step,
+                store.conn.settings,
+                store.family,
+                store.layout,
+                s,
+                run_id,
+                plan.epoch,
+                plan.sweep,
+                dry_run,
+                use_lease,
+                now,
+            )
+            for s in plan.shards
+        ]
+        return list(pool.map(_shard_step, args))
+
+    try:
+        say(f"compacting {len(plan.shards)} shard(s){' (sweep)' if plan.sweep else ''}")
+        with phases.timed("compact", store):
+            reports: list[ShardReport] = each_shard("compact")
+        for report in reports:
+            tally = tally.merge(report.tally)
+            phases = phases.merge(
+                Phases({f"compact.{k}": v for k, v in report.phases.seconds.items()})
+            )
+            if pool is not None:
+                _merge_requests(requests, report.requests)
+        if dry_run:
+            return finish("dry-run", "dry run: nothing written")
+        with phases.timed("verify", store):
+            verification = verify_run(reports)
+        checks = list(verification.outcomes)
+        if not verification.passed:
+            raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
+        say("cleaning up")
+        with phases.timed("cleanup", store):
+            results = each_shard("cleanup")
+        for result in results:
+            if isinstance(result, tuple):
+                tally.rows_deleted += result[0]
+                _merge_requests(requests, result[1])
+            else:
+                tally.rows_deleted += result
+        with phases.timed("verify_cleanup", store):
+            after = verify_cleanup(store, run_id, plan.shards)
+        checks.append(after)
+        if not after.success:
+            raise ChecksFailed(
+                f"cleanup check failed for family {store.family.name!r} run {run_id!r}: "
+                f"{after.detail} [{'; '.join(after.counters[:5])}]",
+                checks,
+            )
+        with phases.timed("finish", store):
+            finish_run(store, plan)
+        fault("finish")
+    except (EngineError, DriverException) as exc:
+        try:  # a driver error (timeout, tombstone overload) still leaves its audit row
+            finish(
+                "failed",
+                f"{type(exc).__name__}: {exc}" if isinstance(exc, DriverException) else str(exc),
+            )
+        except DriverException:
+            log.warning("could not write the audit row of run %s", run_id, exc_info=True)
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    if tally.counters_quarantined:
+        message = quarantine_message(store.family.name, run_id, tally, checks)
+        finish("partial", message)
+        raise ChecksFailed(message, checks)
+    return finish("success")
+
+
+def quarantine_message(
+    family: str, run_id: str, tally: Tally, checks: Sequence[CheckOutcome]
+) -> str:
+    detail = next((o for o in checks if o.name == "no_counter_quarantined"), None)
+    named = "; ".join((detail.counters if detail else ())[:5]) or ", ".join(tally.quarantined)
+    return (
+        f"family {family!r} run {run_id!r}: {tally.counters_quarantined} counter(s) quarantined "
+        f"(kept out of compaction, none of their rows deleted; the rest of the family was "
+        f"compacted): {named}. Inspect with `counterctl quarantine --family {family}`, release "
+        "with --release once fixed"
+    )

@@ -1,0 +1,278 @@
+"""Operations on single counters outside the compaction schedule: reset, reconcile, quarantine.
+
+Every change to a checkpoint goes through the same bucket compare-and-set as a compaction run
+(``Store.commit_bucket``), so a concurrent run can never overwrite a reset or a repair, nor a
+reset or repair a run's commit: whichever commits second re-reads and re-plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .compaction import MAX_ATTEMPTS, Phases, RunPlan, _micros, audit_record
+from .config import Kind
+from .core import (
+    EMPTY_CHECKPOINT,
+    Checkpoint,
+    Fold,
+    Key,
+    Tally,
+    format_key,
+    next_version,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+)
+from .errors import ChecksFailed, EngineError
+from .store import Quarantined, Store
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    counter: Key
+    reset_id: str
+    at: datetime
+    value_before: int
+    already_done: bool
+    rows_deleted: int = 0
+
+
+def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
+    """(shard, bucket, head, checkpoint) of one counter, read from its ledger partition (a
+    counter compacted before the ledger existed: from its compact row)."""
+    shard, bucket = store.bucket(counter)
+    ledger = store.read_ledger(shard, bucket, [counter])
+    checkpoint = ledger.checkpoints.get(counter)
+    if checkpoint is None:
+        copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        checkpoint = (
+            EMPTY_CHECKPOINT
+            if copy is None
+            else Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+        )
+    return shard, bucket, ledger.head, checkpoint
+
+
+def commit_counter(
+    store: Store, shard: int, bucket: int, head: Any, fold: Fold, run_id: str
+) -> Checkpoint | None:
+    """Commit one counter's new checkpoint and write its copy; None if another commit to the
+    bucket came first (the caller re-reads)."""
+    commit_id = store.new_commit_id()
+    now = _micros()
+    if not store.commit_bucket(shard, bucket, head, [fold], commit_id, run_id, now):
+        return None
+    checkpoint = Checkpoint(
+        fold.value,
+        fold.epoch_ms,
+        commit_id,
+        frozenset(fold.pending),
+        fold.pending_sum,
+        next_version(now, fold.base.version),
+        run_id,
+    )
+    store.copy_compact([(fold.counter, checkpoint)], run_id, now)
+    return checkpoint
+
+
+def reset_counter(
+    store: Store,
+    counter: Key,
+    at: datetime,
+    reset_id: str | None = None,
+    now: datetime | None = None,
+) -> ResetResult:
+    """Set a counter back to zero at ``at``: increments after ``at`` count, the ones at or
+    before it are consumed (deleted, for a deleting family). A retry with the same reset id
+    (default: derived from counter and time) finds its own commit and does nothing.
+    """
+    family = store.family
+    if family.kind is Kind.UNIQUE:
+        raise EngineError(
+            f"family {family.name!r}: a unique counter cannot be reset: its set rows are written "
+            "with timestamps near Long.MAX (first write wins), so no delete can remove them "
+            "without also shadowing every later write of the same member"
+        )
+    at = truncate_ms(utc_naive(at))
+    at_ms = to_millis(at)
+    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    value_before = compact_value + newer
+    for _attempt in range(MAX_ATTEMPTS):
+        shard, bucket, head, base = _base(store, counter)
+        if base.run_id == reset_id:
+            return ResetResult(counter, reset_id, at, value_before, already_done=True)
+        if base.epoch_ms is not None and at_ms < base.epoch_ms:
+            raise EngineError(
+                f"family {family.name!r} counter {format_key(counter)}: reset point "
+                f"{at.isoformat()} is before its compacted epoch; increments after the reset "
+                "point are already folded in, choose a later point"
+            )
+        consumed: list[tuple[Any, ...]] = []
+        consumed_sum = 0
+        if not family.folds_by_slice:
+            for time_ms, key, increment in store.read_rows([counter])[counter]:
+                if time_ms <= at_ms:
+                    consumed.append(key)
+                    consumed_sum += increment or 0
+        fold = Fold(counter, base, at_ms, 0, tuple(consumed), consumed_sum, 0, -base.value)
+        committed = commit_counter(store, shard, bucket, head, fold, reset_id)
+        if committed is not None:
+            break
+    else:
+        raise EngineError(f"counter {format_key(counter)}: reset kept conflicting with runs")
+    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    if copy is None or copy.value != 0 or copy.epoch_ms != at_ms:
+        raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
+    deleted = 0
+    if committed.pending and family.effective_retention.value == "delete":
+        ts = max(_micros(now), at_ms * 1000 + 1000)
+        deleted = store.delete_rows([(counter, sorted(committed.pending, key=repr))], ts)
+    plan = RunPlan(family.name, reset_id, at, None, ())
+    store.write_audit(
+        audit_record(
+            family,
+            plan,
+            outcome="reset",
+            tally=Tally(counters_committed=1, rows_deleted=deleted),
+            phases=Phases(),
+            message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
+            f"{at.isoformat()} ({deleted} raw row(s) consumed)",
+        )
+    )
+    return ResetResult(
+        counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
+    )
+
+
+# --- reconcile ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    counter: Key
+    expected: int
+    counted: int
+    repaired: bool = False
+
+    @property
+    def difference(self) -> int:
+        return self.expected - self.counted
+
+
+def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
+    """Recount from the source of truth and compare with what readers see.
+
+    * unique: the number of distinct members vs the counter's value. ``repair`` rewrites the
+      derived row of every member not yet counted (idempotent; the fold counts a member once),
+      which heals writers that crashed between the member and its row; run a compaction after.
+    * rows: the rows at or below each checkpoint vs its count (rows that arrived behind the
+      checkpoint). ``repair`` folds the difference in with the bucket compare-and-set.
+    * increments: the folded rows are deleted, so there is nothing to recount against.
+    """
+    family = store.family
+    if family.kind is Kind.INCREMENTS:
+        raise EngineError(
+            f"family {family.name!r}: reconcile recounts a unique family's set or a rows "
+            "family's rows; an increments family's folded rows are deleted (late rows are "
+            "reported by every compaction instead)"
+        )
+    found: list[Discrepancy] = []
+    for shard in range(family.shards):
+        if family.kind is Kind.UNIQUE:
+            found += _reconcile_unique(store, shard, repair)
+        else:
+            found += _reconcile_rows(store, shard, repair)
+    return found
+
+
+def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepancy]:
+    from .core import write_timestamp
+
+    found = []
+    counters = store.scan_set_counters(shard)
+    truth = store.count_members(counters)
+    values = store.read_values(counters) if counters else {}
+    seen = {c: compact + newer for c, (compact, _epoch, newer) in values.items()}
+    for counter in counters:
+        if truth[counter] == seen[counter]:
+            continue
+        if repair:
+            missing = [(m, t) for m, t, counted in store.members(counter) if not counted]
+            store.mark_touched([counter])
+            store.insert_raw([(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t])
+        found.append(Discrepancy(counter, truth[counter], seen[counter], repair))
+    return found
+
+
+def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]:
+    found = []
+    for counter in store.scan_counters(shard):
+        for _attempt in range(MAX_ATTEMPTS):
+            _shard, bucket, head, base = _base(store, counter)
+            if base.epoch_ms is None:
+                break
+            rows, _total = store.read_slices([counter], {counter: EMPTY_CHECKPOINT}, base.epoch_ms)[
+                counter
+            ]
+            if rows == base.value:
+                break
+            repaired = False
+            if repair:
+                difference = rows - base.value
+                fold = Fold(
+                    counter,
+                    base,
+                    base.epoch_ms,
+                    rows,
+                    (),
+                    0,
+                    difference,
+                    difference,
+                    late_rows=difference,
+                    late_sum=difference,
+                )
+                if commit_counter(store, shard, bucket, head, fold, "reconcile") is None:
+                    continue  # a run committed meanwhile: recount against its checkpoint
+                repaired = True
+            found.append(Discrepancy(counter, rows, base.value, repaired))
+            break
+    return found
+
+
+# --- quarantine --------------------------------------------------------------------------
+
+
+def quarantined(store: Store) -> list[Quarantined]:
+    """Every counter of the family kept out of compaction, with the reason."""
+    return [
+        q for shard in range(store.family.shards) for q in store.read_quarantine(shard).values()
+    ]
+
+
+def release(store: Store, counter: Key) -> Checkpoint:
+    """Let a quarantined counter back into compaction, its readers' copy restored from the
+    ledger (the engine's record of every commit). Fix its raw rows first if that was the
+    reason (a NULL increment); the next run folds it."""
+    shard, bucket = store.bucket(counter)
+    if counter not in store.read_quarantine(shard):
+        raise EngineError(
+            f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
+        )
+    checkpoint = store.read_ledger(shard, bucket, [counter]).checkpoints.get(counter)
+    if checkpoint is not None:
+        # a newer write timestamp than the changed copy's, so the restored copy wins
+        restored = Checkpoint(
+            checkpoint.value,
+            checkpoint.epoch_ms,
+            checkpoint.commit_id,
+            checkpoint.pending,
+            checkpoint.pending_sum,
+            _micros(),
+            checkpoint.run_id,
+        )
+        store.copy_compact([(counter, restored)], checkpoint.run_id or "release", _micros())
+    store.release(counter)
+    return checkpoint or EMPTY_CHECKPOINT
