@@ -2,13 +2,15 @@
 
 Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input,
 3 another run holds the family, 4 conservation check failed, 5 Cassandra unreachable,
-6 raw rows refused (NULL or non-integer increments), 7 reconcile found differences.
+7 reconcile found differences. A run that quarantined counters (NULL increments, a failed
+check, a compact row changed outside the engine) compacts the rest and exits 4.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -28,12 +30,10 @@ from .store import Store
 EXIT_CODES: dict[type[BaseException], int] = {
     ConfigError: 2,
     SchemaError: 2,
-    engine.EpochNotNewer: 0,
     engine.LeaseHeld: 3,
     engine.EpochInFuture: 2,
     engine.ChecksFailed: 4,
     CassandraUnavailable: 5,
-    engine.RowsRefused: 6,
 }
 
 
@@ -174,17 +174,31 @@ def _parse_epoch(value: str | None) -> datetime | None:
 @click.option("--dry-run", is_flag=True, help="Plan and report; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--run-id", help="Run id (default: generated).")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    help="Processes compacting shards in parallel (default: shards, at most the CPU count).",
+)
 @pass_context
 def compact_command(
-    obj: Context, name: str, epoch: str | None, dry_run: bool, as_json: bool, run_id: str | None
+    obj: Context,
+    name: str,
+    epoch: str | None,
+    dry_run: bool,
+    as_json: bool,
+    run_id: str | None,
+    workers: int | None,
 ) -> None:
     """Compact one family: fold, verify, clean up, record the audit row."""
     family = obj.family(name)
     at = _parse_epoch(epoch) or epoch_for(datetime.now(UTC), family.lag)
     store = Store(obj.conn, family)
     progress = _progress() if sys.stderr.isatty() and not as_json else None
+    workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     with reported():
-        summary = engine.run_family(store, at, run_id, dry_run=dry_run, progress=progress)
+        summary = engine.run_family(
+            store, at, run_id, dry_run=dry_run, progress=progress, workers=workers
+        )
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
     else:
@@ -350,6 +364,56 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
         click.echo(f"{family.name}: {len(found)} counter(s) differ")
     if any(not d.repaired for d in found):
         raise SystemExit(7)
+
+
+@cli.command("quarantine")
+@click.option("--family", "name", required=True)
+@click.option(
+    "--release",
+    "releases",
+    multiple=True,
+    metavar="COUNTER",
+    help="Let this counter back into compaction (repeatable); its readers' copy is restored "
+    "from the ledger. Fix its raw rows first if they were the reason.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_json: bool) -> None:
+    """List the counters kept out of compaction (NULL increments, a failed conservation
+    check, a compact row changed outside the engine), or release some."""
+    family = obj.family(name)
+    store = Store(obj.conn, family)
+    with reported():
+        for text in releases:
+            try:
+                key = store.parse_key(_split_counter(family, text))
+            except ValueError as exc:
+                raise Failure(str(exc), 2) from exc
+            try:
+                engine.release(store, key)
+            except engine.EngineError as exc:
+                raise Failure(str(exc), 2) from exc
+            click.echo(f"{family.name}: released {text}")
+        held = engine.quarantined(store)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "counter": format_key(q.counter),
+                        "reason": q.reason,
+                        "run_id": q.run_id,
+                        "detail": q.detail,
+                    }
+                    for q in held
+                ],
+                indent=2,
+            )
+        )
+        return
+    for q in held:
+        click.echo(f"{format_key(q.counter)}\t{q.reason}\t{q.run_id}\t{q.detail}")
+    click.echo(f"{family.name}: {len(held)} counter(s) quarantined")
 
 
 @cli.command("audit")

@@ -189,6 +189,9 @@ class RunPlan:
     sweep: bool = False
     noop_reason: str | None = None
     started_at: datetime | None = None
+    idle: bool = False
+    """Nothing was touched since the last run, no counter is quarantined and no sweep is due:
+    the run only advances the family's epoch (``idle`` audit row), one cheap step."""
 
     @property
     def noop(self) -> bool:
@@ -206,6 +209,7 @@ def decide_plan(
     epoch_before: datetime | None,
     now: datetime | None = None,
     last_sweep: datetime | None = None,
+    anything_touched: bool = True,
 ) -> RunPlan:
     """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
 
@@ -233,6 +237,7 @@ def decide_plan(
         or last_sweep is None
         or now - utc_naive(last_sweep) >= family.sweep_interval
     )
+    idle = reason is None and not sweep and not anything_touched
     return RunPlan(
         family.name,
         run_id,
@@ -242,12 +247,19 @@ def decide_plan(
         sweep,
         reason,
         now,
+        idle,
     )
 
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
+    """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
     epoch_before, last_sweep = store.family_state()
-    return decide_plan(store.family, run_id, epoch, epoch_before, now, last_sweep)
+    plan = decide_plan(
+        store.family, run_id, epoch, epoch_before, now, last_sweep, store.anything_to_do()
+    )
+    if plan.idle:
+        finish_run(store, plan)
+    return plan
 
 
 # --- compact -----------------------------------------------------------------------------
@@ -939,7 +951,7 @@ def audit_record(
         "dry_run": dry_run,
         "epoch_before": plan.epoch_before,
         "epoch_after": plan.epoch
-        if outcome in ("success", "partial", "reset") and not dry_run
+        if outcome in ("success", "partial", "reset", "idle") and not dry_run
         else plan.epoch_before,
         "counters": tally.counters_committed,
         "rows_folded": tally.rows_folded,
@@ -1045,6 +1057,8 @@ def run_family(
 
     if plan.noop:
         return finish("noop", plan.noop_reason or "")
+    if plan.idle:
+        return finish("idle", "nothing touched since the last run, no sweep due")
     parallel = workers > 1 and fault is _no_fault and len(plan.shards) > 1
     pool = (
         ProcessPoolExecutor(min(workers, len(plan.shards)), mp_context=get_context("spawn"))

@@ -24,7 +24,7 @@ from .compaction import (
     verify_cleanup,
     verify_run,
 )
-from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld, RowsRefused
+from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .maintenance import (
     Discrepancy,
     ResetResult,
@@ -46,7 +46,6 @@ __all__ = [
     "LeaseHeld",
     "Phases",
     "ResetResult",
-    "RowsRefused",
     "RunPlan",
     "RunSummary",
     "ShardReport",

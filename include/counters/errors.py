@@ -16,18 +16,10 @@ class LeaseHeld(EngineError):
     pass
 
 
-class EpochNotNewer(EngineError):
-    pass
-
-
 class ChecksFailed(EngineError):
     def __init__(self, message: str, outcomes: Sequence[CheckOutcome]):
         super().__init__(message)
         self.outcomes = list(outcomes)
-
-
-class RowsRefused(EngineError):
-    pass
 
 
 class EpochInFuture(EngineError):

@@ -412,6 +412,14 @@ class Store:
         )
         return self._scan_distinct(statement, shard)
 
+    def anything_to_do(self) -> bool:
+        """Whether any counter is marked touched or quarantined (a quarantined one keeps every
+        run alerting). Two tiny scans of small tables: the cheap first step of every run."""
+        marks = self.prepare("index_any", "SELECT shard FROM {index} LIMIT 1")
+        held = self.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
+        self.requests[self.phase] += 2
+        return any(self.session.execute(s).one() is not None for s in (marks, held))
+
     def distinct_counters(self, shard: int, bucket: int) -> list[Key]:
         """Every counter with live raw rows in one bucket's token range, read in finer ranges
         (the fallback when a bucket's row scan meets too many tombstones)."""

@@ -61,7 +61,6 @@ RETRY_POLICY = ExceptionRetryPolicy(
         RetryRule(
             exception=[
                 "counters.errors.ChecksFailed",
-                "counters.errors.RowsRefused",
                 "counters.errors.EpochInFuture",
                 "counters.schema.SchemaError",
                 "counters.config.ConfigError",
