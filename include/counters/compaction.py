@@ -277,6 +277,7 @@ class _Context:
     phases: Phases
     quarantined: set[Key]
     report: ShardReport
+    commit_chunk: int = COMMIT_CHUNK
     chunk_no: int = 0
 
 
@@ -289,6 +290,7 @@ def compact_shard(
     sweep: bool = False,
     dry_run: bool = False,
     use_lease: bool = True,
+    commit_chunk: int = COMMIT_CHUNK,
     fault: Fault = _no_fault,
 ) -> ShardReport:
     """Fold, commit, copy and verify every counter of the shard with rows at or below
@@ -318,6 +320,7 @@ def compact_shard(
             report.phases,
             set(quarantine),
             report,
+            commit_chunk,
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
@@ -401,10 +404,13 @@ def _compact_bucket(ctx: _Context, bucket: int, touched: list[Touched], *, scan:
 
 
 def _refusal(fold: Fold) -> str:
+    name = format_key(fold.counter)
     if fold.bad_rows:
         keys = ", ".join(str(k) for k in fold.bad_rows[:5])
-        return f"{len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
-    return f"value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+        return (
+            f"{name}: {len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
+        )
+    return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
 
 
 def _bases(
@@ -503,7 +509,7 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
-        for chunk in chunks(todo, COMMIT_CHUNK):
+        for chunk in chunks(todo, ctx.commit_chunk):
             commit_id = store.new_commit_id()
             now = _micros()
             with ctx.phases.timed("commit", store):
@@ -845,7 +851,9 @@ def cleanup_shard(
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         return 0
     quarantined = set(store.read_quarantine(shard))
-    now_us = _micros(now)
+    # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
+    # planned with) and than the epoch: retries of the deleted rows stay deleted
+    now_us = max(_micros(), _micros(now))
     deleted = 0
     for bucket, items in sorted(runs.items()):
         commits = {c: commit_id for commit_id, counters in items for c in counters}
@@ -1021,6 +1029,7 @@ def run_family(
     dry_run: bool = False,
     use_lease: bool = True,
     workers: int = 1,
+    commit_chunk: int = COMMIT_CHUNK,
     fault: Fault = _no_fault,
     progress: Callable[[str], None] | None = None,
     now: datetime | None = None,
@@ -1078,6 +1087,7 @@ def run_family(
                         sweep=plan.sweep,
                         dry_run=dry_run,
                         use_lease=use_lease,
+                        commit_chunk=commit_chunk,
                         fault=fault,
                     )
                     for s in plan.shards

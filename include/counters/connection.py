@@ -6,6 +6,7 @@ policy (token aware, so a single-partition request goes straight to a replica).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -24,6 +25,33 @@ from cassandra.query import tuple_factory
 
 BULK_PROFILE = "bulk"
 """Execution profile for engine reads: rows as plain tuples (cheaper than named tuples)."""
+
+
+EXPECTED_SERVER_WARNINGS = (
+    "Aggregation query used on multiple partition keys",
+    "exceeding specified threshold",
+    "Unlogged batch covering",
+)
+"""Server warnings the engine's bulk statements cause by design (aggregates over ``IN``,
+large multi-partition unlogged batches of one token range); logged once per message kind."""
+
+
+class _ExpectedWarnings(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        for expected in EXPECTED_SERVER_WARNINGS:
+            if expected in message:
+                if expected in self.seen:
+                    return False
+                self.seen.add(expected)
+        return True
+
+
+logging.getLogger("cassandra.protocol").addFilter(_ExpectedWarnings())
 
 
 class CassandraUnavailable(RuntimeError):

@@ -128,7 +128,7 @@ def reset_counter(
         raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
     deleted = 0
     if committed.pending and family.effective_retention.value == "delete":
-        ts = max(_micros(now), at_ms * 1000 + 1000)
+        ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
         deleted = store.delete_rows([(counter, sorted(committed.pending, key=repr))], ts)
     plan = RunPlan(family.name, reset_id, at, None, ())
     store.write_audit(

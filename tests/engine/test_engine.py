@@ -97,11 +97,17 @@ def test_late_write_during_a_run_survives_its_cleanup(make_family, t0):
     load(client, t0, counters=("IBM",))
     epoch = t0 + timedelta(minutes=10)
 
+    written = []
+
     def write_late(point):
-        if point == "read_raw":
+        """Once IBM's fold is committed (and before cleanup), a late row arrives next to the
+        rows it counted."""
+        if not written and point != "lease" and store.committed_by(("IBM",)) is not None:
+            written.append(point)
             client.record([inc("IBM", 1000, t0 + timedelta(minutes=1), "late", 2)])
 
     run(store, epoch, fault=write_late)
+    assert written
     assert len([r for r in raw_rows(store, ("IBM",)) if r[1] == 1000]) == 1, "late row deleted"
     run(store, epoch + timedelta(minutes=1))
     assert client.read("IBM") == 55 + 200 + 1000
@@ -118,7 +124,7 @@ def test_retry_of_folded_increment_is_not_counted_twice(make_family, t0):
     assert client.read("IBM") == 255
 
 
-def test_null_increment_refuses_counter_and_deletes_nothing(make_family, t0):
+def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_family, t0):
     family, store, client = make_family()
     load(client, t0, counters=("IBM", "AAPL"))
     store.session.execute(
@@ -126,12 +132,28 @@ def test_null_increment_refuses_counter_and_deletes_nothing(make_family, t0):
         "VALUES ('IBM', %s, 'bad', 1)",
         (t0 + timedelta(minutes=1),),
     )
-    with pytest.raises(engine.RowsRefused, match="IBM"):
-        run(store, t0 + timedelta(minutes=10))
-    assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 11
-    assert rows_at_or_below(store, ("AAPL",), t0 + timedelta(minutes=10)) == 10
-    assert client.read("AAPL") == 255  # whatever was committed, readers stay exact
-    assert store.read_audit(1)[0]["outcome"] == "failed"
+    epoch = t0 + timedelta(minutes=10)
+    with pytest.raises(engine.ChecksFailed, match="1 counter\\(s\\) quarantined.*IBM"):
+        run(store, epoch)
+    assert rows_at_or_below(store, ("IBM",), epoch) == 11  # nothing of it deleted
+    assert rows_at_or_below(store, ("AAPL",), epoch) == 0  # the rest of the family proceeds
+    assert client.read("AAPL") == 255
+    audit = store.read_audit(1)[0]
+    assert audit["outcome"] == "partial" and "IBM" in audit["message"]
+    assert [q.reason for q in engine.quarantined(store)] == ["bad_rows"]
+    # every run keeps alerting while it is quarantined, and leaves it alone
+    with pytest.raises(engine.ChecksFailed, match="quarantined"):
+        run(store, epoch + timedelta(minutes=1))
+    assert rows_at_or_below(store, ("IBM",), epoch) == 11
+    # an operator fixes the row and releases the counter: the next run folds it
+    store.session.execute(
+        f"UPDATE {family.keyspace}.{family.raw_table} SET increment = 0 "
+        "WHERE type = 'IBM' AND modify_time = %s AND actor = 'bad' AND version = 1",
+        (t0 + timedelta(minutes=1),),
+    )
+    engine.release(store, ("IBM",))
+    assert run(store, epoch + timedelta(minutes=2)).outcome == "success"
+    assert client.read("IBM") == 255 and rows_at_or_below(store, ("IBM",), epoch) == 0
 
 
 def test_second_run_is_refused_while_a_lease_is_held(make_family, t0):
@@ -145,14 +167,14 @@ def test_second_run_is_refused_while_a_lease_is_held(make_family, t0):
     assert run(store, t0 + timedelta(minutes=10)).outcome == "success"
 
 
-def test_tampered_compact_row_fails_verification_and_deletes_nothing(make_family, t0):
+def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_family, t0):
     family, store, client = make_family()
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
 
     def tamper(point):
         committed = compact_row(store, ("IBM",))
-        if point == "log" and committed is not None and committed.value == 55:
+        if point == "copy" and committed is not None and committed.value == 55:
             store.session.execute(
                 f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 "
                 "WHERE type = 'IBM'"
@@ -162,8 +184,50 @@ def test_tampered_compact_row_fails_verification_and_deletes_nothing(make_family
         run(store, epoch, fault=tamper)
     assert "IBM: compact value 999 (expected 55 = 0 + 55)" in str(info.value)
     assert rows_at_or_below(store, ("IBM",), epoch) == 10
-    assert rows_at_or_below(store, ("AAPL",), epoch) == 10
-    assert store.family_epoch() is None
+    assert rows_at_or_below(store, ("AAPL",), epoch) == 0
+    assert client.read("AAPL") == 255
+    assert store.read_audit(1)[0]["outcome"] == "partial"
+    engine.release(store, ("IBM",))  # restores the readers' copy from the ledger
+    assert client.read("IBM") == 255
+    assert run(store, epoch + timedelta(minutes=1)).outcome == "success"
+    assert rows_at_or_below(store, ("IBM",), epoch) == 0 and client.read("IBM") == 255
+
+
+def test_compact_row_changed_between_runs_is_detected_at_the_next_run(make_family, t0):
+    family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    run(store, epoch)
+    store.session.execute(
+        f"UPDATE {family.keyspace}.{family.compact_table} SET value = 7 WHERE type = 'IBM'"
+    )
+    client.record([inc("IBM", 1, t0 + timedelta(minutes=10, seconds=30), "w", 99)])
+    with pytest.raises(engine.ChecksFailed, match="IBM: compact value 7"):
+        run(store, epoch + timedelta(minutes=1))
+    assert [q.reason for q in engine.quarantined(store)] == ["tampered"]
+    assert len(raw_rows(store, ("IBM",))) == 3  # nothing of it folded or deleted
+    assert client.read("AAPL") == 255
+
+
+def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_family, t0):
+    """Seed 004's writer: plain INSERTs, no index marks. The default discovery sweeps on the
+    first run and every sweep_interval after it."""
+    family, store, client = make_family(sweep_interval="10m")
+    insert = (
+        f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
+        "increment) VALUES (%s, %s, 'P1', %s, %s)"
+    )
+    for i, at in enumerate((t0, t0 + timedelta(minutes=1))):
+        store.session.execute(insert, ("IBM", at, i, 500))
+    first = run(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=3))
+    assert first.plan.sweep and first.tally.rows_folded == 2
+    store.session.execute(insert, ("IBM", t0 + timedelta(minutes=3), 7, 5))
+    quiet = run(store, t0 + timedelta(minutes=4), now=t0 + timedelta(minutes=5))
+    assert quiet.outcome == "idle" and client.read("IBM") == 1005  # readers exact throughout
+    swept = run(store, t0 + timedelta(minutes=14), now=t0 + timedelta(minutes=15))
+    assert swept.plan.sweep and swept.tally.rows_folded == 1
+    assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=14)) == 0
+    assert client.read("IBM") == 1005
 
 
 def test_scan_discovery_finds_rows_written_without_the_index(make_family, t0):
@@ -195,7 +259,7 @@ def test_crash_at_every_point_then_rerun_is_exact(make_family, t0, point):
             raise Crash(p)
 
     with pytest.raises(Crash):
-        run(store, epoch, chunk_size=2, fault=crash, run_id="run-1")
+        run(store, epoch, commit_chunk=2, fault=crash, run_id="run-1")
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
     # the retry of the same run takes its own lease back and finishes the job
     retry = run(store, epoch, run_id="run-1")

@@ -87,7 +87,7 @@ def test_rows_family_crash_then_rerun_is_exact(orders, t0, point):
 
     with pytest.raises(Crash):
         engine.run_family(
-            store, epoch, now=epoch + timedelta(minutes=2), fault=crash, run_id="r1", chunk_size=1
+            store, epoch, now=epoch + timedelta(minutes=2), fault=crash, run_id="r1", commit_chunk=1
         )
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=2), run_id="r1")
     values = client.read_many([(i, DAY) for i in range(3)])

@@ -249,7 +249,7 @@ def run_model(make_family, t0, adapter_class):
                         raise Crash(p)
 
             try:
-                self._run(epoch, run_id=run_id, chunk_size=chunk, use_lease=lease, fault=crash)
+                self._run(epoch, run_id=run_id, commit_chunk=chunk, use_lease=lease, fault=crash)
             except Crash:
                 self.crashed_runs.append((run_id, epoch))
 
@@ -293,7 +293,7 @@ def run_model(make_family, t0, adapter_class):
                 epoch_for(self.clock, self.family.lag),
                 run_id=f"B{next(ids)}",
                 use_lease=False,
-                chunk_size=1,
+                commit_chunk=1,
             )
             resume.set()
             thread.join(60)

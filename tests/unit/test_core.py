@@ -5,26 +5,42 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from counters.core import (
+    BIGINT_MAX,
+    BUCKETS,
     EMPTY_CHECKPOINT,
     MAX_TOKEN,
     MIN_TOKEN,
     Checkpoint,
-    CommitRecord,
-    RawRow,
+    Committed,
+    Evidence,
+    bucket_bounds,
+    bucket_of,
+    check_committed,
+    chunks,
     epoch_for,
-    evaluate_commit_checks,
-    plan_fold,
+    evaluate_evidence,
+    fold_counter,
+    needs_closer_look,
+    next_version,
     shard_bounds,
     shard_of,
+    to_millis,
     truncate_ms,
 )
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2026, 11, 22, 12, 0)
+T0_MS = to_millis(T0)
 
 
-def row(minute: float, inc: int | None, actor: str = "a", version: int = 1) -> RawRow:
-    at = T0 + timedelta(minutes=minute)
-    return RawRow((at, actor, version), at, inc)
+def ms(minute: float) -> int:
+    return T0_MS + int(minute * 60_000)
+
+
+def row(minute: float, inc: int | None, actor: str = "a", version: int = 1):
+    at = ms(minute)
+    return (at, (at, actor, version), inc)
 
 
 class TestEpoch:
@@ -73,102 +89,171 @@ class TestShards:
             shard_bounds(0)
 
 
-class TestPlanFold:
+class TestFold:
     def test_first_fold_sums_rows_at_or_below_epoch(self):
         rows = [row(0, 5), row(1, 7), row(1.5, 100)]
-        plan = plan_fold(("IBM",), EMPTY_CHECKPOINT, rows, T0 + timedelta(minutes=1))
-        assert plan.commit
-        assert (plan.value, plan.folded_rows, plan.folded_sum) == (12, 2, 12)
-        assert plan.newer_rows == 1
-        assert set(plan.pending) == {rows[0].clustering, rows[1].clustering}
-        assert plan.late_rows == 0
+        fold = fold_counter(("IBM",), EMPTY_CHECKPOINT, rows, ms(1))
+        assert fold.commit
+        assert (fold.value, fold.folded_rows, fold.folded_sum) == (12, 2, 12)
+        assert fold.newer_rows == 1
+        assert set(fold.pending) == {rows[0][1], rows[1][1]}
+        assert (fold.pending_sum, fold.late_rows) == (12, 0)
 
     def test_epoch_is_inclusive(self):
-        plan = plan_fold(("x",), EMPTY_CHECKPOINT, [row(1, 3)], T0 + timedelta(minutes=1))
-        assert plan.folded_sum == 3
+        assert fold_counter(("x",), EMPTY_CHECKPOINT, [row(1, 3)], ms(1)).folded_sum == 3
 
     def test_pending_rows_are_not_counted_twice(self):
         counted = row(0, 5)
-        base = Checkpoint(5, T0, "c1", frozenset({counted.clustering}))
-        plan = plan_fold(("x",), base, [counted, row(1, 2)], T0 + timedelta(minutes=1))
-        assert plan.value == 7
-        assert plan.folded_rows == 1 and plan.counted_present == 1
-        assert set(plan.pending) == {counted.clustering, row(1, 2).clustering}
+        base = Checkpoint(5, T0_MS, "c1", frozenset({counted[1]}), 5)
+        fold = fold_counter(("x",), base, [counted, row(1, 2)], ms(1))
+        assert fold.value == 7
+        assert fold.folded_rows == 1 and fold.counted_present == 1
+        assert set(fold.pending) == {counted[1], row(1, 2)[1]}
+        assert fold.pending_sum == 7
 
-    def test_nothing_new_means_no_commit_but_cleanup(self):
+    def test_counted_rows_still_present_are_committed_again_to_be_verified(self):
         counted = row(0, 5)
-        base = Checkpoint(5, T0, "c1", frozenset({counted.clustering}))
-        plan = plan_fold(("x",), base, [counted], T0 + timedelta(minutes=1))
-        assert not plan.commit and plan.needs_cleanup
+        base = Checkpoint(5, T0_MS, "c1", frozenset({counted[1]}), 5)
+        fold = fold_counter(("x",), base, [counted], ms(1))
+        assert fold.commit and fold.value == 5 and fold.folded_rows == 0
 
     def test_late_row_is_folded_and_reported(self):
-        base = Checkpoint(10, T0 + timedelta(minutes=5), "c1", frozenset())
+        base = Checkpoint(10, ms(5), "c1")
         late = row(2, 4)  # at or below the compacted epoch, not counted
-        plan = plan_fold(("x",), base, [late, row(6, 1)], T0 + timedelta(minutes=6))
-        assert plan.value == 15
-        assert (plan.late_rows, plan.late_sum) == (1, 4)
-        assert plan.max_lateness_ms == 3 * 60_000
+        fold = fold_counter(("x",), base, [late, row(6, 1)], ms(6))
+        assert fold.value == 15
+        assert (fold.late_rows, fold.late_sum) == (1, 4)
+        assert fold.max_lateness_ms == 3 * 60_000
 
     def test_older_epoch_never_moves_the_counter_back(self):
-        base = Checkpoint(10, T0 + timedelta(minutes=5), "c1", frozenset())
-        plan = plan_fold(("x",), base, [row(3, 2)], T0 + timedelta(minutes=1))
-        assert plan.epoch == T0 + timedelta(minutes=5)
-        assert plan.value == 12 and plan.late_rows == 1
+        base = Checkpoint(10, ms(5), "c1")
+        fold = fold_counter(("x",), base, [row(3, 2)], ms(1))
+        assert fold.epoch_ms == ms(5)
+        assert fold.value == 12 and fold.late_rows == 1
 
     def test_null_increment_refuses_the_counter(self):
-        plan = plan_fold(("x",), EMPTY_CHECKPOINT, [row(0, None), row(0.5, 2)], T0 + timedelta(1))
-        assert plan.refused and not plan.commit
-        assert plan.bad_rows == (row(0, None).clustering,)
+        fold = fold_counter(("x",), EMPTY_CHECKPOINT, [row(0, None), row(0.5, 2)], ms(60))
+        assert fold.refused and not fold.commit
+        assert fold.bad_rows == (row(0, None)[1],)
+
+    def test_overflow_refuses_the_counter(self):
+        base = Checkpoint(BIGINT_MAX - 1, T0_MS, "c1")
+        fold = fold_counter(("x",), base, [row(1, 5)], ms(2))
+        assert fold.overflow and fold.refused and not fold.commit
 
     def test_negative_increments_are_summed(self):
-        plan = plan_fold(
-            ("x",), EMPTY_CHECKPOINT, [row(0, 5), row(0.5, -7, "b")], T0 + timedelta(1)
+        fold = fold_counter(("x",), EMPTY_CHECKPOINT, [row(0, 5), row(0.5, -7, "b")], ms(60))
+        assert fold.value == -2
+
+    def test_backlog_is_capped_and_the_counters_epoch_stops_at_the_last_row_that_fits(self):
+        rows = [row(i, 1, version=i) for i in range(10)]
+        fold = fold_counter(("x",), EMPTY_CHECKPOINT, rows, ms(20), max_rows=4)
+        assert fold.capped and fold.epoch_ms == ms(3)
+        assert (fold.value, len(fold.pending), fold.newer_rows) == (4, 4, 6)
+        again = fold_counter(
+            ("x",),
+            Checkpoint(fold.value, fold.epoch_ms, "c1", frozenset(fold.pending), 4),
+            rows[4:],
+            ms(20),
+            max_rows=4,
         )
-        assert plan.value == -2
+        assert again.value == 8 and again.late_rows == 0
+
+    def test_unique_member_counts_once(self):
+        rows = [(ms(0), (ms(0), "u1"), 1), (ms(1), (ms(1), "u1"), 1), (ms(2), (ms(2), "u2"), 1)]
+        fold = fold_counter(("m",), EMPTY_CHECKPOINT, rows, ms(5), member_index=1)
+        assert (fold.value, fold.duplicates, len(fold.pending)) == (2, 1, 3)
 
 
-class TestChecks:
+class TestCommitChecks:
     def record(self, **changes):
         base = dict(
             counter=("x",),
             commit_id="c1",
             base_value=5,
             folded_sum=3,
-            new_value=8,
-            new_epoch=T0,
-            current_commit_id="c1",
-            current_value=8,
-            current_epoch=T0,
+            value=8,
+            epoch_ms=T0_MS,
+            pending_rows=2,
+            pending_sum=3,
+            ledger_commit_id="c1",
+            ledger_value=8,
+            ledger_epoch_ms=T0_MS,
+            copy_commit_id="c1",
+            copy_value=8,
+            copy_epoch_ms=T0_MS,
+            recount_rows=2,
+            recount_sum=3,
         )
         base.update(changes)
-        return CommitRecord(**base)
-
-    def outcome(self, records, name):
-        return next(o for o in evaluate_commit_checks(records) if o.name == name)
+        return Committed(**base)
 
     def test_all_pass(self):
-        assert all(o.success for o in evaluate_commit_checks([self.record()]))
+        assert check_committed(self.record()) is None
 
-    def test_tampered_value_names_counter_and_amounts(self):
-        result = self.outcome(
-            [self.record(current_value=9)], "compact_value_equals_before_plus_folded"
+    def test_tampered_copy_names_counter_and_amounts(self):
+        problem = check_committed(self.record(copy_value=9))
+        assert problem == "x: compact value 9 (expected 8 = 5 + 3)"
+
+    def test_superseded_commit_is_left_to_the_later_one(self):
+        assert check_committed(self.record(ledger_commit_id="c2", ledger_value=100)) is None
+
+    def test_recount_short_of_the_counted_rows_fails(self):
+        assert "recount" in check_committed(self.record(recount_rows=1, recount_sum=1))
+
+    def test_recount_with_another_sum_fails(self):
+        assert "recount" in check_committed(self.record(recount_sum=4))
+
+    def test_more_rows_present_asks_for_a_closer_look(self):
+        record = self.record(recount_rows=3, recount_sum=10)
+        assert check_committed(record) is None and needs_closer_look(record)
+
+    def test_ledger_value_other_than_before_plus_folded_fails(self):
+        assert "ledger value 9" in check_committed(self.record(ledger_value=9))
+
+
+class TestEvidence:
+    def evidence(self, **changes):
+        base = dict(
+            shard=0, bucket=1, counters=2, rows_folded=4, sum_folded=10, value_delta=10,
+            pending_rows=4, pending_sum=10, recount_rows=4, recount_sum=10, late_arrivals=0,
+            quarantined=0,
         )
-        assert not result.success
-        assert "x: compact value 9 (expected 8 = 5 + 3)" in result.counters
+        base.update(changes)
+        return Evidence(**base)
 
-    def test_superseded_commit_passes_when_epoch_moved_forward(self):
-        rec = self.record(
-            current_commit_id="c2", current_value=100, current_epoch=T0 + timedelta(minutes=1)
-        )
-        assert all(o.success for o in evaluate_commit_checks([rec]))
+    def test_all_pass(self):
+        assert all(o.success for o in evaluate_evidence([self.evidence()]))
 
-    def test_superseded_commit_with_older_epoch_fails(self):
-        rec = self.record(current_commit_id="c2", current_epoch=T0 - timedelta(minutes=1))
-        assert not self.outcome([rec], "epoch_never_regresses").success
+    def test_value_change_other_than_folded_fails_and_names_the_bucket(self):
+        outcomes = {o.name: o for o in evaluate_evidence([self.evidence(value_delta=11)])}
+        assert not outcomes["value_change_equals_folded_sum"].success
+        assert outcomes["value_change_equals_folded_sum"].counters == ("shard 0 bucket 1",)
+        assert not outcomes["family_total_conserved"].success
 
-    def test_missing_compact_row_fails(self):
-        rec = self.record(current_commit_id=None, current_value=None, current_epoch=None)
-        assert not self.outcome([rec], "compact_row_present").success
+    def test_recount_difference_fails(self):
+        outcomes = {o.name: o for o in evaluate_evidence([self.evidence(recount_sum=9)])}
+        assert not outcomes["recount_equals_counted_rows"].success
+
+
+class TestBuckets:
+    @pytest.mark.parametrize("shards", [1, 2, 4])
+    def test_bucket_bounds_agree_with_bucket_of(self, shards):
+        for shard in range(shards):
+            for bucket in range(BUCKETS):
+                low, high = bucket_bounds(shards, shard, bucket)
+                for token in (low + 1, high, (low + high) // 2):
+                    assert bucket_of(token, shards) == (shard, bucket)
+
+    def test_versions_grow_even_when_the_clock_does_not(self):
+        assert next_version(100, None) == 100
+        assert next_version(100, 100) == 101
+        assert next_version(100, 500) == 501
+
+    def test_chunks(self):
+        assert chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+        with pytest.raises(ValueError, match="chunk size"):
+            chunks([1], 0)
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3, 4, 7])
