@@ -136,6 +136,8 @@ class Checkpoint:
     commit_id: Any = None
     pending: frozenset[Packed] = frozenset()
     pending_sum: int = 0
+    """The sum of the increments of the ``pending`` rows as they are in the table (a unique
+    family's duplicates included): what a recount of them must find."""
     version: int | None = None
     run_id: str | None = None
 
@@ -233,6 +235,7 @@ def fold_counter(
             member = key[member_index]
             if member in seen:
                 pending.append(key)
+                pending_sum += increment or 0  # deleted with the rest, not counted again
                 dups += 1
                 continue
             seen.add(member)

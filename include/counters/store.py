@@ -20,6 +20,7 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
 from cassandra.murmur3 import murmur3
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.util import Date as CassandraDate
 from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
 
 from . import schema
@@ -420,17 +421,18 @@ class Store:
         self.requests[self.phase] += 2
         return any(self.session.execute(s).one() is not None for s in (marks, held))
 
-    def distinct_counters(self, shard: int, bucket: int) -> list[Key]:
-        """Every counter with live raw rows in one bucket's token range, read in finer ranges
-        (the fallback when a bucket's row scan meets too many tombstones)."""
+    def distinct_counters(self, shard: int, bucket: int, splits: int = 8) -> list[Key]:
+        """Every counter with live raw rows in one bucket's token range, read in ``splits``
+        finer ranges (the fallback when a bucket's row scan meets too many tombstones; one
+        range for a rows family, whose rows are never deleted)."""
         statement = self.prepare(
             "raw_distinct",
             "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
         )
         low, high = bucket_bounds(self.family.shards, shard, bucket)
-        step = (high - low) // 8 or 1
-        edges = [low + i * step for i in range(8)] + [high]
-        ranges = [(edges[i], edges[i + 1]) for i in range(8) if edges[i] < edges[i + 1]]
+        step = (high - low) // splits or 1
+        edges = [low + i * step for i in range(splits)] + [high]
+        ranges = [(edges[i], edges[i + 1]) for i in range(splits) if edges[i] < edges[i + 1]]
         results = self._concurrent(statement, ranges)
         return [tuple(r) for result in results for r in result]
 
@@ -592,8 +594,10 @@ class Store:
         return exprs, decoders, plain, time_at
 
     def _row_columns(self) -> str:
+        """The select list of raw rows; a rows family has no increment column (its rows are
+        counted by the server), so the time is repeated in its place."""
         exprs = self._packing[0]
-        return ", ".join([*exprs, self._names["increment"]])
+        return ", ".join([*exprs, self._names["increment"] or exprs[0]])
 
     def _parse_rows(self, rows: Iterable[Sequence[Any]], width: int) -> dict[Key, list[Row]]:
         """``(key..., clustering..., [time ms], increment)`` rows grouped by counter as
@@ -812,8 +816,11 @@ class Store:
         ]
         results = self._run(requests)
         head_row = results[0].one()
+        asked = {_normal(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
-            tuple(r[:width]): self._checkpoint(r[width:]) for result in results[1:] for r in result
+            asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(r[width:])
+            for result in results[1:]
+            for r in result
         }
         return Ledger(head_row[0] if head_row else None, checkpoints)
 
@@ -1244,6 +1251,11 @@ def _parse_value(cql_type: str, column: str, text: str) -> Any:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _normal(key: Sequence[Any]) -> tuple[Any, ...]:
+    """A key with the driver's own value types made plain (``cassandra.util.Date`` -> date)."""
+    return tuple(v.date() if isinstance(v, CassandraDate) else v for v in key)
 
 
 def _encode_value(cql_type: str, value: Any) -> Any:

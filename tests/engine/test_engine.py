@@ -273,7 +273,7 @@ def test_crash_at_every_point_then_rerun_is_exact(make_family, t0, point):
 
 
 @pytest.mark.parametrize(
-    "point", ["read_compact", "read_raw", "commit", "log", "verify", "cleanup_delete"]
+    "point", ["read_compact", "read_raw", "commit", "copy", "verify", "forget", "cleanup_delete"]
 )
 def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     """Run A stalls at ``point`` while run B (a stale lease holder's rival) runs to the end."""

@@ -33,7 +33,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert first.outcome == "success", first.message
     assert first.tally.rows_deleted == HOT_ROWS + 10
     after_cleanup = {c.name: c for c in first.checks}["no_counted_rows_remain_after_cleanup"]
-    assert after_cleanup.success and "1 hot counter(s) checked by parts" in after_cleanup.detail
+    assert after_cleanup.success  # by the server's count, or by parts if that is refused
     with pytest.raises(ReadFailure):  # the partition is past the threshold now
         store.read_rows([hot])
 
@@ -52,15 +52,16 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert client.read("hot") == HOT_ROWS + 100 + 7
     assert client.read("cold") == 25
     # the deep late row is kept (uncounted, not lost) for a run that can read the whole partition
-    deep_key = (late_deep.time, *late_deep.identity)
-    assert [r.increment for r in store.read_rows_at(hot, [deep_key])] == [1000]
+    deep_key = store.pack_clustering((late_deep.time, *late_deep.identity))
+    assert [r[2] for r in store.read_rows_at(hot, [deep_key])] == [1000]
 
     third = engine.run_family(
         store, epoch2 + timedelta(minutes=1), now=epoch2 + timedelta(minutes=3)
     )
     assert third.outcome == "success", third.message
     assert client.read("hot") == HOT_ROWS + 100 + 7  # pending rows were not counted again
-    assert store.read_rows_at(hot, [(late_recent.time, *late_recent.identity)]) == []
+    recent_key = store.pack_clustering((late_recent.time, *late_recent.identity))
+    assert store.read_rows_at(hot, [recent_key]) == []
 
 
 def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, make_family, t0):
@@ -79,4 +80,5 @@ def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, mak
     assert client.read("a") == 15
     kept = t0 + timedelta(minutes=5)
     client.record([Increment(("a",), 100, kept, ())])
-    assert [r.increment for r in store.read_rows_at(("a",), [(kept,), (t0,)])] == [100]
+    keys = [store.pack_clustering((kept,)), store.pack_clustering((t0,))]
+    assert [r[2] for r in store.read_rows_at(("a",), keys)] == [100]

@@ -215,8 +215,17 @@ class TestCommitChecks:
 class TestEvidence:
     def evidence(self, **changes):
         base = dict(
-            shard=0, bucket=1, counters=2, rows_folded=4, sum_folded=10, value_delta=10,
-            pending_rows=4, pending_sum=10, recount_rows=4, recount_sum=10, late_arrivals=0,
+            shard=0,
+            bucket=1,
+            counters=2,
+            rows_folded=4,
+            sum_folded=10,
+            value_delta=10,
+            pending_rows=4,
+            pending_sum=10,
+            recount_rows=4,
+            recount_sum=10,
+            late_arrivals=0,
             quarantined=0,
         )
         base.update(changes)
