@@ -52,10 +52,15 @@ def test_init_write_compact_read_audit(families_file, conn, engine_keyspace):
     result = invoke("--config", path, "compact", "--family", family, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    # a row written straight into the raw table has no index mark: not found by index discovery
-    assert summary["outcome"] == "success" and summary["counters_committed"] == 0
+    # a row written straight into the raw table (no index mark) is found by the first run's
+    # sweep: the default discovery sees every writer
+    assert summary["outcome"] == "success" and summary["sweep"]
+    assert (summary["counters_committed"], summary["rows_folded"]) == (1, 1)
+    assert summary["requests"]  # requests per phase, for the benchmark
     read = invoke("--config", path, "read", "--family", family, "IBM")
-    assert read.exit_code == 0 and read.output.startswith("IBM\t1000\t")
+    assert read.exit_code == 0 and read.output.startswith("IBM\t1000\t(compact 1000 @"), read.output
+    held = invoke("--config", path, "quarantine", "--family", family)
+    assert held.exit_code == 0 and "0 counter(s) quarantined" in held.output
     audit = invoke("--config", path, "audit", "--family", family, "--limit", "5")
     assert audit.exit_code == 0 and "success" in audit.output
 
@@ -108,7 +113,9 @@ def test_future_epoch_exit_2(families_file):
     assert result.exit_code == 2 and "later than now - lag" in result.output
 
 
-def test_null_increment_exit_6_deletes_nothing(families_file, conn, engine_keyspace):
+def test_null_increment_quarantines_exit_4_deletes_nothing_of_it(
+    families_file, conn, engine_keyspace
+):
     path, family, raw = families_file
     invoke("--config", path, "init")
     from counters.client import CounterClient
@@ -127,10 +134,12 @@ def test_null_increment_exit_6_deletes_nothing(families_file, conn, engine_keysp
         (at,),
     )
     result = invoke("--config", path, "compact", "--family", family)
-    assert result.exit_code == 6
-    assert "NULL or non-integer increment" in result.output and "IBM" in result.output
+    assert result.exit_code == 4
+    assert "1 counter(s) quarantined" in result.output and "IBM" in result.output
     rows = conn.session.execute(f"SELECT count(*) FROM {engine_keyspace}.{raw}").one()[0]
     assert rows == 2
+    held = invoke("--config", path, "quarantine", "--family", family)
+    assert held.exit_code == 0 and "IBM\tbad_rows" in held.output
 
 
 def test_lease_held_exit_3(families_file, conn):
