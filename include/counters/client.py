@@ -56,16 +56,23 @@ class CounterClient:
         amount: int,
         *,
         at: datetime | None = None,
-        actor: str = "",
-        version: int = 0,
+        actor: str | None = None,
+        version: int | None = None,
         identity: tuple[object, ...] | None = None,
     ) -> Increment:
-        """Record one increment; returns what was written (retrying it is safe)."""
+        """Record one increment; returns what was written (retry by recording that again).
+
+        Without ``identity`` (or ``actor``/``version`` for the seed's layout) each call gets a
+        fresh random identity: two increments in the same millisecond are two rows, never one.
+        A caller that may retry passes the identity of its event (order id and version), so
+        the retry writes the very same row."""
+        if identity is None and (actor is not None or version is not None):
+            identity = (actor or "", version or 0)
         event = Increment(
             counter=as_key(counter),
             increment=amount,
             time=truncate_ms(utc_naive(at or datetime.now(UTC))),
-            identity=identity if identity is not None else (actor, version),
+            identity=identity if identity is not None else self.store.fresh_identity(),
         )
         self.record([event])
         return event

@@ -7,6 +7,7 @@ family's tables. Identifiers come from the validated config and are quoted; valu
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import uuid
 from collections import defaultdict
@@ -267,6 +268,26 @@ class Store:
 
     def shard(self, counter: Key) -> int:
         return shard_of(self.token(counter), self.family.shards)
+
+    def fresh_identity(self) -> tuple[Any, ...]:
+        """Random values for the clustering columns after the time (the seed's actor and
+        version): an increment that names no identity of its own is a row of its own."""
+        values: list[Any] = []
+        for column in self.layout.clustering[1:]:
+            if column.cql_type in ("text", "varchar", "ascii"):
+                values.append(uuid.uuid4().hex)
+            elif column.cql_type in ("bigint", "varint"):
+                values.append(secrets.randbits(63))
+            elif column.cql_type == "int":
+                values.append(secrets.randbits(31))
+            elif column.cql_type in ("uuid", "timeuuid"):
+                values.append(uuid.uuid1())
+            else:
+                raise TypeError(
+                    f"family {self.family.name!r}: pass an identity for clustering column "
+                    f"{column.name!r} ({column.cql_type}); it cannot be made up"
+                )
+        return tuple(values)
 
     def bucket(self, counter: Key) -> tuple[int, int]:
         """(shard, bucket) of a counter: its ledger partition and its touched-index partition."""

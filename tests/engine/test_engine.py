@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 from datetime import timedelta
 
@@ -53,6 +54,52 @@ def test_fold_counts_rows_at_or_below_epoch_and_deletes_exactly_them(make_family
         assert rows_at_or_below(store, counter, epoch) == 0
         assert len(raw_rows(store, counter)) == 2  # the newer rows are untouched
         assert client.read(counter) == before[counter] == 255
+
+
+def test_increments_without_an_identity_in_the_same_millisecond_both_count(make_family, t0):
+    _family, store, client = make_family()
+    at = t0 + timedelta(seconds=1)
+    first = client.increment("IBM", 5, at=at)
+    second = client.increment("IBM", 7, at=at)
+    assert first.identity != second.identity
+    assert client.read("IBM") == 12
+    client.record([first])  # a retry of the same event is the same row
+    run(store, t0 + timedelta(minutes=1))
+    assert client.read("IBM") == 12
+
+
+def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
+    conn, engine_keyspace, make_family, t0
+):
+    table = f"raw_int_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (type text, modify_time timestamp, actor text, "
+        "version bigint, increment int, PRIMARY KEY ((type), modify_time, actor, version))"
+    )
+    _family, store, client = make_family(raw_table=table)
+    big = 2**31 - 1
+    client.record([inc("wide", big, t0 + timedelta(seconds=i), "w", i) for i in range(3)])
+    assert client.read("wide") == 3 * big  # Cassandra's sum(int) would wrap
+    summary = run(store, t0 + timedelta(minutes=1))
+    assert summary.outcome == "success" and client.read("wide") == 3 * big
+    shard, bucket = store.bucket(("wide",))
+    ledger = store.read_ledger(shard, bucket, [("wide",)])
+    near_max = ledger.checkpoints[("wide",)]
+    store.session.execute(  # a counter close to the bigint limit, as the engine would leave it
+        f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET value = %s "
+        "WHERE shard = %s AND bucket = %s AND type = 'wide'",
+        (2**63 - 10, shard, bucket),
+    )
+    store.session.execute(
+        f"UPDATE {engine_keyspace}.{store.family.compact_table} USING TIMESTAMP %s "
+        "SET value = %s WHERE type = 'wide'",
+        (near_max.version, 2**63 - 10),
+    )
+    client.record([inc("wide", 100, t0 + timedelta(minutes=1, seconds=5), "w", 9)])
+    with pytest.raises(engine.ChecksFailed, match="wide: value .* would overflow a bigint"):
+        run(store, t0 + timedelta(minutes=2))
+    assert [q.reason for q in engine.quarantined(store)] == ["overflow"]
+    assert store.read_audit(1)[0]["outcome"] == "partial"
 
 
 def test_rerun_same_or_older_epoch_is_a_recorded_noop(make_family, t0):
@@ -133,7 +180,7 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
         (t0 + timedelta(minutes=1),),
     )
     epoch = t0 + timedelta(minutes=10)
-    with pytest.raises(engine.ChecksFailed, match="1 counter\\(s\\) quarantined.*IBM"):
+    with pytest.raises(engine.ChecksFailed, match=r"1 counter\(s\) quarantined.*IBM"):
         run(store, epoch)
     assert rows_at_or_below(store, ("IBM",), epoch) == 11  # nothing of it deleted
     assert rows_at_or_below(store, ("AAPL",), epoch) == 0  # the rest of the family proceeds

@@ -99,6 +99,37 @@ def test_rows_family_cannot_delete(tmp_path):
         load_catalog(write(tmp_path, text))
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "    retention: keep\n",
+        "    kind: unique\n    columns: {member: user}\n    retention: keep\n",
+    ],
+)
+def test_keep_is_refused_for_families_folded_row_by_row(tmp_path, extra):
+    with pytest.raises(ConfigError, match="retention: 'keep' is only for 'rows' families"):
+        load_catalog(write(tmp_path, GOOD + extra))
+
+
+@pytest.mark.parametrize("level", ["ONE", "LOCAL_ONE"])
+def test_one_replica_consistency_is_refused_for_deleting_families(tmp_path, level):
+    with pytest.raises(ConfigError, match=f"consistency: {level} is refused"):
+        load_catalog(write(tmp_path, GOOD + f"    consistency: {level}\n"))
+
+
+def test_one_replica_consistency_is_allowed_for_rows_families(tmp_path):
+    text = GOOD + "    kind: rows\n    consistency: LOCAL_ONE\n"
+    assert load_catalog(write(tmp_path, text)).get("trades").consistency.value == "LOCAL_ONE"
+
+
+def test_sweep_interval(tmp_path):
+    family = load_catalog(write(tmp_path, GOOD + "    sweep_interval: 5m\n")).get("trades")
+    assert family.sweep_interval == timedelta(minutes=5)
+    assert load_catalog(write(tmp_path, GOOD)).get("trades").sweep_interval == timedelta(minutes=15)
+    with pytest.raises(ConfigError, match="sweep_interval must be > 0"):
+        load_catalog(write(tmp_path, GOOD + "    sweep_interval: 0s\n"))
+
+
 def test_unique_needs_member(tmp_path):
     with pytest.raises(ConfigError, match=r"columns\.member is required"):
         load_catalog(write(tmp_path, GOOD + "    kind: unique\n"))
