@@ -29,7 +29,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -280,6 +280,7 @@ class _Context:
     report: ShardReport
     commit_chunk: int = COMMIT_CHUNK
     chunk_no: int = 0
+    chunks: list[tuple[int, int, Any, list[Key]]] = field(default_factory=list)
 
 
 def compact_shard(
@@ -524,15 +525,7 @@ def _commit(
                 lost.extend(chunk)
                 continue
             head = commit_id
-            with ctx.phases.timed("log", store):
-                store.write_run_chunk(
-                    ctx.run_id,
-                    ctx.shard,
-                    bucket,
-                    ctx.chunk_no,
-                    commit_id,
-                    [f.counter for f in chunk],
-                )
+            ctx.chunks.append((bucket, ctx.chunk_no, commit_id, [f.counter for f in chunk]))
             ctx.chunk_no += 1
             for f in chunk:
                 ctx.tally.add_fold(f)
@@ -548,6 +541,10 @@ def _commit(
                         ctx.run_id,
                     ),
                 )
+        if ctx.chunks:  # what cleanup deletes: one request for the bucket's commits
+            with ctx.phases.timed("log", store):
+                store.write_run_chunks(ctx.run_id, ctx.shard, ctx.chunks)
+            ctx.chunks = []
         ctx.fault("commit")
         if not lost:
             return committed
@@ -593,21 +590,12 @@ def _verify_bucket(
         return
     counters = list(committed)
     wanted = None if scan and len(counters) >= SCAN_THRESHOLD else counters
-    ledger = store.read_ledger(ctx.shard, bucket, wanted).checkpoints
-    copies = store.read_copies(ctx.shard, bucket, wanted)
-    recount: dict[Key, tuple[int, int]] = {}
-    if store.family.folds_by_slice:
-        recount = {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
-    else:
-        by_epoch: dict[int, list[Key]] = {}
-        for counter, (fold, _cp) in committed.items():
-            by_epoch.setdefault(fold.epoch_ms, []).append(counter)
-        pending = {c: cp.pending for c, (_f, cp) in committed.items()}
-        for epoch_ms, group in by_epoch.items():
-            whole = wanted is None and epoch_ms == ctx.epoch_ms
-            recount.update(
-                recount_tolerant(store, ctx.shard, bucket, group, epoch_ms, pending, whole)
-            )
+    with ThreadPoolExecutor(2) as reads:  # the read-backs overlap the recount
+        ledger_read = reads.submit(store.read_ledger, ctx.shard, bucket, wanted, False)
+        copies_read = reads.submit(store.read_copies, ctx.shard, bucket, wanted)
+        recount = _recount_committed(ctx, bucket, committed, wanted)
+        ledger = ledger_read.result().checkpoints
+        copies = copies_read.result()
     failures: list[tuple[Key, str, str]] = []
     evidence = dict(
         counters=0,
@@ -662,6 +650,26 @@ def _verify_bucket(
         evidence["late_arrivals"] += late
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
+
+
+def _recount_committed(
+    ctx: _Context,
+    bucket: int,
+    committed: dict[Key, tuple[Fold, Checkpoint]],
+    wanted: Sequence[Key] | None,
+) -> dict[Key, tuple[int, int]]:
+    store = ctx.store
+    if store.family.folds_by_slice:
+        return {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
+    recount: dict[Key, tuple[int, int]] = {}
+    by_epoch: dict[int, list[Key]] = {}
+    for counter, (fold, _cp) in committed.items():
+        by_epoch.setdefault(fold.epoch_ms, []).append(counter)
+    pending = {c: cp.pending for c, (_f, cp) in committed.items()}
+    for epoch_ms, group in by_epoch.items():
+        whole = wanted is None and epoch_ms == ctx.epoch_ms
+        recount.update(recount_tolerant(store, ctx.shard, bucket, group, epoch_ms, pending, whole))
+    return recount
 
 
 def recount_tolerant(
@@ -866,6 +874,27 @@ def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
 # --- cleanup -----------------------------------------------------------------------------
 
 
+@dataclass
+class CleanupReport:
+    """One shard's cleanup: rows deleted, and what an independent count found left after."""
+
+    shard: int
+    rows_deleted: int = 0
+    leftovers: list[str] = field(default_factory=list)
+    late_rows: int = 0
+    late_sum: int = 0
+    windowed: int = 0
+    seconds: float = 0.0
+    requests: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CleanupReport:
+        return cls(**data)
+
+
 def cleanup_shard(
     store: Store,
     shard: int,
@@ -873,100 +902,108 @@ def cleanup_shard(
     *,
     now: datetime | None = None,
     fault: Fault = _no_fault,
-) -> int:
+) -> CleanupReport:
     """Delete the raw rows the run's verified commits counted, exactly those, and only while
-    the ledger still holds the commit (a later commit lists them itself). Quarantined counters
-    keep their rows."""
+    the ledger still holds the commit (a later commit lists them itself); quarantined counters
+    keep their rows. Then count, on the server, what is left at or below each epoch: a counted
+    row still there is a failure, any other row a late write (folded by the next run)."""
+    started = time.perf_counter()
+    report = CleanupReport(shard)
     store.phase = "cleanup"
     runs = store.read_run_chunks(run_id, shard)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
-        return 0
+        report.seconds = time.perf_counter() - started
+        return report
     quarantined = set(store.read_quarantine(shard))
     # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
     # planned with) and than the epoch: retries of the deleted rows stay deleted
     now_us = max(_micros(), _micros(now))
-    deleted = 0
     for bucket, items in sorted(runs.items()):
         commits = {c: commit_id for commit_id, counters in items for c in counters}
         counters = [c for c in commits if c not in quarantined]
         if not counters:
             continue
-        wanted = None if len(counters) >= SCAN_THRESHOLD else counters
-        ledger = store.read_ledger(shard, bucket, wanted).checkpoints
-        deletions = [
-            (c, sorted(ledger[c].pending, key=repr))
-            for c in counters
-            if c in ledger and ledger[c].commit_id == commits[c] and ledger[c].pending
-        ]
-        if not deletions:
-            continue
-        newest = max(ledger[c].epoch_ms or 0 for c, _keys in deletions)
-        tombstone_ts = max(now_us, newest * 1000 + 1000)
-        if store.family.kind is Kind.UNIQUE:
-            # members first: once their derived rows are gone, the mark is what keeps a
-            # duplicate row (a clock-behind writer's) from counting the member again
-            store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
-            fault("cleanup_mark")
-        deleted += store.delete_rows(deletions, tombstone_ts)
+        whole = len(counters) >= SCAN_THRESHOLD
+        ledger = store.read_ledger(shard, bucket, None if whole else counters).checkpoints
+        mine = {c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]}
+        deletions = [(c, sorted(cp.pending, key=repr)) for c, cp in mine.items() if cp.pending]
+        if deletions:
+            newest = max(mine[c].epoch_ms or 0 for c, _keys in deletions)
+            tombstone_ts = max(now_us, newest * 1000 + 1000)
+            if store.family.kind is Kind.UNIQUE:
+                # members first: once their derived rows are gone, the mark is what keeps a
+                # duplicate row (a clock-behind writer's) from counting the member again
+                store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
+                fault("cleanup_mark")
+            report.rows_deleted += store.delete_rows(deletions, tombstone_ts)
+        store.phase = "verify_cleanup"
+        _check_left(store, shard, bucket, mine, whole, report)
+        store.phase = "cleanup"
     fault("cleanup_delete")
-    return deleted
+    report.requests = dict(store.requests)
+    report.seconds = time.perf_counter() - started
+    return report
 
 
-def verify_cleanup(store: Store, run_id: str, shards: Sequence[int]) -> CheckOutcome:
-    """After cleanup: no row the run counted remains at or below the counter's epoch (an
-    independent server-side count of what is left, then a closer look where anything is).
+def _check_left(
+    store: Store,
+    shard: int,
+    bucket: int,
+    mine: dict[Key, Checkpoint],
+    whole: bool,
+    report: CleanupReport,
+) -> None:
+    by_epoch: dict[int, list[Key]] = {}
+    for counter, cp in mine.items():
+        by_epoch.setdefault(cp.epoch_ms or 0, []).append(counter)
+    pending = {c: cp.pending for c, cp in mine.items()}
+    main_epoch = max(by_epoch, key=lambda e: len(by_epoch[e]), default=0)
+    for epoch_ms, group in by_epoch.items():
+        left = recount_tolerant(
+            store, shard, bucket, group, epoch_ms, pending, whole and epoch_ms == main_epoch
+        )
+        for counter in group:
+            if not left.get(counter, (0, 0))[0]:
+                continue
+            cp = mine[counter]
+            try:
+                present = store.read_rows([counter])[counter]
+            except (ReadFailure, ReadTimeout):  # a hot counter: its pending rows only
+                present = store.read_rows_at(counter, list(cp.pending))
+                report.windowed += 1
+            for time_ms, key, increment in present:
+                if time_ms > (cp.epoch_ms or 0):
+                    continue
+                if key in cp.pending:
+                    report.leftovers.append(f"{format_key(counter)} @ {time_ms}")
+                else:
+                    report.late_rows += 1
+                    report.late_sum += increment or 0
+
+
+def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:
+    """After cleanup: no row the run counted remains (pure, over the shards' reports).
 
     Rows at or below the epoch that the ledger does not list are late writes that arrived
     after the fold; they are reported (and folded by the next run), not failures.
     """
-    name = "no_counted_rows_remain_after_cleanup"
-    if store.family.folds_by_slice:
-        return CheckOutcome(name, True, False, "retention keep: nothing deleted")
-    store.phase = "verify_cleanup"
-    leftovers: list[str] = []
-    late_rows = late_sum = windowed = 0
-    for shard in shards:
-        quarantined = set(store.read_quarantine(shard))
-        for bucket, items in sorted(store.read_run_chunks(run_id, shard).items()):
-            commits = {c: cid for cid, counters in items for c in counters}
-            counters = [c for c in commits if c not in quarantined]
-            if not counters:
-                continue
-            wanted = None if len(counters) >= SCAN_THRESHOLD else counters
-            ledger = store.read_ledger(shard, bucket, wanted).checkpoints
-            mine = {
-                c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]
-            }
-            by_epoch: dict[int, list[Key]] = {}
-            for counter, cp in mine.items():
-                by_epoch.setdefault(cp.epoch_ms or 0, []).append(counter)
-            pending = {c: cp.pending for c, cp in mine.items()}
-            for epoch_ms, group in by_epoch.items():
-                left = recount_tolerant(store, shard, bucket, group, epoch_ms, pending)
-                for counter in group:
-                    if not left.get(counter, (0, 0))[0]:
-                        continue
-                    cp = mine[counter]
-                    try:
-                        present = store.read_rows([counter])[counter]
-                    except (ReadFailure, ReadTimeout):  # a hot counter: its pending rows only
-                        present = store.read_rows_at(counter, list(cp.pending))
-                        windowed += 1
-                    for row in present:
-                        if row[0] > (cp.epoch_ms or 0):
-                            continue
-                        if row[1] in cp.pending:
-                            leftovers.append(f"{format_key(counter)} @ {row[0]}")
-                        else:
-                            late_rows += 1
-                            late_sum += row[2] or 0
+    leftovers = [x for r in reports for x in r.leftovers]
+    late_rows = sum(r.late_rows for r in reports)
+    late_sum = sum(r.late_sum for r in reports)
+    windowed = sum(r.windowed for r in reports)
     detail = (
         f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone"
     ) + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
     if windowed:
         detail += f"; {windowed} hot counter(s) checked by parts (late rows: recent ones only)"
-    return CheckOutcome(name, not leftovers, True, detail, tuple(leftovers[:50]))
+    return CheckOutcome(
+        "no_counted_rows_remain_after_cleanup",
+        not leftovers,
+        True,
+        detail,
+        tuple(leftovers[:50]),
+    )
 
 
 # --- finish ------------------------------------------------------------------------------
@@ -1057,8 +1094,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
             return compact_shard(
                 store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
             )
-        deleted = cleanup_shard(store, shard, run_id, now=now)
-        return deleted, dict(store.requests)
+        return cleanup_shard(store, shard, run_id, now=now)
 
 
 def run_family(
@@ -1078,6 +1114,7 @@ def run_family(
     in that many processes (both cores: the client's CPU is the bound, not Cassandra's)."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
+    store.requests.clear()
     phases = Phases()
     with phases.timed("plan", store):
         plan = plan_run(store, run_id, epoch, now)
@@ -1171,15 +1208,12 @@ def run_family(
             raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
         say("cleaning up")
         with phases.timed("cleanup", store):
-            results = each_shard("cleanup")
-        for result in results:
-            if isinstance(result, tuple):
-                tally.rows_deleted += result[0]
-                _merge_requests(requests, result[1])
-            else:
-                tally.rows_deleted += result
-        with phases.timed("verify_cleanup", store):
-            after = verify_cleanup(store, run_id, plan.shards)
+            cleanups: list[CleanupReport] = each_shard("cleanup")
+        for cleanup in cleanups:
+            tally.rows_deleted += cleanup.rows_deleted
+            if pool is not None:
+                _merge_requests(requests, cleanup.requests)
+        after = verify_cleanup(cleanups)
         checks.append(after)
         if not after.success:
             raise ChecksFailed(

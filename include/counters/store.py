@@ -788,20 +788,29 @@ class Store:
 
     _LEDGER_COLUMNS = "value, epoch_ms, commit_id, run_id, pending, pending_sum, version"
 
-    def _checkpoint(self, row: Sequence[Any]) -> Checkpoint:
+    def _checkpoint(self, row: Sequence[Any], with_pending: bool = True) -> Checkpoint:
         value, epoch_ms, commit_id, run_id, pending, pending_sum, version = row
         return Checkpoint(
             value=value or 0,
             epoch_ms=epoch_ms,
             commit_id=commit_id,
-            pending=frozenset(map(tuple, json.loads(pending))) if pending else frozenset(),
+            pending=frozenset(map(tuple, json.loads(pending)))
+            if pending and with_pending
+            else frozenset(),
             pending_sum=pending_sum or 0,
             version=version,
             run_id=run_id,
         )
 
-    def read_ledger(self, shard: int, bucket: int, counters: Sequence[Key] | None) -> Ledger:
-        """A bucket's head and the checkpoints of ``counters`` (all counters when None)."""
+    def read_ledger(
+        self,
+        shard: int,
+        bucket: int,
+        counters: Sequence[Key] | None,
+        with_pending: bool = True,
+    ) -> Ledger:
+        """A bucket's head and the checkpoints of ``counters`` (all counters when None);
+        ``with_pending=False`` leaves the pending lists unparsed (a read-back of values)."""
         width = len(self.layout.key)
         if counters is None:
             statement = self.prepare(
@@ -817,7 +826,7 @@ class Store:
             return Ledger(
                 head,
                 {
-                    tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :])
+                    tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :], with_pending)
                     for r in rows
                     if r[1] is not None
                 },
@@ -839,7 +848,9 @@ class Store:
         head_row = results[0].one()
         asked = {_normal(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
-            asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(r[width:])
+            asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(
+                r[width:], with_pending
+            )
             for result in results[1:]
             for r in result
         }
@@ -991,27 +1002,22 @@ class Store:
 
         return encode, decode
 
-    def write_run_chunk(
-        self,
-        run_id: str,
-        shard: int,
-        bucket: int,
-        chunk: int,
-        commit_id: Any,
-        counters: Sequence[Key],
+    def write_run_chunks(
+        self, run_id: str, shard: int, chunks_: Sequence[tuple[int, int, Any, Sequence[Key]]]
     ) -> None:
-        """Record which counters one of the run's commits holds (cleanup reads it back)."""
+        """Record which counters each of the run's commits holds, ``(bucket, chunk, commit
+        id, counters)`` (cleanup reads them back): one single-partition batch."""
         statement = self.prepare(
             "runs_write",
             "INSERT INTO {runs} (run_id, shard, bucket, chunk, commit_id, counters) "
             "VALUES (?, ?, ?, ?, ?, ?)",
         )
         encode, _decode = self._key_codec()
-        self.requests[self.phase] += 1
-        self.session.execute(
-            statement,
-            (run_id, shard, bucket, chunk, commit_id, json.dumps([encode(c) for c in counters])),
-        )
+        params = [
+            (run_id, shard, bucket, chunk, commit_id, json.dumps([encode(c) for c in counters]))
+            for bucket, chunk, commit_id, counters in chunks_
+        ]
+        self._run([(self._batch(statement, params), None)])
 
     def read_run_chunks(self, run_id: str, shard: int) -> dict[int, list[tuple[Any, list[Key]]]]:
         """The run's commits in a shard, by bucket: (commit id, counters)."""
