@@ -152,9 +152,11 @@ class ShardReport:
     failures: list[str] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
+    peak_rss_mib: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "peak_rss_mib": self.peak_rss_mib,
             "shard": self.shard,
             "tally": self.tally.as_dict(),
             "seconds": dict(self.phases.seconds),
@@ -174,6 +176,7 @@ class ShardReport:
             list(data.get("failures", [])),
             dict(data.get("requests", {})),
             bool(data.get("dry_run")),
+            float(data.get("peak_rss_mib", 0.0)),
         )
 
 
@@ -343,7 +346,20 @@ def compact_shard(
     if holding:
         store.release_lease(shard, run_id)
     report.requests = dict(store.requests)
+    report.peak_rss_mib = peak_rss_mib()
     return report
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (``VmHWM``), in MiB; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:
@@ -886,6 +902,7 @@ class CleanupReport:
     windowed: int = 0
     seconds: float = 0.0
     requests: dict[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -943,6 +960,7 @@ def cleanup_shard(
     fault("cleanup_delete")
     report.requests = dict(store.requests)
     report.seconds = time.perf_counter() - started
+    report.peak_rss_mib = peak_rss_mib()
     return report
 
 
@@ -1061,9 +1079,12 @@ class RunSummary:
     checks: list[CheckOutcome]
     message: str = ""
     requests: dict[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    """The largest peak resident memory of the processes that worked the shards."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
             "family": self.plan.family,
             "run_id": self.plan.run_id,
             "outcome": self.outcome,
@@ -1115,6 +1136,7 @@ def run_family(
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
     store.requests.clear()
+    peak = 0.0
     phases = Phases()
     with phases.timed("plan", store):
         plan = plan_run(store, run_id, epoch, now)
@@ -1139,7 +1161,7 @@ def run_family(
             )
         )
         _merge_requests(requests, store.requests)
-        return RunSummary(plan, outcome, tally, phases, checks, message, requests)
+        return RunSummary(plan, outcome, tally, phases, checks, message, requests, peak)
 
     if plan.noop:
         return finish("noop", plan.noop_reason or "")
@@ -1193,6 +1215,7 @@ def run_family(
         with phases.timed("compact", store):
             reports: list[ShardReport] = each_shard("compact")
         for report in reports:
+            peak = max(peak, report.peak_rss_mib)
             tally = tally.merge(report.tally)
             phases = phases.merge(
                 Phases({f"compact.{k}": v for k, v in report.phases.seconds.items()})
@@ -1210,6 +1233,7 @@ def run_family(
         with phases.timed("cleanup", store):
             cleanups: list[CleanupReport] = each_shard("cleanup")
         for cleanup in cleanups:
+            peak = max(peak, cleanup.peak_rss_mib)
             tally.rows_deleted += cleanup.rows_deleted
             if pool is not None:
                 _merge_requests(requests, cleanup.requests)

@@ -787,6 +787,8 @@ class Store:
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
 
     _LEDGER_COLUMNS = "value, epoch_ms, commit_id, run_id, pending, pending_sum, version"
+    _LEDGER_VALUES = "value, epoch_ms, commit_id, run_id, (text)null, pending_sum, version"
+    """The read-back of committed values: the pending lists (most of the bytes) stay behind."""
 
     def _checkpoint(self, row: Sequence[Any], with_pending: bool = True) -> Checkpoint:
         value, epoch_ms, commit_id, run_id, pending, pending_sum, version = row
@@ -812,11 +814,12 @@ class Store:
         """A bucket's head and the checkpoints of ``counters`` (all counters when None);
         ``with_pending=False`` leaves the pending lists unparsed (a read-back of values)."""
         width = len(self.layout.key)
+        columns = self._LEDGER_COLUMNS if with_pending else self._LEDGER_VALUES
+        suffix = "" if with_pending else "_values"
         if counters is None:
             statement = self.prepare(
-                "ledger_scan",
-                f"SELECT head, {{key}}, {self._LEDGER_COLUMNS} FROM {{ledger}} "
-                "WHERE shard = ? AND bucket = ?",
+                "ledger_scan" + suffix,
+                f"SELECT head, {{key}}, {columns} FROM {{ledger}} WHERE shard = ? AND bucket = ?",
             )
             self.requests[self.phase] += 1
             rows = list(
@@ -835,8 +838,8 @@ class Store:
             "ledger_head", "SELECT head FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
         )
         statement = self.prepare(
-            "ledger_read",
-            f"SELECT {{key}}, {self._LEDGER_COLUMNS} FROM {{ledger}} "
+            "ledger_read" + suffix,
+            f"SELECT {{key}}, {columns} FROM {{ledger}} "
             "WHERE shard = ? AND bucket = ? AND ({key}) IN ?",
         )
         requests: list[tuple[Any, Any]] = [(head_statement, (shard, bucket))]
