@@ -35,6 +35,18 @@ def load(client, t0, counters=("IBM", "AAPL"), before=10, after=2, epoch_offset=
     return events
 
 
+def same_bucket(store, n, prefix="o"):
+    """``n`` counter names whose rows, marks and checkpoints share one bucket."""
+    by_bucket: dict = {}
+    for i in range(10_000):
+        name = f"{prefix}{i}"
+        group = by_bucket.setdefault(store.bucket((name,)), [])
+        group.append(name)
+        if len(group) == n:
+            return group
+    raise AssertionError("no bucket got enough counters")
+
+
 def run(store, epoch, now=None, **kw):
     return engine.run_family(store, epoch, now=now or epoch + timedelta(minutes=5), **kw)
 
@@ -323,9 +335,13 @@ def test_crash_at_every_point_then_rerun_is_exact(make_family, t0, point):
     "point", ["read_compact", "read_raw", "commit", "copy", "verify", "forget", "cleanup_delete"]
 )
 def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
-    """Run A stalls at ``point`` while run B (a stale lease holder's rival) runs to the end."""
+    """Run A stalls at ``point`` while run B (a stale lease holder's rival) runs to the end.
+
+    The counters share one bucket (one ledger partition), and no run sweeps, so A's stall is in
+    the very bucket B commits to."""
     _family, store, client = make_family(shards=1)
-    counters = [f"o{i}" for i in range(4)]
+    counters = same_bucket(store, 4)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
     load(client, t0, counters=counters, before=4, after=1)
     expected = {c: 10 + 100 for c in counters}
     paused, resume = threading.Event(), threading.Event()
