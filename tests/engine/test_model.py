@@ -56,6 +56,18 @@ class Increments:
     def retry(self, machine, event):
         machine.client.record([event])
 
+    def foreign(self, machine, counter, amount, at, ident):
+        """Seed 004's own writer: a plain CQL INSERT, no index mark, the driver's timestamp.
+        Only a sweep finds it. (It is never retried after its row was folded and deleted:
+        such a retry would count again, the documented limit of writers outside the API.)"""
+        f = machine.family
+        machine.store.session.execute(
+            f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
+            "increment) VALUES (%s, %s, 'foreign', %s, %s)",
+            (counter, at, ident, amount),
+        )
+        machine.oracle[counter] += amount
+
     def settle(self, machine):
         pass
 
@@ -220,6 +232,17 @@ def run_model(make_family, t0, adapter_class):
             self.events.append(
                 self.adapter.write(self, self.counters[index], amount, at, next(ids))
             )
+
+        @precondition(lambda self: hasattr(self.adapter, "foreign"))
+        @rule(
+            index=st.integers(0, len(COUNTERS) - 1),
+            amount=st.integers(-50, 100),
+            offset=st.integers(-240, 20),
+        )
+        def foreign_write(self, index, amount, offset):
+            """A writer that bypasses the write API (plain CQL, no mark), on time or late."""
+            at = self.clock + timedelta(seconds=offset)
+            self.adapter.foreign(self, self.counters[index], amount, at, next(ids))
 
         @precondition(lambda self: self.events)
         @rule(data=st.data())
