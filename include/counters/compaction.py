@@ -26,7 +26,9 @@ Safety does not depend on the shard lease (it only avoids duplicate work).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -1104,6 +1106,19 @@ def _merge_requests(into: dict[str, int], more: dict[str, int]) -> None:
         into[name] = into.get(name, 0) + count
 
 
+def _die_with_parent(parent: int) -> None:
+    """A shard worker ends with the run that started it, even one killed by SIGKILL (Linux:
+    the kernel signals it; elsewhere it notices on its next task)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
 def _shard_step(args: tuple[Any, ...]) -> Any:
     """One shard's compact or cleanup in a worker process (its own connection)."""
     from .connection import Connection
@@ -1169,7 +1184,12 @@ def run_family(
         return finish("idle", "nothing touched since the last run, no sweep due")
     parallel = workers > 1 and fault is _no_fault and len(plan.shards) > 1
     pool = (
-        ProcessPoolExecutor(min(workers, len(plan.shards)), mp_context=get_context("spawn"))
+        ProcessPoolExecutor(
+            min(workers, len(plan.shards)),
+            mp_context=get_context("spawn"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        )
         if parallel
         else None
     )

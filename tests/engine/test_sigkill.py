@@ -35,7 +35,8 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
 """
     )
     family = load_catalog(config).get(f"kill_{suffix}")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    marker = f"sigkill-{suffix}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "COUNTERS_TEST_MARK": marker}
     cmd = [sys.executable, "-m", "counters.cli", "--config", str(config)]
     subprocess.run([*cmd, "init"], check=True, env=env, capture_output=True)
     client = CounterClient(conn, family)
@@ -67,3 +68,22 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
     assert sum(rows_at_or_below(store, (c,), base + timedelta(minutes=30)) for c in counters) == 0
     outcomes = [r["outcome"] for r in store.read_audit(20)]
     assert "success" in outcomes  # an unkilled attempt may also have finished before the last
+    time.sleep(1)  # the kernel's parent-death signal is immediate; give the reaper a moment
+    assert processes_marked(marker) == [], "shard workers outlived the killed run"
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes started with ``COUNTERS_TEST_MARK=marker`` (the runs and their workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if f"COUNTERS_TEST_MARK={marker}".encode() in environ.read():
+                    with open(f"/proc/{entry}/stat") as stat:
+                        if stat.read().split(") ")[-1][0] != "Z":
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found
