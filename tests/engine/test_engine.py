@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from counters import engine
@@ -112,6 +112,22 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
         run(store, t0 + timedelta(minutes=2))
     assert [q.reason for q in engine.quarantined(store)] == ["overflow"]
     assert store.read_audit(1)[0]["outcome"] == "partial"
+
+
+def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
+    """A writer marks its counter, then stalls before writing the row. The run that reads the
+    counter meanwhile must keep the mark (it is younger than the read by less than the margin),
+    whatever time its cleanup runs at; the row is folded by the next run, found by the mark."""
+    _family, store, client = make_family()
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    store.advance_family_epoch(now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1))
+    store.mark_touched([("slow",)])  # the writer's mark; its row comes later
+    later = now + timedelta(minutes=10)  # the run's clock: e.g. its cleanup task minutes later
+    run(store, now + timedelta(minutes=1), now=later)
+    client.record([inc("slow", 42, now + timedelta(seconds=30), "w", 1)])  # the row lands
+    summary = run(store, now + timedelta(minutes=2), now=later)
+    assert summary.tally.rows_folded == 1
+    assert client.read("slow") == 42 and rows_at_or_below(store, ("slow",), later) == 0
 
 
 def test_rerun_same_or_older_epoch_is_a_recorded_noop(make_family, t0):
