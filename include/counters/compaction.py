@@ -31,9 +31,9 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
 from typing import Any
@@ -98,6 +98,8 @@ HOT_LATE_WINDOW = timedelta(minutes=10)
 folded row leaves a tombstone for ``gc_grace_seconds``; past ``tombstone_failure_threshold``,
 100,000 by default, Cassandra refuses the read). Its older late rows wait, uncounted but never
 lost, until the partition can be read whole; its mark is kept so every run looks again."""
+BUCKET_THREADS = 4
+"""Buckets of a shard worked at once in one process."""
 SCAN_THRESHOLD = 32
 """Touched counters in a bucket from which one token-range scan replaces their ``IN`` reads."""
 MAX_FOLD_ROWS = 200_000
@@ -284,8 +286,7 @@ class _Context:
     quarantined: set[Key]
     report: ShardReport
     commit_chunk: int = COMMIT_CHUNK
-    chunk_no: int = 0
-    chunks: list[tuple[int, int, Any, list[Key]]] = field(default_factory=list)
+    chunks: list[tuple[int, Any, list[Key]]] = field(default_factory=list)
 
 
 def compact_shard(
@@ -331,12 +332,26 @@ def compact_shard(
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
-        last_renewal = time.monotonic()
-        for bucket in range(BUCKETS):
+        work = [b for b in range(BUCKETS) if sweep or marks.get(b)]
+
+        def one(bucket: int) -> _Context:
+            local = replace(
+                ctx,
+                tally=Tally(),
+                phases=Phases(),
+                report=ShardReport(shard, Tally(), Phases()),
+                chunks=[],
+            )
             touched = marks.get(bucket, [])
-            if not sweep and not touched:
-                continue
-            _compact_bucket(ctx, bucket, touched, scan=sweep or len(touched) >= SCAN_THRESHOLD)
+            _compact_bucket(local, bucket, touched, scan=sweep or len(touched) >= SCAN_THRESHOLD)
+            return local
+
+        last_renewal = time.monotonic()
+        for local in _each_bucket(one, work):
+            report.tally = ctx.tally = report.tally.merge(local.tally)
+            report.phases = ctx.phases = report.phases.merge(local.phases)
+            report.evidence.extend(local.report.evidence)
+            report.failures.extend(local.report.failures)
             if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
                 if not store.renew_lease(shard, run_id, LEASE_TTL_S):
                     raise LeaseHeld(f"lost the lease of shard {shard} to another run")
@@ -350,6 +365,21 @@ def compact_shard(
     report.requests = dict(store.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
+
+
+def _each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
+    """``work(bucket)`` for every bucket, ``BUCKET_THREADS`` at a time (one bucket's requests
+    wait on the server while another's rows are folded), results as they finish. The first
+    failure stops the buckets not yet started and is raised."""
+    with ThreadPoolExecutor(BUCKET_THREADS) as pool:
+        futures = [pool.submit(work, b) for b in buckets]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def peak_rss_mib() -> float:
@@ -543,8 +573,7 @@ def _commit(
                 lost.extend(chunk)
                 continue
             head = commit_id
-            ctx.chunks.append((bucket, ctx.chunk_no, commit_id, [f.counter for f in chunk]))
-            ctx.chunk_no += 1
+            ctx.chunks.append((bucket, commit_id, [f.counter for f in chunk]))
             for f in chunk:
                 ctx.tally.add_fold(f)
                 committed[f.counter] = (
@@ -938,11 +967,14 @@ def cleanup_shard(
     # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
     # planned with) and than the epoch: retries of the deleted rows stay deleted
     now_us = max(_micros(), _micros(now))
-    for bucket, items in sorted(runs.items()):
+
+    def one(bucket: int) -> CleanupReport:
+        part = CleanupReport(shard)
+        items = runs[bucket]
         commits = {c: commit_id for commit_id, counters in items for c in counters}
         counters = [c for c in commits if c not in quarantined]
         if not counters:
-            continue
+            return part
         whole = len(counters) >= SCAN_THRESHOLD
         ledger = store.read_ledger(shard, bucket, None if whole else counters).checkpoints
         mine = {c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]}
@@ -955,10 +987,16 @@ def cleanup_shard(
                 # duplicate row (a clock-behind writer's) from counting the member again
                 store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
                 fault("cleanup_mark")
-            report.rows_deleted += store.delete_rows(deletions, tombstone_ts)
-        store.phase = "verify_cleanup"
-        _check_left(store, shard, bucket, mine, whole, report)
-        store.phase = "cleanup"
+            part.rows_deleted += store.delete_rows(deletions, tombstone_ts)
+        _check_left(store, shard, bucket, mine, whole, part)
+        return part
+
+    for part in _each_bucket(one, sorted(runs)):
+        report.rows_deleted += part.rows_deleted
+        report.leftovers += part.leftovers
+        report.late_rows += part.late_rows
+        report.late_sum += part.late_sum
+        report.windowed += part.windowed
     fault("cleanup_delete")
     report.requests = dict(store.requests)
     report.seconds = time.perf_counter() - started

@@ -155,8 +155,8 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         "folded_sum bigint, version bigint, updated_at timestamp, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
-        "bucket int, chunk int, commit_id timeuuid, counters text, "
-        f"PRIMARY KEY ((run_id, shard), bucket, chunk)) WITH {RUNLOG_OPTIONS}",
+        "bucket int, commit_id timeuuid, counters text, "
+        f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
         f"PRIMARY KEY ((shard), {key_list}))",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -164,7 +165,16 @@ class Store:
         self._prepared: dict[str, PreparedStatement] = {}
         self.requests: dict[str, int] = defaultdict(int)
         """Requests sent, by the phase named in ``phase`` (the benchmark reports them)."""
-        self.phase = "other"
+        self._local = threading.local()
+
+    @property
+    def phase(self) -> str:
+        """The step this thread is in (requests are counted per step)."""
+        return getattr(self._local, "phase", "other")
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._local.phase = name
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -1006,19 +1016,19 @@ class Store:
         return encode, decode
 
     def write_run_chunks(
-        self, run_id: str, shard: int, chunks_: Sequence[tuple[int, int, Any, Sequence[Key]]]
+        self, run_id: str, shard: int, commits: Sequence[tuple[int, Any, Sequence[Key]]]
     ) -> None:
-        """Record which counters each of the run's commits holds, ``(bucket, chunk, commit
-        id, counters)`` (cleanup reads them back): one single-partition batch."""
+        """Record which counters each of the run's commits holds, ``(bucket, commit id,
+        counters)`` (cleanup reads them back): one single-partition batch."""
         statement = self.prepare(
             "runs_write",
-            "INSERT INTO {runs} (run_id, shard, bucket, chunk, commit_id, counters) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, counters) "
+            "VALUES (?, ?, ?, ?, ?)",
         )
         encode, _decode = self._key_codec()
         params = [
-            (run_id, shard, bucket, chunk, commit_id, json.dumps([encode(c) for c in counters]))
-            for bucket, chunk, commit_id, counters in chunks_
+            (run_id, shard, bucket, commit_id, json.dumps([encode(c) for c in counters]))
+            for bucket, commit_id, counters in commits
         ]
         self._run([(self._batch(statement, params), None)])
 
