@@ -99,7 +99,6 @@ def test_retry_policy_fails_checks_at_once_and_retries_the_rest(bag: Any, famili
     def action(error: BaseException) -> RetryAction:
         return policy.evaluate(error, try_number=1, max_tries=4).action
 
-    assert action(engine.RowsRefused("x")) is RetryAction.FAIL
     assert action(engine.ChecksFailed("x", [])) is RetryAction.FAIL
     assert action(engine.LeaseHeld("x")) is RetryAction.RETRY
     assert action(CassandraUnavailable("x")) is RetryAction.DEFAULT  # retries with backoff

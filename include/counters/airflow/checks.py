@@ -1,12 +1,15 @@
 """The conservation rules of a run as a Great Expectations suite, with Data Docs per family.
 
-The engine's ``verify_run`` evaluates the same rules in plain Python
-(``core.evaluate_commit_checks``); GX runs them again over a DataFrame of the run's commit
-records (one row per counter the run committed or cleaned up) and keeps the evidence: a
-validation result and an HTML page per run.
+Before anything is deleted, the engine recounts on the server (``GROUP BY`` over each token
+range) the raw rows each commit counted, reads the committed ledger rows and the readers'
+copies back, and quarantines any counter that does not add up (``core.check_committed``). What
+it found is kept per bucket as ``core.Evidence``: what the commits claim (rows and sum folded,
+value change, rows and sum counted) beside what Cassandra recounted. GX validates those rows
+(the same rules as ``core.evaluate_evidence``) and keeps the evidence: a validation result and
+an HTML page per run.
 
-Both must pass. GX and pandas are imported inside the functions: they cost seconds, and only the
-``verify`` task needs them.
+GX and pandas are imported inside the functions: they cost seconds, and only the ``verify`` task
+needs them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core import CheckOutcome, CommitRecord, format_key, utc_naive
+from ..core import CheckOutcome, Evidence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,18 +39,21 @@ GX_KEEP_ENV = "COUNTERS_GX_KEEP"
 DEFAULT_KEEP = 200
 """Validation results (and their pages) kept per family; older ones are pruned each run."""
 
-RECORD_COLUMNS = (
-    "counter",
-    "commit_id",
-    "base_value",
-    "folded_sum",
-    "new_value",
-    "new_epoch",
-    "current_commit_id",
-    "current_value",
-    "current_epoch",
+EVIDENCE_COLUMNS = (
+    "shard",
+    "bucket",
+    "counters",
+    "rows_folded",
+    "sum_folded",
+    "value_delta",
+    "pending_rows",
+    "pending_sum",
+    "recount_rows",
+    "recount_sum",
+    "late_arrivals",
+    "quarantined",
 )
-AMOUNT_COLUMNS = ("base_value", "folded_sum", "new_value")
+AMOUNT_COLUMNS = ("sum_folded", "value_delta", "pending_sum", "recount_sum")
 
 
 def gx_root(family: str, base: str | os.PathLike[str] | None = None) -> Path:
@@ -63,84 +69,32 @@ def gx_root(family: str, base: str | os.PathLike[str] | None = None) -> Path:
 # --- the frame --------------------------------------------------------------------------
 
 
-def _epoch_value(value: Any) -> datetime | None:
-    """Epochs are timestamps, or (rows families) time UUIDs: compare them by their time."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return utc_naive(value)
-    if getattr(value, "version", None) == 1:
-        from cassandra.util import datetime_from_uuid1
-
-        return utc_naive(datetime_from_uuid1(value))
-    raise TypeError(f"unexpected epoch value {value!r}")
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def records_frame(records: Sequence[CommitRecord]) -> pd.DataFrame:
-    """One row per counter: the columns of ``CommitRecord`` plus derived ``same_commit`` (the
-    compact row still carries this run's commit), ``expected_value`` (value before + sum
-    folded) and ``total_drift`` (compact value now - value before - sum folded).
+def evidence_frame(evidence: Sequence[Evidence]) -> pd.DataFrame:
+    """One row per bucket the run committed to (``core.Evidence``), plus ``where`` (its shard
+    and bucket, for messages) and ``drift`` (value change - sum folded).
 
-    Amounts become ``int64`` when every value is an integer; otherwise the column stays
-    ``object`` and the "amounts are integers" expectation names the rows. Nullable amounts
-    (``current_value``) stay Python ints in an ``object`` column: exact at any size.
+    Amounts become ``int64`` when every value is an integer that fits; otherwise the column
+    stays ``object`` (exact Python ints) and the "is an integer" expectation names the rows.
     """
     import pandas as pd
 
     def ints(values: list[Any]) -> pd.Series:
-        exact = all(_is_int(v) for v in values)
+        exact = all(_is_int(v) and -(2**63) <= v < 2**63 for v in values)
         return pd.Series(values, dtype="int64" if exact else "object")
 
-    def epochs(values: list[Any]) -> pd.Series:
-        return pd.Series([_epoch_value(v) for v in values], dtype="datetime64[ms]")
-
-    def texts(values: list[Any]) -> pd.Series:
-        return pd.Series([None if v is None else str(v) for v in values], dtype="object")
-
+    rows = [e.as_dict() for e in evidence]
     frame = pd.DataFrame(
-        {
-            "counter": pd.Series([format_key(r.counter) for r in records], dtype="object"),
-            "commit_id": texts([r.commit_id for r in records]),
-            "base_value": ints([r.base_value for r in records]),
-            "folded_sum": ints([r.folded_sum for r in records]),
-            "new_value": ints([r.new_value for r in records]),
-            "new_epoch": epochs([r.new_epoch for r in records]),
-            "current_commit_id": texts([r.current_commit_id for r in records]),
-            "current_value": pd.Series([r.current_value for r in records], dtype="object"),
-            "current_epoch": epochs([r.current_epoch for r in records]),
-        },
-        columns=list(RECORD_COLUMNS),
+        {column: ints([r[column] for r in rows]) for column in EVIDENCE_COLUMNS},
+        columns=list(EVIDENCE_COLUMNS),
     )
-    # The compact row still carries the commit this run logged (else a later run moved on).
-    frame["same_commit"] = pd.Series(
-        [r.commit_id is not None and str(r.commit_id) == str(r.current_commit_id) for r in records],
-        dtype="bool",
+    frame["where"] = pd.Series(
+        [f"shard {r['shard']} bucket {r['bucket']}" for r in rows], dtype="object"
     )
-    expected = [
-        r.base_value + r.folded_sum if _is_int(r.base_value) and _is_int(r.folded_sum) else None
-        for r in records
-    ]
-    frame["expected_value"] = ints(expected)
-    # What readers see now minus what they saw before plus what was folded in, per counter.
-    frame["total_drift"] = pd.Series(
-        [
-            cur - base - folded
-            if same and _is_int(cur) and _is_int(base) and _is_int(folded)
-            else None
-            for same, cur, base, folded in zip(
-                frame["same_commit"],
-                [r.current_value for r in records],
-                [r.base_value for r in records],
-                [r.folded_sum for r in records],
-                strict=True,
-            )
-        ],
-        dtype="object",
-    )
+    frame["drift"] = ints([r["value_delta"] - r["sum_folded"] for r in rows])
     return frame
 
 
@@ -158,66 +112,44 @@ class Rule:
 
 
 def rules() -> list[Rule]:
-    """The suite. Every rule is critical: a failure fails the run before anything is deleted."""
+    """The suite. Every rule but the quarantine count is critical: a failure fails the run
+    before anything is deleted."""
     import great_expectations.expectations as gxe
-    from great_expectations.expectations.row_conditions import Column
 
-    # only the counters whose compact row still carries this run's commit
-    same_commit = {"row_condition": Column("same_commit") == True}  # noqa: E712 (GX condition)
-
-    def rule(check: str, description: str, expectation: Any, describe: str = "") -> Rule:
-        expectation.meta = {"check": check}
+    def rule(
+        check: str, description: str, expectation: Any, describe: str = "", critical: bool = True
+    ) -> Rule:
+        expectation.meta = {"check": check, "critical": critical}
         expectation.description = description
-        expectation.severity = "critical"
+        expectation.severity = "critical" if critical else "warning"
         return Rule(check, description, expectation, describe)
 
     return [
         rule(
-            "compact_row_present",
-            "every counter the run logged has a compact row",
-            gxe.ExpectColumnValuesToNotBeNull(column="current_commit_id"),
-            "{counter}: compact row missing (expected value {new_value})",
+            "value_change_equals_folded_sum",
+            "in every bucket, the committed values changed by exactly the sum folded in",
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="value_delta", column_B="sum_folded"),
+            "{where}: values changed by {value_delta}, sum folded {sum_folded}",
         ),
         rule(
-            "compact_value_equals_before_plus_folded",
-            "the compact value is the value before plus the sum folded in",
-            gxe.ExpectColumnPairValuesToBeEqual(
-                column_A="current_value", column_B="new_value", **same_commit
-            ),
-            "{counter}: compact value {current_value} (expected {new_value} = "
-            "{base_value} + {folded_sum})",
+            "recount_equals_counted_rows",
+            "the server's recount of the raw rows at or below the epoch finds exactly the rows "
+            "the commits counted (late arrivals set aside)",
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="recount_rows", column_B="pending_rows"),
+            "{where}: recount {recount_rows} row(s), commits counted {pending_rows}",
         ),
         rule(
-            "compact_epoch_as_committed",
-            "the compact epoch is the epoch the run committed",
-            gxe.ExpectColumnPairValuesToBeEqual(
-                column_A="current_epoch", column_B="new_epoch", **same_commit
-            ),
-            "{counter}: compact epoch {current_epoch} (expected {new_epoch})",
-        ),
-        rule(
-            "logged_arithmetic_is_consistent",
-            "the run's log adds up: new value = value before + sum folded",
-            gxe.ExpectColumnPairValuesToBeEqual(column_A="new_value", column_B="expected_value"),
-            "{counter}: logged {base_value} + {folded_sum} != {new_value}",
-        ),
-        rule(
-            "epoch_never_regresses",
-            "the epoch advanced: no compact epoch is older than the one this run committed",
-            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-                column_A="current_epoch",
-                column_B="new_epoch",
-                or_equal=True,
-                ignore_row_if="either_value_is_missing",
-            ),
-            "{counter}: compact epoch {current_epoch} < {new_epoch}",
+            "recount_equals_counted_rows",
+            "the server's recount sums to exactly what the commits counted",
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="recount_sum", column_B="pending_sum"),
+            "{where}: recount sums to {recount_sum}, commits counted {pending_sum}",
         ),
         *(
             rule(
                 f"{column}_is_integer",
-                f"{column} is a non-null integer (the engine refuses NULL increments)",
+                f"{column} is a non-null integer",
                 expectation,
-                "{counter}: " + column + " = {" + column + "}",
+                "{where}: " + column + " = {" + column + "}",
             )
             for column in AMOUNT_COLUMNS
             for expectation in (
@@ -227,12 +159,16 @@ def rules() -> list[Rule]:
         ),
         rule(
             "family_total_conserved",
-            "the family total readers see up to the epoch is unchanged: sum over the counters "
-            "of (compact value now - value before - sum folded) is 0 (late rows folded in are "
-            "reported separately)",
-            gxe.ExpectColumnSumToBeBetween(
-                column="total_drift", min_value=0, max_value=0, **same_commit
-            ),
+            "the family total readers see up to the epoch is unchanged: over all buckets, the "
+            "value changes add up to the sum folded in",
+            gxe.ExpectColumnSumToBeBetween(column="drift", min_value=0, max_value=0),
+        ),
+        rule(
+            "no_counter_quarantined",
+            "no counter was quarantined (a quarantined counter is kept out of compaction, none "
+            "of its rows deleted, until an operator releases it; the run alerts)",
+            gxe.ExpectColumnSumToBeBetween(column="quarantined", min_value=0, max_value=0),
+            critical=False,
         ),
     ]
 
@@ -265,7 +201,7 @@ def _failed_rows(frame: pd.DataFrame, rule: Rule, result: dict[str, Any]) -> lis
     for index in indexes[:50]:
         row = frame.loc[index].to_dict()
         row = {k: ("-" if _missing(v) else v) for k, v in row.items()}
-        lines.append(rule.describe.format(**row) if rule.describe else str(row["counter"]))
+        lines.append(rule.describe.format(**row) if rule.describe else str(row["where"]))
     return lines
 
 
@@ -281,16 +217,17 @@ def _missing(value: Any) -> bool:
 def _outcome(frame: pd.DataFrame, rule: Rule, expectation_result: Any) -> CheckOutcome:
     result = expectation_result.result or {}
     exception = (expectation_result.exception_info or {}).get("exception_message")
+    critical = bool(rule.expectation.meta.get("critical", True))
     if expectation_result.success:
-        return CheckOutcome(rule.check, True, True, rule.description)
+        return CheckOutcome(rule.check, True, critical, rule.description)
     counters = tuple(_failed_rows(frame, rule, result))
     if exception:
         detail = f"could not be evaluated: {exception}"
     elif "unexpected_count" in result:
-        detail = f"{result['unexpected_count']} counter(s) fail: {rule.description}"
+        detail = f"{result['unexpected_count']} bucket(s) fail: {rule.description}"
     else:
         detail = f"observed {result.get('observed_value')!r}: {rule.description}"
-    return CheckOutcome(rule.check, False, True, detail, counters)
+    return CheckOutcome(rule.check, False, critical, detail, counters)
 
 
 @contextmanager
@@ -329,15 +266,15 @@ def prune(root: Path, suite: str, keep: int) -> int:
     return removed
 
 
-def validate_records(
+def validate_evidence(
     family: str,
     run_id: str,
-    records: Sequence[CommitRecord],
+    evidence: Sequence[Evidence],
     *,
     base_dir: str | os.PathLike[str] | None = None,
     keep: int | None = None,
 ) -> SuiteReport:
-    """Run the suite over the run's records in the family's file-mode GX project.
+    """Run the suite over the run's evidence in the family's file-mode GX project.
 
     Writes a validation result and updates the family's Data Docs (``index.html`` plus one page
     per run); keeps the newest ``keep`` results (``$COUNTERS_GX_KEEP``, default 200).
@@ -346,7 +283,7 @@ def validate_records(
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    frame = records_frame(records)
+    frame = evidence_frame(evidence)
     root = gx_root(family, base_dir)
     keep = keep if keep is not None else int(os.environ.get(GX_KEEP_ENV) or DEFAULT_KEEP)
     suite_name = f"counters_{family}"
@@ -355,8 +292,8 @@ def validate_records(
         context = gx.get_context(mode="file", project_root_dir=str(root))
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         source = context.data_sources.add_or_update_pandas(name="counters")
-        asset = next((a for a in source.assets if a.name == "commit_records"), None)
-        asset = asset or source.add_dataframe_asset(name="commit_records")
+        asset = next((a for a in source.assets if a.name == "conservation_evidence"), None)
+        asset = asset or source.add_dataframe_asset(name="conservation_evidence")
         batch = next((b for b in asset.batch_definitions if b.name == "run"), None)
         batch = batch or asset.add_batch_definition_whole_dataframe("run")
         suite = gx.ExpectationSuite(name=suite_name)
@@ -389,7 +326,7 @@ def validate_records(
     merged = _merge_outcomes(outcomes)
     index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return SuiteReport(
-        success=bool(validation.success),
+        success=all(o.success for o in merged if o.critical),
         outcomes=merged,
         result=validation.to_json_dict(),
         docs_index=index_page if index_page.exists() else None,

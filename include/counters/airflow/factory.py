@@ -139,11 +139,16 @@ def doc_md(family: Family, channels: Channels) -> str:
 **Read rule.** value = compact `{cc.value}` + sum of the raw rows newer than the compact
 `{cc.epoch}`: `counterctl read --family {family.name} <counter>`.
 
-**Tasks.** `plan` (the epoch; a run whose epoch is not newer than the compacted epoch records a
-`noop` audit row and skips the rest) -> `compact` (per shard, compare-and-set commits) ->
-`verify` (engine checks and the Great Expectations suite; Data Docs in `{docs}`)
--> `cleanup` (per shard) -> `verify_cleanup` -> `record_audit` (advance the compacted epoch,
-audit row). Audit: `counterctl audit --family {family.name}`.
+**Tasks.** `plan` (the epoch, and whether this run sweeps the whole raw table; a run whose
+epoch is not newer than the compacted epoch records a `noop`, one with nothing touched and no
+sweep due an `idle` audit row, and skips the rest) -> `compact` (per shard: fold, commit a bucket
+at a time in conditional batches, write the readers' copies, recount on the server and
+quarantine any counter that does not add up) -> `verify` (the conservation evidence, by the
+engine and the Great Expectations suite; Data Docs in `{docs}`) -> `cleanup` (per shard:
+delete exactly the rows the commits counted, count what is left) -> `verify_cleanup` ->
+`record_audit` (advance the compacted epoch, audit row; fails, and so alerts, when counters
+are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
+`counterctl quarantine --family {family.name}`.
 
 **Params.** `epoch`: fold up to this ISO time instead of the scheduled time minus the lag;
 `dry_run`: compact without writing (audit `dry-run`).

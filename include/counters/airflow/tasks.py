@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from .. import engine
 from ..config import Family
 from ..core import CheckOutcome, Tally, epoch_for, truncate_ms, utc_naive
-from ..engine import Phases, RunPlan
+from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from . import checks
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .runtime import store_for
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 Run = dict[str, Any]
 """What ``plan`` returns and every later task gets: run_id, epoch, epoch_before, shards,
-dry_run, started_at, scheduled (ISO strings for times)."""
+sweep, dry_run, started_at, scheduled (ISO strings for times)."""
 
 # --- fault points (tests) -----------------------------------------------------------------
 
@@ -100,6 +100,8 @@ def _plan(family: Family, run: Run) -> RunPlan:
         _time(run["epoch"]),
         _time(run["epoch_before"]),
         tuple(run["shards"]),
+        bool(run.get("sweep")),
+        started_at=_time(run.get("started_at")),
     )
 
 
@@ -119,12 +121,12 @@ def _outcome(data: Mapping[str, Any]) -> CheckOutcome:
     )
 
 
-def _merge_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[Tally, Phases]:
-    tally, phases = Tally(), Phases()
-    for report in reports:
-        tally = tally.merge(Tally.from_dict(dict(report["tally"])))
-        phases = phases.merge(Phases(dict(report["seconds"])))
-    return tally, phases
+def _shard_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[list[ShardReport], Phases]:
+    parsed = [ShardReport.from_dict(dict(report)) for report in reports]
+    phases = Phases()
+    for report in parsed:
+        phases = phases.merge(report.phases)
+    return parsed, phases
 
 
 def _audit(
@@ -177,6 +179,7 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
                 "epoch": _iso(epoch),
                 "epoch_before": None,
                 "shards": [],
+                "sweep": False,
                 "dry_run": bool(params.get("dry_run")),
                 "started_at": _iso(datetime.now(UTC)),
                 "scheduled": _iso(scheduled),
@@ -201,7 +204,8 @@ def plan(
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> Run:
-    """Decide the run's epoch; a run with nothing to do records a noop and skips the rest."""
+    """Decide the run's epoch and whether it sweeps; a run with nothing to do (epoch not newer,
+    or nothing touched and no sweep due) records its audit row here and skips the rest."""
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     at = run_epoch(family, scheduled, epoch)
@@ -215,60 +219,58 @@ def plan(
         "epoch": _iso(decided.epoch),
         "epoch_before": _iso(decided.epoch_before),
         "shards": list(decided.shards),
+        "sweep": decided.sweep,
         "dry_run": bool(dry_run),
         "started_at": _iso(now),
         "scheduled": _iso(scheduled),
     }
     phases = Phases({"plan": time.perf_counter() - started})
-    if decided.noop:
-        reason = decided.noop_reason or "nothing to do"
-        _audit(family, run, "noop", tally=Tally(), phases=phases, message=reason)
+    if decided.noop or decided.idle:
+        outcome = "noop" if decided.noop else "idle"
+        reason = decided.noop_reason or "nothing touched since the last run, no sweep due"
+        _audit(family, run, outcome, tally=Tally(), phases=phases, message=reason)
         log.info("family %s run %s: %s", family.name, run_id, reason)
-        raise AirflowSkipException(f"noop: {reason}")
+        raise AirflowSkipException(f"{outcome}: {reason}")
     log.info(
-        "family %s run %s: fold rows up to %s (compacted epoch before: %s) over %d shard(s)%s",
+        "family %s run %s: fold rows up to %s (compacted epoch before: %s) over %d shard(s)%s%s",
         family.name,
         run_id,
         run["epoch"],
         run["epoch_before"],
         len(run["shards"]),
+        " (sweep)" if decided.sweep else "",
         " (dry run)" if dry_run else "",
     )
     return run
 
 
 def compact(family: Family, run: Run, shard: int) -> dict[str, Any]:
-    """Fold one shard (token range) with compare-and-set commits."""
-    store = store_for(family)
-    try:
-        report = engine.compact_shard(
-            store,
-            shard,
-            _time(run["epoch"]),
-            run["run_id"],
-            dry_run=run["dry_run"],
-            fault=_fault,
-        )
-    except engine.RowsRefused as exc:
-        _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=str(exc))
-        raise RunRefused(
-            str(exc), checks=["increments_are_non_null_integers"], audited=True
-        ) from exc
+    """Fold, commit, copy and verify one shard (token range); a counter that fails its checks
+    is quarantined there, before anything is deleted."""
+    report = engine.compact_shard(
+        store_for(family),
+        shard,
+        _time(run["epoch"]),
+        run["run_id"],
+        sweep=bool(run.get("sweep")),
+        dry_run=run["dry_run"],
+        fault=_fault,
+    )
     tally = report.tally
     log.info(
-        "shard %d: %d counter(s) seen, %d committed, %d row(s) folded (sum %d), %d late row(s) "
-        "(sum %d), %d conflict(s)%s",
+        "shard %d: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) "
+        "(sum %d), %d conflict(s), %d quarantined%s",
         shard,
-        tally.counters_seen,
         tally.counters_committed,
         tally.rows_folded,
         tally.sum_folded,
         tally.late_rows,
         tally.late_sum,
         tally.conflicts,
+        tally.counters_quarantined,
         " (dry run: nothing written)" if report.dry_run else "",
     )
-    return {"shard": shard, "tally": tally.as_dict(), "seconds": dict(report.phases.seconds)}
+    return report.as_dict()
 
 
 def verify(
@@ -278,12 +280,15 @@ def verify(
     *,
     push: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
-    """Check conservation twice (engine rules, then the GX suite with Data Docs).
+    """The family-level conservation checks over the shards' evidence (engine rules, then the
+    GX suite with Data Docs). A dry run stops here with a ``dry-run`` audit row.
 
-    A dry run stops here: it records a ``dry-run`` audit row and skips the rest.
     ``push(key, value)`` stores the full GX result (XCom ``gx_result``).
     """
-    tally, phases = _merge_reports(reports)
+    shard_reports, phases = _shard_reports(reports)
+    with phases.timed("verify"):
+        verification = engine.verify_run(shard_reports)
+    tally = verification.tally
     if run["dry_run"]:
         message = (
             f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
@@ -291,11 +296,8 @@ def verify(
         )
         _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
         raise AirflowSkipException(message)
-    store = store_for(family)
-    with phases.timed("verify"):
-        verification = engine.verify_run(store, run["run_id"], run["shards"])
     with phases.timed("verify_gx"):
-        suite = checks.validate_records(family.name, run["run_id"], verification.records)
+        suite = checks.validate_evidence(family.name, run["run_id"], verification.evidence)
     log.info(
         "Great Expectations: %s expectation(s) passed of %s; Data Docs: %s (this run: %s)",
         suite.statistics.get("successful_expectations"),
@@ -309,32 +311,34 @@ def verify(
         CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
         for o in suite.outcomes
     ]
-    outcomes += engine.hot_counter_outcomes(tally)
-    tally = verification.tally.keep_compaction_counts(tally)
     if not (verification.passed and suite.success):
         failed = [o for o in outcomes if o.critical and not o.success]
         message = (
-            f"conservation check failed for family {family.name!r} run {run['run_id']!r}; "
-            "nothing was deleted: "
+            verification.failure_message(family.name, run["run_id"])
+            if not verification.passed
+            else f"conservation check failed for family {family.name!r} run "
+            f"{run['run_id']!r}; nothing was deleted: "
             + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
-            + f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
+        ) + (
+            f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
             f"{suite.docs_page or suite.docs_index}"
         )
         _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
-        counters = list(dict.fromkeys(c for o in failed for c in o.counters))
         raise CheckFailed(
             message,
             checks=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
-            counters=counters,
+            counters=list(dict.fromkeys(c for o in failed for c in o.counters)),
             audited=True,
         )
     log.info(
-        "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d)",
+        "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d), "
+        "%d quarantined",
         tally.counters_committed,
         tally.rows_folded,
         tally.sum_folded,
         tally.late_rows,
         tally.late_sum,
+        tally.counters_quarantined,
     )
     return {
         "tally": tally.as_dict(),
@@ -346,24 +350,29 @@ def verify(
 
 
 def cleanup(family: Family, run: Run, shard: int) -> dict[str, Any]:
-    """Delete the raw rows the shard's verified commits counted (exactly those rows)."""
-    started = time.perf_counter()
-    deleted = engine.cleanup_shard(store_for(family), shard, run["run_id"], fault=_fault)
-    log.info("shard %d: %d raw row(s) deleted", shard, deleted)
-    return {"shard": shard, "rows_deleted": deleted, "seconds": time.perf_counter() - started}
+    """Delete the raw rows the shard's verified commits counted (exactly those rows), then
+    count what is left."""
+    report = engine.cleanup_shard(store_for(family), shard, run["run_id"], fault=_fault)
+    log.info(
+        "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
+        shard,
+        report.rows_deleted,
+        report.late_rows,
+    )
+    return report.as_dict()
 
 
 def verify_cleanup(
     family: Family, run: Run, verified: Mapping[str, Any], cleanups: Iterable[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """No row the run counted is left at or below its epoch; late arrivals are reported."""
-    cleanups = list(cleanups)
-    started = time.perf_counter()
-    outcome = engine.verify_cleanup(store_for(family), run["run_id"], run["shards"])
+    reports = [CleanupReport.from_dict(dict(c)) for c in cleanups]
+    outcome = engine.verify_cleanup(reports)
     log.info("cleanup check: %s", outcome.detail)
+    rows_deleted = sum(r.rows_deleted for r in reports)
     if outcome.critical and not outcome.success:
         tally = Tally.from_dict(dict(verified["tally"]))
-        tally.rows_deleted = sum(c["rows_deleted"] for c in cleanups)
+        tally.rows_deleted = rows_deleted
         phases = Phases(dict(verified["seconds"]))
         message = (
             f"cleanup check failed for family {family.name!r} run {run['run_id']!r}: "
@@ -374,18 +383,17 @@ def verify_cleanup(
         raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
     return {
         "check": _outcome_dict(outcome),
-        "rows_deleted": sum(c["rows_deleted"] for c in cleanups),
-        "seconds": {
-            "cleanup": sum(c["seconds"] for c in cleanups),
-            "verify_cleanup": time.perf_counter() - started,
-        },
+        "rows_deleted": rows_deleted,
+        "seconds": {"cleanup": max((r.seconds for r in reports), default=0.0)},
     }
 
 
 def record_audit(
     family: Family, run: Run, verified: Mapping[str, Any], cleaned: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Advance the family's compacted epoch, check it moved, and write the success audit row."""
+    """Advance the family's compacted epoch, check it moved, and write the run's audit row:
+    ``success``, or ``partial`` when counters were quarantined (then the task fails, so the
+    run alerts; the rest of the family was compacted)."""
     store = store_for(family)
     phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
     plan_ = _plan(family, run)
@@ -411,13 +419,25 @@ def record_audit(
         )
         _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
         raise CheckFailed(message, checks=["family_epoch_advanced"], audited=True)
+    if tally.counters_quarantined:
+        message = engine.quarantine_message(family.name, run["run_id"], tally, outcomes)
+        _audit(
+            family, run, "partial", tally=tally, phases=phases, checks_=outcomes, message=message
+        )
+        named = next((o.counters for o in outcomes if o.name == "no_counter_quarantined"), ())
+        raise CheckFailed(
+            message,
+            checks=["no_counter_quarantined"],
+            counters=list(named or tally.quarantined),
+            audited=True,
+        )
     _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes)
     summary = {
         "family": family.name,
         "run_id": run["run_id"],
         "epoch_before": run["epoch_before"],
         "epoch": run["epoch"],
-        **{k: v for k, v in tally.as_dict().items() if k != "refused_counters"},
+        **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
         "data_docs": verified.get("data_docs"),
     }
     log.info("run finished: %s", summary)
