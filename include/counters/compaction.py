@@ -343,7 +343,8 @@ def compact_shard(
                 chunks=[],
             )
             touched = marks.get(bucket, [])
-            _compact_bucket(local, bucket, touched, scan=sweep or len(touched) >= SCAN_THRESHOLD)
+            scan = sweep or len(touched) >= SCAN_THRESHOLD
+            _compact_bucket(local, bucket, touched, sweep=sweep, scan=scan)
             return local
 
         last_renewal = time.monotonic()
@@ -401,11 +402,17 @@ def _release_quietly(store: Store, shard: int, run_id: str) -> None:
         log.warning("could not release the lease of shard %s", shard, exc_info=True)
 
 
-def _compact_bucket(ctx: _Context, bucket: int, touched: list[Touched], *, scan: bool) -> None:
+def _compact_bucket(
+    ctx: _Context, bucket: int, touched: list[Touched], *, sweep: bool, scan: bool
+) -> None:
+    """One bucket: its checkpoints (all of them in a sweep, else the touched counters'), then
+    its raw rows (a token-range scan, or ``IN`` reads when few counters were touched), fold,
+    commit, copy, verify, forget marks. Outside a sweep only touched counters are folded: a
+    counter whose checkpoint was not read cannot be folded."""
     store, phases = ctx.store, ctx.phases
     read_start = _micros()
     marked = [t.counter for t in touched]
-    wanted = None if scan else marked
+    wanted = None if sweep else marked
     with phases.timed("read_compact", store):
         ledger = store.read_ledger(ctx.shard, bucket, wanted)
         copies = store.read_copies(ctx.shard, bucket, wanted)
@@ -424,6 +431,8 @@ def _compact_bucket(ctx: _Context, bucket: int, touched: list[Touched], *, scan:
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
         else:
             rows, windowed = read_rows_tolerant(store, marked, ledger, copies)
+        if not sweep:
+            rows = {c: rows.get(c, []) for c in marked}
     ctx.fault("read_raw")
     if windowed:
         ctx.tally.add_windowed(list(windowed))
@@ -449,7 +458,7 @@ def _compact_bucket(ctx: _Context, bucket: int, touched: list[Touched], *, scan:
         store.copy_compact(copies_to_write, ctx.run_id, _micros())
     ctx.fault("copy")
     with phases.timed("verify", store):
-        _verify_bucket(ctx, bucket, committed, scan)
+        _verify_bucket(ctx, bucket, committed, sweep)
     ctx.fault("verify")
     with phases.timed("forget", store):
         _forget(ctx, touched, folds, rows, windowed, read_start)
@@ -628,7 +637,7 @@ def _verify_bucket(
     ctx: _Context,
     bucket: int,
     committed: dict[Key, tuple[Fold, Checkpoint]],
-    scan: bool,
+    sweep: bool,
 ) -> None:
     """Read back what was committed and recount the raw rows on the server; quarantine the
     counters that do not add up, and record the bucket's evidence."""
@@ -636,10 +645,14 @@ def _verify_bucket(
     if not committed:
         return
     counters = list(committed)
-    wanted = None if scan and len(counters) >= SCAN_THRESHOLD else counters
+    wanted = None if sweep and len(counters) >= SCAN_THRESHOLD else counters
     with ThreadPoolExecutor(2) as reads:  # the read-backs overlap the recount
-        ledger_read = reads.submit(store.read_ledger, ctx.shard, bucket, wanted, False)
-        copies_read = reads.submit(store.read_copies, ctx.shard, bucket, wanted)
+        ledger_read = reads.submit(
+            _in_phase, store, "verify", store.read_ledger, ctx.shard, bucket, wanted, False
+        )
+        copies_read = reads.submit(
+            _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted
+        )
         recount = _recount_committed(ctx, bucket, committed, wanted)
         ledger = ledger_read.result().checkpoints
         copies = copies_read.result()
@@ -697,6 +710,12 @@ def _verify_bucket(
         evidence["late_arrivals"] += late
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
+
+
+def _in_phase(store: Store, phase: str, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` in a helper thread, its requests counted under ``phase``."""
+    store.phase = phase
+    return work(*args)
 
 
 def _recount_committed(

@@ -3,6 +3,7 @@
 
 from .compaction import (
     FAULT_POINTS,
+    FORGET_MARGIN,
     HOT_LATE_WINDOW,
     MAX_FOLD_ROWS,
     CleanupReport,
@@ -37,6 +38,7 @@ from .maintenance import (
 
 __all__ = [
     "FAULT_POINTS",
+    "FORGET_MARGIN",
     "HOT_LATE_WINDOW",
     "MAX_FOLD_ROWS",
     "ChecksFailed",
