@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = PROJECT_ROOT / "dags"
 
 _PROBE = r"""

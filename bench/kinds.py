@@ -17,9 +17,11 @@ from typing import Any
 
 from cassandra.query import BatchStatement, BatchType
 from cassandra.util import Date, uuid_from_time
+from counters import engine
+from counters.core import truncate_ms
+from counters.schema import q
 
-from . import engine
-from .bench_ops import (
+from .ops import (
     Dataset,
     Meter,
     chunked,
@@ -29,8 +31,6 @@ from .bench_ops import (
     scan_values,
     utc_now,
 )
-from .core import truncate_ms
-from .schema import q
 
 KindBench = Callable[["KindContext"], "KindLine"]
 KINDS: dict[str, KindBench] = {}
@@ -51,7 +51,7 @@ class KindContext:
     params: Any
     results: dict[str, Any]
     bench: Any = field(repr=False, default=None)
-    """The running ``counters.bench.Bench``: ``make_family``, ``compact`` (engine run in a worker
+    """The running ``bench.run.Bench``: ``make_family``, ``compact`` (engine run in a worker
     process), ``read_latency`` (timed client reads) and ``reset_family`` are meant for kinds."""
 
 

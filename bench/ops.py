@@ -1,5 +1,5 @@
 """Building blocks of the benchmark: synthetic data, bulk loaders, the scan floor, the naive peer,
-exactness checks, and CPU/latency accounting. ``counters.bench`` puts them together.
+exactness checks, and CPU/latency accounting. ``bench`` puts them together.
 
 Only the benchmark's own shortcuts live here (bulk-written compact rows for idle counters, the
 naive peer's tables); the project's data goes through the project's write path
@@ -21,12 +21,11 @@ from typing import Any
 
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
-
-from .client import CounterClient, Increment
-from .config import Family
-from .connection import BULK_PROFILE, Connection
-from .core import shard_bounds, truncate_ms, write_timestamp
-from .schema import q
+from counters.client import CounterClient, Increment
+from counters.config import Family
+from counters.connection import BULK_PROFILE, Connection
+from counters.core import shard_bounds, truncate_ms, write_timestamp
+from counters.schema import q
 
 # --- accounting ----------------------------------------------------------------------------
 
@@ -456,43 +455,51 @@ def write_folded_compact_rows(
     concurrency: int = 64,
     per_batch: int = 10,
 ) -> None:
-    """Compact rows as an earlier run of the engine leaves them after its cleanup: value, epoch,
-    a commit id, the run id and the ``pending`` list of the ``pending_rows`` raw rows it counted
-    (cleanup deletes those rows but leaves the list). Written directly, in unlogged
-    multi-partition batches; the raw rows they stand for are absent, as after gc_grace."""
-    from cassandra.util import uuid_from_time
+    """Counters as an earlier run of the engine leaves them after its cleanup: a ledger row
+    (value, epoch, and the ``pending`` list of the ``pending_rows`` raw rows it counted, which
+    cleanup deleted) and the readers' compact copy, written by the engine's own
+    ``Store.commit_bucket`` and ``Store.copy_compact``, a bucket at a time; the raw rows they
+    stand for are absent, as after gc_grace."""
+    from counters.core import Checkpoint, Fold, to_millis
+    from counters.store import COMMIT_CHUNK, Store
 
-    session = conn.session
-    cc = family.compact_columns
-    key_cols = ", ".join(q(k) for k in family.columns.key)
-    marks = ", ".join("?" for _ in family.columns.key)
-    insert = session.prepare(
-        f"INSERT INTO {q(family.keyspace)}.{q(family.compact_table)} ({key_cols}, {q(cc.value)}, "
-        f"{q(cc.epoch)}, commit_id, run_id, pending, updated_at) "
-        f"VALUES ({marks}, ?, ?, ?, ?, ?, ?)"
+    del concurrency, per_batch
+    store = Store(conn, family)
+    epoch_ms = to_millis(epoch)
+    pending = tuple(
+        (to_millis(truncate_ms(epoch - timedelta(seconds=6 * j + 1))), "bench", j)
+        for j in range(pending_rows)
     )
-    commit_id = uuid_from_time(time.time())
-    pending = [
-        (truncate_ms(epoch - timedelta(seconds=6 * j + 1)), "bench", j) for j in range(pending_rows)
-    ]
-    for chunk in chunked(rows, 20000):
-        batches = []
-        for group in chunked(chunk, per_batch):
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for key, value in group:
-                batch.add(insert, (*key, value, epoch, commit_id, "bench-setup", pending, epoch))
-            batches.append((batch, None))
-        run_concurrent(session, batches, concurrency)
+    by_bucket: dict[tuple[int, int], list[tuple[tuple, int]]] = {}
+    for key, value in rows:
+        by_bucket.setdefault(store.bucket(key), []).append((key, value))
+    now = int(time.time() * 1_000_000)
+    for (shard, bucket), members in by_bucket.items():
+        head = store.read_ledger(shard, bucket, []).head
+        for group in chunked(members, COMMIT_CHUNK):
+            folds = [
+                Fold(key, Checkpoint(), epoch_ms, value, pending, pending_rows, pending_rows, value)
+                for key, value in group
+            ]
+            commit_id = store.new_commit_id()
+            if not store.commit_bucket(shard, bucket, head, folds, commit_id, "bench-setup", now):
+                raise RuntimeError(f"bench setup: bucket {shard}/{bucket} changed under it")
+            head = commit_id
+            store.copy_compact(
+                [
+                    (f.counter, Checkpoint(f.value, epoch_ms, commit_id, frozenset(), 0, now))
+                    for f in folds
+                ],
+                "bench-setup",
+                now,
+            )
 
 
 def tombstone_index_marks(store: Any, keys: Sequence[tuple], ts_micros: int) -> None:
     """Index marks the engine forgot recently (within the index's gc_grace_seconds): written by
     ``Store.forget_touched`` itself, as a run's cleanup writes them."""
-    from .store import Touched
+    from counters.store import Touched
 
-    by_shard: dict[int, list[Touched]] = {}
-    for key in keys:
-        by_shard.setdefault(store.shard(key), []).append(Touched(key, ts_micros))
-    for shard, entries in by_shard.items():
-        for group in chunked(entries, 20000):
-            store.forget_touched(shard, group)
+    entries = [Touched(key, ts_micros) for key in keys]
+    for group in chunked(entries, 20000):
+        store.forget_touched(group)

@@ -15,8 +15,11 @@ from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 from cassandra.util import uuid_from_time
+from counters.connection import Connection
+from counters.core import write_timestamp
+from counters.schema import q
 
-from .bench_ops import (
+from .ops import (
     Dataset,
     Meter,
     chunked,
@@ -26,9 +29,6 @@ from .bench_ops import (
     run_concurrent,
     scan_raw,
 )
-from .connection import Connection
-from .core import write_timestamp
-from .schema import q
 
 
 def _setting(conn: Connection, name: str) -> str | None:
@@ -245,7 +245,7 @@ class _FamilyLike:
     """Just enough of a Family for ``scan_raw`` over the probe's seed-schema table."""
 
     def __init__(self, keyspace: str):
-        from .config import Columns
+        from counters.config import Columns
 
         self.keyspace = keyspace
         self.raw_table = "probe_raw"

@@ -1,4 +1,4 @@
-"""``python -m counters.bench``: compaction against the scan floor and the naive seed algorithm,
+"""``python -m bench``: compaction against the scan floor and the naive seed algorithm,
 idle-heavy tables, read latency, DAG parse time and peak memory, side by side in one run.
 
 Every figure comes from this run on this node (compare ratios, not absolute times: the machine
@@ -26,9 +26,26 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import bench_dags, engine
-from .bench_kinds import KINDS, KindContext
-from .bench_ops import (
+from counters import engine
+from counters.client import CounterClient, Increment
+from counters.config import Family
+from counters.connection import Connection, connect
+from counters.core import truncate_ms, write_timestamp
+from counters.schema import (
+    LEASE_TABLE,
+    STATE_TABLE,
+    ensure_schema,
+    index_table,
+    ledger_table,
+    q,
+    quarantine_table,
+    runs_table,
+)
+from counters.store import Store
+
+from . import dags as bench_dags
+from .kinds import KINDS, KindContext
+from .ops import (
     Dataset,
     Meter,
     compare,
@@ -45,16 +62,10 @@ from .bench_ops import (
     utc_now,
     write_folded_compact_rows,
 )
-from .bench_probes import commit_costs, fold_io_costs
-from .client import CounterClient, Increment
-from .config import Family
-from .connection import Connection, connect
-from .core import truncate_ms, write_timestamp
-from .schema import LEASE_TABLE, STATE_TABLE, ensure_schema, index_table, q, runlog_table
-from .store import Store
+from .probes import commit_costs, fold_io_costs
 
 SECTIONS = ("scan", "naive", "compaction", "idle", "reads", "limits", "probes", "dags", "kinds")
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 TARGETS = {
     "compaction_over_scan_floor": (">=", 0.5),
@@ -86,13 +97,12 @@ class Params:
     wait_marks: bool = True
     dag_repeats: int = 3
     hot_rows: int = 110_000
-    variants: tuple[str, ...] = ()
-    variant_counters: int = 20_000
+    workers: int = 2
     kinds: tuple[str, ...] = ()
 
 
 def parse_args(argv: list[str] | None) -> Params:
-    p = argparse.ArgumentParser(prog="python -m counters.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument("--counters", type=int, help="counters in the main data set (100000)")
     p.add_argument("--rows-per-counter", type=int, help="increments per counter (10)")
     p.add_argument("--idle-counters", type=int, help="counters in the idle-heavy table (1000000)")
@@ -109,12 +119,7 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--scan-ranges", type=int)
     p.add_argument("--scan-concurrency", type=int)
     p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
-    p.add_argument(
-        "--variants",
-        help="engine variants to compare with the baseline (counters.bench_variants), e.g. "
-        "verify_light; runs only when given",
-    )
-    p.add_argument("--variant-counters", type=int, help="counters per variant run (20000)")
+    p.add_argument("--workers", type=int, help="shard processes of each compaction (2)")
     p.add_argument("--kind", action="append", choices=sorted(KINDS), help="kind lines to run (all)")
     a = p.parse_args(argv)
     params = Params()
@@ -150,10 +155,8 @@ def parse_args(argv: list[str] | None) -> Params:
         value = getattr(a, name)
         if value is not None:
             setattr(params, name, value)
-    if a.variants:
-        params.variants = tuple(v for v in a.variants.split(",") if v and v != "baseline")
-    if a.variant_counters:
-        params.variant_counters = a.variant_counters
+    if a.workers:
+        params.workers = a.workers
     if a.kind:
         params.kinds = tuple(dict.fromkeys(a.kind))
     if a.families:
@@ -225,7 +228,9 @@ class Bench:
             family.raw_table,
             family.compact_table,
             index_table(family),
-            runlog_table(family),
+            ledger_table(family),
+            runs_table(family),
+            quarantine_table(family),
         ):
             self.conn.session.execute(f"TRUNCATE {ks}.{q(table)}", timeout=120)
         self.conn.session.execute(
@@ -243,6 +248,7 @@ class Bench:
         data = family.model_dump(mode="json")
         data["lag"] = family.lag.total_seconds()
         data["freshness"] = family.freshness.total_seconds()
+        data["sweep_interval"] = family.sweep_interval.total_seconds()
         return data
 
     def _age_marks(self, family: Family) -> float | None:
@@ -264,28 +270,29 @@ class Bench:
         epoch: datetime,
         label: str,
         profile: bool = False,
-        variant: str = "baseline",
     ) -> dict[str, Any]:
         """One engine run (``run_family``) over the whole family, in a worker process."""
         marks_age = self._age_marks(family)
         cmd = [
             sys.executable,
             "-m",
-            "counters.bench_worker",
+            "bench.worker",
             "--family-json",
             json.dumps(self.family_fields(family)),
             "--epoch",
             epoch.isoformat(),
             "--now",
             utc_now().replace(tzinfo=UTC).isoformat(),
-            "--variant",
-            variant,
+            "--workers",
+            str(self.p.workers),
         ]
         if profile:
             cmd += ["--profile", str(self.p.out.parent / f"profile-{label}")]
         self.say(f"compacting {family.name} ({label}) in a worker process")
         with Meter(self.server) as meter:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=os.environ, cwd=PROJECT_ROOT
+            )
         line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
         if proc.returncode != 0 or line is None:
             raise RuntimeError(f"bench worker failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -422,7 +429,7 @@ class Bench:
             "counters": data.counters,
             "rows_per_s": round(rows / seconds) if run["ok"] else None,
             "seconds_per_1M_rows": round(seconds * 1_000_000 / rows, 1),
-            "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
+            "client_cpu_s": round(run["client_cpu_s"], 2),
             "server_cpu_s": _round(run["server_cpu_s"], 2),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "process_seconds": run["process_seconds"],
@@ -492,7 +499,8 @@ class Bench:
                     self.idle_e0,
                     p.rows_per_counter,
                 )
-            store.advance_family_epoch(self.idle_e0, "bench-setup")
+            # as in steady state: swept recently, so the measured run is a minute's run
+            store.advance_family_epoch(self.idle_e0, "bench-setup", swept_at=utc_now())
             with Meter(self.server) as load:
                 load_write_path(client, self.idle_data)
             self.marks_at[name] = time.time()
@@ -531,7 +539,7 @@ class Bench:
             "counters_committed": summary.get("counters_committed"),
             "requests": run.get("requests"),
             "rss_peak_kb": run["rss_peak_kb"],
-            "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
+            "client_cpu_s": round(run["client_cpu_s"], 2),
             "server_cpu_s": _round(run["server_cpu_s"], 2),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "marks_age_s": run["marks_age_s"],
@@ -690,52 +698,6 @@ class Bench:
         }
         self.reset_family(family)
 
-    # --- variants ---------------------------------------------------------------------------
-
-    def variants(self) -> None:
-        """Baseline, each variant, baseline again: the same data loaded afresh for each run."""
-        names = ["baseline", *self.p.variants, "baseline"]
-        if hasattr(self, "main_family"):
-            family, _store, client = self.main_family, self.main_store, self.main_client
-        else:
-            family, _store, client = self.make_family("bench_main")
-        runs = []
-        for n, name in enumerate(names):
-            self.reset_family(family)
-            t0 = (utc_now() - timedelta(days=2, hours=n)).replace(second=0, microsecond=0)
-            data = Dataset("v", self.p.variant_counters, self.p.rows_per_counter, t0)
-            load_write_path(client, data)
-            self.marks_at[family.name] = time.time()
-            saved, self.p.wait_marks = self.p.wait_marks, False  # same (young) marks for all
-            try:
-                run = self.compact(family, data.epoch, f"variant-{name}", variant=name)
-            finally:
-                self.p.wait_marks = saved
-            found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
-            left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
-            exactness = compare(data.expected(), found, left)
-            summary = run.get("summary") or {}
-            runs.append(
-                {
-                    "variant": name,
-                    "ok": run["ok"],
-                    "error": run["error"],
-                    "seconds": round(run["seconds"], 3),
-                    "rows": data.row_count,
-                    "client_cpu_s": round(run["client_cpu_user_s"] + run["client_cpu_sys_s"], 2),
-                    "server_cpu_s": _round(run["server_cpu_s"], 2),
-                    "phases_s": summary.get("durations_s"),
-                    "requests": run.get("requests"),
-                    "exact": exactness.exact,
-                }
-            )
-            self.say(f"variant {name}: {run['seconds']:.1f} s, exact={exactness.exact}")
-        self.results["variants"] = {
-            "counters": self.p.variant_counters,
-            "marks": "young (not forgotten) in every run",
-            "runs": runs,
-        }
-
     # --- probes ---------------------------------------------------------------------------------
 
     def probes(self) -> None:
@@ -795,8 +757,6 @@ class Bench:
         ):
             if name in only:
                 steps.append((name, func))
-            if name == "limits" and self.p.variants:  # after every user of the main data set
-                steps.append(("variants", self.variants))
         for name, func in steps:
             started = time.perf_counter()
             try:
@@ -1002,16 +962,6 @@ def table(report: dict[str, Any]) -> str:
                 else f"FAILED in {fold['failed_in']}: {fold['error'][:120]}",
             )
         row("limit: hot counter read", f"exact={lim['read_exact']}")
-    if "variants" in r:
-        for v in r["variants"]["runs"]:
-            phases = v.get("phases_s") or {}
-            row(
-                f"variant {v['variant']} ({r['variants']['counters']:,} counters)",
-                _fmt(v["seconds"], " s") if v["ok"] else f"FAILED: {v['error']}",
-                f"exact={v['exact']}",
-                f"cpu client {_fmt(v['client_cpu_s'])} s",
-                f"verify {_fmt(phases.get('verify'))} cleanup {_fmt(phases.get('cleanup'))}",
-            )
     if "probes" in r:
         probes = {**r["probes"]["commit"], **r["probes"].get("fold_io", {})}
         for name, s in probes.items():
@@ -1076,7 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     report: dict[str, Any] = {
         "started_at": started.isoformat(timespec="seconds"),
-        "command": "python -m counters.bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine(),
         "code": code_state(),
         "params": {k: str(v) if isinstance(v, Path) else v for k, v in params.__dict__.items()},

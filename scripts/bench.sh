@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench [ARGS=...]`: setup, the same Cassandra as `make test` (local `test` instance on
 # 127.0.0.1:9142 unless CASSANDRA_HOSTS is set), then `python -m $BENCH_MODULE ARGS`
-# (default counters.bench, written by the engine work). Results go where that module writes them
+# (default: the top-level `bench` package). Results go where that module writes them
 # (var/bench/ by convention, git-ignored).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
@@ -10,9 +10,9 @@ LOG_TAG=bench
 cd "$PROJECT_ROOT"
 
 "$PROJECT_ROOT/scripts/setup.sh"
-BENCH_MODULE="${BENCH_MODULE:-counters.bench}"
+BENCH_MODULE="${BENCH_MODULE:-bench}"
 if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$BENCH_MODULE') is None)"; then
-  die "no benchmark module '$BENCH_MODULE' yet (expected include/${BENCH_MODULE//.//}.py)"
+  die "no benchmark module '$BENCH_MODULE'"
 fi
 
 test_cassandra_scope

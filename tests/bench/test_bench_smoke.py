@@ -1,4 +1,4 @@
-"""`python -m counters.bench --smoke` against the real node: the report's structure, every
+"""`python -m bench --smoke` against the real node: the report's structure, every
 measured figure present and positive, compaction totals exact. No timing assertions."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def smoke(tmp_path_factory, cassandra_contact) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "report.json"
     env = {**os.environ, "CASSANDRA_HOSTS": ",".join(hosts), "CASSANDRA_PORT": str(port)}
     proc = subprocess.run(
-        [sys.executable, "-m", "counters.bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,

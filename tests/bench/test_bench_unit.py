@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from counters import bench, bench_dags
-from counters.bench_kinds import KINDS, KindContext
-from counters.bench_ops import Dataset, compare, percentile
 from counters.config import parse_catalog
+
+from bench import dags as bench_dags
+from bench import run as bench
+from bench.kinds import KINDS, KindContext
+from bench.ops import Dataset, compare, percentile
 
 
 def test_percentile_is_nearest_rank():
