@@ -8,11 +8,11 @@ NODE := $(PY) scripts/cassandra_node.py
 INSTANCE ?= $(or $(CASSANDRA_INSTANCE),dev)
 ARGS ?=
 
-.PHONY: help setup run test bench lint format clean distclean cassandra-up cassandra-down \
+.PHONY: help setup run test bench lint format docs clean distclean cassandra-up cassandra-down \
         cassandra-status cql airflow-db
 
 help:
-	@echo "make run | test [ARGS=...] | bench [ARGS=...] | setup | lint | format | clean | distclean"
+	@echo "make run | test [ARGS=...] | bench [ARGS=...] | setup | lint | format | docs | clean | distclean"
 	@echo "make cassandra-up | cassandra-down | cassandra-status [INSTANCE=dev|test]"
 	@echo "make cql Q='SELECT ...' | cql F=file.cql [INSTANCE=...]"
 	@echo "make airflow-db   (migrate var/airflow and apply airflow_settings.yaml)"
@@ -35,6 +35,9 @@ lint: setup
 
 format: setup
 	.venv/bin/ruff format .
+
+docs: setup
+	$(PY) scripts/cli_reference.py
 
 cassandra-up: setup
 	@$(NODE) up --instance $(INSTANCE)

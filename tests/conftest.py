@@ -19,6 +19,19 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 DEFAULT_HOST = "127.0.0.1"
+TIERS = ("unit", "integration", "airflow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test declares its tier (``pytestmark`` in its module): ``unit`` (no services),
+    ``integration`` (the real Cassandra node) or ``airflow`` (the Airflow metadata DB)."""
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests without a tier marker (unit, integration or airflow): " + ", ".join(unmarked)
+        )
+
+
 DEFAULT_PORT = 9042
 
 

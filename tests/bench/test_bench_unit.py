@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from counters.config import parse_catalog
 
 from bench import dags as bench_dags
 from bench import run as bench
 from bench.kinds import KINDS, KindContext
 from bench.ops import Dataset, compare, percentile
+
+pytestmark = [pytest.mark.unit, pytest.mark.bench]
 
 
 def test_percentile_is_nearest_rank():

@@ -14,6 +14,8 @@ from counters.config import (
     parse_duration,
 )
 
+pytestmark = pytest.mark.unit
+
 GOOD = """
 families:
   - name: trades

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 NODE_SCRIPT = PROJECT / "scripts" / "cassandra_node.py"
 
 

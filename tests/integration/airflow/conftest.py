@@ -5,7 +5,8 @@ Needs a migrated Airflow DB and the project's ``dags/`` as the dags folder: ``ma
 ``AIRFLOW_HOME=var/airflow-test`` and ``AIRFLOW__CORE__DAGS_FOLDER`` and migrates. By hand:
 
     source scripts/env.sh; airflow_env $PWD/var/airflow-test; airflow_db_migrate
-    CASSANDRA_HOSTS=127.0.0.1 CASSANDRA_PORT=9142 .venv/bin/python -m pytest tests/airflow
+    CASSANDRA_HOSTS=127.0.0.1 CASSANDRA_PORT=9142 \\
+        .venv/bin/python -m pytest tests/integration/airflow
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 DAGS = PROJECT / "dags"
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
