@@ -997,7 +997,7 @@ def cleanup_shard(
         whole = len(counters) >= SCAN_THRESHOLD
         ledger = store.read_ledger(shard, bucket, None if whole else counters).checkpoints
         mine = {c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]}
-        deletions = [(c, sorted(cp.pending, key=repr)) for c, cp in mine.items() if cp.pending]
+        deletions = [(c, list(cp.pending)) for c, cp in mine.items() if cp.pending]
         if deletions:
             newest = max(mine[c].epoch_ms or 0 for c, _keys in deletions)
             tombstone_ts = max(now_us, newest * 1000 + 1000)

@@ -129,7 +129,7 @@ def reset_counter(
     deleted = 0
     if committed.pending and family.effective_retention.value == "delete":
         ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
-        deleted = store.delete_rows([(counter, sorted(committed.pending, key=repr))], ts)
+        deleted = store.delete_rows([(counter, list(committed.pending))], ts)
     plan = RunPlan(family.name, reset_id, at, None, ())
     store.write_audit(
         audit_record(

@@ -759,6 +759,8 @@ class Store:
         if len(self.layout.clustering) == 1:
             decode = self._packing[1][0]
             return "{time} IN ?", lambda keys: [decode(k[0]) for k in keys]
+        if self._packing[2]:  # packed keys bind as they are (times as epoch ms)
+            return "({clustering}) IN ?", list
         return "({clustering}) IN ?", lambda keys: [self._unpack(k) for k in keys]
 
     def recount(
