@@ -23,7 +23,7 @@ import click
 from . import engine
 from .config import Catalog, ConfigError, Family, load_catalog
 from .connection import CassandraUnavailable, Connection, connect
-from .core import epoch_for, format_key
+from .core import epoch_for, format_key, parse_epoch
 from .schema import SchemaError, ensure_schema
 from .store import Store
 
@@ -162,10 +162,9 @@ def _parse_epoch(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value)
+        return parse_epoch(value)
     except ValueError as exc:
-        raise Failure(f"--epoch: not an ISO 8601 time: {value!r}", 2) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        raise Failure(f"--epoch: {exc}", 2) from exc
 
 
 @cli.command("compact")

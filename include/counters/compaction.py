@@ -1083,6 +1083,13 @@ def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:
     )
 
 
+def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> str:
+    return (
+        f"cleanup check failed for family {family!r} run {run_id!r}: "
+        f"{outcome.detail} [{'; '.join(outcome.counters[:5])}]"
+    )
+
+
 # --- finish ------------------------------------------------------------------------------
 
 
@@ -1317,11 +1324,7 @@ def run_family(
         after = verify_cleanup(cleanups)
         checks.append(after)
         if not after.success:
-            raise ChecksFailed(
-                f"cleanup check failed for family {store.family.name!r} run {run_id!r}: "
-                f"{after.detail} [{'; '.join(after.counters[:5])}]",
-                checks,
-            )
+            raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
         with phases.timed("finish", store):
             finish_run(store, plan)
         fault("finish")

@@ -57,6 +57,16 @@ def epoch_for(scheduled: datetime, lag: timedelta) -> datetime:
     return truncate_ms(minute - lag)
 
 
+def parse_epoch(text: str) -> datetime:
+    """An epoch given by a person (``--epoch``, the DAG's ``epoch`` param): ISO 8601, UTC when
+    it has no offset, millisecond precision. ``ValueError`` names the text."""
+    try:
+        moment = datetime.fromisoformat(str(text).strip())
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2026-11-22T10:00:00)") from None
+    return truncate_ms(utc_naive(moment if moment.tzinfo else moment.replace(tzinfo=UTC)))
+
+
 def write_timestamp(moment: datetime) -> int:
     """A write timestamp in microseconds (what ``USING TIMESTAMP`` takes), from a time."""
     return to_millis(moment) * 1000

@@ -22,7 +22,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from .. import engine
 from ..config import Family
-from ..core import CheckOutcome, Tally, epoch_for, truncate_ms, utc_naive
+from ..core import CheckOutcome, Tally, epoch_for, utc_naive
+from ..core import parse_epoch as core_parse_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from . import checks
 from .errors import CheckFailed, FamilyStale, RunRefused
@@ -71,15 +72,11 @@ def _time(text: str | None) -> datetime | None:
 
 
 def parse_epoch(text: str) -> datetime:
-    """An ``epoch`` param: ISO 8601, UTC when it has no offset; millisecond precision."""
+    """An ``epoch`` param (``core.parse_epoch``), refused as the run's failure when malformed."""
     try:
-        moment = datetime.fromisoformat(str(text).strip())
-    except ValueError:
-        raise RunRefused(
-            f"param epoch: not an ISO 8601 time: {text!r} (e.g. 2026-11-22T10:00:00)",
-            checks=["epoch_param"],
-        ) from None
-    return truncate_ms(utc_naive(moment if moment.tzinfo else moment.replace(tzinfo=UTC)))
+        return core_parse_epoch(text)
+    except ValueError as exc:
+        raise RunRefused(f"param epoch: {exc}", checks=["epoch_param"]) from None
 
 
 def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
@@ -374,10 +371,7 @@ def verify_cleanup(
         tally = Tally.from_dict(dict(verified["tally"]))
         tally.rows_deleted = rows_deleted
         phases = Phases(dict(verified["seconds"]))
-        message = (
-            f"cleanup check failed for family {family.name!r} run {run['run_id']!r}: "
-            f"{outcome.detail} [{'; '.join(outcome.counters[:5])}]"
-        )
+        message = engine.cleanup_failure_message(family.name, run["run_id"], outcome)
         checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
         _audit(family, run, "failed", tally=tally, phases=phases, checks_=checks_, message=message)
         raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
