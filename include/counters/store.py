@@ -81,20 +81,7 @@ COPY_BATCH_PARTITIONS = 50
 COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
-PACKED_TYPES = {
-    "timestamp",
-    "text",
-    "varchar",
-    "ascii",
-    "int",
-    "bigint",
-    "smallint",
-    "tinyint",
-    "varint",
-    "boolean",
-    "uuid",
-    "timeuuid",
-}
+PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
 """Clustering column types the engine can pack (pending lists are JSON)."""
 
 
