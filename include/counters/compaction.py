@@ -1352,9 +1352,12 @@ def quarantine_message(
 ) -> str:
     detail = next((o for o in checks if o.name == "no_counter_quarantined"), None)
     named = "; ".join((detail.counters if detail else ())[:5]) or ", ".join(tally.quarantined)
+    left = (
+        f", {tally.rows_left} row(s) at or below the epoch left unfolded" if tally.rows_left else ""
+    )
     return (
         f"family {family!r} run {run_id!r}: {tally.counters_quarantined} counter(s) quarantined "
-        f"(kept out of compaction, none of their rows deleted; the rest of the family was "
+        f"(kept out of compaction, none of their rows deleted{left}; the rest of the family was "
         f"compacted): {named}. Inspect with `counterctl quarantine --family {family}`, release "
         "with --release once fixed"
     )
