@@ -70,7 +70,10 @@ stop_writer() {
 cleanup() {
   local rc=$?
   trap - EXIT
-  trap '' INT TERM   # finish the shutdown even if Ctrl-C is pressed again
+  trap '' INT TERM HUP   # finish the shutdown even if Ctrl-C is pressed again
+  # stdout may be a pipe whose reader died with the same Ctrl-C: a failed log line must not
+  # stop the shutdown (SIGPIPE is ignored above, so such a write just fails)
+  set +e
   [[ -n "$SLEEP_PID" ]] && kill "$SLEEP_PID" 2>/dev/null
   stop_airflow
   stop_writer
@@ -84,6 +87,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT
 trap 'log "terminated"; exit 143' TERM
+trap 'exit 129' HUP   # the terminal or the parent shell went away: still stop everything
+# `make run | tee run.log` + Ctrl-C kills the pipe's reader first: a write to the dead pipe must
+# not kill this script before its cleanup has stopped Airflow and Cassandra (EPIPE, not SIGPIPE).
+trap '' PIPE
 
 "$PROJECT_ROOT/scripts/setup.sh"
 

@@ -98,6 +98,9 @@ HOT_LATE_WINDOW = timedelta(minutes=10)
 folded row leaves a tombstone for ``gc_grace_seconds``; past ``tombstone_failure_threshold``,
 100,000 by default, Cassandra refuses the read). Its older late rows wait, uncounted but never
 lost, until the partition can be read whole; its mark is kept so every run looks again."""
+SMALL_RUN_COUNTERS = 2_000
+"""Touched counters below which a run's shards go to one task: spreading them costs more in
+task processes than it saves."""
 BUCKET_THREADS = 4
 """Buckets of a shard worked at once in one process."""
 SCAN_THRESHOLD = 32
@@ -200,6 +203,13 @@ class RunPlan:
     idle: bool = False
     """Nothing was touched since the last run, no counter is quarantined and no sweep is due:
     the run only advances the family's epoch (``idle`` audit row), one cheap step."""
+    small: bool = False
+    """Few counters touched and no sweep: one task (one process) can do every shard."""
+
+    @property
+    def shard_groups(self) -> list[tuple[int, ...]]:
+        """How the shards are spread over tasks: all in one for a small run, else one each."""
+        return [self.shards] if self.small else [(s,) for s in self.shards]
 
     @property
     def noop(self) -> bool:
@@ -218,6 +228,7 @@ def decide_plan(
     now: datetime | None = None,
     last_sweep: datetime | None = None,
     anything_touched: bool = True,
+    touched: int | None = None,
 ) -> RunPlan:
     """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
 
@@ -246,6 +257,7 @@ def decide_plan(
         or now - utc_naive(last_sweep) >= family.sweep_interval
     )
     idle = reason is None and not sweep and not anything_touched
+    small = not sweep and touched is not None and touched < SMALL_RUN_COUNTERS
     return RunPlan(
         family.name,
         run_id,
@@ -256,14 +268,23 @@ def decide_plan(
         reason,
         now,
         idle,
+        small,
     )
 
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
     epoch_before, last_sweep = store.family_state()
+    touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
-        store.family, run_id, epoch, epoch_before, now, last_sweep, store.anything_to_do()
+        store.family,
+        run_id,
+        epoch,
+        epoch_before,
+        now,
+        last_sweep,
+        touched > 0 or store.anything_quarantined(),
+        touched,
     )
     if plan.idle:
         finish_run(store, plan)

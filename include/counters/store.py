@@ -431,13 +431,18 @@ class Store:
         )
         return self._scan_distinct(statement, shard)
 
-    def anything_to_do(self) -> bool:
-        """Whether any counter is marked touched or quarantined (a quarantined one keeps every
-        run alerting). Two tiny scans of small tables: the cheap first step of every run."""
-        marks = self.prepare("index_any", "SELECT shard FROM {index} LIMIT 1")
-        held = self.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
-        self.requests[self.phase] += 2
-        return any(self.session.execute(s).one() is not None for s in (marks, held))
+    def touched_count(self, limit: int) -> int:
+        """How many counters are marked touched, counted up to ``limit`` (a scan of the small
+        index table that stops there): the cheap first step of every run."""
+        statement = self.prepare("index_count", "SELECT shard FROM {index} LIMIT ?")
+        self.requests[self.phase] += 1
+        return sum(1 for _row in self.session.execute(statement, (limit,)))
+
+    def anything_quarantined(self) -> bool:
+        """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
+        statement = self.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
+        self.requests[self.phase] += 1
+        return self.session.execute(statement).one() is not None
 
     def distinct_counters(self, shard: int, bucket: int, splits: int = 8) -> list[Key]:
         """Every counter with live raw rows in one bucket's token range, read in ``splits``

@@ -115,7 +115,11 @@ def doc_md(family: Family, channels: Channels) -> str:
             f"{family.lag}: a run scheduled at T folds the rows with time <= T (to the "
             "minute) - lag",
         ),
-        ("shards", f"{family.shards}: one `compact` and one `cleanup` task per token range"),
+        (
+            "shards",
+            f"{family.shards}: one `compact` and one `cleanup` task per token range; a small "
+            "run (few touched counters, no sweep) does all shards in one of each",
+        ),
         (
             "raw rows after folding",
             "deleted (only after `verify` passed)" if deleted else "kept (business data)",
@@ -178,12 +182,16 @@ def default_args(family: Family, channels: Channels) -> dict[str, Any]:
 
 def _all(mapped: Sequence[Any]) -> list[Any]:
     """A mapped task's results in one request (iterating probes one index past the end,
-    which Airflow logs as an error)."""
-    return list(mapped[:])
+    which Airflow logs as an error), one list per task instance flattened."""
+    return [report for reports in mapped[:] for report in reports]
+
+
+def _label(shards: Sequence[int]) -> str:
+    return ",".join(str(s) for s in shards)
 
 
 def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> DAG:
-    """The DAG of one family: plan -> compact[shard] -> verify -> cleanup[shard] ->
+    """The DAG of one family: plan -> compact[shards] -> verify -> cleanup[shards] ->
     verify_cleanup -> record_audit."""
     channels = Channels.for_family(family, env)
     with DAG(
@@ -223,22 +231,22 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
                 dry_run=bool(params.get("dry_run")),
             )
             context["ti"].xcom_push("run", run)
-            return run["shards"]
+            return run["groups"]
 
-        @task(pool=pool(), map_index_template="shard {{ shard_label }}")
-        def compact(run: Run, shard: int) -> dict[str, Any]:
-            get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
-            return _tasks().compact(family, run, shard)
+        @task(pool=pool(), map_index_template="shards {{ shard_label }}")
+        def compact(run: Run, shards: list[int]) -> list[dict[str, Any]]:
+            get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
+            return _tasks().compact(family, run, shards)
 
         @task
         def verify(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
             ti = get_current_context()["ti"]
             return _tasks().verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
 
-        @task(pool=pool(), map_index_template="shard {{ shard_label }}")
-        def cleanup(run: Run, shard: int) -> dict[str, Any]:
-            get_current_context()["shard_label"] = shard  # type: ignore[typeddict-unknown-key]
-            return _tasks().cleanup(family, run, shard)
+        @task(pool=pool(), map_index_template="shards {{ shard_label }}")
+        def cleanup(run: Run, shards: list[int]) -> list[dict[str, Any]]:
+            get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
+            return _tasks().cleanup(family, run, shards)
 
         @task
         def verify_cleanup(
@@ -252,11 +260,11 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         ) -> dict[str, Any]:
             return _tasks().record_audit(family, run, verified, cleaned)
 
-        shards = plan()
-        run = shards["run"]
-        reports = compact.partial(run=run).expand(shard=shards)
+        groups = plan()
+        run = groups["run"]
+        reports = compact.partial(run=run).expand(shards=groups)
         verified = verify(run, reports)
-        cleanups = cleanup.partial(run=run).expand(shard=shards)
+        cleanups = cleanup.partial(run=run).expand(shards=groups)
         verified >> cleanups
         cleaned = verify_cleanup(run, verified, cleanups)
         record_audit(run, verified, cleaned)

@@ -216,6 +216,7 @@ def plan(
         "epoch": _iso(decided.epoch),
         "epoch_before": _iso(decided.epoch_before),
         "shards": list(decided.shards),
+        "groups": [list(group) for group in decided.shard_groups],
         "sweep": decided.sweep,
         "dry_run": bool(dry_run),
         "started_at": _iso(now),
@@ -241,33 +242,37 @@ def plan(
     return run
 
 
-def compact(family: Family, run: Run, shard: int) -> dict[str, Any]:
-    """Fold, commit, copy and verify one shard (token range); a counter that fails its checks
-    is quarantined there, before anything is deleted."""
-    report = engine.compact_shard(
-        store_for(family),
-        shard,
-        _time(run["epoch"]),
-        run["run_id"],
-        sweep=bool(run.get("sweep")),
-        dry_run=run["dry_run"],
-        fault=_fault,
-    )
-    tally = report.tally
-    log.info(
-        "shard %d: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) "
-        "(sum %d), %d conflict(s), %d quarantined%s",
-        shard,
-        tally.counters_committed,
-        tally.rows_folded,
-        tally.sum_folded,
-        tally.late_rows,
-        tally.late_sum,
-        tally.conflicts,
-        tally.counters_quarantined,
-        " (dry run: nothing written)" if report.dry_run else "",
-    )
-    return report.as_dict()
+def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, Any]]:
+    """Fold, commit, copy and verify the given shards (token ranges), one after the other; a
+    counter that fails its checks is quarantined there, before anything is deleted."""
+    store = store_for(family)
+    reports = []
+    for shard in shards:
+        report = engine.compact_shard(
+            store,
+            shard,
+            _time(run["epoch"]),
+            run["run_id"],
+            sweep=bool(run.get("sweep")),
+            dry_run=run["dry_run"],
+            fault=_fault,
+        )
+        tally = report.tally
+        log.info(
+            "shard %d: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) "
+            "(sum %d), %d conflict(s), %d quarantined%s",
+            shard,
+            tally.counters_committed,
+            tally.rows_folded,
+            tally.sum_folded,
+            tally.late_rows,
+            tally.late_sum,
+            tally.conflicts,
+            tally.counters_quarantined,
+            " (dry run: nothing written)" if report.dry_run else "",
+        )
+        reports.append(report.as_dict())
+    return reports
 
 
 def verify(
@@ -346,17 +351,21 @@ def verify(
     }
 
 
-def cleanup(family: Family, run: Run, shard: int) -> dict[str, Any]:
-    """Delete the raw rows the shard's verified commits counted (exactly those rows), then
+def cleanup(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, Any]]:
+    """Delete the raw rows the shards' verified commits counted (exactly those rows), then
     count what is left."""
-    report = engine.cleanup_shard(store_for(family), shard, run["run_id"], fault=_fault)
-    log.info(
-        "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
-        shard,
-        report.rows_deleted,
-        report.late_rows,
-    )
-    return report.as_dict()
+    store = store_for(family)
+    reports = []
+    for shard in shards:
+        report = engine.cleanup_shard(store, shard, run["run_id"], fault=_fault)
+        log.info(
+            "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
+            shard,
+            report.rows_deleted,
+            report.late_rows,
+        )
+        reports.append(report.as_dict())
+    return reports
 
 
 def verify_cleanup(
