@@ -308,6 +308,8 @@ class _Context:
     report: ShardReport
     commit_chunk: int = COMMIT_CHUNK
     chunks: list[tuple[int, Any, list[Key]]] = field(default_factory=list)
+    index_read_at: int = 0
+    """When the shard's index marks were read (µs): the base of the forget horizon."""
 
 
 def compact_shard(
@@ -336,6 +338,7 @@ def compact_shard(
     try:
         with report.phases.timed("discover", store):
             quarantine = store.read_quarantine(shard)
+            index_read_at = _micros()
             marks = store.touched(shard)
         fault("discover")
         ctx = _Context(
@@ -350,6 +353,7 @@ def compact_shard(
             set(quarantine),
             report,
             commit_chunk,
+            index_read_at=index_read_at,
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
@@ -431,7 +435,6 @@ def _compact_bucket(
     commit, copy, verify, forget marks. Outside a sweep only touched counters are folded: a
     counter whose checkpoint was not read cannot be folded."""
     store, phases = ctx.store, ctx.phases
-    read_start = _micros()
     marked = [t.counter for t in touched]
     wanted = None if sweep else marked
     with phases.timed("read_compact", store):
@@ -482,7 +485,7 @@ def _compact_bucket(
         _verify_bucket(ctx, bucket, committed, sweep)
     ctx.fault("verify")
     with phases.timed("forget", store):
-        _forget(ctx, touched, folds, rows, windowed, read_start)
+        _forget(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
 
 
@@ -667,16 +670,23 @@ def _verify_bucket(
         return
     counters = list(committed)
     wanted = None if sweep and len(counters) >= SCAN_THRESHOLD else counters
-    with ThreadPoolExecutor(2) as reads:  # the read-backs overlap the recount
-        ledger_read = reads.submit(
-            _in_phase, store, "verify", store.read_ledger, ctx.shard, bucket, wanted, False
-        )
+    with ThreadPoolExecutor(1) as reads:  # the copies' read-back overlaps the recount
         copies_read = reads.submit(
             _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted
         )
         recount = _recount_committed(ctx, bucket, committed, wanted)
-        ledger = ledger_read.result().checkpoints
         copies = copies_read.result()
+    # the commits applied as one batch each: the ledger holds them unless a later commit came;
+    # only a counter that does not add up is read back, to tell the two apart
+    ledger = {c: cp for c, (_f, cp) in committed.items()}
+    doubtful = [c for c, (f, cp) in committed.items() if _fails(f, cp, copies.get(c), recount[c])]
+    if doubtful:
+        now = store.read_ledger(ctx.shard, bucket, doubtful, False).checkpoints
+        for counter in doubtful:
+            if counter in now:
+                ledger[counter] = now[counter]
+            else:
+                ledger.pop(counter)
     failures: list[tuple[Key, str, str]] = []
     evidence = dict(
         counters=0,
@@ -785,6 +795,16 @@ def recount_tolerant(
     return out
 
 
+def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, int]) -> bool:
+    """Whether a commit, taken as the ledger holds it, fails ``check_committed`` or needs a
+    closer look (then the ledger is read back first)."""
+    return (
+        copy is None
+        or (copy.commit_id, copy.value, copy.epoch_ms) != (cp.commit_id, cp.value, cp.epoch_ms)
+        or recount != (len(fold.pending), fold.pending_sum)
+    )
+
+
 def _present_below(store: Store, counter: Key, fold: Fold) -> dict[Any, Row]:
     found = store.read_rows([counter])[counter]
     return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
@@ -812,27 +832,26 @@ def _late_sum(store: Store, counter: Key, fold: Fold) -> int:
 
 def _forget(
     ctx: _Context,
+    bucket: int,
     touched: list[Touched],
     folds: list[Fold],
     rows: dict[Key, list[Row]],
     windowed: dict[Key, int],
-    read_start: int,
 ) -> None:
-    """Forget the marks of counters this run read whole and left with nothing newer, if the
-    mark is older than the read by ``FORGET_MARGIN`` (its row had time to land before it)."""
-    horizon = read_start - int(FORGET_MARGIN.total_seconds() * 1_000_000)
+    """Forget the bucket's marks that were written ``FORGET_MARGIN`` before the run read the
+    index (their rows had time to land before this run read the raw rows): one partition
+    tombstone at that time, so a mark written since survives. The counters that still need a
+    look (rows newer than the epoch, hot, quarantined) are marked again at once."""
+    horizon = ctx.index_read_at - int(FORGET_MARGIN.total_seconds() * 1_000_000)
+    if not any(t.writetime <= horizon for t in touched):
+        return
     busy = {f.counter for f in folds if f.newer_rows}
     busy |= {c for c, found in rows.items() if any(r[0] > ctx.epoch_ms for r in found)}
-    forget = [
-        t
-        for t in touched
-        if t.writetime < horizon
-        and t.counter not in busy
-        and t.counter not in windowed
-        and t.counter not in ctx.quarantined
-    ]
-    if forget:
-        ctx.store.forget_touched(forget)
+    busy |= set(windowed) | ctx.quarantined
+    keep = [t.counter for t in touched if t.writetime <= horizon and t.counter in busy]
+    ctx.store.forget_bucket(ctx.shard, bucket, horizon)
+    if keep:
+        ctx.store.mark_touched(keep)
 
 
 def read_rows_tolerant(
@@ -989,6 +1008,7 @@ def cleanup_shard(
     run_id: str,
     *,
     now: datetime | None = None,
+    sweep: bool = False,
     fault: Fault = _no_fault,
 ) -> CleanupReport:
     """Delete the raw rows the run's verified commits counted, exactly those, and only while
@@ -1015,7 +1035,9 @@ def cleanup_shard(
         counters = [c for c in commits if c not in quarantined]
         if not counters:
             return part
-        whole = len(counters) >= SCAN_THRESHOLD
+        # whole-bucket reads only in a sweep (which reads the whole table anyway): outside one,
+        # the bucket may hold a million idle counters
+        whole = sweep and len(counters) >= SCAN_THRESHOLD
         ledger = store.read_ledger(shard, bucket, None if whole else counters).checkpoints
         mine = {c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]}
         deletions = [(c, list(cp.pending)) for c, cp in mine.items() if cp.pending]
@@ -1215,7 +1237,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
             return compact_shard(
                 store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
             )
-        return cleanup_shard(store, shard, run_id, now=now)
+        return cleanup_shard(store, shard, run_id, now=now, sweep=sweep)
 
 
 def run_family(
@@ -1296,7 +1318,10 @@ def run_family(
                     )
                     for s in plan.shards
                 ]
-            return [cleanup_shard(store, s, run_id, now=now, fault=fault) for s in plan.shards]
+            return [
+                cleanup_shard(store, s, run_id, now=now, sweep=plan.sweep, fault=fault)
+                for s in plan.shards
+            ]
         args = [
             (
                 step,

@@ -432,11 +432,21 @@ class Store:
         return self._scan_distinct(statement, shard)
 
     def touched_count(self, limit: int) -> int:
-        """How many counters are marked touched, counted up to ``limit`` (a scan of the small
-        index table that stops there): the cheap first step of every run."""
-        statement = self.prepare("index_count", "SELECT shard FROM {index} LIMIT ?")
-        self.requests[self.phase] += 1
-        return sum(1 for _row in self.session.execute(statement, (limit,)))
+        """How many counters are marked touched, counted up to ``limit`` per index partition
+        (one small read per partition: a scan of the whole index would walk every tombstone
+        of the marks forgotten within its ``gc_grace_seconds``)."""
+        statement = self.prepare(
+            "index_count", "SELECT {key} FROM {index} WHERE shard = ? AND slot = ? LIMIT ?"
+        )
+        results = self._concurrent(
+            statement,
+            [
+                (shard, bucket, limit)
+                for shard in range(self.family.shards)
+                for bucket in range(BUCKETS)
+            ],
+        )
+        return sum(len(result.current_rows) for result in results)
 
     def anything_quarantined(self) -> bool:
         """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
@@ -464,6 +474,17 @@ class Store:
         ranges = fine[shard * SCAN_SPLITS : (shard + 1) * SCAN_SPLITS]
         results = self._concurrent(statement, ranges)
         return [tuple(r) for result in results for r in result]
+
+    def forget_bucket(self, shard: int, bucket: int, before_micros: int) -> None:
+        """Delete every mark of one index partition written at or before ``before_micros``: a
+        partition tombstone at that time (marks written later, with later server timestamps,
+        survive it)."""
+        statement = self.prepare(
+            "index_forget_bucket",
+            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?",
+        )
+        self.requests[self.phase] += 1
+        self.session.execute(statement, (before_micros, shard, bucket))
 
     def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
