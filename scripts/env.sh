@@ -85,7 +85,9 @@ test_cassandra_begin() {
     log "CASSANDRA_HOSTS=$CASSANDRA_HOSTS is set: using that cluster (port ${CASSANDRA_PORT:-9042})"
     return 0
   fi
-  local up_args=()
+  # 2 GiB of heap: a test session creates a few hundred tables (six per family), and each costs
+  # the node heap until the session drops its keyspaces (1 GiB ran out of old generation)
+  local up_args=(--heap "${CASSANDRA_TEST_HEAP:-2G}" --allow-big-heap)
   [[ -n "${CASSANDRA_TEST_PORT:-}" ]] && up_args+=(--port "$CASSANDRA_TEST_PORT")
   # An exported CASSANDRA_PORT means the dev node's port; the test instance has its own.
   CASSANDRA_PORT='' cassandra_start "$TEST_INSTANCE" "${up_args[@]}"
