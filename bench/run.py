@@ -64,7 +64,18 @@ from .ops import (
 )
 from .probes import commit_costs, fold_io_costs
 
-SECTIONS = ("scan", "naive", "compaction", "idle", "reads", "limits", "probes", "dags", "kinds")
+SECTIONS = (
+    "scan",
+    "naive",
+    "compaction",
+    "scaling",
+    "idle",
+    "reads",
+    "limits",
+    "probes",
+    "dags",
+    "kinds",
+)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 TARGETS = {
@@ -81,6 +92,8 @@ TARGETS = {
 
 @dataclass
 class Params:
+    scale: tuple[int, ...] = (10_000, 100_000, 300_000)
+    """Counters (x ``rows_per_counter``) of each compaction in the scaling section."""
     counters: int = 100_000
     rows_per_counter: int = 10
     idle_counters: int = 1_000_000
@@ -122,11 +135,15 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--scan-concurrency", type=int)
     p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
     p.add_argument("--workers", type=int, help="shard processes of each compaction (2)")
+    p.add_argument(
+        "--scale", help="counters per scaling run, comma separated (10000,100000,300000)"
+    )
     p.add_argument("--kind", action="append", choices=sorted(KINDS), help="kind lines to run (all)")
     a = p.parse_args(argv)
     params = Params()
     if a.smoke:
         params = Params(
+            scale=(100, 300),
             counters=300,
             rows_per_counter=5,
             idle_counters=3000,
@@ -159,6 +176,8 @@ def parse_args(argv: list[str] | None) -> Params:
             setattr(params, name, value)
     if a.workers:
         params.workers = a.workers
+    if a.scale:
+        params.scale = tuple(int(n) for n in a.scale.split(","))
     if a.kind:
         params.kinds = tuple(dict.fromkeys(a.kind))
     if a.families:
@@ -468,6 +487,41 @@ class Bench:
             f"compaction: {seconds:.1f} s ({rows / seconds:,.0f} rows/s), exact={exactness.exact}"
         )
 
+    def scaling(self) -> None:
+        """The same compaction at several sizes, each on freshly (bulk) loaded data: how time,
+        CPU, requests and peak memory grow with the rows."""
+        t0 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
+        runs = []
+        for counters in self.p.scale:
+            data = Dataset(f"s{counters}", counters, self.p.rows_per_counter, t0)
+            family, _store, _client = self.make_family(f"bench_scale_{counters}")
+            self.say(f"scaling: loading {data.row_count:,} rows")
+            load_twin(self.conn, self.keyspace, family.raw_table, data)
+            run = self.compact(family, data.epoch, f"scale-{counters}")
+            found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
+            left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
+            exact = compare(data.expected(), found, left)
+            requests = run.get("requests") or {}
+            runs.append(
+                {
+                    "counters": counters,
+                    "rows": data.row_count,
+                    "ok": run["ok"],
+                    "error": run["error"],
+                    "seconds": round(run["seconds"], 3),
+                    "client_cpu_s": round(run["client_cpu_s"], 2),
+                    "server_cpu_s": _round(run["server_cpu_s"], 2),
+                    "requests": sum(requests.values()),
+                    "peak_rss_mib": round(run["rss_peak_kb"] / 1024, 1),
+                    "exact": exact.exact,
+                }
+            )
+            self.say(
+                f"scaling {data.row_count:,} rows: {run['seconds']:.1f} s, exact={exact.exact}"
+            )
+            self.reset_family(family)
+        self.results["scaling"] = {"runs": runs}
+
     def _sweep_after_fold(self, family: Family) -> dict[str, Any]:
         """``discovery: scan`` (the sweep) on the family just folded: ``Store.scan_counters``
         per shard, over a raw table that now holds one tombstone per folded row."""
@@ -750,6 +804,7 @@ class Bench:
             ("scan", self.scan_floor),
             ("naive", self.naive),
             ("compaction", self.compaction),
+            ("scaling", self.scaling),
             ("idle", self.idle),
             ("reads", self.reads),
             ("limits", self.limits),
@@ -970,6 +1025,15 @@ def table(report: dict[str, Any]) -> str:
                 else f"FAILED in {fold['failed_in']}: {fold['error'][:120]}",
             )
         row("limit: hot counter read", f"exact={lim['read_exact']}")
+    for run in (r.get("scaling") or {}).get("runs", []):
+        row(
+            f"   scaling: {run['rows']:,} rows",
+            _fmt(run["seconds"], " s") if run["ok"] else f"FAILED: {run['error']}",
+            f"exact={run['exact']}",
+            f"cpu client {_fmt(run['client_cpu_s'])} s server {_fmt(run['server_cpu_s'])} s",
+            f"requests {run['requests']:,}",
+            f"rss {_fmt(run['peak_rss_mib'], ' MiB')}",
+        )
     if "probes" in r:
         probes = {**r["probes"]["commit"], **r["probes"].get("fold_io", {})}
         for name, s in probes.items():

@@ -1029,6 +1029,7 @@ def cleanup_shard(
     now_us = max(_micros(), _micros(now))
 
     def one(bucket: int) -> CleanupReport:
+        store.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
         items = runs[bucket]
         commits = {c: commit_id for commit_id, counters in items for c in counters}
@@ -1050,6 +1051,7 @@ def cleanup_shard(
                 store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
                 fault("cleanup_mark")
             part.rows_deleted += store.delete_rows(deletions, tombstone_ts)
+        store.phase = "verify_cleanup"
         _check_left(store, shard, bucket, mine, whole, part)
         return part
 

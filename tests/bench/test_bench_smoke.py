@@ -50,8 +50,8 @@ def test_report_structure(smoke):
     assert report["machine"]["cpus"] >= 1
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
-        "load", "scan_floor", "naive", "compaction", "idle", "read_latency", "limits",
-        "probes", "dag_parse", "kinds",
+        "load", "scan_floor", "naive", "compaction", "scaling", "idle", "read_latency",
+        "limits", "probes", "dag_parse", "kinds",
     ):  # fmt: skip
         assert section in report["results"], section
     assert set(report["ratios"]) >= {
@@ -146,6 +146,8 @@ def test_compaction_totals_are_exact(smoke):
         assert run["exactness"]["exact"], (name, run["exactness"])
         assert run["counters_committed"] == run["active_counters"], name
     assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
+    assert [run["counters"] for run in r["scaling"]["runs"]] == [100, 300]
+    assert all(run["ok"] and run["exact"] and run["requests"] > 0 for run in r["scaling"]["runs"])
     assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
     assert r["kinds"]["increments"]["exact"] is True
     for kind in ("rows", "unique"):
