@@ -312,6 +312,7 @@ _TALLY_SUMS = (
     "windowed_reads",
     "capped_counters",
     "rows_left",
+    "counted_present",
 )
 NAMED_MAX = 20
 
@@ -335,6 +336,10 @@ class Tally:
     capped_counters: int = 0
     rows_left: int = 0
     """Rows at or below the epoch that the run saw and did not fold (quarantined counters)."""
+    counted_present: int = 0
+    """Rows an earlier commit counted that were still present when this run read (that run's
+    cleanup had not run yet, failed, or missed them): not counted again, deleted by this run's
+    cleanup. Cleanup's own check reads back a sample; this is the full count, a run later."""
     quarantined: list[str] = field(default_factory=list)
     """Counters kept out of the run (bad rows, failed checks, tampered copies); at most 20."""
     windowed_counters: list[str] = field(default_factory=list)
@@ -351,6 +356,7 @@ class Tally:
             self.late_sum += fold.late_sum
             self.max_lateness_ms = max(self.max_lateness_ms, fold.max_lateness_ms)
             self.capped_counters += int(fold.capped)
+            self.counted_present += fold.counted_present
 
     def add_quarantined(self, counter: Key, rows_left: int = 0) -> None:
         self.counters_quarantined += 1
