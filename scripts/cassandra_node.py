@@ -497,6 +497,7 @@ counter_cache_size: 0MiB
 concurrent_reads: 8
 concurrent_writes: 8
 concurrent_counter_writes: 2
+paxos_variant: v2
 authenticator: AllowAllAuthenticator
 authorizer: AllowAllAuthorizer
 """
