@@ -8,11 +8,11 @@ NODE := $(PY) scripts/cassandra_node.py
 INSTANCE ?= $(or $(CASSANDRA_INSTANCE),dev)
 ARGS ?=
 
-.PHONY: help setup run test bench lint format docs clean distclean cassandra-up cassandra-down \
+.PHONY: help setup run test bench bench-airflow lint format docs clean distclean cassandra-up cassandra-down \
         cassandra-status cql airflow-db
 
 help:
-	@echo "make run | test [ARGS=...] | bench [ARGS=...] | setup | lint | format | docs | clean | distclean"
+	@echo "make run | test [ARGS=...] | bench [ARGS=...] | bench-airflow [ARGS=...] | setup | lint | format | docs | clean | distclean"
 	@echo "make cassandra-up | cassandra-down | cassandra-status [INSTANCE=dev|test]"
 	@echo "make cql Q='SELECT ...' | cql F=file.cql [INSTANCE=...]"
 	@echo "make airflow-db   (migrate var/airflow and apply airflow_settings.yaml)"
@@ -28,6 +28,9 @@ test:
 
 bench:
 	@scripts/bench.sh $(ARGS)
+
+bench-airflow:
+	@scripts/bench_airflow.sh $(ARGS)
 
 lint: setup
 	.venv/bin/ruff check .

@@ -73,6 +73,7 @@ def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
         upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
         assert upstream == {
             "plan": set(),
+            "whole_run": {"plan"},
             "compact": {"plan"},
             "verify": {"plan", "compact"},
             "cleanup": {"plan", "verify"},

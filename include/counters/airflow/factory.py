@@ -45,6 +45,8 @@ DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
 """Where a family with ``catchup: true`` starts catching up (until families get a
 ``start_date`` of their own, which the factory then uses)."""
 
+WHOLE_RUN = "whole_run"
+
 RETRIES = 3
 RETRY_DELAY = timedelta(seconds=20)
 RETRY_BACKOFF = 2.0
@@ -118,7 +120,8 @@ def doc_md(family: Family, channels: Channels) -> str:
         (
             "shards",
             f"{family.shards}: one `compact` and one `cleanup` task per token range; a small "
-            "run (few touched counters, no sweep) does all shards in one of each",
+            "run (few touched counters, no sweep) does every phase of every shard in one "
+            "`whole_run` task",
         ),
         (
             "raw rows after folding",
@@ -145,7 +148,10 @@ def doc_md(family: Family, channels: Channels) -> str:
 
 **Tasks.** `plan` (the epoch, and whether this run sweeps the whole raw table; a run whose
 epoch is not newer than the compacted epoch records a `noop`, one with nothing touched and no
-sweep due an `idle` audit row, and skips the rest) -> `compact` (per shard: fold, commit a bucket
+sweep due an `idle` audit row, and skips the rest). A small run (few counters touched, no
+sweep) then runs every phase below in one task, `whole_run` (one process instead of six; its
+log and return value list each phase's outcome, and a failing phase fails it and audits as its
+own task would); a larger run maps them: `compact` (per shard: fold, commit a bucket
 at a time in conditional batches, write the readers' copies, recount on the server and
 quarantine any counter that does not add up) -> `verify` (the conservation evidence, by the
 engine and the Great Expectations suite; Data Docs in `{docs}`) -> `cleanup` (per shard:
@@ -218,8 +224,9 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
     ) as dag:
 
         @task
-        def plan() -> list[int]:
-            """Returns the shards to map over; the run itself goes to XCom key ``run``."""
+        def plan() -> list[list[int]]:
+            """Decides the run (XCom key ``run``) and returns the shard groups to map
+            ``compact`` and ``cleanup`` over: none for a small run, which ``whole_run`` does."""
             context = get_current_context()
             dag_run = context["dag_run"]
             params = context["params"]
@@ -231,7 +238,12 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
                 dry_run=bool(params.get("dry_run")),
             )
             context["ti"].xcom_push("run", run)
-            return run["groups"]
+            return [] if run["whole"] else run["groups"]
+
+        @task(task_id=WHOLE_RUN, pool=pool())
+        def whole_run(run: Run) -> dict[str, Any]:
+            ti = get_current_context()["ti"]
+            return _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
         def compact(run: Run, shards: list[int]) -> list[dict[str, Any]]:
@@ -262,6 +274,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
 
         groups = plan()
         run = groups["run"]
+        whole_run(run)
         reports = compact.partial(run=run).expand(shards=groups)
         verified = verify(run, reports)
         cleanups = cleanup.partial(run=run).expand(shards=groups)

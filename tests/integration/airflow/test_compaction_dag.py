@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
     run = dag.test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
 
     assert run.state == "success", states(run)
-    assert set(states(run).values()) == {"success"}
+    got = states(run)  # a first run sweeps: mapped phases, whole_run skips itself
+    assert got.pop("whole_run") == "skipped" and set(got.values()) == {"success"}, got
     for counter in ("IBM", "AAPL"):
         value = client.read_many([counter])[0]
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, before[counter])
@@ -131,6 +133,7 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     assert run.state == "failed"
     got = states(run)
     assert got["record_audit"] == "failed", got
+    assert got.pop("whole_run") == "skipped", got  # a first run sweeps: mapped phases
     assert {v for k, v in got.items() if k != "record_audit"} == {"success"}, got
     assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
     assert [t for t in raw_times(store, "AAPL") if t <= epoch] == []  # the rest proceeds
@@ -246,3 +249,36 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
     assert [a["epoch_after"] for a in audit[1:]] == [t0 + timedelta(minutes=m) for m in (9, 6, 3)]
     assert "not newer than the compacted epoch" in audit[0]["message"]
     assert store.family_epoch() == t0 + timedelta(minutes=9)
+
+
+def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
+    conn, make_families, dagbag, t0
+):
+    families = make_families({"shards": 2})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    dag = dagbag().dags[family.dag_id]
+
+    first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    assert first.state == "success", states(first)
+    got = states(first)  # the family's first run sweeps: the phases are mapped over shards
+    assert got["whole_run"] == "skipped" and got["plan"] == "success", got
+    assert {got["compact[0]"], got["compact[1]"], got["record_audit"]} == {"success"}, got
+
+    epoch = t0 + timedelta(minutes=10)
+    second = dag.test(logical_date=aware(epoch + family.lag))
+    assert second.state == "success", states(second)
+    got = states(second)  # few counters touched, no sweep due: one task does it all
+    assert (got.pop("plan"), got.pop("whole_run")) == ("success", "success"), got
+    assert set(got.values()) == {"skipped"}, got
+    for counter in ("IBM", "AAPL"):
+        value = client.read_many([counter])[0]
+        assert (value.compact_value, value.epoch, value.value) == (55, epoch, 255)
+        assert len(raw_times(store, counter)) == 2  # rows <= epoch deleted, the newer kept
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["success", "success"]
+    assert audit[0]["run_id"] == second.run_id and audit[0]["rows_deleted"] == 8
+    checks = json.loads(audit[0]["checks"])  # stored as JSON text
+    assert checks["gx:recount_equals_counted_rows"] == "pass", checks

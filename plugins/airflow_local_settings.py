@@ -1,0 +1,49 @@
+"""Airflow local settings: pay the task bodies' heavy imports once per worker, not per task.
+
+Airflow imports ``airflow_local_settings`` at startup in every process (the plugins folder is
+on ``sys.path``). In the process that forks the task processes (the scheduler, whose
+LocalExecutor workers are forked from it; a Celery worker) this module imports what the
+compaction tasks need: the engine and the Cassandra driver, pandas and Great Expectations
+(about 3.5 CPU-seconds and 160 MB in all). Every task process forked later inherits them
+instead of importing them again. Nothing connects or starts a thread here, so forking stays
+safe, and DAG parsing (the DAG processor) still imports none of it.
+
+``COUNTERS_PRELOAD=0`` turns it off (e.g. to measure its effect: ``make bench-airflow``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+log = logging.getLogger(__name__)
+
+FORKING_COMMANDS = (("scheduler",), ("celery", "worker"))
+"""``airflow <command>`` invocations whose children run tasks by ``fork``."""
+
+
+def _forks_tasks(argv: list[str]) -> bool:
+    if not argv or os.path.basename(argv[0]) != "airflow":
+        return False
+    return any(tuple(argv[1 : 1 + len(c)]) == c for c in FORKING_COMMANDS)
+
+
+def _preload() -> None:
+    started = time.process_time()
+    try:
+        import cassandra.cluster  # noqa: F401
+        import counters.airflow.checks
+        import counters.airflow.factory
+        import counters.airflow.tasks  # noqa: F401
+        import great_expectations  # noqa: F401
+        import pandas  # noqa: F401
+    except Exception:  # a task imports them itself and reports the real error there
+        log.warning("counters: preloading the task modules failed", exc_info=True)
+        return
+    log.info("counters: task modules preloaded in %.1f CPU-s", time.process_time() - started)
+
+
+if os.environ.get("COUNTERS_PRELOAD", "1") != "0" and _forks_tasks(sys.argv):
+    _preload()
