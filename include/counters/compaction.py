@@ -51,6 +51,7 @@ from .core import (
     Evidence,
     Fold,
     Key,
+    Packed,
     Row,
     Tally,
     check_committed,
@@ -61,6 +62,7 @@ from .core import (
     format_key,
     from_millis,
     needs_closer_look,
+    needs_pending,
     next_version,
     to_millis,
     truncate_ms,
@@ -79,6 +81,7 @@ FAULT_POINTS = (
     "discover",
     "read_compact",
     "read_raw",
+    "keys",
     "commit",
     "copy",
     "verify",
@@ -88,7 +91,8 @@ FAULT_POINTS = (
     "cleanup_delete",
     "finish",
 )
-"""Every point ``fault`` is called at, in run order (``cleanup_mark``: unique families only)."""
+"""Every point ``fault`` is called at, in run order (``keys``: after a chunk's keys are recorded,
+before its commit; ``cleanup_mark``: unique families only)."""
 
 LEASE_TTL_S = 120
 FORGET_MARGIN = timedelta(minutes=2)
@@ -310,7 +314,6 @@ class _Context:
     quarantined: set[Key]
     report: ShardReport
     commit_chunk: int = COMMIT_CHUNK
-    chunks: list[tuple[int, Any, list[Key]]] = field(default_factory=list)
     index_read_at: int = 0
     """When the shard's index marks were read (µs): the base of the forget horizon."""
 
@@ -368,7 +371,6 @@ def compact_shard(
                 tally=Tally(),
                 phases=Phases(),
                 report=ShardReport(shard, Tally(), Phases()),
-                chunks=[],
             )
             touched = marks.get(bucket, [])
             scan = sweep or len(touched) >= SCAN_THRESHOLD
@@ -465,6 +467,9 @@ def _compact_bucket(
         ctx.tally.add_windowed(list(windowed))
     checkpoints, recopy, tampered = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
     _quarantine(ctx, [(c, "tampered", d) for c, d in tampered.items()], rows)
+    with phases.timed("read_compact", store):
+        lost = _load_pending(ctx, bucket, checkpoints, rows)
+    _quarantine(ctx, lost, rows)
     with phases.timed("plan", store):
         folds = _fold(ctx, rows, checkpoints)
     bad = [
@@ -479,6 +484,14 @@ def _compact_bucket(
             ctx.tally.add_fold(fold)
         return
     committed = _commit(ctx, bucket, ledger.head, folds, rows)
+    if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
+        for counter in store.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
+            _quarantine(
+                ctx,
+                [(counter, "keys_missing", _keys_missing(counter, ledger.checkpoints[counter]))],
+                rows,
+            )
+        recopy = [c for c in recopy if c not in ctx.quarantined]
     with phases.timed("copy", store):
         copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
         copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
@@ -538,6 +551,28 @@ def _bases(
     return {c: b for c, b in bases.items() if c in rows}, recopy, tampered
 
 
+def _load_pending(
+    ctx: _Context, bucket: int, checkpoints: dict[Key, Checkpoint], rows: dict[Key, list[Row]]
+) -> list[tuple[Key, str, str]]:
+    """Load the counted keys of the checkpoints whose counters still have rows at or below
+    their epoch (only those rows can be counted already); the ones whose record is gone are
+    returned for quarantine: counting their rows again could count some twice."""
+    need = [
+        c for c, found in rows.items() if c in checkpoints and needs_pending(checkpoints[c], found)
+    ]
+    missing = ctx.store.load_pending(ctx.shard, bucket, checkpoints, need)
+    return [(c, "keys_missing", _keys_missing(c, checkpoints[c])) for c in missing]
+
+
+def _keys_missing(counter: Key, cp: Checkpoint) -> str:
+    return (
+        f"{format_key(counter)}: rows at or below its epoch are present, and the record of "
+        f"which {cp.pending_rows} row(s) commit {cp.commit_id} (run {cp.run_id}) counted is "
+        "gone (the run log keeps it 14 days): they cannot be told from late rows. Delete the "
+        "rows that commit counted (or fold the late ones by hand), then release the counter"
+    )
+
+
 def _quarantine(
     ctx: _Context, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
 ) -> None:
@@ -557,14 +592,14 @@ def _quarantine(
 def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]) -> list[Fold]:
     store = ctx.store
     if store.family.folds_by_slice:
-        counters = [c for c in rows if c in bases]
+        counters = [c for c in rows if c in bases and c not in ctx.quarantined]
         slices = store.read_slices(counters, bases, ctx.epoch_ms)
         return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
     for counter, found in rows.items():
         base = bases.get(counter)
-        if base is None:
+        if base is None or counter in ctx.quarantined:
             continue
         counted: frozenset[Any] = frozenset()
         if unique:
@@ -599,35 +634,15 @@ def _commit(
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
         for chunk in chunks(todo, ctx.commit_chunk):
-            commit_id = store.new_commit_id()
-            now = _micros()
             with ctx.phases.timed("commit", store):
-                applied = store.commit_bucket(
-                    ctx.shard, bucket, head, chunk, commit_id, ctx.run_id, now
-                )
-            if not applied:
+                done = commit_folds(store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault)
+            if done is None:
                 lost.extend(chunk)
                 continue
-            head = commit_id
-            ctx.chunks.append((bucket, commit_id, [f.counter for f in chunk]))
+            head = done[0]
             for f in chunk:
                 ctx.tally.add_fold(f)
-                committed[f.counter] = (
-                    f,
-                    Checkpoint(
-                        f.value,
-                        f.epoch_ms,
-                        commit_id,
-                        frozenset(f.pending),
-                        f.pending_sum,
-                        next_version(now, f.base.version),
-                        ctx.run_id,
-                    ),
-                )
-        if ctx.chunks:  # what cleanup deletes: one request for the bucket's commits
-            with ctx.phases.timed("log", store):
-                store.write_run_chunks(ctx.run_id, ctx.shard, ctx.chunks)
-            ctx.chunks = []
+                committed[f.counter] = (f, committed_checkpoint(f, *done, ctx.run_id))
         ctx.fault("commit")
         if not lost:
             return committed
@@ -646,6 +661,42 @@ def _commit(
     )
 
 
+def commit_folds(
+    store: Store,
+    shard: int,
+    bucket: int,
+    head: Any,
+    folds: Sequence[Fold],
+    run_id: str,
+    fault: Fault = _no_fault,
+) -> tuple[Any, int] | None:
+    """Commit folds of one bucket: first the record of the rows they count (the run log),
+    then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
+    or None if another commit reached the bucket first (nothing applied; the record is never
+    used, since nothing refers to its commit id)."""
+    commit_id = store.new_commit_id()
+    now = _micros()
+    store.write_commit_keys(run_id, shard, bucket, commit_id, folds)
+    fault("keys")
+    if not store.commit_bucket(shard, bucket, head, folds, commit_id, run_id, now):
+        return None
+    return commit_id, now
+
+
+def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: str) -> Checkpoint:
+    """The checkpoint a fold became when its commit applied."""
+    return Checkpoint(
+        fold.value,
+        fold.epoch_ms,
+        commit_id,
+        frozenset(fold.pending),
+        fold.pending_sum,
+        next_version(now_micros, fold.base.version),
+        run_id,
+        pending_rows=len(fold.pending),
+    )
+
+
 def _refold(
     ctx: _Context, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
 ) -> tuple[list[Fold], Any]:
@@ -656,7 +707,8 @@ def _refold(
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
     bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
-    folds = [f for f in _fold(ctx, fresh, bases) if f.commit]
+    _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
+    folds = [f for f in _fold(ctx, fresh, bases) if f.commit and f.counter not in ctx.quarantined]
     return folds, ledger.head
 
 
@@ -876,6 +928,9 @@ def read_rows_tolerant(
             rows.update(store.read_rows([counter]))
         except (ReadFailure, ReadTimeout) as exc:
             base = ledger.checkpoints.get(counter)
+            if base is not None and not base.pending_loaded:  # its counted rows: point reads
+                store.load_pending(*store.bucket(counter), ledger.checkpoints, [counter])
+                base = ledger.checkpoints[counter]
             if base is None and counter in copies:
                 copy = copies[counter]
                 base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
@@ -1023,7 +1078,7 @@ def cleanup_shard(
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
-    runs = store.read_run_chunks(run_id, shard)
+    runs = store.read_run_commits(run_id, shard)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
@@ -1036,16 +1091,23 @@ def cleanup_shard(
     def one(bucket: int) -> CleanupReport:
         store.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
-        items = runs[bucket]
-        commits = {c: commit_id for commit_id, counters in items for c in counters}
-        counters = [c for c in commits if c not in quarantined]
+        records: dict[Key, dict[Any, tuple[Packed, ...]]] = {}
+        for commit_id, counted in runs[bucket]:
+            for counter, keys in counted.items():
+                records.setdefault(counter, {})[commit_id] = keys
+        counters = [c for c in records if c not in quarantined]
         if not counters:
             return part
         # whole-bucket reads only in a sweep (which reads the whole table anyway): outside one,
         # the bucket may hold a million idle counters
         whole = sweep and len(counters) >= SCAN_THRESHOLD
-        ledger = store.read_ledger(shard, bucket, None if whole else counters).checkpoints
-        mine = {c: ledger[c] for c in counters if c in ledger and ledger[c].commit_id == commits[c]}
+        ledger = store.read_ledger(shard, bucket, None if whole else counters, False).checkpoints
+        mine: dict[Key, Checkpoint] = {}
+        for counter in counters:  # only while the ledger holds this run's commit of it
+            cp = ledger.get(counter)
+            keys = records[counter].get(cp.commit_id) if cp is not None else None
+            if cp is not None and keys is not None:
+                mine[counter] = replace(cp, pending=frozenset(keys), pending_loaded=True)
         deletions = [(c, list(cp.pending)) for c, cp in mine.items() if cp.pending]
         if deletions:
             newest = max(mine[c].epoch_ms or 0 for c, _keys in deletions)

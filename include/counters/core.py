@@ -150,9 +150,24 @@ class Checkpoint:
     family's duplicates included): what a recount of them must find."""
     version: int | None = None
     run_id: str | None = None
+    pending_rows: int = 0
+    """How many rows ``pending`` lists (known without the list itself)."""
+    pending_loaded: bool = True
+    """Whether ``pending`` holds the keys. The ledger keeps only their count and sum; the keys
+    live in the commit's record of the run log and are read only for a counter that still has
+    rows at or below its epoch (``needs_pending``), which is rare once cleanups succeed."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()
+
+
+def needs_pending(base: Checkpoint, rows: Iterable[Row]) -> bool:
+    """Whether folding ``rows`` onto ``base`` needs the keys of its pending rows: only rows at
+    or below the checkpoint's epoch can be counted already (a later row never is)."""
+    if base.pending_loaded or not base.pending_rows or base.epoch_ms is None:
+        return False
+    epoch = base.epoch_ms
+    return any(r[0] <= epoch for r in rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +232,11 @@ def fold_counter(
     the time of the last row that fits (readers stay exact: they add every row after it).
     """
     rows = list(rows)
+    if needs_pending(base, rows):
+        raise ValueError(
+            f"{format_key(counter)}: rows at or below its epoch are present and the keys of "
+            "the rows its checkpoint counted were not loaded"
+        )
     target = epoch_ms if base.epoch_ms is None else max(epoch_ms, base.epoch_ms)
     below = [r for r in rows if r[0] <= target]
     capped = False

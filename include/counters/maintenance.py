@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .compaction import MAX_ATTEMPTS, Phases, RunPlan, _micros, audit_record
+from .compaction import (
+    MAX_ATTEMPTS,
+    Phases,
+    RunPlan,
+    _micros,
+    audit_record,
+    commit_folds,
+    committed_checkpoint,
+)
 from .config import Kind
 from .core import (
     EMPTY_CHECKPOINT,
@@ -20,7 +28,6 @@ from .core import (
     Key,
     Tally,
     format_key,
-    next_version,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -60,20 +67,11 @@ def commit_counter(
 ) -> Checkpoint | None:
     """Commit one counter's new checkpoint and write its copy; None if another commit to the
     bucket came first (the caller re-reads)."""
-    commit_id = store.new_commit_id()
-    now = _micros()
-    if not store.commit_bucket(shard, bucket, head, [fold], commit_id, run_id, now):
+    done = commit_folds(store, shard, bucket, head, [fold], run_id)
+    if done is None:
         return None
-    checkpoint = Checkpoint(
-        fold.value,
-        fold.epoch_ms,
-        commit_id,
-        frozenset(fold.pending),
-        fold.pending_sum,
-        next_version(now, fold.base.version),
-        run_id,
-    )
-    store.copy_compact([(fold.counter, checkpoint)], run_id, now)
+    checkpoint = committed_checkpoint(fold, *done, run_id)
+    store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
     return checkpoint
 
 
@@ -261,7 +259,10 @@ def release(store: Store, counter: Key) -> Checkpoint:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
-    checkpoint = store.read_ledger(shard, bucket, [counter]).checkpoints.get(counter)
+    checkpoints = store.read_ledger(shard, bucket, [counter]).checkpoints
+    if store.family.kind is Kind.UNIQUE and counter in checkpoints:  # the copy lists them
+        store.load_pending(shard, bucket, checkpoints, [counter])
+    checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
         # a newer write timestamp than the changed copy's, so the restored copy wins
         restored = Checkpoint(

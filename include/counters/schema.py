@@ -39,7 +39,10 @@ INDEX_OPTIONS = (  # a resurrected mark only adds a candidate: short gc_grace is
     "compaction = {'class': 'LeveledCompactionStrategy', 'tombstone_threshold': '0.05', "
     "'unchecked_tombstone_compaction': 'true'} AND gc_grace_seconds = 600"
 )
-RUNLOG_OPTIONS = "default_time_to_live = 1209600 AND gc_grace_seconds = 10800"
+RUNLOG_TTL_S = 1_209_600
+"""How long the run log keeps a commit's record (14 days): a counter whose counted rows are still
+present after that (no run and no sweep read it meanwhile) is quarantined, not guessed at."""
+RUNLOG_OPTIONS = f"default_time_to_live = {RUNLOG_TTL_S} AND gc_grace_seconds = 10800"
 LEDGER_OPTIONS = (
     "compaction = {'class': 'LeveledCompactionStrategy'} "
     "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
@@ -154,8 +157,10 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         "run_id text, pending text, pending_sum bigint, pending_rows int, base_value bigint, "
         "folded_sum bigint, version bigint, updated_at timestamp, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
+        # per commit, the keys of the rows each of its counters counted (written before the
+        # commit; cleanup deletes exactly these, a later fold reads them if any is left)
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
-        "bucket int, commit_id timeuuid, counters text, "
+        "bucket int, commit_id timeuuid, counters text, keys blob, "
         f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
@@ -343,6 +348,9 @@ def ensure_schema(
         session.execute(compact_ddl(family, layout))
     for statement in bookkeeping_ddl(family, layout):
         session.execute(statement)
+    runs = _table_meta(session, family.keyspace, runs_table(family))
+    if runs is not None and "keys" not in runs.columns:  # a run log from before keys moved here
+        session.execute(f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD keys blob")
     index = _table_meta(session, family.keyspace, index_table(family))
     if index is not None and [c.name for c in index.partition_key] != ["shard", "slot"]:
         raise SchemaError(

@@ -1,6 +1,7 @@
 """The functional core: epochs, shards, fold plans, checks (no services)."""
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,6 +22,7 @@ from counters.core import (
     evaluate_evidence,
     fold_counter,
     needs_closer_look,
+    needs_pending,
     next_version,
     shard_bounds,
     shard_of,
@@ -158,6 +160,16 @@ class TestFold:
             max_rows=4,
         )
         assert again.value == 8 and again.late_rows == 0
+
+    def test_keys_of_counted_rows_are_needed_only_for_rows_at_or_below_the_epoch(self):
+        unloaded = Checkpoint(5, ms(5), "c1", pending_rows=1, pending_loaded=False)
+        assert not needs_pending(unloaded, [row(6, 1)])  # after the epoch: never counted yet
+        assert needs_pending(unloaded, [row(6, 1), row(5, 5)])
+        assert not needs_pending(replace(unloaded, pending_rows=0), [row(5, 5)])
+        fold = fold_counter(("x",), unloaded, [row(6, 1)], ms(7))  # cleaned up: no keys read
+        assert (fold.value, fold.late_rows) == (6, 0)
+        with pytest.raises(ValueError, match="not loaded"):
+            fold_counter(("x",), unloaded, [row(5, 5)], ms(7))
 
     def test_unique_member_counts_once(self):
         rows = [(ms(0), (ms(0), "u1"), 1), (ms(1), (ms(1), "u1"), 1), (ms(2), (ms(2), "u2"), 1)]

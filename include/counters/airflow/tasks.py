@@ -51,7 +51,7 @@ def fault_hook(hook: Callable[[str], None]) -> Iterator[None]:
     """Call ``hook(point)`` at the engine's fault points while the block runs (tests only).
 
     Tasks run in the test's process under ``dag.test()``, so a test can, for example, corrupt a
-    compact row right after the commit (point ``"log"``) and watch ``verify`` catch it.
+    compact row right after the commit (point ``"commit"``) and watch ``verify`` catch it.
     """
     _fault_hooks.append(hook)
     try:

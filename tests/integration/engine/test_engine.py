@@ -347,6 +347,53 @@ def test_crash_at_every_point_then_rerun_is_exact(make_family, t0, point):
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
 
 
+def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family, t0):
+    """A run commits and crashes before its cleanup: the next run reads which rows that commit
+    counted from the run log (the ledger keeps only their number and sum), counts them once,
+    and deletes them. If that record is gone, the counter is quarantined, never guessed at."""
+    from counters.schema import runs_table
+
+    family, store, client = make_family(shards=1)
+    a, b = same_bucket(store, 2)  # one bucket: the crash comes after both are committed
+    # no sweep due: only that bucket is worked (a crash in another one would come first)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    load(client, t0, counters=(a, b), before=5, after=1)
+    epoch = t0 + timedelta(minutes=10)
+
+    def crash(point):
+        if point == "verify":
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        run(store, epoch, fault=crash, run_id="crashed")
+    assert client.read(a) == 115 and rows_at_or_below(store, (a,), epoch) == 5
+    late = t0 + timedelta(minutes=3)  # a late row among the counted ones: not counted yet
+    client.record([inc(a, 1000, late, "late", 1)])
+
+    after = run(store, epoch + timedelta(minutes=1), run_id="next")
+    assert after.outcome == "success"
+    assert after.tally.counted_present == 10  # seen, not counted again
+    assert (after.tally.rows_folded, after.tally.late_rows) == (3, 1)  # the late and newer rows
+    assert {v.counter[0]: v.value for v in client.read_many([a, b])} == {a: 1115, b: 115}
+    assert rows_at_or_below(store, (a,), epoch) == 0
+
+    # the same crash, then the record of the commit is lost (the run log keeps it 14 days)
+    client.record([inc(a, 7, epoch + timedelta(minutes=2), "w", 7)])
+    with pytest.raises(Crash):
+        run(store, epoch + timedelta(minutes=3), fault=crash, run_id="crashed-2")
+    store.session.execute(f"TRUNCATE {family.keyspace}.{runs_table(family)}")
+    client.record([inc(a, 9, epoch + timedelta(minutes=2, seconds=5), "late", 2)])
+    with pytest.raises(engine.ChecksFailed, match="quarantined"):
+        run(store, epoch + timedelta(minutes=4), run_id="after-loss")
+    [held] = engine.quarantined(store)
+    assert (held.counter, held.reason) == ((a,), "keys_missing")
+    assert "cannot be told from late rows" in held.detail
+    # readers see the commit's copy plus the rows after its epoch (the late row waits, as every
+    # late row does, here until the counter is released); nothing of it was deleted
+    assert client.read(a) == 1115 + 7
+    assert sorted(inc for _t, inc in raw_rows(store, (a,))) == [7, 9]
+
+
 @pytest.mark.parametrize(
     "point", ["read_compact", "read_raw", "commit", "copy", "verify", "forget", "cleanup_delete"]
 )

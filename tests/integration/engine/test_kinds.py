@@ -247,7 +247,8 @@ def test_unique_writer_crash_between_member_and_row_is_healed_by_reconcile(meeti
 
 
 @pytest.mark.parametrize(
-    "point", ["read_raw", "commit", "copy", "cleanup_read_log", "cleanup_mark", "cleanup_delete"]
+    "point",
+    ["read_raw", "keys", "commit", "copy", "cleanup_read_log", "cleanup_mark", "cleanup_delete"],
 )
 def test_unique_crash_then_rerun_is_exact(meetings, t0, point):
     _family, store, client = meetings

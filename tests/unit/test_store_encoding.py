@@ -1,0 +1,45 @@
+"""The store's pure encodings (no services): the run log's record of counted keys."""
+
+import zlib
+
+import pytest
+from counters.store import pack_commit_keys, unpack_commit_keys
+
+pytestmark = pytest.mark.unit
+
+
+def test_commit_keys_round_trip_as_tuples():
+    entries = [
+        (["IBM"], ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
+        (["AAPL", 3], ()),  # a commit of a counter with nothing left to delete
+        (["ü-ß"], ((1, "a\u00e9", -5),)),
+    ]
+    assert unpack_commit_keys(pack_commit_keys(entries)) == [
+        (["IBM"], ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
+        (["AAPL", 3], ()),
+        (["ü-ß"], ((1, "a\u00e9", -5),)),
+    ]
+
+
+def test_commit_keys_are_compressed():
+    entries = [
+        ([f"c{i}"], tuple((1_700_000_000_000 + j, "writer", j) for j in range(10)))
+        for i in range(1000)
+    ]
+    blob = pack_commit_keys(entries)
+    assert len(blob) * 4 < len(zlib.decompress(blob))
+
+
+def test_timestamps_bound_from_millis_are_the_drivers_bytes():
+    from datetime import datetime
+
+    from cassandra.cqltypes import DateType, ListType, LongType, TupleType, UTF8Type
+    from counters.store import MillisTimestampType, millis_timestamps
+
+    keys = ListType.apply_parameters([TupleType.apply_parameters([DateType, UTF8Type, LongType])])
+    fast = millis_timestamps(keys)
+    assert fast.subtypes[0].subtypes[0] is MillisTimestampType
+    assert fast.cql_parameterized_type() == keys.cql_parameterized_type()
+    for value in ([(1_795_349_400_000, "w", 3)], [(datetime(2026, 1, 1, 1, 2, 3, 4000), "w", -1)]):
+        assert fast.serialize(value, 5) == keys.serialize(value, 5)
+    assert millis_timestamps(UTF8Type) is UTF8Type
