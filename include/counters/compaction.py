@@ -51,7 +51,6 @@ from .core import (
     Evidence,
     Fold,
     Key,
-    Packed,
     Row,
     Tally,
     check_committed,
@@ -633,6 +632,7 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
+        applied: list[Any] = []
         for chunk in chunks(todo, ctx.commit_chunk):
             with ctx.phases.timed("commit", store):
                 done = commit_folds(store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault)
@@ -640,10 +640,13 @@ def _commit(
                 lost.extend(chunk)
                 continue
             head = done[0]
+            applied.append(head)
             for f in chunk:
                 ctx.tally.add_fold(f)
                 committed[f.counter] = (f, committed_checkpoint(f, *done, ctx.run_id))
         ctx.fault("commit")
+        with ctx.phases.timed("log", store):  # what cleanup deletes
+            store.mark_applied(ctx.run_id, ctx.shard, bucket, applied)
         if not lost:
             return committed
         ctx.tally.conflicts += len(lost)
@@ -1068,13 +1071,12 @@ def cleanup_shard(
     run_id: str,
     *,
     now: datetime | None = None,
-    sweep: bool = False,
     fault: Fault = _no_fault,
 ) -> CleanupReport:
-    """Delete the raw rows the run's verified commits counted, exactly those, and only while
-    the ledger still holds the commit (a later commit lists them itself); quarantined counters
-    keep their rows. Then count, on the server, what is left at or below each epoch: a counted
-    row still there is a failure, any other row a late write (folded by the next run)."""
+    """Delete the raw rows the run's applied commits counted, exactly those (keys read from
+    the run log, not the ledger); quarantined counters keep their rows. Then count, on the
+    server, what is left at or below each epoch of a sample: a counted row still there is a
+    failure, any other row a late write (folded by the next run)."""
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
@@ -1091,26 +1093,24 @@ def cleanup_shard(
     def one(bucket: int) -> CleanupReport:
         store.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
-        records: dict[Key, dict[Any, tuple[Packed, ...]]] = {}
-        for commit_id, counted in runs[bucket]:
-            for counter, keys in counted.items():
-                records.setdefault(counter, {})[commit_id] = keys
-        counters = [c for c in records if c not in quarantined]
-        if not counters:
+        # every applied commit's keys are counted for good (a later commit builds on it, a
+        # reset consumes them): deleting them is safe whatever committed since
+        mine: dict[Key, tuple[int, list[Any]]] = {}
+        for record in runs[bucket]:
+            for counter, epoch_ms, keys in record.entries:
+                if counter in quarantined:
+                    continue
+                if counter in mine:  # a retry of the run committed it again
+                    epoch_before, keys_before = mine[counter]
+                    merged = {tuple(k): k for k in (*keys_before, *keys)}
+                    mine[counter] = (max(epoch_ms, epoch_before), list(merged.values()))
+                else:
+                    mine[counter] = (epoch_ms, keys)
+        if not mine:
             return part
-        # whole-bucket reads only in a sweep (which reads the whole table anyway): outside one,
-        # the bucket may hold a million idle counters
-        whole = sweep and len(counters) >= SCAN_THRESHOLD
-        ledger = store.read_ledger(shard, bucket, None if whole else counters, False).checkpoints
-        mine: dict[Key, Checkpoint] = {}
-        for counter in counters:  # only while the ledger holds this run's commit of it
-            cp = ledger.get(counter)
-            keys = records[counter].get(cp.commit_id) if cp is not None else None
-            if cp is not None and keys is not None:
-                mine[counter] = replace(cp, pending=frozenset(keys), pending_loaded=True)
-        deletions = [(c, list(cp.pending)) for c, cp in mine.items() if cp.pending]
+        deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if keys]
         if deletions:
-            newest = max(mine[c].epoch_ms or 0 for c, _keys in deletions)
+            newest = max(mine[c][0] for c, _keys in deletions)
             tombstone_ts = max(now_us, newest * 1000 + 1000)
             if store.family.kind is Kind.UNIQUE:
                 # members first: once their derived rows are gone, the mark is what keeps a
@@ -1141,7 +1141,7 @@ def _check_left(
     store: Store,
     shard: int,
     bucket: int,
-    mine: dict[Key, Checkpoint],
+    mine: dict[Key, tuple[int, list[Any]]],
     report: CleanupReport,
 ) -> None:
     """Count, on the server, what is left at or below the epoch of a sample of the bucket's
@@ -1150,31 +1150,30 @@ def _check_left(
     the row) shows in any sample, and every counted row left anywhere is counted again by the
     next run that reads its counter (``counted_present``), deleted and reported."""
     report.counters_cleaned += len(mine)
-    if len(mine) > CLEANUP_CHECK_SAMPLE:
+    chosen = list(mine)
+    if len(chosen) > CLEANUP_CHECK_SAMPLE:
         chosen = random.Random(f"{shard}:{bucket}").sample(
-            sorted(mine, key=repr), CLEANUP_CHECK_SAMPLE
+            sorted(chosen, key=repr), CLEANUP_CHECK_SAMPLE
         )
-        mine = {c: mine[c] for c in chosen}
-    report.counters_checked += len(mine)
+    report.counters_checked += len(chosen)
+    counted = {c: frozenset(map(tuple, mine[c][1])) for c in chosen}
     by_epoch: dict[int, list[Key]] = {}
-    for counter, cp in mine.items():
-        by_epoch.setdefault(cp.epoch_ms or 0, []).append(counter)
-    pending = {c: cp.pending for c, cp in mine.items()}
+    for counter in chosen:
+        by_epoch.setdefault(mine[counter][0], []).append(counter)
     for epoch_ms, group in by_epoch.items():
-        left = recount_tolerant(store, shard, bucket, group, epoch_ms, pending)
+        left = recount_tolerant(store, shard, bucket, group, epoch_ms, counted)
         for counter in group:
             if not left.get(counter, (0, 0))[0]:
                 continue
-            cp = mine[counter]
             try:
                 present = store.read_rows([counter])[counter]
-            except (ReadFailure, ReadTimeout):  # a hot counter: its pending rows only
-                present = store.read_rows_at(counter, list(cp.pending))
+            except (ReadFailure, ReadTimeout):  # a hot counter: its counted rows only
+                present = store.read_rows_at(counter, list(counted[counter]))
                 report.windowed += 1
             for time_ms, key, increment in present:
-                if time_ms > (cp.epoch_ms or 0):
+                if time_ms > epoch_ms:
                     continue
-                if key in cp.pending:
+                if key in counted[counter]:
                     report.leftovers.append(f"{format_key(counter)} @ {time_ms}")
                 else:
                     report.late_rows += 1
@@ -1320,7 +1319,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
             return compact_shard(
                 store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
             )
-        return cleanup_shard(store, shard, run_id, now=now, sweep=sweep)
+        return cleanup_shard(store, shard, run_id, now=now)
 
 
 def run_family(
@@ -1401,10 +1400,7 @@ def run_family(
                     )
                     for s in plan.shards
                 ]
-            return [
-                cleanup_shard(store, s, run_id, now=now, sweep=plan.sweep, fault=fault)
-                for s in plan.shards
-            ]
+            return [cleanup_shard(store, s, run_id, now=now, fault=fault) for s in plan.shards]
         args = [
             (
                 step,

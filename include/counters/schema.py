@@ -160,7 +160,7 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # per commit, the keys of the rows each of its counters counted (written before the
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
-        "bucket int, commit_id timeuuid, counters text, keys blob, "
+        "bucket int, commit_id timeuuid, counters text, keys blob, applied boolean, "
         f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
@@ -349,8 +349,11 @@ def ensure_schema(
     for statement in bookkeeping_ddl(family, layout):
         session.execute(statement)
     runs = _table_meta(session, family.keyspace, runs_table(family))
-    if runs is not None and "keys" not in runs.columns:  # a run log from before keys moved here
-        session.execute(f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD keys blob")
+    for column, cql_type in (("keys", "blob"), ("applied", "boolean")):
+        if runs is not None and column not in runs.columns:  # a run log from before keys moved
+            session.execute(
+                f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"
+            )
     index = _table_meta(session, family.keyspace, index_table(family))
     if index is not None and [c.name for c in index.partition_key] != ["shard", "slot"]:
         raise SchemaError(

@@ -117,6 +117,15 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class CommitRecord:
+    """One applied commit of a run, as the run log holds it: per counter, its new epoch (ms)
+    and the keys of the rows it counted (packed, as JSON lists)."""
+
+    commit_id: Any
+    entries: list[tuple[Key, int, list[list[Any]]]]
+
+
+@dataclass(frozen=True)
 class Quarantined:
     counter: Key
     reason: str
@@ -1053,8 +1062,9 @@ class Store:
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
-        exactly these rows, and a later fold reads them if any is still present. A record of a
-        commit that did not apply is never used: both check the ledger's commit id."""
+        exactly these rows once the commit is marked applied (``mark_applied``), and a later
+        fold reads them if any is still present. A record of a commit that did not apply is
+        never used: it is not marked, and no ledger row names its commit id."""
         if self.family.folds_by_slice:  # rows are kept: nothing to delete or to tell apart
             return
         statement = self.prepare(
@@ -1062,33 +1072,41 @@ class Store:
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
         )
         encode, _decode = self._key_codec()
-        blob = pack_commit_keys([(encode(f.counter), f.pending) for f in folds])
+        blob = pack_commit_keys([(encode(f.counter), f.epoch_ms, f.pending) for f in folds])
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
-    def read_run_commits(
-        self, run_id: str, shard: int
-    ) -> dict[int, list[tuple[Any, dict[Key, tuple[Packed, ...]]]]]:
-        """The records of the run's commits in a shard, by bucket: (commit id, counted keys per
-        counter). Records of commits that lost their compare-and-set are included (the caller
-        keeps a counter only while the ledger holds that commit); records written before keys
-        were kept here (no ``keys``) are skipped: a later fold finds their rows and counts
-        them as already counted."""
+    def mark_applied(self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any]) -> None:
+        """Mark a bucket's commits as applied (after their conditional batches did): what
+        cleanup deletes. One single-partition batch."""
+        if self.family.folds_by_slice or not commit_ids:
+            return
+        statement = self.prepare(
+            "runs_applied",
+            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(run_id, shard, bucket, c) for c in commit_ids]
+        self._run([(self._batch(statement, params), None)])
+
+    def read_run_commits(self, run_id: str, shard: int) -> dict[int, list[CommitRecord]]:
+        """The records of the run's applied commits in a shard, by bucket. A commit that lost
+        its compare-and-set, or whose mark a crash prevented, is left out: its rows, if
+        counted, are counted again as present by the next fold and deleted then."""
         statement = self.prepare(
             "runs_read",
-            "SELECT bucket, commit_id, keys FROM {runs} WHERE run_id = ? AND shard = ?",
+            "SELECT bucket, commit_id, keys, applied FROM {runs} WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
         self.requests[self.phase] += 1
-        out: dict[int, list[tuple[Any, dict[Key, tuple[Packed, ...]]]]] = defaultdict(list)
-        for bucket, commit_id, blob in self.session.execute(
+        out: dict[int, list[CommitRecord]] = defaultdict(list)
+        for bucket, commit_id, blob, applied in self.session.execute(
             statement, (run_id, shard), execution_profile=BULK_PROFILE
         ):
-            if blob is None:
+            if blob is None or not applied:
                 continue
-            out[bucket].append(
-                (commit_id, {decode(c): keys for c, keys in unpack_commit_keys(blob)})
-            )
+            entries = [(decode(c), epoch, keys) for c, epoch, keys in unpack_commit_keys(blob)]
+            out[bucket].append(CommitRecord(commit_id, entries))
         return out
 
     def load_pending(
@@ -1115,7 +1133,9 @@ class Store:
         for ref, result in zip(refs, results, strict=True):
             row = result.one()
             if row is not None and row[0] is not None:
-                records[ref] = {_normal(decode(c)): keys for c, keys in unpack_commit_keys(row[0])}
+                records[ref] = {
+                    _normal(decode(c)): keys for c, _epoch, keys in unpack_commit_keys(row[0])
+                }
         missing = []
         for counter in wanted:
             cp = checkpoints[counter]
@@ -1123,7 +1143,9 @@ class Store:
             if keys is None:
                 missing.append(counter)
                 continue
-            checkpoints[counter] = replace(cp, pending=frozenset(keys), pending_loaded=True)
+            checkpoints[counter] = replace(
+                cp, pending=frozenset(map(tuple, keys)), pending_loaded=True
+            )
         return missing
 
     # --- deletes --------------------------------------------------------------------------
@@ -1407,17 +1429,16 @@ def _decode_value(cql_type: str, value: Any) -> Any:
     return value
 
 
-def pack_commit_keys(entries: Sequence[tuple[list[Any], Sequence[Packed]]]) -> bytes:
-    """One commit's counted keys, ``(counter as JSON values, packed clustering keys)`` per
-    counter, as one compressed cell (zlib level 1: ~5x smaller, ~100 MB/s)."""
+def pack_commit_keys(entries: Sequence[tuple[list[Any], int, Sequence[Packed]]]) -> bytes:
+    """One commit's counted keys, ``(counter as JSON values, its new epoch in ms, packed
+    clustering keys)`` per counter, as one compressed cell (zlib level 1: ~5x smaller)."""
     return zlib.compress(json.dumps(entries, separators=(",", ":")).encode(), 1)
 
 
-def unpack_commit_keys(blob: bytes) -> list[tuple[list[Any], tuple[Packed, ...]]]:
-    return [
-        (counter, tuple(tuple(k) for k in keys))
-        for counter, keys in json.loads(zlib.decompress(blob))
-    ]
+def unpack_commit_keys(blob: bytes) -> list[tuple[list[Any], int, list[list[Any]]]]:
+    """The entries of :func:`pack_commit_keys`, keys as JSON lists (bound as they are; made
+    tuples only where they are compared)."""
+    return [(counter, epoch, keys) for counter, epoch, keys in json.loads(zlib.decompress(blob))]
 
 
 class MillisTimestampType(DateType):

@@ -8,22 +8,22 @@ from counters.store import pack_commit_keys, unpack_commit_keys
 pytestmark = pytest.mark.unit
 
 
-def test_commit_keys_round_trip_as_tuples():
+def test_commit_keys_round_trip():
     entries = [
-        (["IBM"], ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
-        (["AAPL", 3], ()),  # a commit of a counter with nothing left to delete
-        (["ü-ß"], ((1, "a\u00e9", -5),)),
+        (["IBM"], 1_700_000_060_000, ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
+        (["AAPL", 3], 1_700_000_060_000, ()),  # a commit with nothing left to delete
+        (["ü-ß"], 5, ((1, "a\u00e9", -5),)),
     ]
     assert unpack_commit_keys(pack_commit_keys(entries)) == [
-        (["IBM"], ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
-        (["AAPL", 3], ()),
-        (["ü-ß"], ((1, "a\u00e9", -5),)),
+        (["IBM"], 1_700_000_060_000, [[1_700_000_000_000, "w", 1], [1_700_000_060_000, "w", 2]]),
+        (["AAPL", 3], 1_700_000_060_000, []),
+        (["ü-ß"], 5, [[1, "a\u00e9", -5]]),
     ]
 
 
 def test_commit_keys_are_compressed():
     entries = [
-        ([f"c{i}"], tuple((1_700_000_000_000 + j, "writer", j) for j in range(10)))
+        ([f"c{i}"], 1, tuple((1_700_000_000_000 + j, "writer", j) for j in range(10)))
         for i in range(1000)
     ]
     blob = pack_commit_keys(entries)

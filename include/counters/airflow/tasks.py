@@ -358,9 +358,7 @@ def cleanup(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
     store = store_for(family)
     reports = []
     for shard in shards:
-        report = engine.cleanup_shard(
-            store, shard, run["run_id"], sweep=bool(run.get("sweep")), fault=_fault
-        )
+        report = engine.cleanup_shard(store, shard, run["run_id"], fault=_fault)
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
             shard,
