@@ -113,3 +113,30 @@ def test_expect_old_results_pruned_beyond_keep(tmp_path: Path) -> None:
     site = tmp_path / "fam" / "gx" / "uncommitted" / "data_docs" / "local_site" / "validations"
     assert sorted(p.name for p in store.iterdir()) == ["b", "c"]
     assert sorted(p.name for p in (site / "counters_fam").iterdir()) == ["b", "c"]
+
+
+def test_expect_minute_runs_to_skip_the_index_until_it_is_due_or_a_run_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # arrange: an index built by a first run, and the GX objects it wrote
+    monkeypatch.setenv(checks.INDEX_EVERY_ENV, "3600")
+    first = checks.validate_evidence("fam", "run-1", [evidence(0, 1)], base_dir=tmp_path)
+    assert first.docs_index is not None
+    built = first.docs_index.read_text()
+    suites = tmp_path / "fam" / "gx" / "expectations"
+    written = {p: p.stat().st_mtime_ns for p in suites.rglob("*.json")}
+    # act: a passing run within the hour
+    second = checks.validate_evidence("fam", "run-2", [evidence(0, 2)], base_dir=tmp_path)
+    # assert: its own page exists, the index and the suite were left as they were
+    assert Path(second.docs_page.removeprefix("file://")).exists()
+    assert first.docs_index.read_text() == built and "run-2" not in built
+    assert {p: p.stat().st_mtime_ns for p in suites.rglob("*.json")} == written
+    # a failing run rebuilds the index at once, listing every kept run
+    third = checks.validate_evidence(
+        "fam", "run-3", [evidence(0, 3, value_delta=4)], base_dir=tmp_path
+    )
+    assert not third.success
+    index = first.docs_index.read_text()
+    assert "run-2" in index and "run-3" in index
+    # and the whole site can be rebuilt on demand (e.g. before it is shown)
+    assert checks.build_data_docs("fam", base_dir=tmp_path) == first.docs_index

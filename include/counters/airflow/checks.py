@@ -245,8 +245,10 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
-def prune(root: Path, suite: str, keep: int) -> int:
-    """Keep the newest ``keep`` validation results of ``suite`` (and their pages)."""
+def prune(root: Path, suite: str, keep: int, slack: int = 0) -> int:
+    """Keep the newest ``keep`` validation results of ``suite`` (and their pages), once there
+    are more than ``keep + slack`` (pruning makes the index stale: it is then rebuilt, so it is
+    done every ``slack`` runs, not every run)."""
     store = root / "gx" / "uncommitted" / "validations" / suite
     site = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "validations" / suite
     if not store.is_dir():
@@ -255,6 +257,8 @@ def prune(root: Path, suite: str, keep: int) -> int:
         (p for p in store.glob("*/*") if p.is_dir()), key=lambda p: (p.name, p.parent.name)
     )
     removed = 0
+    if len(runs) <= keep + slack:
+        return 0
     for path in runs[: max(0, len(runs) - keep)]:
         relative = path.relative_to(store)
         shutil.rmtree(path, ignore_errors=True)
@@ -266,6 +270,58 @@ def prune(root: Path, suite: str, keep: int) -> int:
     return removed
 
 
+INDEX_EVERY_ENV = "COUNTERS_GX_INDEX_EVERY_S"
+DEFAULT_INDEX_EVERY_S = 600
+"""How old the Data Docs index may get before a run rebuilds it (a failed run always does).
+Each run stores its validation result and renders its own page (~0.25 CPU-s); the index lists
+every kept result and costs more the more there are, so minute runs do not rebuild it."""
+
+
+def _suite_fingerprint(the_rules: Sequence[Rule]) -> str:
+    """Identifies the suite's expectations: the stored GX objects are rewritten only when it
+    changes (a new version of the rules), not every run."""
+    import hashlib
+    import json
+
+    text = json.dumps(
+        [r.expectation.configuration.to_json_dict() for r in the_rules], sort_keys=True, default=str
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _definition(context: Any, suite_name: str, the_rules: Sequence[Rule]) -> Any:
+    """The family's validation definition, created (or rewritten) only when missing or when
+    the rules changed: writing the GX objects costs more than validating."""
+    import great_expectations as gx
+
+    fingerprint = _suite_fingerprint(the_rules)
+    try:
+        definition = context.validation_definitions.get(suite_name)
+        if (definition.suite.meta or {}).get("rules") == fingerprint:
+            return definition
+    except Exception:  # missing (first run) or unreadable: write it afresh
+        pass
+    source = context.data_sources.add_or_update_pandas(name="counters")
+    asset = next((a for a in source.assets if a.name == "conservation_evidence"), None)
+    asset = asset or source.add_dataframe_asset(name="conservation_evidence")
+    batch = next((b for b in asset.batch_definitions if b.name == "run"), None)
+    batch = batch or asset.add_batch_definition_whole_dataframe("run")
+    suite = gx.ExpectationSuite(name=suite_name, meta={"rules": fingerprint})
+    for rule in the_rules:
+        suite.add_expectation(rule.expectation)
+    suite = context.suites.add_or_update(suite)
+    return context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite_name, data=batch, suite=suite)
+    )
+
+
+def _index_due(index_page: Path, every_s: float) -> bool:
+    try:
+        return datetime.now(UTC).timestamp() - index_page.stat().st_mtime >= every_s
+    except OSError:
+        return True
+
+
 def validate_evidence(
     family: str,
     run_id: str,
@@ -273,11 +329,14 @@ def validate_evidence(
     *,
     base_dir: str | os.PathLike[str] | None = None,
     keep: int | None = None,
+    build_index: bool | None = None,
 ) -> SuiteReport:
     """Run the suite over the run's evidence in the family's file-mode GX project.
 
-    Writes a validation result and updates the family's Data Docs (``index.html`` plus one page
-    per run); keeps the newest ``keep`` results (``$COUNTERS_GX_KEEP``, default 200).
+    Stores a validation result and renders its Data Docs page; rebuilds the index
+    (``index.html``, every kept result) when the run failed, when ``build_index`` says so, or
+    when it is older than ``$COUNTERS_GX_INDEX_EVERY_S`` (600 s). Keeps the newest ``keep``
+    results (``$COUNTERS_GX_KEEP``, default 200).
     """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
@@ -286,37 +345,27 @@ def validate_evidence(
     frame = evidence_frame(evidence)
     root = gx_root(family, base_dir)
     keep = keep if keep is not None else int(os.environ.get(GX_KEEP_ENV) or DEFAULT_KEEP)
+    every_s = float(os.environ.get(INDEX_EVERY_ENV) or DEFAULT_INDEX_EVERY_S)
     suite_name = f"counters_{family}"
     the_rules = rules()
+    index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     with _locked(root):
         context = gx.get_context(mode="file", project_root_dir=str(root))
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        source = context.data_sources.add_or_update_pandas(name="counters")
-        asset = next((a for a in source.assets if a.name == "conservation_evidence"), None)
-        asset = asset or source.add_dataframe_asset(name="conservation_evidence")
-        batch = next((b for b in asset.batch_definitions if b.name == "run"), None)
-        batch = batch or asset.add_batch_definition_whole_dataframe("run")
-        suite = gx.ExpectationSuite(name=suite_name)
-        for rule in the_rules:
-            suite.add_expectation(rule.expectation)
-        suite = context.suites.add_or_update(suite)
-        definition = context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=suite_name, data=batch, suite=suite)
-        )
-        checkpoint = context.checkpoints.add_or_update(
-            gx.Checkpoint(
-                name=suite_name,
-                validation_definitions=[definition],
-                actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
-                result_format={"result_format": "COMPLETE"},
-            )
-        )
-        prune(root, suite_name, max(keep - 1, 0))
-        run = checkpoint.run(
+        definition = _definition(context, suite_name, the_rules)
+        removed = prune(root, suite_name, max(keep - 1, 0), slack=keep // 10)
+        validation = definition.run(
             batch_parameters={"dataframe": frame},
+            result_format="COMPLETE",
             run_id=gx.RunIdentifier(run_name=_safe(run_id), run_time=datetime.now(UTC)),
         )
-        identifier, validation = next(iter(run.run_results.items()))
+        identifier = _result_identifier(context, suite_name, validation)
+        index = (
+            build_index
+            if build_index is not None
+            else not validation.success or bool(removed) or _index_due(index_page, every_s)
+        )
+        context.build_data_docs(resource_identifiers=[identifier], build_index=index)
         pages = context.get_docs_sites_urls(resource_identifier=identifier)
     by_check = {rule.check: rule for rule in the_rules}
     outcomes = [
@@ -324,7 +373,6 @@ def validate_evidence(
         for result in validation.results
     ]
     merged = _merge_outcomes(outcomes)
-    index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return SuiteReport(
         success=all(o.success for o in merged if o.critical),
         outcomes=merged,
@@ -333,6 +381,32 @@ def validate_evidence(
         docs_page=(pages[0].get("site_url") if pages else None),
         statistics=dict(validation.statistics),
     )
+
+
+def _result_identifier(context: Any, suite_name: str, validation: Any) -> Any:
+    """The stored result's key (a validation definition's run returns the result, not it)."""
+    run_name = validation.meta["run_id"].run_name
+    keys = [
+        k
+        for k in context.validation_results_store.list_keys()
+        if k.expectation_suite_identifier.name == suite_name and k.run_id.run_name == run_name
+    ]
+    return max(keys, key=lambda k: str(k.run_id.run_time))
+
+
+def build_data_docs(family: str, base_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Rebuild a family's whole Data Docs site (index and every kept page), e.g. before
+    showing it; None when the family has no GX project yet."""
+    root = gx_root(family, base_dir)
+    if not (root / "gx").is_dir():
+        return None
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    with _locked(root):
+        gx.get_context(mode="file", project_root_dir=str(root)).build_data_docs()
+    index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    return index_page if index_page.exists() else None
 
 
 def _merge_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
