@@ -72,13 +72,12 @@ def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
         dag = bag.dags[family.dag_id]
         upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
         assert upstream == {
-            "plan": set(),
-            "whole_run": {"plan"},
-            "compact": {"plan"},
-            "verify": {"plan", "compact"},
-            "cleanup": {"plan", "verify"},
-            "verify_cleanup": {"plan", "verify", "cleanup"},
-            "record_audit": {"plan", "verify", "verify_cleanup"},
+            "run": set(),
+            "compact": {"run"},
+            "verify": {"run", "compact"},
+            "cleanup": {"run", "verify"},
+            "verify_cleanup": {"run", "verify", "cleanup"},
+            "record_audit": {"run", "verify", "verify_cleanup"},
         }
         for task in dag.tasks:
             where = f"{dag.dag_id}.{task.task_id} in {dag.fileloc}"

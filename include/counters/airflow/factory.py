@@ -30,7 +30,8 @@ POOL_ENV = "COUNTERS_POOL"
 DEFAULT_POOL = "cassandra_compaction"
 
 Run = dict[str, Any]
-"""``counters.airflow.tasks.Run``: what ``plan`` returns, passed to every later task."""
+"""``counters.airflow.tasks.Run``: the plan ``run`` pushes (XCom ``run``), passed to every later
+task."""
 
 
 def _tasks() -> ModuleType:
@@ -45,7 +46,9 @@ DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
 """Where a family with ``catchup: true`` starts catching up (until families get a
 ``start_date`` of their own, which the factory then uses)."""
 
-WHOLE_RUN = "whole_run"
+FIRST_TASK = "run"
+"""The first task of every run: it plans the run, ends a run with nothing to do, and does a
+small run (most minutes) start to end itself; a larger run goes on in the mapped tasks."""
 
 RETRIES = 3
 RETRY_DELAY = timedelta(seconds=20)
@@ -120,8 +123,8 @@ def doc_md(family: Family, channels: Channels) -> str:
         (
             "shards",
             f"{family.shards}: one `compact` and one `cleanup` task per token range; a small "
-            "run (few touched counters, no sweep) does every phase of every shard in one "
-            "`whole_run` task",
+            "run (few touched counters, no sweep) does every phase of every shard in its "
+            "first task, `run`",
         ),
         (
             "raw rows after folding",
@@ -146,12 +149,13 @@ def doc_md(family: Family, channels: Channels) -> str:
 **Read rule.** value = compact `{cc.value}` + sum of the raw rows newer than the compact
 `{cc.epoch}`: `counterctl read --family {family.name} <counter>`.
 
-**Tasks.** `plan` (the epoch, and whether this run sweeps the whole raw table; a run whose
-epoch is not newer than the compacted epoch records a `noop`, one with nothing touched and no
-sweep due an `idle` audit row, and skips the rest). A small run (few counters touched, no
-sweep) then runs every phase below in one task, `whole_run` (one process instead of six; its
-log and return value list each phase's outcome, and a failing phase fails it and audits as its
-own task would); a larger run maps them: `compact` (per shard: fold, commit a bucket
+**Tasks.** `run` plans the run (the epoch, and whether it sweeps the whole raw table): a run
+whose epoch is not newer than the compacted epoch records a `noop`, one with nothing touched
+and no sweep due an `idle` audit row, and the rest is skipped. A small run (few counters
+touched, no sweep: most minutes) is then done start to end in `run` itself, every phase below
+one after the other in one process (its log and its XComs `summary` and `gx_result` give each
+phase's outcome; a failing phase fails it and audits as its own task would), and the rest is
+skipped. A larger run goes on in the tasks below: `compact` (per shard: fold, commit a bucket
 at a time in conditional batches, write the readers' copies, recount on the server and
 quarantine any counter that does not add up) -> `verify` (the conservation evidence, by the
 engine and the Great Expectations suite; Data Docs in `{docs}`) -> `cleanup` (per shard:
@@ -197,8 +201,8 @@ def _label(shards: Sequence[int]) -> str:
 
 
 def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> DAG:
-    """The DAG of one family: plan -> compact[shards] -> verify -> cleanup[shards] ->
-    verify_cleanup -> record_audit."""
+    """The DAG of one family: run -> compact[shards] -> verify -> cleanup[shards] ->
+    verify_cleanup -> record_audit (``run`` does a small run itself; the rest is skipped)."""
     channels = Channels.for_family(family, env)
     with DAG(
         dag_id=family.dag_id,
@@ -223,13 +227,14 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         },
     ) as dag:
 
-        @task
-        def plan() -> list[list[int]]:
-            """Decides the run (XCom key ``run``) and returns the shard groups to map
-            ``compact`` and ``cleanup`` over: none for a small run, which ``whole_run`` does."""
+        @task(task_id=FIRST_TASK, pool=pool())
+        def run_() -> list[list[int]]:
+            """Plans the run (XCom key ``run``) and, for a small run, does it whole here; returns
+            the shard groups to map ``compact`` and ``cleanup`` over (none when done here)."""
             context = get_current_context()
             dag_run = context["dag_run"]
             params = context["params"]
+            ti = context["ti"]
             run = _tasks().plan(
                 family,
                 run_id=dag_run.run_id,
@@ -237,13 +242,12 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
                 epoch=params.get("epoch"),
                 dry_run=bool(params.get("dry_run")),
             )
-            context["ti"].xcom_push("run", run)
-            return [] if run["whole"] else run["groups"]
-
-        @task(task_id=WHOLE_RUN, pool=pool())
-        def whole_run(run: Run) -> dict[str, Any]:
-            ti = get_current_context()["ti"]
-            return _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
+            ti.xcom_push("run", run)
+            if not run["whole"]:
+                return run["groups"]
+            summary = _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
+            ti.xcom_push("summary", summary)
+            return []
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
         def compact(run: Run, shards: list[int]) -> list[dict[str, Any]]:
@@ -272,9 +276,8 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         ) -> dict[str, Any]:
             return _tasks().record_audit(family, run, verified, cleaned)
 
-        groups = plan()
+        groups = run_()
         run = groups["run"]
-        whole_run(run)
         reports = compact.partial(run=run).expand(shards=groups)
         verified = verify(run, reports)
         cleanups = cleanup.partial(run=run).expand(shards=groups)

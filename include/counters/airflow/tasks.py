@@ -163,8 +163,8 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
     task = ti.task_id if getattr(ti, "map_index", -1) < 0 else f"{ti.task_id}[{ti.map_index}]"
     params = context.get("params") or {}
     try:
-        run = ti.xcom_pull(task_ids="plan", key="run")
-        if not run:  # the plan task itself failed: the epoch it would have taken
+        run = ti.xcom_pull(task_ids="run", key="run")
+        if not run:  # the run task failed before planning: the epoch it would have taken
             dag_run = context["dag_run"]
             scheduled = scheduled_time(dag_run)
             try:
@@ -451,10 +451,10 @@ def record_audit(
 def whole_run(
     family: Family, run: Run, *, push: Callable[[str, Any], None] | None = None
 ) -> dict[str, Any]:
-    """A small run's phases in one task (one process instead of six): compact every shard,
-    verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each phase
-    raises and audits exactly as its own task does, so a failure still deletes nothing. A larger
-    run skips this task: its phases run as their own (mapped) tasks."""
+    """A small run's phases in the ``run`` task (one process instead of six): compact every
+    shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
+    phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
+    larger run's phases run as their own (mapped) tasks."""
     if not run.get("whole"):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     shards = run["shards"]

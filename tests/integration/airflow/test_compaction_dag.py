@@ -69,8 +69,8 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
     run = dag.test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
 
     assert run.state == "success", states(run)
-    got = states(run)  # a first run sweeps: mapped phases, whole_run skips itself
-    assert got.pop("whole_run") == "skipped" and set(got.values()) == {"success"}, got
+    got = states(run)  # a first run sweeps: every phase in its own (mapped) task
+    assert set(got.values()) == {"success"}, got
     for counter in ("IBM", "AAPL"):
         value = client.read_many([counter])[0]
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, before[counter])
@@ -133,7 +133,6 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     assert run.state == "failed"
     got = states(run)
     assert got["record_audit"] == "failed", got
-    assert got.pop("whole_run") == "skipped", got  # a first run sweeps: mapped phases
     assert {v for k, v in got.items() if k != "record_audit"} == {"success"}, got
     assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
     assert [t for t in raw_times(store, "AAPL") if t <= epoch] == []  # the rest proceeds
@@ -243,7 +242,7 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
     older = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
     assert older.state == "success"
     got = states(older)
-    assert got["plan"] == "skipped" and got["compact"] == "skipped", got
+    assert got["run"] == "skipped" and got["compact"] == "skipped", got
     audit = store.read_audit(10)
     assert [a["outcome"] for a in audit] == ["noop", "success", "success", "success"]
     assert [a["epoch_after"] for a in audit[1:]] == [t0 + timedelta(minutes=m) for m in (9, 6, 3)]
@@ -264,15 +263,22 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
     assert first.state == "success", states(first)
     got = states(first)  # the family's first run sweeps: the phases are mapped over shards
-    assert got["whole_run"] == "skipped" and got["plan"] == "success", got
-    assert {got["compact[0]"], got["compact[1]"], got["record_audit"]} == {"success"}, got
+    assert {got["run"], got["compact[0]"], got["compact[1]"], got["record_audit"]} == {"success"}, (
+        got
+    )
 
     epoch = t0 + timedelta(minutes=10)
     second = dag.test(logical_date=aware(epoch + family.lag))
     assert second.state == "success", states(second)
     got = states(second)  # few counters touched, no sweep due: one task does it all
-    assert (got.pop("plan"), got.pop("whole_run")) == ("success", "success"), got
+    assert got.pop("run") == "success", got
     assert set(got.values()) == {"skipped"}, got
+    summary = next(
+        ti.xcom_pull(task_ids="run", key="summary")
+        for ti in second.get_task_instances()
+        if ti.task_id == "run"
+    )
+    assert summary["phases"]["record_audit"] == "success" and summary["rows_folded"] == 8
     for counter in ("IBM", "AAPL"):
         value = client.read_many([counter])[0]
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, 255)
