@@ -1218,6 +1218,68 @@ class Store:
         statement = self.prepare("audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?")
         return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
 
+    # --- bounded reads for the UI (nothing here writes) -----------------------------------
+
+    def read_audit_range(
+        self, limit: int, since: datetime | None = None, before: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit rows with ``since <= started_at < before`` (naive UTC; open ends when None),
+        newest first, at most ``limit``: one slice of the family's partition. The next page
+        is ``before`` = the last row's ``started_at``."""
+        statement = self.prepare(
+            "audit_range",
+            "SELECT * FROM {audit} WHERE family = ? AND started_at >= ? AND started_at < ? LIMIT ?",
+        )
+        low = since or datetime(1970, 1, 1)
+        high = before or datetime(9999, 12, 31)
+        self.requests[self.phase] += 1
+        return [
+            row._asdict()
+            for row in self.session.execute(statement, (self.family.name, low, high, limit))
+        ]
+
+    def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
+        """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
+        table is small; a count beyond ``limit`` is not needed to see that something is)."""
+        statement = self.prepare(
+            "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
+        )
+        width = len(self.layout.key)
+        self.requests[self.phase] += 1
+        return [
+            Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.session.execute(statement, (limit,), execution_profile=BULK_PROFILE)
+        ]
+
+    def quarantined_entry(self, counter: Key) -> Quarantined | None:
+        """The counter's quarantine entry, if it is quarantined (one point read)."""
+        statement = self.prepare(
+            "quarantine_one",
+            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(
+            statement, (self.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        ).one()
+        return Quarantined(counter, *row) if row else None
+
+    def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
+        """Which of these runs committed ``counter``: one read of each run's log for the
+        counter's bucket (the run log is kept two weeks)."""
+        statement = self.prepare(
+            "runs_bucket",
+            "SELECT counters FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
+        )
+        shard, bucket = self.bucket(counter)
+        encode, _decode = self._key_codec()
+        wanted = encode(counter)
+        results = self._concurrent(statement, [(run_id, shard, bucket) for run_id in run_ids])
+        return {
+            run_id
+            for run_id, result in zip(run_ids, results, strict=True)
+            if any(wanted in json.loads(row[0]) for row in result)
+        }
+
     # --- read API -------------------------------------------------------------------------
 
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
