@@ -522,6 +522,7 @@ def register_files(app: FastAPI) -> None:
             target.read_text(encoding="utf-8"),
             assets_url=f"{base}/assets/datadocs",
             site_url=f"{base}/family/{quote(family.name)}/datadocs",
+            back=(f"{base}/family/{quote(family.name)}", f"Counter family {family.name}"),
         )
         return HTMLResponse(html)
 

@@ -22,6 +22,7 @@ import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 from .. import checks
@@ -195,6 +196,7 @@ REMOTE_LOGO = re.compile(
 )
 """GX's header logo, loaded from S3 with a query string: GX ships the same file in the site's
 ``static/images``."""
+BODY = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
 ASSET_REFERENCE = re.compile(r"""<(?:script|link|img)\b[^>]*?\b(?:src|href)=["']([^"']+)["']""")
 
 
@@ -207,12 +209,22 @@ def site_root(family: str) -> Path:
     return checks.gx_root(family) / "gx" / "uncommitted" / "data_docs" / "local_site"
 
 
-def rewrite(html: str, assets_url: str, site_url: str) -> str:
-    """The page with every CDN address replaced by the local copy under ``assets_url`` and
-    the remote logo by the site's own copy under ``site_url`` (pure)."""
+def rewrite(html: str, assets_url: str, site_url: str, back: tuple[str, str] | None = None) -> str:
+    """The page with every CDN address replaced by the local copy under ``assets_url``, the
+    remote logo by the site's own copy under ``site_url``, and, given ``back`` (address,
+    label), a line at the top linking back to the family's page (pure)."""
     for url, (package, path) in CDN.items():
         html = html.replace(f'"{url}"', f'"{assets_url}/{package.folder}/{path}"')
-    return REMOTE_LOGO.sub(lambda m: f"{site_url}/static/images/{m.group(1)}", html)
+    html = REMOTE_LOGO.sub(lambda m: f"{site_url}/static/images/{m.group(1)}", html)
+    if back:
+        address, label = back
+        line = (
+            '<div class="counters-back" style="padding:4px 16px;font-size:13px;'
+            f'border-bottom:1px solid #8884">&larr; <a href="{escape(address)}">'
+            f"{escape(label)}</a></div>"
+        )
+        html = BODY.sub(lambda m: m.group(0) + line, html, count=1)
+    return html
 
 
 def remote_assets(html: str) -> list[str]:

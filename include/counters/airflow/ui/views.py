@@ -31,11 +31,12 @@ def span(delta: timedelta | float | None) -> str:
         return f"{sign}{seconds:.1f} s" if seconds >= 10 else f"{sign}{seconds:.2f} s"
     minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
-        return f"{sign}{minutes} min {secs:02d} s"
+        return f"{sign}{minutes} min {secs:02d} s" if secs else f"{sign}{minutes} min"
     hours, minutes = divmod(minutes, 60)
     if hours < 48:
-        return f"{sign}{hours} h {minutes:02d} min"
-    return f"{sign}{hours // 24} d {hours % 24:02d} h"
+        return f"{sign}{hours} h {minutes:02d} min" if minutes else f"{sign}{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days} d {hours:02d} h" if hours else f"{sign}{days} d"
 
 
 def ago(moment: datetime | None, now: datetime) -> str:
