@@ -14,7 +14,6 @@ from typing import Any
 from cassandra.util import uuid_from_time
 from counters.client import CounterClient, Increment
 from counters.config import Family, Kind
-from counters.core import to_millis
 from counters.demo import demo_counter
 from counters.schema import q
 
@@ -83,13 +82,34 @@ def _null_increment(conn: Any, family: Family, key: str, at: datetime) -> None:
     CounterClient(conn, family).store.mark_touched([(key,)])
 
 
-def seed(conn: Any, families: list[Family], now: datetime, rng_seed: int = 7) -> Seeded:
-    """Write and compact ``RUNS`` minutes of history for each family (about 10 s per family on
-    the test node, GX included)."""
+def compact_as_the_dag_does(family: Family, run_id: str, scheduled: datetime, now: datetime) -> str:
+    """One run through the DAG's task bodies (``plan``, then ``whole_run`` or, for a sweep, the
+    phases the DAG maps over shard groups, one after another); returns its outcome."""
     from airflow.sdk.exceptions import AirflowSkipException
     from counters.airflow import tasks
     from counters.airflow.errors import CheckFailed
 
+    try:
+        run = tasks.plan(family, run_id=run_id, scheduled=scheduled, now=now)
+        if run["whole"]:
+            tasks.whole_run(family, run)
+        else:
+            shards = run["shards"]
+            verified = tasks.verify(family, run, tasks.compact(family, run, shards))
+            cleaned = tasks.verify_cleanup(
+                family, run, verified, tasks.cleanup(family, run, shards)
+            )
+            tasks.record_audit(family, run, verified, cleaned)
+    except AirflowSkipException:
+        return "idle"
+    except CheckFailed:
+        return "partial"
+    return "success"
+
+
+def seed(conn: Any, families: list[Family], now: datetime, rng_seed: int = 7) -> Seeded:
+    """Write and compact ``RUNS`` minutes of history for each family (about 10 s per family on
+    the test node, GX included)."""
     rng = random.Random(rng_seed)
     minutes = ticks(now)
     seeded = Seeded(minutes)
@@ -108,24 +128,7 @@ def seed(conn: Any, families: list[Family], now: datetime, rng_seed: int = 7) ->
                 _null_increment(conn, family, "BROKEN", epoch - timedelta(seconds=3))
                 seeded.quarantined.setdefault(family.name, []).append("BROKEN")
             run_id = f"scheduled__{tick.isoformat()}+00:00"
-            started = tick + timedelta(seconds=2)
-            try:
-                run = tasks.plan(family, run_id=run_id, scheduled=tick, now=started)
-                if run["whole"]:
-                    tasks.whole_run(family, run)
-                else:  # a sweep: the phases the DAG maps over shard groups, one after another
-                    shards = run["shards"]
-                    verified = tasks.verify(family, run, tasks.compact(family, run, shards))
-                    cleanups = tasks.cleanup(family, run, shards)
-                    cleaned = tasks.verify_cleanup(family, run, verified, cleanups)
-                    tasks.record_audit(family, run, verified, cleaned)
-                outcomes.append("success")
-            except AirflowSkipException:
-                outcomes.append("idle")
-            except CheckFailed:
-                outcomes.append("partial")
+            outcomes.append(
+                compact_as_the_dag_does(family, run_id, tick, tick + timedelta(seconds=2))
+            )
     return seeded
-
-
-def millis(moment: datetime) -> int:
-    return to_millis(moment)

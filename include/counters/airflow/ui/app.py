@@ -318,7 +318,9 @@ def overview_data(user: Any) -> dict[str, Any]:
         conn, problem = None, exc.message
     for family in families:
         row: dict[str, Any] = {"name": family.name, "kind": family.kind.value}
-        if conn is not None:
+        if conn is None:
+            row["error"] = "not read: Cassandra is unreachable"
+        else:
             from ...store import Store
 
             try:
