@@ -106,8 +106,6 @@ def time_chart(
             f'<text class="chart-axis" x="{x(moment):.1f}" y="{HEIGHT - 6}" '
             f'text-anchor="{anchor}">{escape(_time_label(moment, end - start))}</text>'
         )
-    if unit:
-        parts.append(f'<text class="chart-axis" x="4" y="{TOP + 8}">{escape(unit)}</text>')
     if limit is not None:
         ly = y(limit)
         parts.append(
