@@ -443,3 +443,7 @@ def test_expect_the_pages_to_only_read(
     assert statements, "no statement seen"
     writes = [s for s in statements if not s.upper().startswith("SELECT")]
     assert writes == []
+    # bounded: each read names its partition or has a LIMIT; none scans token ranges
+    unbounded = [s for s in statements if " WHERE " not in s and " LIMIT " not in s]
+    assert unbounded == []
+    assert [s for s in statements if "token(" in s.lower()] == []

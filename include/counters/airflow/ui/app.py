@@ -1,6 +1,6 @@
 """The plugin's FastAPI app: the "Counter families" pages and their JSON API.
 
-Mounted by the Airflow API server (``plugins/counter_families.py``), shown in the UI as an
+Mounted by the Airflow API server (``plugins/counter_families_ui.py``), shown in the UI as an
 external view, and behind Airflow's own login: every page and endpoint resolves the user from
 the UI's session cookie (or an ``Authorization: Bearer`` token) with Airflow's ``get_user``, and
 shows a family only to users who may read its DAG. Everything is read through
@@ -237,7 +237,6 @@ def render(request: Request, template: str, code: int = 200, **context: Any) -> 
             base=page.base,
             airflow=page.airflow,
             now=page.now,
-            ago=lambda moment: views.ago(moment, page.now),
             **context,
         )
     )
@@ -341,7 +340,9 @@ def overview_data(user: Any) -> dict[str, Any]:
     }
 
 
-def family_data(user: Any, name: str, limit: int, before: str | None) -> dict[str, Any]:
+def family_data(
+    user: Any, name: str, limit: int, before: str | None, plots: bool = True
+) -> dict[str, Any]:
     from ...status import audit_page, family_health
 
     family = family_for(user, name)
@@ -375,7 +376,7 @@ def family_data(user: Any, name: str, limit: int, before: str | None) -> dict[st
         "audit": audit,
         "next_before": views.iso(rows[-1].started_at) if len(rows) == limit else None,
         "data_docs": str(latest.relative_to(site)) if latest else None,
-        "charts": views.charts(rows, family),
+        **({"charts": views.charts(rows, family)} if plots else {}),
     }
 
 
@@ -440,9 +441,7 @@ def register_api(app: FastAPI) -> None:
     def api_family(
         user: User, name: str, limit: int = DEFAULT_PAGE, before: str | None = None
     ) -> dict[str, Any]:
-        data = family_data(user, name, limit, before)
-        data.pop("charts")
-        return data
+        return family_data(user, name, limit, before, plots=False)
 
     @app.get("/api/families/{name}/counters/{key:path}")
     def api_counter(user: User, name: str, key: str) -> dict[str, Any]:
