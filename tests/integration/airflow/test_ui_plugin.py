@@ -26,6 +26,17 @@ PREFIX = "/counters"
 
 
 @pytest.fixture(scope="module")
+def dag_keyspace(conn: Any) -> Iterator[str]:
+    """This module's families in a keyspace of their own, dropped when the module is done:
+    the sixty-odd tables would otherwise slow every later schema refresh of the session."""
+    import secrets
+
+    name = f"t_ui_{secrets.token_hex(3)}"
+    yield name
+    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=300)
+
+
+@pytest.fixture(scope="module")
 def airflow_app() -> Any:
     from airflow.api_fastapi.app import create_app
 
