@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -143,11 +142,11 @@ def demo_families(
 
 @pytest.fixture
 def standalone(demo_families: list[Any], tmp_path: Path) -> Iterator[Standalone]:
-    """A private ``airflow standalone`` (a copy of the test's migrated DB, free ports, the
-    DAGs paused: the history is written by the test, through the DAG's task bodies)."""
+    """A private ``airflow standalone``: a fresh home and metadata DB (it migrates it; a copy
+    of the session's DB would bring other tests' DAG runs along), free ports, the DAGs paused
+    (the history is written by the test, through the DAG's task bodies)."""
     home = tmp_path / "airflow"
     home.mkdir()
-    shutil.copy(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", home / "airflow.db")
     port = free_port()
     env = {
         **os.environ,  # the families YAML, the Data Docs folder, AIRFLOW_CONN_CASSANDRA_DEFAULT
