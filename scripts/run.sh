@@ -188,6 +188,7 @@ cat <<BANNER
  Airflow UI   http://localhost:$AIRFLOW_PORT
  Login        user admin   password $password
               (from ${PASSWORD_FILE#"$PROJECT_ROOT"/})
+ Families     http://localhost:$AIRFLOW_PORT/plugin/counter-families (Browse > Counter families)
  Cassandra    $CASSANDRA_DESC
               .venv/bin/python scripts/cassandra_node.py cql "SELECT ..."
  Demo writer  $writer_desc

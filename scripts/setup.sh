@@ -44,3 +44,7 @@ fi
 
 # Cassandra jars from Maven Central into .cache/ (no-op when present).
 "$PY" "$NODE_SCRIPT" fetch
+
+# The CSS/JS that GX Data Docs load from CDNs, from the npm registry into .cache/ (no-op when
+# present), so the UI plugin serves Data Docs that render offline. Without npm: a warning.
+"$PY" -m counters.airflow.ui.datadocs fetch || true

@@ -53,6 +53,10 @@ class _ExpectedWarnings(logging.Filter):
 
 logging.getLogger("cassandra.protocol").addFilter(_ExpectedWarnings())
 
+CONTROL_CONNECTION_TIMEOUT = 10.0
+"""Seconds for the control connection's queries, the full schema read on connect among them
+(the driver's 2 s default times out on a busy node holding a few hundred tables)."""
+
 
 class CassandraUnavailable(RuntimeError):
     """No contact point answered."""
@@ -134,6 +138,7 @@ def build_cluster(settings: ConnectionSettings) -> Cluster:
         execution_profiles={EXEC_PROFILE_DEFAULT: profile, BULK_PROFILE: bulk},
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
         connect_timeout=10,
+        control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
         idle_heartbeat_interval=10,
     )
 

@@ -1064,9 +1064,8 @@ class Store:
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
         exactly these rows once the commit is marked applied (``mark_applied``), and a later
         fold reads them if any is still present. A record of a commit that did not apply is
-        never used: it is not marked, and no ledger row names its commit id."""
-        if self.family.folds_by_slice:  # rows are kept: nothing to delete or to tell apart
-            return
+        never used: it is not marked, and no ledger row names its commit id. A kept family's
+        records name only the counters (its rows are not deleted): the look-up's history."""
         statement = self.prepare(
             "runs_keys",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
@@ -1303,6 +1302,73 @@ class Store:
     def read_audit(self, limit: int) -> list[dict[str, Any]]:
         statement = self.prepare("audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?")
         return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
+
+    # --- bounded reads for the UI (nothing here writes) -----------------------------------
+
+    def read_audit_range(
+        self, limit: int, since: datetime | None = None, before: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit rows with ``since <= started_at < before`` (naive UTC; open ends when None),
+        newest first, at most ``limit``: one slice of the family's partition. The next page
+        is ``before`` = the last row's ``started_at``."""
+        statement = self.prepare(
+            "audit_range",
+            "SELECT * FROM {audit} WHERE family = ? AND started_at >= ? AND started_at < ? LIMIT ?",
+        )
+        low = since or datetime(1970, 1, 1)
+        high = before or datetime(9999, 12, 31)
+        self.requests[self.phase] += 1
+        return [
+            row._asdict()
+            for row in self.session.execute(statement, (self.family.name, low, high, limit))
+        ]
+
+    def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
+        """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
+        table is small; a count beyond ``limit`` is not needed to see that something is)."""
+        statement = self.prepare(
+            "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
+        )
+        width = len(self.layout.key)
+        self.requests[self.phase] += 1
+        return [
+            Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.session.execute(statement, (limit,), execution_profile=BULK_PROFILE)
+        ]
+
+    def quarantined_entry(self, counter: Key) -> Quarantined | None:
+        """The counter's quarantine entry, if it is quarantined (one point read)."""
+        statement = self.prepare(
+            "quarantine_one",
+            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(
+            statement, (self.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        ).one()
+        return Quarantined(counter, *row) if row else None
+
+    def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
+        """Which of these runs committed ``counter``: one read of each run's log for the
+        counter's bucket (the run log is kept two weeks)."""
+        statement = self.prepare(
+            "runs_bucket",
+            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
+        )
+        shard, bucket = self.bucket(counter)
+        encode, _decode = self._key_codec()
+        wanted = encode(counter)
+        results = self._concurrent(statement, [(run_id, shard, bucket) for run_id in run_ids])
+        return {
+            run_id
+            for run_id, result in zip(run_ids, results, strict=True)
+            if any(
+                entry[0] == wanted
+                for (blob,) in result
+                if blob is not None
+                for entry in unpack_commit_keys(blob)
+            )
+        }
 
     # --- read API -------------------------------------------------------------------------
 

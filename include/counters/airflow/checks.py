@@ -241,8 +241,9 @@ def _locked(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+def run_name(run_id: str) -> str:
+    """The GX run name (and Data Docs folder) of an Airflow run id."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
 
 
 def prune(root: Path, suite: str, keep: int, slack: int = 0) -> int:
@@ -357,7 +358,7 @@ def validate_evidence(
         validation = definition.run(
             batch_parameters={"dataframe": frame},
             result_format="COMPLETE",
-            run_id=gx.RunIdentifier(run_name=_safe(run_id), run_time=datetime.now(UTC)),
+            run_id=gx.RunIdentifier(run_name=run_name(run_id), run_time=datetime.now(UTC)),
         )
         identifier = _result_identifier(context, suite_name, validation)
         index = (

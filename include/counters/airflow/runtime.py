@@ -28,10 +28,23 @@ def connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
     return ConnectionSettings.from_airflow_connection(BaseHook.get_connection(conn_id))
 
 
-def connection(conn_id: str = CASSANDRA_CONN_ID) -> Connection:
-    """The process's connection; rebuilt if the Airflow connection's settings changed."""
+def server_connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
+    """The settings in an Airflow server process (the API server, for the UI plugin): there
+    the Task SDK does not read connections from the metadata DB, the core model does."""
+    from airflow.models.connection import Connection as AirflowConnection
+
+    return ConnectionSettings.from_airflow_connection(
+        AirflowConnection.get_connection_from_secrets(conn_id)
+    )
+
+
+def connection(
+    conn_id: str = CASSANDRA_CONN_ID, settings: ConnectionSettings | None = None
+) -> Connection:
+    """The process's connection (to ``settings``, by default the Airflow connection's);
+    rebuilt if the settings changed."""
     global _connection
-    settings = connection_settings(conn_id)
+    settings = settings or connection_settings(conn_id)
     with _lock:
         if _connection is not None and _connection.settings != settings:
             log.info("Cassandra connection settings changed; reconnecting")

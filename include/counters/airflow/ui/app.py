@@ -1,0 +1,543 @@
+"""The plugin's FastAPI app: the "Counter families" pages and their JSON API.
+
+Mounted by the Airflow API server (``plugins/counter_families_ui.py``), shown in the UI as an
+external view, and behind Airflow's own login: every page and endpoint resolves the user from
+the UI's session cookie (or an ``Authorization: Bearer`` token) with Airflow's ``get_user``, and
+shows a family only to users who may read its DAG. Everything is read through
+``counters.status`` with bounded reads; nothing here writes to Cassandra.
+
+Importing this module is cheap (FastAPI and Jinja only): Airflow loads the plugins folder in
+schedulers and task processes too, where the Cassandra driver and Airflow's API modules are
+imported only when a request needs them.
+
+    /                                 overview, one row per family
+    /family/{name}                    health, plots, checks, late writes, audit rows, config
+    /family/{name}/counter?key=K      a counter's value, checkpoint and history
+    /family/{name}/datadocs/...       the family's GX Data Docs, with local CSS/JS
+    /api/families[/{name}]            the same as JSON
+    /api/families/{name}/counters/K   a counter as JSON
+    /api/families/{name}/audit        audit rows of a time range, CSV or JSON
+"""
+
+from __future__ import annotations
+
+import logging
+import mimetypes
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ...config import ConfigError, Family, load_families_leniently
+from ...core import parse_epoch
+from . import datadocs, views
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
+    from ...connection import Connection
+    from ...store import Store
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "static"
+DEFAULT_PAGE = 60
+"""Audit rows on the family page (and in its plots) unless ``limit`` says otherwise."""
+
+
+class Problem(Exception):
+    """A request that cannot be answered: the status and a message for a person (never a
+    stack trace)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+@contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Turn what a read can raise into a ``Problem`` that says what failed and what to do."""
+    from cassandra import DriverException, InvalidRequest
+    from cassandra.cluster import NoHostAvailable
+
+    from ...connection import CassandraUnavailable
+    from ...schema import SchemaError
+
+    try:
+        yield
+    except Problem:
+        raise
+    except (CassandraUnavailable, NoHostAvailable) as exc:
+        raise Problem(503, f"Cassandra is unreachable while reading {what}: {exc}") from None
+    except InvalidRequest as exc:
+        raise Problem(
+            500,
+            f"Cassandra refused the read of {what}: {exc.args[0] if exc.args else exc}. Are the "
+            "family's tables created (`counterctl init`)?",
+        ) from None
+    except DriverException as exc:
+        raise Problem(
+            503, f"Cassandra did not answer the read of {what}: {type(exc).__name__}: {exc}"
+        ) from None
+    except SchemaError as exc:
+        raise Problem(500, f"{what}: {exc}") from None
+    except ConfigError as exc:
+        raise Problem(500, str(exc)) from None
+
+
+# --- access -------------------------------------------------------------------------------
+
+
+async def current_user(request: Request) -> Any:
+    """The logged-in Airflow user, exactly as the API server's own endpoints resolve it."""
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    return await get_user(request, None, await bearer_scheme(request))
+
+
+User = Annotated[Any, Depends(current_user)]
+
+
+def readable(user: Any, families: list[Family]) -> list[Family]:
+    """The families whose DAG the user may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    allowed = get_auth_manager().filter_authorized_dag_ids(
+        dag_ids={f.dag_id for f in families}, user=user
+    )
+    return [f for f in families if f.dag_id in allowed]
+
+
+# --- data ---------------------------------------------------------------------------------
+
+
+def catalog() -> tuple[list[Family], dict[str, str]]:
+    """The families YAML, entry by entry (a broken entry is listed, not fatal)."""
+    try:
+        return load_families_leniently()
+    except ConfigError as exc:
+        raise Problem(500, str(exc)) from None
+
+
+def family_for(user: Any, name: str) -> Family:
+    families, broken = catalog()
+    found = next((f for f in families if f.name == name), None)
+    if found is None or not readable(user, [found]):
+        if name in broken:
+            raise Problem(500, broken[name])
+        known = ", ".join(f.name for f in readable(user, families)) or "(none)"
+        raise Problem(404, f"unknown family {name!r}; known families: {known}")
+    return found
+
+
+def connection() -> Connection:
+    """The API server's Cassandra connection, from the Airflow connection ``cassandra_default``
+    (shared with nothing else in this process; rebuilt when that connection changes)."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    from .. import runtime
+
+    try:
+        settings = runtime.server_connection_settings()
+    except AirflowNotFoundException:
+        raise Problem(
+            503,
+            f"the Airflow connection {runtime.CASSANDRA_CONN_ID!r} is not defined (Admin > "
+            "Connections, or `make airflow-db`)",
+        ) from None
+    with reading("the connection"):
+        return runtime.connection(settings=settings)
+
+
+def store_for(family: Family) -> Store:
+    from ...store import Store
+
+    return Store(connection(), family)
+
+
+def alert_channels(family: Family) -> str:
+    from ..notifiers import Channels
+
+    return Channels.for_family(family).describe()
+
+
+def moment(text: str | None, name: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return parse_epoch(text)
+    except ValueError as exc:
+        raise Problem(400, f"{name}: {exc}") from None
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+@cache
+def templates() -> Environment:
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["span"] = views.span
+    env.filters["num"] = lambda n: "-" if n is None else f"{n:,}"
+    env.filters["urlq"] = lambda s: quote(str(s), safe="")
+    return env
+
+
+@dataclass(frozen=True)
+class Page:
+    """Where a page is: the app's base URL (mount prefix included) and Airflow's."""
+
+    base: str
+    airflow: str
+    now: datetime
+
+    @classmethod
+    def of(cls, request: Request) -> Page:
+        base = request.scope.get("root_path", "").rstrip("/")
+        mount = request.app.state.mount_prefix
+        airflow = base.removesuffix(mount) if mount and base.endswith(mount) else ""
+        return cls(base, airflow, datetime.now(UTC).replace(tzinfo=None))
+
+
+def render(request: Request, template: str, code: int = 200, **context: Any) -> HTMLResponse:
+    page = Page.of(request)
+    html = (
+        templates()
+        .get_template(template)
+        .render(
+            base=page.base,
+            airflow=page.airflow,
+            now=page.now,
+            **context,
+        )
+    )
+    return HTMLResponse(html, status_code=code)
+
+
+def wants_json(request: Request) -> bool:
+    return request.url.path.removeprefix(request.scope.get("root_path", "")).startswith("/api/")
+
+
+# --- the app ------------------------------------------------------------------------------
+
+
+class GuardedRoute(APIRoute):
+    """A route whose unexpected errors become a ``Problem`` (logged with their traceback,
+    shown as one line), so no page ever shows a stack trace."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (Problem, StarletteHTTPException, RequestValidationError):
+                raise
+            except Exception as exc:
+                log.exception("counter families: %s failed", request.url.path)
+                raise Problem(500, f"unexpected error: {type(exc).__name__}: {exc}") from None
+
+        return guarded
+
+
+def create_app(mount_prefix: str = "") -> FastAPI:
+    """The app; ``mount_prefix`` is where the plugin mounts it (its pages link back to
+    Airflow's own pages from there)."""
+    app = FastAPI(title="Counter families", docs_url=None, redoc_url=None, openapi_url=None)
+    app.router.route_class = GuardedRoute
+    app.state.mount_prefix = mount_prefix.rstrip("/")
+
+    @app.exception_handler(Problem)
+    async def problem(request: Request, exc: Problem) -> Response:
+        if wants_json(request):
+            return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        return render(request, "error.html", exc.status, status=exc.status, message=exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        message = str(exc.detail)
+        if exc.status_code == 401:  # from Airflow's get_user
+            message = f"{message}: log in to Airflow first"
+        return await problem(request, Problem(exc.status_code, message))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        message = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'][1:]) or 'request'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        return await problem(request, Problem(400, message))
+
+    register_pages(app)
+    register_api(app)
+    register_files(app)
+    return app
+
+
+def overview_data(user: Any) -> dict[str, Any]:
+    from ...status import family_health
+
+    families, broken = catalog()
+    families = readable(user, families)
+    now = datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    problem: str | None = None
+    try:
+        conn = connection()
+    except Problem as exc:
+        conn, problem = None, exc.message
+    for family in families:
+        row: dict[str, Any] = {"name": family.name, "kind": family.kind.value}
+        if conn is None:
+            row["error"] = "not read: Cassandra is unreachable"
+        else:
+            from ...store import Store
+
+            try:
+                with reading(f"family {family.name!r}"):
+                    row = views.health_dict(family_health(Store(conn, family), now), now)
+            except Problem as exc:
+                row["error"] = exc.message
+        latest = datadocs.latest_page(family.name)
+        row["data_docs"] = (
+            str(latest.relative_to(datadocs.site_root(family.name))) if latest else None
+        )
+        rows.append(row)
+    return {
+        "families": rows,
+        "broken": broken,
+        "error": problem,
+        "generated_at": views.iso(now),
+    }
+
+
+def family_data(
+    user: Any, name: str, limit: int, before: str | None, plots: bool = True
+) -> dict[str, Any]:
+    from ...status import audit_page, family_health
+
+    family = family_for(user, name)
+    if not 1 <= limit <= 1000:
+        raise Problem(400, f"limit must be between 1 and 1000, got {limit}")
+    until = moment(before, "before")
+    store = store_for(family)
+    now = datetime.now(UTC)
+    with reading(f"family {family.name!r}"):
+        health = family_health(store, now)
+        rows = audit_page(store, limit, before=until)
+    latest = datadocs.latest_page(family.name)
+    site = datadocs.site_root(family.name)
+    audit = []
+    for row in rows:
+        page = datadocs.run_page(family.name, row.run_id) if row.counters else None
+        audit.append(
+            {
+                **row.as_dict(),
+                "duration": views.span(row.duration_s),
+                "failed_checks": row.failed_checks,
+                "data_docs": str(page.relative_to(site)) if page else None,
+            }
+        )
+    return {
+        "family": views.health_dict(health, now),
+        "config": views.family_config(family, alert_channels(family)),
+        "quarantined": views.quarantine_dicts(health),
+        "checks": views.check_summary(rows),
+        "late_writes": views.late_reports(rows),
+        "audit": audit,
+        "next_before": views.iso(rows[-1].started_at) if len(rows) == limit else None,
+        "data_docs": str(latest.relative_to(site)) if latest else None,
+        **({"charts": views.charts(rows, family)} if plots else {}),
+    }
+
+
+def counter_data(user: Any, name: str, key: str) -> dict[str, Any]:
+    from ...status import look_up
+
+    family = family_for(user, name)
+    store = store_for(family)
+    with reading(f"counter {key!r} of family {family.name!r}"):
+        try:
+            state = look_up(store, key)
+        except ValueError as exc:
+            raise Problem(400, str(exc)) from None
+    return {"family": family.name, "kind": family.kind.value, **views.counter_dict(state)}
+
+
+def register_pages(app: FastAPI) -> None:
+    @app.get("/", response_class=HTMLResponse)
+    def overview(request: Request, user: User) -> HTMLResponse:
+        data = overview_data(user)
+        return render(request, "overview.html", 503 if data["error"] else 200, **data)
+
+    @app.get("/lookup")
+    def lookup(request: Request, user: User, family: str = "", key: str = "") -> Response:
+        if not family:
+            raise Problem(400, "choose a family")
+        return RedirectResponse(
+            f"{Page.of(request).base}/family/{quote(family, safe='')}/counter"
+            f"?key={quote(key, safe='')}",
+            status_code=303,
+        )
+
+    @app.get("/family/{name}", response_class=HTMLResponse)
+    def family_page(
+        request: Request,
+        user: User,
+        name: str,
+        limit: int = DEFAULT_PAGE,
+        before: str | None = None,
+    ) -> HTMLResponse:
+        data = family_data(user, name, limit, before)
+        return render(request, "family.html", limit=limit, before=before, **data)
+
+    @app.get("/family/{name}/counter", response_class=HTMLResponse)
+    def counter_page(request: Request, user: User, name: str, key: str = "") -> HTMLResponse:
+        family = family_for(user, name)
+        if not key.strip():
+            return render(request, "counter.html", family=family.name, counter=None, key="")
+        data = counter_data(user, name, key)
+        return render(request, "counter.html", family=family.name, counter=data, key=key)
+
+
+def register_api(app: FastAPI) -> None:
+    @app.get("/api/families")
+    def api_overview(user: User) -> dict[str, Any]:
+        data = overview_data(user)
+        if data["error"]:
+            raise Problem(503, data["error"])
+        return data
+
+    @app.get("/api/families/{name}")
+    def api_family(
+        user: User, name: str, limit: int = DEFAULT_PAGE, before: str | None = None
+    ) -> dict[str, Any]:
+        return family_data(user, name, limit, before, plots=False)
+
+    @app.get("/api/families/{name}/counters/{key:path}")
+    def api_counter(user: User, name: str, key: str) -> dict[str, Any]:
+        return counter_data(user, name, key)
+
+    @app.get("/api/families/{name}/audit")
+    def api_audit(
+        user: User,
+        name: str,
+        since: str | None = None,
+        until: str | None = None,
+        limit: Annotated[int, Query(ge=1)] = 1000,
+        format: str = "json",
+    ) -> Response:
+        from ...status import MAX_EXPORT, MAX_PAGE, AuditRow, audit_csv, audit_page
+
+        family = family_for(user, name)
+        if format not in ("json", "csv"):
+            raise Problem(400, f"format must be 'csv' or 'json', got {format!r}")
+        if limit > MAX_EXPORT:
+            raise Problem(400, f"limit must be at most {MAX_EXPORT}, got {limit}")
+        low, high = moment(since, "since"), moment(until, "until")
+        if low and high and low >= high:
+            raise Problem(400, f"since ({since}) must be before until ({until})")
+        store = store_for(family)
+        rows: list[AuditRow] = []
+        cursor = high
+        with reading(f"the audit of family {family.name!r}"):
+            while len(rows) < limit:  # pages of at most MAX_PAGE rows, newest first
+                asked = min(limit - len(rows), MAX_PAGE)
+                page = audit_page(store, asked, before=cursor, since=low)
+                rows.extend(page)
+                if len(page) < asked:
+                    break
+                cursor = page[-1].started_at
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        filename = f"audit_{family.name}_{stamp}.{format}"
+        headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+        if format == "csv":
+            return PlainTextResponse(audit_csv(rows), media_type="text/csv", headers=headers)
+        return JSONResponse(
+            {
+                "family": family.name,
+                "since": views.iso(low),
+                "until": views.iso(high),
+                "rows": [row.as_dict() for row in rows],
+            },
+            headers=headers,
+        )
+
+
+def register_files(app: FastAPI) -> None:
+    @app.get("/family/{name}/datadocs/latest")
+    def latest_docs(request: Request, user: User, name: str) -> Response:
+        family = family_for(user, name)
+        page = datadocs.latest_page(family.name)
+        if page is None:
+            raise Problem(
+                404,
+                f"family {family.name!r} has no Data Docs yet: they are written by the "
+                f"{family.dag_id} DAG's verify step when a run folds rows",
+            )
+        relative = page.relative_to(datadocs.site_root(family.name))
+        return RedirectResponse(
+            f"{Page.of(request).base}/family/{quote(family.name)}/datadocs/{relative}",
+            status_code=307,
+        )
+
+    @app.get("/family/{name}/datadocs/{path:path}")
+    def docs_file(request: Request, user: User, name: str, path: str) -> Response:
+        family = family_for(user, name)
+        target = datadocs.resolve(family.name, path or "index.html")
+        if target is None:
+            raise Problem(404, f"no Data Docs file {path!r} for family {family.name!r}")
+        if target.suffix != ".html":
+            return FileResponse(target)
+        base = Page.of(request).base
+        html = datadocs.rewrite(
+            target.read_text(encoding="utf-8"),
+            assets_url=f"{base}/assets/datadocs",
+            site_url=f"{base}/family/{quote(family.name)}/datadocs",
+            back=(f"{base}/family/{quote(family.name)}", f"Counter family {family.name}"),
+        )
+        return HTMLResponse(html)
+
+    @app.get("/assets/datadocs/{path:path}")
+    def docs_asset(path: str) -> Response:
+        target = datadocs.resolve_asset(path)
+        if target is None:
+            raise Problem(404, f"no Data Docs asset {path!r} (run `make setup`)")
+        return FileResponse(target, headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/assets/{name}")
+    def own_asset(name: str) -> Response:
+        target = (STATIC / name).resolve()
+        if not target.is_relative_to(STATIC) or not target.is_file():
+            raise Problem(404, f"no asset {name!r}")
+        media, _ = mimetypes.guess_type(target.name)
+        return FileResponse(target, media_type=media, headers={"Cache-Control": "max-age=3600"})
