@@ -19,16 +19,18 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 DEFAULT_HOST = "127.0.0.1"
-TIERS = ("unit", "integration", "airflow")
+TIERS = ("unit", "integration", "airflow", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test declares its tier (``pytestmark`` in its module): ``unit`` (no services),
-    ``integration`` (the real Cassandra node) or ``airflow`` (the Airflow metadata DB)."""
+    ``integration`` (the real Cassandra node), ``airflow`` (the Airflow metadata DB) or
+    ``cluster`` (the local 3-node cluster)."""
     unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
     if unmarked:
         raise pytest.UsageError(
-            "tests without a tier marker (unit, integration or airflow): " + ", ".join(unmarked)
+            "tests without a tier marker (unit, integration, airflow or cluster): "
+            + ", ".join(unmarked)
         )
 
 

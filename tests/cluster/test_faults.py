@@ -1,0 +1,262 @@
+"""The guarantees of docs/correctness.md where they can fail: three nodes, RF=3, LOCAL_QUORUM,
+nodes crashing and coming back, every run as the least-privilege ``compactor`` over TLS.
+
+Totals are checked exactly after each story: every counter's value is what was written, no
+row at or below the compacted epoch is left, nothing is quarantined."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.cluster import NoHostAvailable
+from counters import engine
+from counters.client import Increment
+from counters.store import Store
+
+from .conftest import COMPACTOR, ClusterFamily, assert_exact, pinned, rows_at_or_below
+
+pytestmark = pytest.mark.cluster
+
+ROWS = 3
+PER_COUNTER = sum(range(1, ROWS + 1))
+
+
+def load(cf: ClusterFamily, t0, counters, minute: int = 0, version: int = 0) -> dict[str, int]:
+    """``ROWS`` increments (1, 2, 3) per counter, within the minute after t0 + ``minute``."""
+    at = t0 + timedelta(minutes=minute)
+    cf.client.record(
+        Increment((c,), i + 1, at + timedelta(seconds=i), ("w", version + i))
+        for c in counters
+        for i in range(ROWS)
+    )
+    return dict.fromkeys(counters, PER_COUNTER)
+
+
+def add(*totals: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for total in totals:
+        for counter, value in total.items():
+            out[counter] = out.get(counter, 0) + value
+    return out
+
+
+def run(store: Store, epoch, run_id: str, **kw) -> engine.RunSummary:
+    return engine.run_family(store, epoch, run_id, now=epoch + timedelta(minutes=5), **kw)
+
+
+def test_node_killed_mid_run_then_restarted_the_runs_stay_exact(local_cluster, cluster_family, t0):
+    """SIGKILL of a replica while the run's requests are in flight: the run either finishes on
+    the two others or fails with a driver error (its audit row says so); its retry and the next
+    run, with the node back, finish; totals exact."""
+    cf = cluster_family(shards=4)
+    counters = [f"k{i}" for i in range(600)]
+    expected = load(cf, t0, counters)
+    epoch = t0 + timedelta(minutes=10)
+    victim = local_cluster.pid(2)
+    killer: list[threading.Timer] = []
+
+    def kill_mid_run(point: str) -> None:
+        if point == "read_compact" and not killer:  # the first bucket: most of the run is ahead
+            delay = random.uniform(0.05, 0.3)
+            killer.append(threading.Timer(delay, os.kill, (victim, signal.SIGKILL)))
+            killer[0].start()
+
+    try:
+        first = run(cf.store, epoch, "run-1", fault=kill_mid_run).outcome
+    except (engine.EngineError, DriverException, NoHostAvailable) as exc:
+        first = f"failed: {type(exc).__name__}: {exc}"
+    killer[0].join()
+    assert local_cluster.status()["nodes"][1]["state"] == "stopped"
+    assert {v.counter[0]: v.value for v in cf.client.read_many(counters)} == expected
+    if first != "success":  # the task's retry: same run id, same epoch
+        assert run(cf.store, epoch, "run-1").outcome == "success", first
+    print(f"run with a node killed mid-way: {first}; restart took {local_cluster.start():.1f} s")
+    later = t0 + timedelta(minutes=20)
+    expected = add(expected, load(cf, t0, counters, minute=15, version=100))
+    assert run(cf.store, later, "run-2").outcome == "success"
+    assert_exact(cf, expected, later)
+    assert rows_at_or_below(cf.admin, counters, later, ConsistencyLevel.ALL) == 0
+
+
+def test_one_node_down_for_a_whole_run_local_quorum_still_compacts(
+    local_cluster, cluster_family, t0
+):
+    cf = cluster_family()
+    counters = [f"d{i}" for i in range(100)]
+    expected = load(cf, t0, counters)
+    epoch = t0 + timedelta(minutes=10)
+    local_cluster.stop(3)
+    try:
+        expected = add(expected, load(cf, t0, counters, minute=5, version=100))  # node 3 misses
+        summary = run(cf.store, epoch, "run-down")
+        assert summary.outcome == "success", summary.message
+        assert summary.tally.rows_folded == summary.tally.rows_deleted == len(counters) * 2 * ROWS
+        assert_exact(cf, expected, epoch)
+    finally:
+        local_cluster.start()
+    assert rows_at_or_below(cf.admin, counters, epoch, ConsistencyLevel.ALL) == 0
+    assert_exact(cf, expected, epoch)
+
+
+def test_two_nodes_down_the_run_fails_clearly_deletes_nothing_then_completes(
+    local_cluster, cluster_family, compactor_password, t0
+):
+    cf = cluster_family()
+    counters = [f"u{i}" for i in range(50)]
+    expected = load(cf, t0, counters)
+    epoch = t0 + timedelta(minutes=10)
+    counterctl = [
+        sys.executable, "-m", "counters.cli", "--config", str(cf.config),
+        "compact", "--family", cf.family.name, "--epoch", epoch.isoformat(),
+    ]  # fmt: skip
+    env = local_cluster.env(COMPACTOR, compactor_password)
+    local_cluster.stop(2, 3)
+    try:
+        failed = subprocess.run(counterctl, env=env, capture_output=True, text=True, timeout=180)
+        assert failed.returncode == 6, failed.stdout + failed.stderr
+        assert "Traceback" not in failed.stderr
+        message = failed.stderr.strip().splitlines()[-1]
+        assert message.startswith("Error: Unavailable: "), message
+        assert "LOCAL_QUORUM" in message and "alive_replicas" in message, message
+        assert "retry when the nodes are back" in message, message
+        # node 1 holds a replica of every row (RF=3): all of them are still there
+        assert (
+            rows_at_or_below(cf.admin, counters, epoch, ConsistencyLevel.ONE)
+            == len(counters) * ROWS
+        )
+        compact = cf.admin.session.execute(
+            f"SELECT count(*) FROM {cf.family.keyspace}.{cf.family.compact_table}",
+            timeout=60,
+        ).one()[0]
+        assert compact == 0
+    finally:
+        local_cluster.start()
+    again = subprocess.run(counterctl, env=env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_exact(cf, expected, epoch)
+    assert compactor_password not in failed.stdout + failed.stderr + again.stdout + again.stderr
+
+
+def pending_hints(local_cluster, node: int) -> set[str]:
+    """Addresses node ``node`` holds hints for (``nodetool listpendinghints``)."""
+    out = local_cluster.nodetool(node, "listpendinghints")
+    return {a for a in local_cluster.addresses if f" {a} " in f" {out} ".replace("\n", " ")}
+
+
+def test_replica_that_missed_cleanup_deletes_counts_nothing_twice(
+    local_cluster, cluster_family, compactor_password, t0
+):
+    """Node 2 is down while cleanup deletes, and comes back without those deletes (hint
+    delivery paused: node 1 holds them as hints). With node 3 down, every LOCAL_QUORUM read
+    of the next run (coordinated by node 2 itself) includes node 2's stale rows: node 1's
+    tombstones win, nothing is counted twice. Then the hints heal node 2."""
+    cf = cluster_family(shards=1)
+    counters = [f"m{i}" for i in range(60)]
+    expected = load(cf, t0, counters)
+    epoch = t0 + timedelta(minutes=10)
+    for node in (1, 3):
+        local_cluster.nodetool(node, "pausehandoff")
+    stopped: list[int] = []
+
+    def down_during_cleanup(point: str) -> None:
+        if point == "cleanup_read_log" and not stopped:
+            local_cluster.stop(2)
+            stopped.append(2)
+
+    try:
+        summary = run(cf.store, epoch, "run-1", fault=down_during_cleanup)
+        assert stopped and summary.outcome == "success", summary.message
+        assert summary.tally.rows_deleted == len(counters) * ROWS
+        local_cluster.start()  # node 2 is back, still holding the rows it missed deleting
+        deadline = time.monotonic() + 60
+        while "127.0.0.2" not in pending_hints(local_cluster, 1):  # flushed every 10 s
+            assert time.monotonic() < deadline, "node 1 holds no hints for node 2"
+            time.sleep(2)
+        local_cluster.stop(3)  # every quorum is now {node 1, node 2}
+        assert {v.counter[0]: v.value for v in cf.client.read_many(counters)} == expected
+        later = t0 + timedelta(minutes=20)
+        fresh = load(cf, t0, counters, minute=15, version=100)
+        expected = add(expected, fresh)
+        via_node2 = pinned(local_cluster.settings(COMPACTOR, compactor_password), "127.0.0.2")
+        try:
+            second = run(Store(via_node2, cf.family, cf.admin.layout), later, "run-2")
+        finally:
+            via_node2.close()
+        assert second.outcome == "success", second.message
+        assert second.tally.rows_folded == len(fresh) * ROWS  # the new rows only: none twice
+        assert_exact(cf, expected, later)
+        local_cluster.start()
+    finally:
+        if any(n["state"] != "running" for n in local_cluster.status()["nodes"]):
+            local_cluster.start()
+        for node in (1, 3):
+            local_cluster.nodetool(node, "resumehandoff")
+    deadline = time.monotonic() + 120
+    while "127.0.0.2" in pending_hints(local_cluster, 1):
+        assert time.monotonic() < deadline, "node 1 did not deliver its hints within 120 s"
+        time.sleep(2)
+    assert rows_at_or_below(cf.admin, counters, later, ConsistencyLevel.ALL) == 0
+    assert_exact(cf, expected, later)
+
+
+def test_overlapping_runs_through_different_coordinators_stay_exact(
+    local_cluster, cluster_family, compactor_password, t0
+):
+    """Run A (coordinated by node 1) stalls after reading its counters while run B (node 2)
+    commits the same buckets and run C (node 3) runs alongside; no leases. A's commits, made
+    through another coordinator than B's, must lose their compare-and-set and re-fold."""
+    cf = cluster_family(shards=1)
+    counters = [f"o{i}" for i in range(40)]
+    expected = load(cf, t0, counters)
+    settings = local_cluster.settings(COMPACTOR, compactor_password)
+    conns = [pinned(settings, address) for address in local_cluster.addresses]
+    stores = [Store(c, cf.family, cf.admin.layout) for c in conns]
+    paused, resume = threading.Event(), threading.Event()
+    summaries: dict[str, engine.RunSummary] = {}
+    errors: dict[str, BaseException] = {}
+
+    def stall(point: str) -> None:
+        if point == "read_raw" and not paused.is_set():
+            paused.set()
+            resume.wait(60)
+
+    def go(name: str, store: Store, minutes: int, **kw) -> None:
+        try:
+            summaries[name] = run(
+                store, t0 + timedelta(minutes=minutes), name, use_lease=False, **kw
+            )
+        except engine.EngineError as exc:  # a superseded or no-op run: allowed
+            errors[name] = exc
+        finally:
+            paused.set()
+
+    try:
+        a = threading.Thread(target=go, args=("A", stores[0], 10), kwargs={"fault": stall})
+        a.start()
+        assert paused.wait(60)
+        late = load(cf, t0, counters, minute=2, version=500)  # late rows, behind every epoch
+        c = threading.Thread(target=go, args=("C", stores[2], 12))
+        c.start()
+        go("B", stores[1], 11)
+        resume.set()
+        a.join(120)
+        c.join(120)
+        assert not a.is_alive() and not c.is_alive()
+        assert "B" in summaries, errors
+        final = t0 + timedelta(minutes=13)
+        assert run(stores[0], final, "D").outcome == "success"
+        assert_exact(cf, add(expected, late), final)
+        if "A" in summaries:
+            assert summaries["A"].tally.conflicts >= 1, summaries["A"].tally
+    finally:
+        for conn in conns:
+            conn.close()
