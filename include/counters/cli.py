@@ -61,24 +61,27 @@ def reported() -> Iterator[None]:
     except click.ClickException:
         raise
     except tuple(EXIT_CODES) as exc:
-        code = next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
-        raise Failure(failure_message(exc), code) from exc
+        raise Failure(*failure(exc)) from exc
 
 
-def failure_message(exc: BaseException) -> str:
-    """The one line for an error; the driver's errors say what to do about them."""
-    if isinstance(exc, Unauthorized):
+def failure(exc: BaseException) -> tuple[str, int]:
+    """The one line and the exit code for an error; the driver's errors say what to do."""
+    transient = "Cannot achieve consistency level" in str(exc)
+    if isinstance(exc, Unauthorized) and not transient:
         return (
             f"permission denied: {exc} (the role needs the grants that `counterctl init "
-            "--print-grants` prints)"
+            "--print-grants` prints)",
+            2,
         )
     if isinstance(exc, DriverException | NoHostAvailable):
+        # an Unauthorized that could not read the role's permissions is an outage too
         return (
             f"{type(exc).__name__}: {exc} -- Cassandra could not serve the request at the "
             "family's consistency level (too few live replicas, or a timeout): transient, retry "
-            "when the nodes are back. A failed run deletes no row it has not counted"
+            "when the nodes are back. A failed run deletes no row it has not counted",
+            6,
         )
-    return str(exc)
+    return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
 
 
 class Context:
@@ -131,6 +134,9 @@ def cli(ctx: click.Context, config: str | None, verbose: int) -> None:
     """
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
+        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     ctx.obj = Context(config)
     ctx.call_on_close(ctx.obj.close)
 

@@ -221,6 +221,20 @@ def build_cluster(
     )
 
 
+def why_unreachable(exc: BaseException) -> str:
+    """One reason per contact point (``NoHostAvailable`` holds them), without tracebacks."""
+    errors = getattr(exc, "errors", None)
+    if not isinstance(errors, dict) or not errors:
+        return f"{type(exc).__name__}: {exc}"
+    reasons = []
+    for host, error in errors.items():
+        if isinstance(error, ConnectionRefusedError):
+            reasons.append(f"{host} refused the connection (down?)")
+        else:
+            reasons.append(f"{host}: {type(error).__name__}: {error}")
+    return "; ".join(reasons)
+
+
 class Connection:
     """A cluster and two sessions: the usual one, and one whose writes get server timestamps.
 
@@ -241,7 +255,7 @@ class Connection:
         except Exception as exc:  # NoHostAvailable, OperationTimedOut, auth errors
             self.cluster.shutdown()
             raise CassandraUnavailable(
-                f"cannot reach Cassandra at {settings.describe()}: {exc}"
+                f"cannot reach Cassandra at {settings.describe()}: {why_unreachable(exc)}"
             ) from exc
         self.session.default_fetch_size = 5000
         self._server_ts: Session | None = None

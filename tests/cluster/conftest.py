@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, DriverException
 from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.query import SimpleStatement
 from click.testing import CliRunner
@@ -49,12 +49,15 @@ COMPACTOR = "compactor"
 
 
 def launcher(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, str(NODE_SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+    took = time.monotonic() - started
+    print(f"[cluster] {' '.join(args[:3])}: {took:.1f} s", file=sys.stderr)
     if result.returncode not in (0, 3):
         output = result.stdout + result.stderr
         raise AssertionError(f"cassandra_node.py {' '.join(args)} failed:\n{output}")
@@ -112,6 +115,13 @@ class LocalCluster:
                 return
             assert time.monotonic() < deadline, f"node {node} is still seen up: {others}"
             time.sleep(0.5)
+
+    def hint_files(self, conn: Connection, address: str) -> list[Path]:
+        """Hints the other nodes hold for the node at ``address`` (files named by its host
+        id; delivered and removed once it is back and handoff is not paused)."""
+        host_id = next(h.host_id for h in conn.cluster.metadata.all_hosts() if h.address == address)
+        folders = [Path(n["data_dir"]) / "hints" for n in self.status()["nodes"]]
+        return [f for folder in folders for f in folder.glob(f"{host_id}-*.hints")]
 
     def nodetool(self, node: int, *args: str) -> str:
         result = launcher("nodetool", "--cluster", self.name, "--node", str(node), "--", *args)
@@ -271,6 +281,7 @@ def cluster_family(
         config = tmp_path / f"families-{suffix}.yaml"
         config.write_text(yaml.safe_dump({"families": [entry]}, sort_keys=False))
         family = Family.model_validate(entry)
+        settle(admin_conn)
         layout = ensure_schema(admin_conn.session, family, REPLICATION)
         grant_printed(config, family.name, admin_conn)
         monkeypatch.setenv("COUNTERS_CONFIG", str(config))
@@ -285,6 +296,20 @@ def cluster_family(
         )
 
     return factory
+
+
+def settle(conn: Connection, timeout: float = 60) -> None:
+    """Until the driver's control connection is back (after nodes were down, it reconnects
+    with backoff) and schema metadata can be refreshed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
+            return
+        except DriverException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 @pytest.fixture
