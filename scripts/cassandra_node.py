@@ -1,11 +1,27 @@
 #!/usr/bin/env python3
-"""Run a real single-node Apache Cassandra 5.0.9 from Maven Central jars, for development and tests.
+"""Run a real Apache Cassandra 5.0.9 from Maven Central jars (one node, or a local cluster of
+nodes on 127.0.0.1..N), for development and tests.
 
     python scripts/cassandra_node.py up     [--instance dev|test|NAME] [--port N] [--timeout S]
     python scripts/cassandra_node.py down   [--instance NAME]
     python scripts/cassandra_node.py status [--instance NAME] [--json]
     python scripts/cassandra_node.py cql    [--instance NAME] "SELECT ..." | -f file.cql
     python scripts/cassandra_node.py fetch  (only download the jars into .cache/)
+
+    python scripts/cassandra_node.py up     --cluster NAME [--nodes 3] [--auth] [--client-tls DIR]
+                                            [--fresh] [--node N]
+    python scripts/cassandra_node.py down   --cluster NAME [--node N] [--kill]
+    python scripts/cassandra_node.py status --cluster NAME [--node N] [--json]
+    python scripts/cassandra_node.py cql    --cluster NAME "LIST ROLES"
+    python scripts/cassandra_node.py nodetool --cluster NAME --node N -- status
+
+A cluster's nodes NAME-1..NAME-N listen on 127.0.0.1..127.0.0.N with the same native and storage
+ports (9342/7400 by default, off the dev and test instances') and JMX ports 7401, 7402, ...;
+every node is a seed, tokens are evenly spaced, 512 MiB heaps. The nodes are started together
+and `up` waits until each sees every other up (read from their logs). `up --node N` restarts
+one node with the cluster's stored settings (var/cassandra/NAME/cluster.json); `status --json`
+gives each node's pid, so a test can SIGKILL one. With --auth the launcher replaces the default
+cassandra/cassandra superuser by `admin` (password in var/cassandra/NAME/admin.json, 0600).
 
 Run it with the project venv's python (needs only the standard library and cassandra-driver).
 
