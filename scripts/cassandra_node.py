@@ -34,8 +34,9 @@ Default ports: dev 9042/7000/7199, test 9142/7100/7299 (native/storage/jmx), so 
 while `make run` is up. Flags beat environment (CASSANDRA_PORT, CASSANDRA_STORAGE_PORT,
 CASSANDRA_JMX_PORT, CASSANDRA_HEAP, CASSANDRA_START_TIMEOUT), which beats the instance defaults.
 
-If CASSANDRA_HOSTS is set, `up` and `down` do nothing (an external cluster is in use) and `cql`
-talks to that cluster (CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC).
+If CASSANDRA_HOSTS is set, `up` and `down` of an instance do nothing (an external cluster is in
+use) and `cql` talks to that cluster (CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
+CASSANDRA_LOCAL_DC, CASSANDRA_TLS_CA_FILE). `--cluster` always means the local cluster.
 """
 
 from __future__ import annotations
@@ -1373,6 +1374,8 @@ def cmd_cql(args: argparse.Namespace) -> int:
         hosts = [h.strip() for h in external_cluster().split(",") if h.strip()]
         port = env_int("CASSANDRA_PORT") or 9042
         protocol = None
+        ca = os.environ.get("CASSANDRA_TLS_CA_FILE")
+        tls_ca = Path(ca) if ca else None
     else:
         inst = resolve_instance(args)
         hosts, port, protocol = [LISTEN_ADDRESS], inst.native_port, 5

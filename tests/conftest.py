@@ -17,6 +17,7 @@ import pytest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from counters.connection import ConnectionSettings
 
 DEFAULT_HOST = "127.0.0.1"
 TIERS = ("unit", "integration", "airflow", "cluster")
@@ -82,6 +83,7 @@ def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Clus
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
         connect_timeout=10,
+        ssl_context=ConnectionSettings.from_env().ssl_context(),  # CASSANDRA_TLS_* if set
     )
     yield cluster
     cluster.shutdown()

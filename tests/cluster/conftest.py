@@ -85,8 +85,13 @@ class LocalCluster:
         self._signal([node], signal.SIGKILL)
 
     def stop(self, *nodes: int) -> None:
-        """SIGTERM the nodes' JVMs (a clean shutdown: peers see them leave at once), wait."""
-        self._signal(nodes, signal.SIGTERM)
+        """A clean shutdown (peers see the nodes leave at once): one node through the
+        launcher (`down --cluster NAME --node N`), several by SIGTERM to their pids together."""
+        if len(nodes) == 1:
+            launcher("down", "--cluster", self.name, "--node", str(nodes[0]))
+            assert self.status()["nodes"][nodes[0] - 1]["state"] == "stopped"
+        else:
+            self._signal(nodes, signal.SIGTERM)
 
     def _signal(self, nodes: tuple[int, ...] | list[int], sig: signal.Signals) -> None:
         pids = [self.pid(n) for n in nodes]
@@ -104,17 +109,6 @@ class LocalCluster:
         started = time.monotonic()
         launcher("up", "--cluster", self.name)
         return time.monotonic() - started
-
-    def wait_seen_down(self, node: int, timeout: float = 60) -> None:
-        """Until every other running node's gossip says ``node`` is down."""
-        address = self.addresses[node - 1]
-        deadline = time.monotonic() + timeout
-        while True:
-            others = [n for n in self.status()["nodes"] if n["state"] == "running"]
-            if all(address not in n["sees_up"] for n in others):
-                return
-            assert time.monotonic() < deadline, f"node {node} is still seen up: {others}"
-            time.sleep(0.5)
 
     def hint_files(self, conn: Connection, address: str) -> list[Path]:
         """Hints the other nodes hold for the node at ``address`` (files named by its host
