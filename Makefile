@@ -9,12 +9,13 @@ INSTANCE ?= $(or $(CASSANDRA_INSTANCE),dev)
 ARGS ?=
 
 .PHONY: help setup run test bench bench-airflow lint format docs clean distclean cassandra-up cassandra-down \
-        cassandra-status cql airflow-db
+        cassandra-status cql airflow-db cluster-up cluster-down cluster-status
 
 help:
 	@echo "make run | test [ARGS=...] | bench [ARGS=...] | bench-airflow [ARGS=...] | setup | lint | format | docs | clean | distclean"
 	@echo "make cassandra-up | cassandra-down | cassandra-status [INSTANCE=dev|test]"
 	@echo "make cql Q='SELECT ...' | cql F=file.cql [INSTANCE=...]"
+	@echo "make cluster-up | cluster-down | cluster-status [CLUSTER=cluster] [ARGS=...]"
 	@echo "make airflow-db   (migrate var/airflow and apply airflow_settings.yaml)"
 
 setup:
@@ -53,6 +54,17 @@ cassandra-status:
 
 cql:
 	@$(NODE) cql --instance $(INSTANCE) $(if $(F),-f "$(F)",$(if $(Q),"$(Q)",--help))
+
+# A local cluster (nodes on 127.0.0.1..3): docs/cluster.md. ARGS e.g. "--auth --node 2 --kill".
+CLUSTER ?= cluster
+cluster-up: setup
+	@$(NODE) up --cluster $(CLUSTER) $(ARGS)
+
+cluster-down:
+	@$(NODE) down --cluster $(CLUSTER) $(ARGS)
+
+cluster-status:
+	@$(NODE) status --cluster $(CLUSTER) $(ARGS)
 
 airflow-db: setup
 	@FORCE_MIGRATE=1 scripts/airflow_db.sh

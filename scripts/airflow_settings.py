@@ -11,8 +11,10 @@ using the airflow executable next to this Python (the project venv), with PYTHON
 AIRFLOW_HOME and friends come from the environment (scripts/env.sh sets them).
 
 The `cassandra_default` connection follows the environment, like the rest of the project:
-CASSANDRA_HOSTS (comma separated), CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD and
-CASSANDRA_LOCAL_DC replace the matching fields when set (disable with --no-env-overrides).
+CASSANDRA_HOSTS (comma separated), CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
+CASSANDRA_LOCAL_DC and CASSANDRA_TLS_CA_FILE / CASSANDRA_TLS / CASSANDRA_TLS_CHECK_HOSTNAME
+(extra.ssl_options) replace the matching fields when set (disable with --no-env-overrides).
+The password only reaches `airflow connections import` through a 0600 temporary file.
 """
 
 from __future__ import annotations
@@ -109,6 +111,17 @@ def apply_cassandra_env(conns: dict[str, dict[str, Any]], env: dict[str, str]) -
         conn["login"] = env["CASSANDRA_USERNAME"]
         conn["password"] = env.get("CASSANDRA_PASSWORD", "")
         changed.append(f"login={conn['login']} (password from CASSANDRA_PASSWORD)")
+    tls_on = (env.get("CASSANDRA_TLS") or "").strip().lower() in ("1", "true", "yes", "on")
+    if env.get("CASSANDRA_TLS_CA_FILE") or tls_on:
+        extra = json.loads(conn.get("extra") or "{}")
+        ssl_options = extra.setdefault("ssl_options", {})
+        if env.get("CASSANDRA_TLS_CA_FILE"):
+            ssl_options["ca_certs"] = env["CASSANDRA_TLS_CA_FILE"]
+        if env.get("CASSANDRA_TLS_CHECK_HOSTNAME"):
+            check = env["CASSANDRA_TLS_CHECK_HOSTNAME"].strip().lower()
+            ssl_options["check_hostname"] = check not in ("0", "false", "no", "off")
+        conn["extra"] = json.dumps(extra, sort_keys=True)
+        changed.append(f"ssl_options={json.dumps(ssl_options, sort_keys=True)}")
     if env.get("CASSANDRA_LOCAL_DC"):
         extra = json.loads(conn.get("extra") or "{}")
         args = extra.setdefault("load_balancing_policy_args", {})

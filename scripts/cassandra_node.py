@@ -1,11 +1,27 @@
 #!/usr/bin/env python3
-"""Run a real single-node Apache Cassandra 5.0.9 from Maven Central jars, for development and tests.
+"""Run a real Apache Cassandra 5.0.9 from Maven Central jars (one node, or a local cluster of
+nodes on 127.0.0.1..N), for development and tests.
 
     python scripts/cassandra_node.py up     [--instance dev|test|NAME] [--port N] [--timeout S]
     python scripts/cassandra_node.py down   [--instance NAME]
     python scripts/cassandra_node.py status [--instance NAME] [--json]
     python scripts/cassandra_node.py cql    [--instance NAME] "SELECT ..." | -f file.cql
     python scripts/cassandra_node.py fetch  (only download the jars into .cache/)
+
+    python scripts/cassandra_node.py up     --cluster NAME [--nodes 3] [--auth] [--client-tls DIR]
+                                            [--fresh] [--node N]
+    python scripts/cassandra_node.py down   --cluster NAME [--node N] [--kill]
+    python scripts/cassandra_node.py status --cluster NAME [--node N] [--json]
+    python scripts/cassandra_node.py cql    --cluster NAME "LIST ROLES"
+    python scripts/cassandra_node.py nodetool --cluster NAME --node N -- status
+
+A cluster's nodes NAME-1..NAME-N listen on 127.0.0.1..127.0.0.N with the same native and storage
+ports (9342/7400 by default, off the dev and test instances') and JMX ports 7401, 7402, ...;
+every node is a seed, tokens are evenly spaced, 512 MiB heaps. The nodes are started together
+and `up` waits until each sees every other up (read from their logs). `up --node N` restarts
+one node with the cluster's stored settings (var/cassandra/NAME/cluster.json); `status --json`
+gives each node's pid, so a test can SIGKILL one. With --auth the launcher replaces the default
+cassandra/cassandra superuser by `admin` (password in var/cassandra/NAME/admin.json, 0600).
 
 Run it with the project venv's python (needs only the standard library and cassandra-driver).
 
@@ -18,8 +34,9 @@ Default ports: dev 9042/7000/7199, test 9142/7100/7299 (native/storage/jmx), so 
 while `make run` is up. Flags beat environment (CASSANDRA_PORT, CASSANDRA_STORAGE_PORT,
 CASSANDRA_JMX_PORT, CASSANDRA_HEAP, CASSANDRA_START_TIMEOUT), which beats the instance defaults.
 
-If CASSANDRA_HOSTS is set, `up` and `down` do nothing (an external cluster is in use) and `cql`
-talks to that cluster (CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC).
+If CASSANDRA_HOSTS is set, `up` and `down` of an instance do nothing (an external cluster is in
+use) and `cql` talks to that cluster (CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
+CASSANDRA_LOCAL_DC, CASSANDRA_TLS_CA_FILE). `--cluster` always means the local cluster.
 """
 
 from __future__ import annotations
@@ -30,9 +47,11 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -207,6 +226,10 @@ class Instance:
     storage_port: int
     jmx_port: int
     heap: str
+    # A node of a local cluster (see ClusterSpec) differs from a single node in these:
+    address: str = LISTEN_ADDRESS
+    cluster: ClusterSpec | None = None
+    node: int = 1
 
     @property
     def home(self) -> Path:
@@ -357,6 +380,469 @@ def port_accepts(host: str, port: int, timeout: float = 1.0) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# Local clusters: nodes NAME-1..NAME-N on 127.0.0.1..127.0.0.N (same ports, own addresses)
+
+DEFAULT_CLUSTER = "cluster"
+DEFAULT_CLUSTER_NODES = 3
+# native, storage, first node's JMX (node n gets +n-1): off the dev and test instances' defaults
+DEFAULT_CLUSTER_PORTS = (9342, 7400, 7401)
+DEFAULT_CLUSTER_HEAP = "512M"
+ADMIN_ROLE = "admin"
+# How a node's log says what gossip thinks of a peer (Gossiper, 5.0).
+GOSSIP_UP = re.compile(r"InetAddress /(\d+\.\d+\.\d+\.\d+):\d+ is now UP")
+LOG_TIME = re.compile(r"\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ")
+GOSSIP_DOWN = re.compile(
+    r"InetAddress /(\d+\.\d+\.\d+\.\d+):\d+ is now DOWN"
+    r"|Node /(\d+\.\d+\.\d+\.\d+):\d+ state jump to shutdown"
+)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What a local cluster was created with; kept in var/cassandra/NAME/cluster.json so a
+    node restarted alone (`up --cluster NAME --node 2`) gets the same configuration."""
+
+    name: str
+    nodes: int = DEFAULT_CLUSTER_NODES
+    native_port: int = DEFAULT_CLUSTER_PORTS[0]
+    storage_port: int = DEFAULT_CLUSTER_PORTS[1]
+    jmx_port: int = DEFAULT_CLUSTER_PORTS[2]
+    heap: str = DEFAULT_CLUSTER_HEAP
+    auth: bool = False
+    client_tls: str | None = None  # a directory: ca.pem and <address>.pem (key + chain) per node
+
+    @property
+    def home(self) -> Path:
+        return VAR_DIR / self.name
+
+    @property
+    def spec_file(self) -> Path:
+        return self.home / "cluster.json"
+
+    @property
+    def admin_file(self) -> Path:
+        """The superuser the launcher creates on an --auth cluster (0600; replaces the default
+        cassandra/cassandra, which it disables)."""
+        return self.home / "admin.json"
+
+    @property
+    def tls_ca(self) -> Path | None:
+        return Path(self.client_tls) / "ca.pem" if self.client_tls else None
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return tuple(f"127.0.0.{n}" for n in range(1, self.nodes + 1))
+
+    def initial_token(self, node: int) -> int:
+        """Evenly spaced Murmur3 tokens, one per node."""
+        return -(2**63) + (node - 1) * (2**64 // self.nodes)
+
+    def instance(self, node: int) -> Instance:
+        return Instance(
+            name=f"{self.name}-{node}",
+            native_port=self.native_port,
+            storage_port=self.storage_port,
+            jmx_port=self.jmx_port + node - 1,
+            heap=self.heap,
+            address=self.addresses[node - 1],
+            cluster=self,
+            node=node,
+        )
+
+    def instances(self, node: int | None = None) -> list[Instance]:
+        if node is not None and not 1 <= node <= self.nodes:
+            raise NodeError(f"cluster '{self.name}' has nodes 1..{self.nodes}; no node {node}")
+        return [self.instance(n) for n in range(1, self.nodes + 1) if node in (None, n)]
+
+    def credentials(self) -> tuple[str, str] | None:
+        if not self.auth:
+            return None
+        try:
+            data = json.loads(self.admin_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return data["username"], data["password"]
+
+
+def cluster_flags(spec: ClusterSpec) -> list[str]:
+    return [
+        "-Dcassandra.ring_delay_ms=5000",  # join in ~20 s instead of ~45 s (shared notes)
+        f"-Dcassandra.system_auth.default_rf={min(3, spec.nodes)}",  # roles survive a node down
+        "-Dcassandra.superuser_setup_delay_ms=2000",
+    ]
+
+
+def stored_cluster(name: str) -> ClusterSpec | None:
+    stored = read_state(VAR_DIR / name / "cluster.json")
+    return ClusterSpec(**stored) if stored else None
+
+
+def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
+    """The stored spec of an existing cluster; the settings flags of `up` create one (or must
+    match the stored one, unless --fresh)."""
+    name = args.cluster
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise NodeError(f"cluster name must be alphanumeric (with - or _), got {name!r}")
+    stored = stored_cluster(name)
+    creating = args.command == "up" and (
+        args.fresh
+        or stored is None
+        or args.auth
+        or args.client_tls
+        or any(getattr(args, k) for k in ("nodes", "port", "storage_port", "jmx_port", "heap"))
+    )
+    if not creating:
+        if stored is None:
+            raise NodeError(
+                f"no cluster '{name}' (start one with `up --cluster {name}`; "
+                f"its state goes to var/cassandra/{name}/)"
+            )
+        return stored
+    native, storage, jmx = DEFAULT_CLUSTER_PORTS
+    spec = ClusterSpec(
+        name=name,
+        nodes=args.nodes or DEFAULT_CLUSTER_NODES,
+        native_port=args.port or env_int("CASSANDRA_CLUSTER_PORT") or native,
+        storage_port=args.storage_port or env_int("CASSANDRA_CLUSTER_STORAGE_PORT") or storage,
+        jmx_port=args.jmx_port or env_int("CASSANDRA_CLUSTER_JMX_PORT") or jmx,
+        heap=args.heap or os.environ.get("CASSANDRA_CLUSTER_HEAP") or DEFAULT_CLUSTER_HEAP,
+        auth=bool(args.auth),
+        client_tls=str(Path(args.client_tls).resolve()) if args.client_tls else None,
+    )
+    if not 1 <= spec.nodes <= 9:
+        raise NodeError(f"--nodes must be 1..9, got {spec.nodes}")
+    if stored and not args.fresh and stored != spec:
+        raise NodeError(
+            f"cluster '{name}' exists with other settings ({var_path(spec.spec_file)}); start it "
+            "without settings flags, or with --fresh to wipe it and start over"
+        )
+    return spec
+
+
+def var_path(path: Path) -> str:
+    try:
+        return str(path.relative_to(PROJECT))
+    except ValueError:
+        return str(path)
+
+
+def tls_files_missing(spec: ClusterSpec) -> list[str]:
+    if not spec.client_tls:
+        return []
+    folder = Path(spec.client_tls)
+    wanted = [folder / "ca.pem", *(folder / f"{a}.pem" for a in spec.addresses)]
+    return [str(f) for f in wanted if not f.is_file()]
+
+
+def native_probe(inst: Instance, timeout: float = 2.0) -> bool:
+    """True if the node's native port answers an OPTIONS frame (no login needed; over TLS,
+    checked against the cluster's CA and the node's address, when the cluster has one)."""
+    ca = inst.cluster.tls_ca if inst.cluster else None
+    try:
+        with socket.create_connection((inst.address, inst.native_port), timeout=timeout) as raw:
+            sock = tls_context(ca).wrap_socket(raw, server_hostname=inst.address) if ca else raw
+            with sock:
+                sock.sendall(bytes([0x04, 0, 0, 0, 0x05, 0, 0, 0, 0]))  # v4 OPTIONS, stream 0
+                header = b""
+                while len(header) < 9:
+                    chunk = sock.recv(9 - len(header))
+                    if not chunk:
+                        return False
+                    header += chunk
+                return header[0] == 0x84 and header[4] == 0x06  # response, SUPPORTED
+    except ssl.SSLCertVerificationError as exc:
+        raise NodeError(
+            f"node {inst.name} at {inst.address}:{inst.native_port}: its TLS certificate does not "
+            f"verify against {ca}: {exc.verify_message}"
+        ) from exc
+    except OSError:
+        return False
+
+
+def node_answers(inst: Instance) -> str | None:
+    """The release version (a single node), or the launched version once a cluster node's
+    native port answers (its CQL may need a login)."""
+    if inst.cluster is None:
+        return cql_answers(inst.address, inst.native_port)
+    return CASSANDRA_VERSION if native_probe(inst) else None
+
+
+def gossip_view(inst: Instance) -> dict[str, tuple[bool, float]]:
+    """Peer address -> (up, when), the latest word of this node's log since its last start."""
+    state = read_state(inst.state_file) or {}
+    try:
+        with open(inst.system_log, "rb") as log:
+            log.seek(int(state.get("log_offset", 0)))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return {}
+    view: dict[str, tuple[bool, float]] = {}
+    for line in text.splitlines():
+        up = GOSSIP_UP.search(line)
+        down = None if up else GOSSIP_DOWN.search(line)
+        stamp = LOG_TIME.search(line)
+        if (up or down) and stamp:
+            when = time.mktime(time.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S"))
+            if up:
+                view[up.group(1)] = (True, when)
+            elif down:
+                view[down.group(1) or down.group(2)] = (False, when)
+    return view
+
+
+def sees_up(inst: Instance, peer: Instance) -> bool:
+    """``inst`` has seen ``peer`` come up since the peer's latest start."""
+    up, when = gossip_view(inst).get(peer.address, (False, 0.0))
+    started = (read_state(peer.state_file) or {}).get("started_at", 0.0)
+    return up and when >= int(started) - 1  # log times have whole seconds here
+
+
+def wait_gossip(spec: ClusterSpec, deadline: float) -> float:
+    """Wait until every running node has seen every other running node up since its last
+    start (hints, reads and writes at QUORUM need that). Returns the seconds waited."""
+    started = time.monotonic()
+    while True:
+        running = [i for i in spec.instances() if running_pid(i) is not None]
+        missing = {
+            i.name: [p.address for p in running if p.node != i.node and not sees_up(i, p)]
+            for i in running
+        }
+        missing = {k: v for k, v in missing.items() if v}
+        if not missing:
+            return time.monotonic() - started
+        if time.monotonic() > deadline:
+            raise NodeError(
+                f"cluster '{spec.name}': nodes do not see each other up yet: "
+                + "; ".join(f"{k} waits for {', '.join(v)}" for k, v in missing.items())
+            )
+        time.sleep(0.5)
+
+
+def ensure_admin(spec: ClusterSpec, deadline: float) -> None:
+    """On a new --auth cluster: log in as the default cassandra/cassandra (created by a node
+    a few seconds after start), create the superuser `admin` with a random password in
+    admin.json (0600), and take login and superuser away from `cassandra`."""
+    if spec.credentials():
+        return
+    import secrets
+
+    from cassandra import AuthenticationFailed
+    from cassandra.cluster import NoHostAvailable
+
+    quiet_driver_logs()
+    password = secrets.token_urlsafe(18)
+    while True:
+        cluster = make_cluster(
+            list(spec.addresses), spec.native_port, 5, ("cassandra", "cassandra"), spec.tls_ca
+        )
+        try:
+            session = cluster.connect()
+            session.execute(
+                f"CREATE ROLE IF NOT EXISTS {ADMIN_ROLE} WITH SUPERUSER = true AND LOGIN = true "
+                "AND PASSWORD = %s",
+                (password,),
+            )
+            break
+        except (AuthenticationFailed, NoHostAvailable) as exc:
+            if time.monotonic() > deadline:
+                raise NodeError(
+                    f"cluster '{spec.name}': cannot log in as the default superuser to set up "
+                    f"roles: {exc}"
+                ) from exc
+            time.sleep(1)
+        finally:
+            cluster.shutdown()
+    spec.admin_file.touch(mode=0o600)
+    spec.admin_file.write_text(json.dumps({"username": ADMIN_ROLE, "password": password}) + "\n")
+    cluster = make_cluster(
+        list(spec.addresses), spec.native_port, 5, (ADMIN_ROLE, password), spec.tls_ca
+    )
+    try:
+        cluster.connect().execute("ALTER ROLE cassandra WITH SUPERUSER = false AND LOGIN = false")
+    finally:
+        cluster.shutdown()
+    say(
+        f"cluster '{spec.name}': superuser '{ADMIN_ROLE}' created (password in "
+        f"{var_path(spec.admin_file)}); the default 'cassandra' role can no longer log in"
+    )
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    spec = resolve_cluster(args)
+    timeout = args.timeout or float(
+        os.environ.get("CASSANDRA_START_TIMEOUT") or DEFAULT_START_TIMEOUT
+    )
+    if heap_bytes(spec.heap) > (1 << 30) and not args.allow_big_heap:
+        raise NodeError(f"heap {spec.heap} is over 1 GiB; pass --allow-big-heap if you mean it")
+    missing = tls_files_missing(spec)
+    if missing:
+        raise NodeError(f"--client-tls: missing {', '.join(missing)}")
+    jars = ensure_jars()
+    started = time.monotonic()
+    deadline = started + timeout
+    if args.fresh:  # wipe the old cluster's nodes and state (refused while any runs)
+        old = stored_cluster(spec.name) or spec
+        nodes = old.instances() + spec.instances()
+        alive = sorted({i.name for i in nodes if running_pid(i) is not None})
+        if alive:
+            raise NodeError(f"--fresh: nodes {', '.join(alive)} are running; `down` them first")
+        for inst in nodes:
+            shutil.rmtree(inst.home, ignore_errors=True)
+        shutil.rmtree(spec.home, ignore_errors=True)
+    spec.home.mkdir(parents=True, exist_ok=True)
+    spec.spec_file.write_text(json.dumps(spec.__dict__, indent=2) + "\n")
+    launched: list[tuple[Instance, subprocess.Popen]] = []
+    for inst in spec.instances(args.node):
+        inst.home.mkdir(parents=True, exist_ok=True)
+        with file_lock(inst.home / ".lock"):
+            pid = running_pid(inst)
+            if pid is not None:
+                say(f"node {inst.name} is already running (pid {pid}, {inst.address})")
+                continue
+            inst.pid_file.unlink(missing_ok=True)
+            check_ports_free(inst)
+            proc = launch(inst, jars)
+            launched.append((inst, proc))
+            say(
+                f"starting node {inst.name} (pid {proc.pid}, {inst.address}:{inst.native_port}, "
+                f"storage {inst.storage_port}, jmx {inst.jmx_port}, heap {inst.heap})"
+            )
+    for inst, proc in launched:  # started together: seeds find each other at once
+        wait_ready(inst, proc.pid, proc, max(1.0, deadline - time.monotonic()), started)
+    waited = wait_gossip(spec, deadline)
+    if spec.auth:
+        ensure_admin(spec, deadline)
+    say(
+        f"cluster '{spec.name}' is up: {spec.nodes} node(s) at "
+        f"{','.join(spec.addresses)}:{spec.native_port}"
+        f"{' (TLS)' if spec.client_tls else ''}{' with authentication' if spec.auth else ''}, "
+        f"all in gossip after {time.monotonic() - started:.1f} s (gossip wait {waited:.1f} s)"
+    )
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    """SIGTERM (or SIGKILL with --kill) the selected nodes together, then wait for them."""
+    spec = resolve_cluster(args)
+    timeout = args.timeout or DEFAULT_STOP_TIMEOUT
+    victims = [(i, running_pid(i)) for i in spec.instances(args.node)]
+    for inst, pid in victims:
+        if pid is None:
+            say(f"node {inst.name} is not running")
+            inst.pid_file.unlink(missing_ok=True)
+            continue
+        sig = signal.SIGKILL if args.kill else signal.SIGTERM
+        say(f"{'killing' if args.kill else 'stopping'} node {inst.name} ({sig.name} to pid {pid})")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    started = time.monotonic()
+    for inst, pid in victims:
+        if pid is None:
+            continue
+        graceful = kill_pid_wait(pid, grace=max(0.0, started + timeout - time.monotonic()))
+        inst.pid_file.unlink(missing_ok=True)
+        how = "stopped" if graceful else "killed (SIGKILL)"
+        say(f"node {inst.name} {how} after {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def kill_pid_wait(pid: int, grace: float) -> bool:
+    """Wait up to ``grace`` seconds for a signalled pid, then SIGKILL it. True if it ended."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while pid_alive(pid):
+        time.sleep(0.1)
+    return False
+
+
+def cluster_status(spec: ClusterSpec, node: int | None) -> dict:
+    nodes = []
+    for inst in spec.instances(node):
+        pid = running_pid(inst)
+        nodes.append(
+            {
+                "node": inst.node,
+                "instance": inst.name,
+                "address": inst.address,
+                "state": "running" if pid else "stopped",
+                "pid": pid,
+                "cql": "answering" if pid and native_probe(inst) else "not answering",
+                "native_port": inst.native_port,
+                "storage_port": inst.storage_port,
+                "jmx_port": inst.jmx_port,
+                "sees_up": [
+                    p.address for p in spec.instances() if p.node != inst.node and sees_up(inst, p)
+                ]
+                if pid
+                else [],
+                "data_dir": str(inst.data_dir),
+                "log_dir": str(inst.log_dir),
+            }
+        )
+    return {
+        "cluster": spec.name,
+        "contact_points": list(spec.addresses),
+        "native_port": spec.native_port,
+        "auth": spec.auth,
+        "admin_credentials": str(spec.admin_file) if spec.credentials() else None,
+        "tls_ca": str(spec.tls_ca) if spec.tls_ca else None,
+        "heap": spec.heap,
+        "nodes": nodes,
+    }
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    spec = resolve_cluster(args)
+    info = cluster_status(spec, args.node)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(
+            f"cluster {spec.name}: {','.join(spec.addresses)}:{spec.native_port}, heap "
+            f"{spec.heap}, auth {'on' if spec.auth else 'off'}, client TLS "
+            f"{'on' if spec.client_tls else 'off'}"
+        )
+        for n in info["nodes"]:
+            print(
+                f"  {n['instance']:<14} {n['address']:<10} {n['state']:<8} pid "
+                f"{n['pid'] or '-':<8} cql {n['cql']:<14} jmx {n['jmx_port']}  sees up: "
+                f"{','.join(n['sees_up']) or '-'}"
+            )
+    ok = all(n["state"] == "running" and n["cql"] == "answering" for n in info["nodes"])
+    return 0 if ok else 3
+
+
+def cmd_nodetool(args: argparse.Namespace) -> int:
+    """nodetool against one local node over its JMX port (e.g. pausehandoff, repair, status)."""
+    if args.cluster:
+        spec = resolve_cluster(args)
+        inst = spec.instances(args.node or 1)[0]
+    else:
+        inst = resolve_instance(args)
+    jars = ensure_jars()
+    tools_logback = inst.conf_dir / "logback-tools.xml"
+    inst.conf_dir.mkdir(parents=True, exist_ok=True)
+    tools_logback.write_text(TOOLS_LOGBACK_XML)
+    java = shutil.which("java") or "java"
+    cmd = [
+        java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+        f"-Dlogback.configurationFile=file://{tools_logback}",
+        f"-Duser.home={inst.home}",
+        *JPMS_FLAGS,
+        "-cp", ":".join(str(j) for j in jars),
+        "org.apache.cassandra.tools.NodeTool",
+        "-h", LISTEN_ADDRESS, "-p", str(inst.jmx_port),
+        *args.arguments,
+    ]  # fmt: skip
+    return subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+
+
+# --------------------------------------------------------------------------------------------
 # CQL
 
 
@@ -365,7 +851,15 @@ def quiet_driver_logs() -> None:
     logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 
 
-def make_cluster(hosts: list[str], port: int, protocol_version: int | None = None):
+def make_cluster(
+    hosts: list[str],
+    port: int,
+    protocol_version: int | None = None,
+    credentials: tuple[str, str] | None = None,
+    tls_ca: Path | None = None,
+):
+    """A driver Cluster; credentials default to CASSANDRA_USERNAME/CASSANDRA_PASSWORD, and with
+    ``tls_ca`` the connection is TLS, checked against that CA and the node's address."""
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -380,8 +874,12 @@ def make_cluster(hosts: list[str], port: int, protocol_version: int | None = Non
     if protocol_version:
         kwargs["protocol_version"] = protocol_version
     user = os.environ.get("CASSANDRA_USERNAME")
-    if user:
+    if credentials:
+        kwargs["auth_provider"] = PlainTextAuthProvider(*credentials)
+    elif user:
         kwargs["auth_provider"] = PlainTextAuthProvider(user, os.environ.get("CASSANDRA_PASSWORD"))
+    if tls_ca:
+        kwargs["ssl_context"] = tls_context(tls_ca)
     return Cluster(
         contact_points=hosts,
         port=port,
@@ -389,6 +887,13 @@ def make_cluster(hosts: list[str], port: int, protocol_version: int | None = Non
         connect_timeout=5,
         **kwargs,
     )
+
+
+def tls_context(ca_file: Path) -> ssl.SSLContext:
+    """Verify the node's certificate against the CA and its address (check_hostname)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.check_hostname = True
+    return context
 
 
 def cql_answers(host: str, port: int) -> str | None:
@@ -473,18 +978,45 @@ def print_table(columns: list[str], rows: list[tuple]) -> None:
 
 
 def cassandra_yaml(inst: Instance) -> str:
+    spec = inst.cluster
+    cluster_name = spec.name if spec else inst.name
+    seeds = (
+        ",".join(f"{address}:{inst.storage_port}" for address in spec.addresses)
+        if spec
+        else f"{inst.address}:{inst.storage_port}"
+    )
+    token = spec.initial_token(inst.node) if spec else 0
+    if spec and spec.auth:
+        security = (
+            "authenticator: PasswordAuthenticator\n"
+            "authorizer: CassandraAuthorizer\n"
+            "role_manager: CassandraRoleManager\n"
+        )
+    else:
+        security = "authenticator: AllowAllAuthenticator\nauthorizer: AllowAllAuthorizer\n"
+    if spec and spec.client_tls:
+        # TLS only on the native port (clients); a PEM file with the node's key and chain.
+        security += (
+            "client_encryption_options:\n"
+            "  enabled: true\n"
+            "  optional: false\n"
+            "  require_client_auth: false\n"
+            f"  keystore: {Path(spec.client_tls) / (inst.address + '.pem')}\n"
+            "  ssl_context_factory:\n"
+            "    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory\n"
+        )
     return f"""# Written by scripts/cassandra_node.py (instance '{inst.name}'); rewritten by `up`.
-cluster_name: counters-{inst.name}
+cluster_name: counters-{cluster_name}
 num_tokens: 1
-initial_token: 0
+initial_token: {token}
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{LISTEN_ADDRESS}:{inst.storage_port}"
-listen_address: {LISTEN_ADDRESS}
-rpc_address: {LISTEN_ADDRESS}
+      - seeds: "{seeds}"
+listen_address: {inst.address}
+rpc_address: {inst.address}
 storage_port: {inst.storage_port}
 native_transport_port: {inst.native_port}
 commitlog_sync: periodic
@@ -498,9 +1030,7 @@ concurrent_reads: 8
 concurrent_writes: 8
 concurrent_counter_writes: 2
 paxos_variant: v2
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
-"""
+{security}"""
 
 
 LOGBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
@@ -537,6 +1067,18 @@ LOGBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+TOOLS_LOGBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by scripts/cassandra_node.py: nodetool logs warnings to stderr only. -->
+<configuration scan="false">
+  <appender name="STDERR" class="ch.qos.logback.core.ConsoleAppender">
+    <target>System.err</target>
+    <encoder><pattern>%-5level %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDERR" /></root>
+</configuration>
+"""
+
+
 def java_command(inst: Instance, jars: list[Path]) -> list[str]:
     java = shutil.which("java")
     if java is None:
@@ -559,6 +1101,7 @@ def java_command(inst: Instance, jars: list[Path]) -> list[str]:
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         f"-Duser.home={inst.home}",
         "-Djava.net.preferIPv4Stack=true",
+        *(cluster_flags(inst.cluster) if inst.cluster else []),
         *JPMS_FLAGS,
         "-cp",
         classpath,
@@ -595,6 +1138,8 @@ def external_cluster() -> str | None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return cmd_cluster_up(args)
     if external_cluster():
         say(f"CASSANDRA_HOSTS={external_cluster()} is set: using that cluster, not starting one")
         return 0
@@ -625,63 +1170,76 @@ def cmd_up(args: argparse.Namespace) -> int:
             say(f"removing stale pid file {inst.pid_file} (pid {read_pid(inst)} is not running)")
             inst.pid_file.unlink()
 
-        for label, port in (
-            ("native_transport_port", inst.native_port),
-            ("storage_port", inst.storage_port),
-            ("JMX port", inst.jmx_port),
-        ):
-            if port_in_use(port):
-                raise NodeError(
-                    f"{label} {port} on {LISTEN_ADDRESS} is already in use (another Cassandra, "
-                    f"another instance, or some other program?). See who holds it with "
-                    f"`ss -ltnp 'sport = :{port}'`, or pick other ports with --port/--storage-port/"
-                    f"--jmx-port (env CASSANDRA_PORT/CASSANDRA_STORAGE_PORT/CASSANDRA_JMX_PORT)."
-                )
-
-        for d in (inst.conf_dir, inst.data_dir, inst.log_dir, inst.triggers_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        (inst.conf_dir / "cassandra.yaml").write_text(cassandra_yaml(inst))
-        (inst.conf_dir / "logback.xml").write_text(LOGBACK_XML)
-        cmd = java_command(inst, jars)
-
+        check_ports_free(inst)
         started = time.monotonic()
-        with open(inst.stdout_log, "ab") as out:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out.write(f"\n=== {stamp} starting instance {inst.name}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(
-                cmd,
-                cwd=inst.home,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                # Own session and process group: a Ctrl-C in the calling shell does not reach it.
-                start_new_session=True,
-                close_fds=True,
-            )
-        inst.pid_file.write_text(f"{proc.pid}\n")
-        inst.state_file.write_text(
-            json.dumps(
-                {
-                    "instance": inst.name,
-                    "pid": proc.pid,
-                    "native_port": inst.native_port,
-                    "storage_port": inst.storage_port,
-                    "jmx_port": inst.jmx_port,
-                    "heap": inst.heap,
-                    "version": CASSANDRA_VERSION,
-                    "started_at": time.time(),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        proc = launch(inst, jars)
         say(
             f"starting Cassandra {CASSANDRA_VERSION} instance '{inst.name}' (pid {proc.pid}, "
             f"native {inst.native_port}, storage {inst.storage_port}, jmx {inst.jmx_port}, "
             f"heap {inst.heap}); waiting up to {timeout:.0f} s for CQL"
         )
         return wait_ready(inst, proc.pid, proc, timeout, started)
+
+
+def check_ports_free(inst: Instance) -> None:
+    for label, port in (
+        ("native_transport_port", inst.native_port),
+        ("storage_port", inst.storage_port),
+        ("JMX port", inst.jmx_port),
+    ):
+        # JMX listens on the loopback address whatever the node's address
+        host = LISTEN_ADDRESS if label == "JMX port" else inst.address
+        if port_in_use(port, host):
+            raise NodeError(
+                f"{label} {port} on {host} is already in use (another Cassandra, "
+                f"another instance, or some other program?). See who holds it with "
+                f"`ss -ltnp 'sport = :{port}'`, or pick other ports with --port/--storage-port/"
+                f"--jmx-port (env CASSANDRA_PORT/CASSANDRA_STORAGE_PORT/CASSANDRA_JMX_PORT)."
+            )
+
+
+def launch(inst: Instance, jars: list[Path]) -> subprocess.Popen:
+    """Write the node's config and start its JVM (no waiting); record pid and state."""
+    for d in (inst.conf_dir, inst.data_dir, inst.log_dir, inst.triggers_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    (inst.conf_dir / "cassandra.yaml").write_text(cassandra_yaml(inst))
+    (inst.conf_dir / "logback.xml").write_text(LOGBACK_XML)
+    cmd = java_command(inst, jars)
+    try:  # where this start's log lines begin (the gossip check reads only those)
+        log_offset = inst.system_log.stat().st_size
+    except OSError:
+        log_offset = 0
+    with open(inst.stdout_log, "ab") as out:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        out.write(f"\n=== {stamp} starting instance {inst.name}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=inst.home,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # Own session and process group: a Ctrl-C in the calling shell does not reach it.
+            start_new_session=True,
+            close_fds=True,
+        )
+    inst.pid_file.write_text(f"{proc.pid}\n")
+    state = {
+        "instance": inst.name,
+        "pid": proc.pid,
+        "address": inst.address,
+        "native_port": inst.native_port,
+        "storage_port": inst.storage_port,
+        "jmx_port": inst.jmx_port,
+        "heap": inst.heap,
+        "version": CASSANDRA_VERSION,
+        "started_at": time.time(),
+        "log_offset": log_offset,
+    }
+    if inst.cluster:
+        state.update(cluster=inst.cluster.name, node=inst.node)
+    inst.state_file.write_text(json.dumps(state, indent=2) + "\n")
+    return proc
 
 
 def wait_ready(
@@ -697,10 +1255,10 @@ def wait_ready(
                 f"Cassandra instance '{inst.name}' (pid {pid}) exited{code} during startup.\n"
                 f"{tail_logs(inst)}"
             )
-        version = cql_answers(LISTEN_ADDRESS, inst.native_port)
+        version = node_answers(inst)
         if version:
             say(
-                f"instance '{inst.name}' is up: Cassandra {version} at {LISTEN_ADDRESS}:"
+                f"instance '{inst.name}' is up: Cassandra {version} at {inst.address}:"
                 f"{inst.native_port}, pid {pid}, ready after {time.monotonic() - started:.1f} s "
                 f"(logs: {inst.log_dir.relative_to(PROJECT)})"
             )
@@ -710,7 +1268,7 @@ def wait_ready(
     kill_pid(pid, proc, grace=10.0)
     inst.pid_file.unlink(missing_ok=True)
     raise NodeError(
-        f"Cassandra instance '{inst.name}' did not answer CQL on {LISTEN_ADDRESS}:"
+        f"Cassandra instance '{inst.name}' did not answer CQL on {inst.address}:"
         f"{inst.native_port} within {timeout:.0f} s; killed pid {pid}.\n{logs}\n"
         f"(raise the limit with --timeout or CASSANDRA_START_TIMEOUT)"
     )
@@ -738,6 +1296,8 @@ def kill_pid(pid: int, proc: subprocess.Popen | None, grace: float) -> bool:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return cmd_cluster_down(args)
     if external_cluster():
         say(f"CASSANDRA_HOSTS={external_cluster()} is set: using that cluster, nothing to stop")
         return 0
@@ -767,6 +1327,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return cmd_cluster_status(args)
     inst = resolve_instance(args)
     pid = running_pid(inst)
     version = cql_answers(LISTEN_ADDRESS, inst.native_port) if pid else None
@@ -803,15 +1365,22 @@ def cmd_cql(args: argparse.Namespace) -> int:
     statements = split_statements(source)
     if not statements:
         raise NodeError("no CQL statement found")
-    if external_cluster():
+    credentials, tls_ca = None, None
+    if args.cluster:
+        spec = resolve_cluster(args)
+        hosts, port, protocol = list(spec.addresses), spec.native_port, 5
+        credentials, tls_ca = spec.credentials(), spec.tls_ca
+    elif external_cluster():
         hosts = [h.strip() for h in external_cluster().split(",") if h.strip()]
         port = env_int("CASSANDRA_PORT") or 9042
         protocol = None
+        ca = os.environ.get("CASSANDRA_TLS_CA_FILE")
+        tls_ca = Path(ca) if ca else None
     else:
         inst = resolve_instance(args)
         hosts, port, protocol = [LISTEN_ADDRESS], inst.native_port, 5
     quiet_driver_logs()
-    cluster = make_cluster(hosts, port, protocol_version=protocol)
+    cluster = make_cluster(hosts, port, protocol, credentials, tls_ca)
     try:
         try:
             session = cluster.connect(args.keyspace) if args.keyspace else cluster.connect()
@@ -846,7 +1415,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="cassandra_node.py",
-        description=f"Local single-node Cassandra {CASSANDRA_VERSION} from Maven Central jars.",
+        description=f"Local Cassandra {CASSANDRA_VERSION} (one node, or a cluster of nodes on "
+        "127.0.0.1..N) from Maven Central jars.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -857,41 +1427,113 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             help="instance name (default: $CASSANDRA_INSTANCE or dev); state in var/cassandra/NAME",
         )
 
+    def cluster_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--cluster",
+            metavar="NAME",
+            help="a local cluster instead of a single instance: nodes NAME-1..NAME-N on "
+            "127.0.0.1..127.0.0.N (state in var/cassandra/NAME and NAME-<n>)",
+        )
+        p.add_argument("--node", type=int, help="with --cluster: only this node (1..N)")
+
     up = sub.add_parser("up", help="start the node (no-op if it already runs) and wait for CQL")
     instance_arg(up)
-    up.add_argument("--port", type=int, help="native (CQL) port (env CASSANDRA_PORT)")
-    up.add_argument("--storage-port", type=int, help="storage port (env CASSANDRA_STORAGE_PORT)")
-    up.add_argument("--jmx-port", type=int, help="JMX port (env CASSANDRA_JMX_PORT)")
-    up.add_argument("--heap", help=f"JVM heap, e.g. 512M (env CASSANDRA_HEAP; {DEFAULT_HEAP})")
+    cluster_args(up)
+    up.add_argument(
+        "--port",
+        type=int,
+        help="native (CQL) port (env CASSANDRA_PORT; a cluster's: CASSANDRA_CLUSTER_PORT, "
+        f"{DEFAULT_CLUSTER_PORTS[0]})",
+    )
+    up.add_argument(
+        "--storage-port",
+        type=int,
+        help="storage port (env CASSANDRA_STORAGE_PORT; CASSANDRA_CLUSTER_STORAGE_PORT, "
+        f"{DEFAULT_CLUSTER_PORTS[1]})",
+    )
+    up.add_argument(
+        "--jmx-port",
+        type=int,
+        help="JMX port (env CASSANDRA_JMX_PORT); a cluster's first node's, the next get +1, +2 "
+        f"(CASSANDRA_CLUSTER_JMX_PORT, {DEFAULT_CLUSTER_PORTS[2]})",
+    )
+    up.add_argument(
+        "--heap",
+        help=f"JVM heap, e.g. 512M (env CASSANDRA_HEAP, {DEFAULT_HEAP}; a cluster's nodes: "
+        f"CASSANDRA_CLUSTER_HEAP, {DEFAULT_CLUSTER_HEAP})",
+    )
     up.add_argument("--allow-big-heap", action="store_true", help="allow a heap over 1 GiB")
     up.add_argument(
         "--timeout",
         type=float,
         help=f"seconds to wait for CQL (env CASSANDRA_START_TIMEOUT; {DEFAULT_START_TIMEOUT:.0f})",
     )
+    up.add_argument(
+        "--nodes", type=int, help=f"with --cluster: number of nodes ({DEFAULT_CLUSTER_NODES})"
+    )
+    up.add_argument(
+        "--auth",
+        action="store_true",
+        help="with --cluster: PasswordAuthenticator + CassandraAuthorizer; creates the superuser "
+        f"'{ADMIN_ROLE}' (password in var/cassandra/NAME/admin.json) and disables 'cassandra'",
+    )
+    up.add_argument(
+        "--client-tls",
+        metavar="DIR",
+        help="with --cluster: TLS required on the native port; DIR holds ca.pem and, per node, "
+        "<address>.pem (its private key and certificate chain, PEM)",
+    )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="with --cluster: wipe the cluster's data and state first (refused while it runs)",
+    )
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="SIGTERM the recorded pid, wait (SIGKILL after --timeout)")
     instance_arg(down)
+    cluster_args(down)
     down.add_argument("--timeout", type=float, help=f"seconds (default {DEFAULT_STOP_TIMEOUT:.0f})")
+    down.add_argument(
+        "--kill", action="store_true", help="with --cluster: SIGKILL at once (a crash)"
+    )
     down.set_defaults(func=cmd_down)
 
     status = sub.add_parser("status", help="running/stopped, pid, ports, data dir (3 if stopped)")
     instance_arg(status)
+    cluster_args(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
 
     cql = sub.add_parser("cql", help="run CQL and print rows as a table")
     instance_arg(cql)
+    cql.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="a local cluster (as its admin superuser, over TLS if it has it)",
+    )
     cql.add_argument("statement", nargs="?", help="CQL statement(s), ';'-separated")
     cql.add_argument("-f", "--file", help="file of ';'-separated statements ('-' for stdin)")
     cql.add_argument("-k", "--keyspace", help="keyspace to USE")
     cql.add_argument("--request-timeout", type=float, default=60.0, help="seconds per statement")
     cql.set_defaults(func=cmd_cql)
 
+    nodetool = sub.add_parser(
+        "nodetool", help="run nodetool against a local node's JMX port (args after --)"
+    )
+    instance_arg(nodetool)
+    cluster_args(nodetool)
+    nodetool.add_argument("arguments", nargs=argparse.REMAINDER, help="e.g. -- status")
+    nodetool.set_defaults(func=cmd_nodetool)
+
     fetch = sub.add_parser("fetch", help="only download the Cassandra jars into .cache/")
     fetch.set_defaults(func=cmd_fetch)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "arguments", None) and args.arguments[0] == "--":
+        args.arguments = args.arguments[1:]
+    if getattr(args, "node", None) is not None and not args.cluster:
+        parser.error("--node needs --cluster")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,12 @@ and a unit test fails when it is out of date). `counterctl` is installed into `.
 setup; `make run` puts `.venv/bin` first on the PATH of what it starts.
 
 Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input (or an
-epoch later than now - lag), 3 another run holds the family, 4 a conservation check failed or
-counters were quarantined (the rest of the family was compacted), 5 Cassandra unreachable,
-7 reconcile found differences. Every failure is one line naming the family and the reason.
+epoch later than now - lag, or a permission the role lacks), 3 another run holds the family,
+4 a conservation check failed or counters were quarantined (the rest of the family was
+compacted), 5 Cassandra unreachable (or the login refused), 6 Cassandra could not serve a
+request at the family's consistency level (too few live replicas, a timeout: retry),
+7 reconcile found differences. Every failure is one line naming the family and the reason
+(the driver's own connection warnings only with `-v`).
 
 Library use (the same calls the CLI makes):
 

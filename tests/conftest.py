@@ -17,18 +17,21 @@ import pytest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from counters.connection import ConnectionSettings
 
 DEFAULT_HOST = "127.0.0.1"
-TIERS = ("unit", "integration", "airflow")
+TIERS = ("unit", "integration", "airflow", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test declares its tier (``pytestmark`` in its module): ``unit`` (no services),
-    ``integration`` (the real Cassandra node) or ``airflow`` (the Airflow metadata DB)."""
+    ``integration`` (the real Cassandra node), ``airflow`` (the Airflow metadata DB) or
+    ``cluster`` (the local 3-node cluster)."""
     unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
     if unmarked:
         raise pytest.UsageError(
-            "tests without a tier marker (unit, integration or airflow): " + ", ".join(unmarked)
+            "tests without a tier marker (unit, integration, airflow or cluster): "
+            + ", ".join(unmarked)
         )
 
 
@@ -80,6 +83,7 @@ def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Clus
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
         connect_timeout=10,
+        ssl_context=ConnectionSettings.from_env().ssl_context(),  # CASSANDRA_TLS_* if set
     )
     yield cluster
     cluster.shutdown()

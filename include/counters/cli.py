@@ -1,9 +1,11 @@
 """``counterctl``: a thin command line over the library (the DAG calls the same functions).
 
-Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input,
-3 another run holds the family, 4 conservation check failed, 5 Cassandra unreachable,
-7 reconcile found differences. A run that quarantined counters (NULL increments, a failed
-check, a compact row changed outside the engine) compacts the rest and exits 4.
+Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input
+(or a permission the role lacks), 3 another run holds the family, 4 conservation check failed,
+5 Cassandra unreachable, 6 Cassandra could not serve a request (too few live replicas, a
+timeout: retry), 7 reconcile found differences. A run that quarantined counters (NULL
+increments, a failed check, a compact row changed outside the engine) compacts the rest and
+exits 4.
 """
 
 from __future__ import annotations
@@ -19,21 +21,27 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import click
+from cassandra import DriverException, Unauthorized
+from cassandra.cluster import NoHostAvailable
 
 from . import engine
 from .config import Catalog, ConfigError, Family, load_catalog
-from .connection import CassandraUnavailable, Connection, connect
+from .connection import CassandraUnavailable, Connection, ConnectionConfigError, connect
 from .core import epoch_for, format_key, parse_epoch
-from .schema import SchemaError, ensure_schema
+from .schema import COMPACTOR_ROLE, SchemaError, compactor_grants, ensure_schema
 from .store import Store
 
-EXIT_CODES: dict[type[BaseException], int] = {
+EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches wins
     ConfigError: 2,
     SchemaError: 2,
+    ConnectionConfigError: 2,
     engine.LeaseHeld: 3,
     engine.EpochInFuture: 2,
     engine.ChecksFailed: 4,
     CassandraUnavailable: 5,
+    Unauthorized: 2,
+    NoHostAvailable: 6,
+    DriverException: 6,  # Unavailable, read/write timeouts and failures, OperationTimedOut
 }
 
 
@@ -53,7 +61,27 @@ def reported() -> Iterator[None]:
     except click.ClickException:
         raise
     except tuple(EXIT_CODES) as exc:
-        raise Failure(str(exc), EXIT_CODES[type(exc)]) from exc
+        raise Failure(*failure(exc)) from exc
+
+
+def failure(exc: BaseException) -> tuple[str, int]:
+    """The one line and the exit code for an error; the driver's errors say what to do."""
+    transient = "Cannot achieve consistency level" in str(exc)
+    if isinstance(exc, Unauthorized) and not transient:
+        return (
+            f"permission denied: {exc} (the role needs the grants that `counterctl init "
+            "--print-grants` prints)",
+            2,
+        )
+    if isinstance(exc, DriverException | NoHostAvailable):
+        # an Unauthorized that could not read the role's permissions is an outage too
+        return (
+            f"{type(exc).__name__}: {exc} -- Cassandra could not serve the request at the "
+            "family's consistency level (too few live replicas, or a timeout): transient, retry "
+            "when the nodes are back. A failed run deletes no row it has not counted",
+            6,
+        )
+    return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
 
 
 class Context:
@@ -101,10 +129,14 @@ def cli(ctx: click.Context, config: str | None, verbose: int) -> None:
     """Compact event-sourced counters in Cassandra.
 
     Connection: CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
-    CASSANDRA_LOCAL_DC.
+    CASSANDRA_LOCAL_DC; TLS: CASSANDRA_TLS_CA_FILE (PEM; or CASSANDRA_TLS=true for the
+    system's CAs), CASSANDRA_TLS_CHECK_HOSTNAME (default true).
     """
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
+        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     ctx.obj = Context(config)
     ctx.call_on_close(ctx.obj.close)
 
@@ -133,17 +165,38 @@ def families_command(obj: Context) -> None:
     is_flag=True,
     help="Also create the demo business tables (rows families' raw tables) if missing.",
 )
+@click.option(
+    "--print-grants",
+    is_flag=True,
+    help="Only print the CQL GRANTs of the least-privilege compaction role (no connection).",
+)
+@click.option(
+    "--role",
+    default=COMPACTOR_ROLE,
+    show_default=True,
+    help="The role --print-grants grants to.",
+)
 @pass_context
 def init_command(
-    obj: Context, names: tuple[str, ...], replication: str, with_demo_tables: bool
+    obj: Context,
+    names: tuple[str, ...],
+    replication: str,
+    with_demo_tables: bool,
+    print_grants: bool,
+    role: str,
 ) -> None:
     """Create keyspaces and tables (IF NOT EXISTS); check existing tables against the YAML.
 
     \b
     A rows family's raw table is business data: init checks it but does not create it
-    (except the demo's, with --with-demo-tables).
+    (except the demo's, with --with-demo-tables). Run init as a role that may create
+    tables; run compactions as a role with only the grants of --print-grants: SELECT and
+    MODIFY on each family's own tables (SELECT only on kept raw rows), nothing else.
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    if print_grants:
+        _print_grants(families, role)
+        return
     if with_demo_tables:
         from .demo import create_demo_tables
 
@@ -156,6 +209,17 @@ def init_command(
             f"{family.name}: ready ({family.keyspace}.{family.raw_table}: key "
             f"{[c.name for c in layout.key]}, clustering {[c.name for c in layout.clustering]})"
         )
+
+
+def _print_grants(families: list[Family], role: str) -> None:
+    names = ", ".join(f.name for f in families)
+    click.echo(
+        f"-- Least-privilege grants for the compaction role {role!r} (families: {names}).\n"
+        "-- Create the role first, as a superuser, with a password from your secrets store:\n"
+        f"--   CREATE ROLE IF NOT EXISTS {role} WITH LOGIN = true AND PASSWORD = '<secret>';"
+    )
+    for statement in compactor_grants(families, role):
+        click.echo(f"{statement};")
 
 
 def _parse_epoch(value: str | None) -> datetime | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
+    LoadBalancingPolicy,
     TokenAwarePolicy,
 )
 from cassandra.query import tuple_factory
@@ -62,8 +64,31 @@ class CassandraUnavailable(RuntimeError):
     """No contact point answered."""
 
 
+class ConnectionConfigError(ValueError):
+    """A connection setting is wrong (names the variable or the Airflow connection field)."""
+
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def _flag(value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ConnectionConfigError(f"{where} must be true or false, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
+    """Where and how to connect. ``password`` never shows in a repr (nor in logs that print
+    the settings); TLS checks the nodes' certificates against ``tls_ca_file`` (the system's
+    trusted CAs without one) and, by default, that a certificate names the address dialled."""
+
     hosts: tuple[str, ...] = ("127.0.0.1",)
     port: int = 9042
     username: str | None = None
@@ -71,51 +96,108 @@ class ConnectionSettings:
     local_dc: str | None = None
     protocol_version: int = 5
     request_timeout: float = 30.0
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_check_hostname: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConnectionSettings:
         """``CASSANDRA_HOSTS`` (comma separated), ``CASSANDRA_PORT``, ``CASSANDRA_USERNAME``,
-        ``CASSANDRA_PASSWORD``, ``CASSANDRA_LOCAL_DC``, ``CASSANDRA_PROTOCOL_VERSION``."""
+        ``CASSANDRA_PASSWORD``, ``CASSANDRA_LOCAL_DC``, ``CASSANDRA_PROTOCOL_VERSION``; TLS with
+        ``CASSANDRA_TLS=true`` or a ``CASSANDRA_TLS_CA_FILE`` (PEM), host names checked unless
+        ``CASSANDRA_TLS_CHECK_HOSTNAME=false``."""
         env = os.environ if env is None else env
         hosts = tuple(h.strip() for h in env.get("CASSANDRA_HOSTS", "127.0.0.1").split(",") if h)
         try:
             port = int(env.get("CASSANDRA_PORT", "9042"))
             protocol = int(env.get("CASSANDRA_PROTOCOL_VERSION", "5"))
         except ValueError as exc:
-            raise ValueError(
+            raise ConnectionConfigError(
                 f"CASSANDRA_PORT/CASSANDRA_PROTOCOL_VERSION must be integers: {exc}"
             ) from None
-        return cls(
+        ca_file = env.get("CASSANDRA_TLS_CA_FILE") or None
+        settings = cls(
             hosts=hosts or ("127.0.0.1",),
             port=port,
             username=env.get("CASSANDRA_USERNAME") or None,
             password=env.get("CASSANDRA_PASSWORD") or None,
             local_dc=env.get("CASSANDRA_LOCAL_DC") or None,
             protocol_version=protocol,
+            tls=bool(ca_file) or _flag(env.get("CASSANDRA_TLS") or "false", "CASSANDRA_TLS"),
+            tls_ca_file=ca_file,
+            tls_check_hostname=_flag(
+                env.get("CASSANDRA_TLS_CHECK_HOSTNAME") or "true", "CASSANDRA_TLS_CHECK_HOSTNAME"
+            ),
         )
+        settings.check_tls_files("CASSANDRA_TLS_CA_FILE")
+        return settings
 
     @classmethod
     def from_airflow_connection(cls, conn: Any) -> ConnectionSettings:
-        """Build settings from an Airflow ``Connection`` (type cassandra)."""
+        """Build settings from an Airflow ``Connection`` (type cassandra). TLS from the extra's
+        ``ssl_options`` (the provider's CassandraHook reads the same): ``ca_certs`` (a PEM
+        file) and ``check_hostname`` (default true)."""
         extra = conn.extra_dejson or {}
         lb_args = extra.get("load_balancing_policy_args") or {}
         local_dc = lb_args.get("local_dc") or (
             lb_args.get("child_load_balancing_policy_args") or {}
         ).get("local_dc")
         hosts = tuple(h.strip() for h in (conn.host or "127.0.0.1").split(",") if h.strip())
-        return cls(
+        where = f"Airflow connection {conn.conn_id!r}: extra.ssl_options"
+        ssl_options = extra.get("ssl_options")
+        if ssl_options is not None and not isinstance(ssl_options, dict):
+            raise ConnectionConfigError(f"{where} must be a mapping, got {ssl_options!r}")
+        ssl_options = ssl_options or {}
+        unknown = set(ssl_options) - {"ca_certs", "check_hostname"}
+        if unknown:
+            raise ConnectionConfigError(
+                f"{where}: unknown keys {sorted(unknown)} (supported: ca_certs, check_hostname)"
+            )
+        settings = cls(
             hosts=hosts,
             port=int(conn.port or 9042),
             username=conn.login or None,
             password=conn.password or None,
             local_dc=local_dc,
             protocol_version=int(extra.get("protocol_version", 5)),
+            tls="ssl_options" in extra,
+            tls_ca_file=ssl_options.get("ca_certs") or None,
+            tls_check_hostname=_flag(
+                ssl_options.get("check_hostname", True), f"{where}.check_hostname"
+            ),
         )
+        settings.check_tls_files(f"{where}.ca_certs")
+        return settings
+
+    def check_tls_files(self, where: str) -> None:
+        if self.tls_ca_file and not os.path.isfile(self.tls_ca_file):
+            raise ConnectionConfigError(f"{where}: no such file {self.tls_ca_file!r}")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client side of TLS: the nodes' certificates must chain to the CA (and name the
+        host dialled, unless the check is off)."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca_file)
+        context.check_hostname = self.tls_check_hostname
+        return context
+
+    def describe(self) -> str:
+        """Where the connection goes, for messages (no password)."""
+        who = f"{self.username}@" if self.username else ""
+        return f"{who}{','.join(self.hosts)}:{self.port}{' (TLS)' if self.tls else ''}"
 
 
-def build_cluster(settings: ConnectionSettings) -> Cluster:
+def build_cluster(
+    settings: ConnectionSettings, load_balancing_policy: LoadBalancingPolicy | None = None
+) -> Cluster:
+    """The driver cluster; ``load_balancing_policy`` replaces the token-aware DC round robin
+    (tests pin a run's coordinator with it)."""
+    policy = load_balancing_policy or TokenAwarePolicy(
+        DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
+    )
     profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
+        load_balancing_policy=policy,
         consistency_level=ConsistencyLevel.LOCAL_QUORUM,
         serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
         request_timeout=settings.request_timeout,
@@ -124,7 +206,7 @@ def build_cluster(settings: ConnectionSettings) -> Cluster:
         PlainTextAuthProvider(settings.username, settings.password) if settings.username else None
     )
     bulk = ExecutionProfile(
-        load_balancing_policy=profile.load_balancing_policy,
+        load_balancing_policy=policy,
         consistency_level=ConsistencyLevel.LOCAL_QUORUM,
         serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
         request_timeout=settings.request_timeout,
@@ -140,7 +222,22 @@ def build_cluster(settings: ConnectionSettings) -> Cluster:
         connect_timeout=10,
         control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
         idle_heartbeat_interval=10,
+        ssl_context=settings.ssl_context(),
     )
+
+
+def why_unreachable(exc: BaseException) -> str:
+    """One reason per contact point (``NoHostAvailable`` holds them), without tracebacks."""
+    errors = getattr(exc, "errors", None)
+    if not isinstance(errors, dict) or not errors:
+        return f"{type(exc).__name__}: {exc}"
+    reasons = []
+    for host, error in errors.items():
+        if isinstance(error, ConnectionRefusedError):
+            reasons.append(f"{host} refused the connection (down?)")
+        else:
+            reasons.append(f"{host}: {type(error).__name__}: {error}")
+    return "; ".join(reasons)
 
 
 class Connection:
@@ -151,15 +248,19 @@ class Connection:
     (see ``Store.forget_touched``).
     """
 
-    def __init__(self, settings: ConnectionSettings):
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        load_balancing_policy: LoadBalancingPolicy | None = None,
+    ):
         self.settings = settings
-        self.cluster = build_cluster(settings)
+        self.cluster = build_cluster(settings, load_balancing_policy)
         try:
             self.session: Session = self.cluster.connect()
         except Exception as exc:  # NoHostAvailable, OperationTimedOut, auth errors
             self.cluster.shutdown()
             raise CassandraUnavailable(
-                f"cannot reach Cassandra at {','.join(settings.hosts)}:{settings.port}: {exc}"
+                f"cannot reach Cassandra at {settings.describe()}: {why_unreachable(exc)}"
             ) from exc
         self.session.default_fetch_size = 5000
         self._server_ts: Session | None = None

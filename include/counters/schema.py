@@ -14,6 +14,7 @@ Table options (explained in the README, "Data model"):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -166,6 +167,47 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
         f"PRIMARY KEY ((shard), {key_list}))",
     ]
+
+
+COMPACTOR_ROLE = "compactor"
+
+
+def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
+    """(table, permissions) the compaction of a family needs, and no more: it reads and writes
+    its own bookkeeping tables, reads the raw rows and deletes them unless they are kept
+    (a rows family's business data: read only); a unique family's set table gets its members
+    marked ``counted``."""
+    rw = ("SELECT", "MODIFY")
+    folded = ("SELECT",) if family.folds_by_slice else rw
+    tables = [(family.fold_table, folded)]
+    if family.kind is Kind.UNIQUE:
+        tables.append((family.raw_table, rw))
+    tables += [
+        (family.compact_table, rw),
+        (index_table(family), rw),
+        (ledger_table(family), rw),
+        (runs_table(family), rw),
+        (quarantine_table(family), rw),
+        (AUDIT_TABLE, rw),
+        (LEASE_TABLE, rw),
+        (STATE_TABLE, rw),
+    ]
+    return tables
+
+
+def compactor_grants(families: Sequence[Family], role: str = COMPACTOR_ROLE) -> list[str]:
+    """GRANT statements for a least-privilege compaction role: table by table, no keyspace-
+    wide permission, no CREATE/ALTER/DROP/AUTHORIZE (`counterctl init` runs as an admin)."""
+    statements: list[str] = []
+    for family in families:
+        for table, permissions in compactor_tables(family):
+            for permission in permissions:
+                statement = (
+                    f"GRANT {permission} ON TABLE {q(family.keyspace)}.{q(table)} TO {q(role)}"
+                )
+                if statement not in statements:  # the keyspace's shared tables, once
+                    statements.append(statement)
+    return statements
 
 
 def keyspace_ddl(keyspace: str, replication: str) -> list[str]:

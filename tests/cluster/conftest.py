@@ -1,0 +1,342 @@
+"""The local 3-node cluster the fault and security tests run against, started once per session.
+
+Nodes on 127.0.0.1..3 (``scripts/cassandra_node.py up --cluster``), native port 9342, storage
+7400, JMX 7401-7403 (``CASSANDRA_CLUSTER_PORT``, ``CASSANDRA_CLUSTER_STORAGE_PORT``,
+``CASSANDRA_CLUSTER_JMX_PORT`` move them), 512 MiB heaps, PasswordAuthenticator,
+CassandraAuthorizer and client TLS with a CA this session generates. The families live in a
+keyspace at RF=3 and run at LOCAL_QUORUM as the least-privilege ``compactor`` role, whose
+grants are the ones ``counterctl init --print-grants`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.policies import WhiteListRoundRobinPolicy
+from cassandra.query import SimpleStatement
+from click.testing import CliRunner
+from counters.cli import cli
+from counters.client import CounterClient
+from counters.config import Family
+from counters.connection import Connection, ConnectionSettings
+from counters.schema import ensure_schema
+from counters.store import Store
+
+from tests.integration.airflow.conftest import Inbox, receivers  # noqa: F401 (a fixture)
+
+from .pki import write_test_pki
+
+PROJECT = Path(__file__).resolve().parents[2]
+NODE_SCRIPT = PROJECT / "scripts" / "cassandra_node.py"
+CLUSTER = os.environ.get("CASSANDRA_CLUSTER_NAME") or "testcluster"
+REPLICATION = "{'class': 'NetworkTopologyStrategy', 'datacenter1': 3}"
+LOCAL_DC = "datacenter1"
+COMPACTOR = "compactor"
+
+
+def launcher(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(NODE_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    took = time.monotonic() - started
+    print(f"[cluster] {' '.join(args[:3])}: {took:.1f} s", file=sys.stderr)
+    if result.returncode not in (0, 3):
+        output = result.stdout + result.stderr
+        raise AssertionError(f"cassandra_node.py {' '.join(args)} failed:\n{output}")
+    return result
+
+
+@dataclass
+class LocalCluster:
+    """The running cluster, and what a test may do to its nodes (by pid)."""
+
+    name: str
+    addresses: tuple[str, ...]
+    port: int
+    ca_file: Path
+    admin: tuple[str, str]
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(launcher("status", "--cluster", self.name, "--json").stdout)
+
+    def pid(self, node: int) -> int | None:
+        return self.status()["nodes"][node - 1]["pid"]
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node's JVM (a crash), and wait until it is gone."""
+        self._signal([node], signal.SIGKILL)
+
+    def stop(self, *nodes: int) -> None:
+        """A clean shutdown (peers see the nodes leave at once): one node through the
+        launcher (`down --cluster NAME --node N`), several by SIGTERM to their pids together."""
+        if len(nodes) == 1:
+            launcher("down", "--cluster", self.name, "--node", str(nodes[0]))
+            assert self.status()["nodes"][nodes[0] - 1]["state"] == "stopped"
+        else:
+            self._signal(nodes, signal.SIGTERM)
+
+    def _signal(self, nodes: tuple[int, ...] | list[int], sig: signal.Signals) -> None:
+        pids = [self.pid(n) for n in nodes]
+        assert all(pids), f"nodes {nodes} are not all running: pids {pids}"
+        for pid in pids:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + 90
+        while any(_alive(p) for p in pids):
+            assert time.monotonic() < deadline, f"pids {pids} did not exit after {sig.name}"
+            time.sleep(0.2)
+
+    def start(self) -> float:
+        """Start every node that is not running (together) and wait until all see each other
+        up; returns the seconds it took."""
+        started = time.monotonic()
+        launcher("up", "--cluster", self.name)
+        return time.monotonic() - started
+
+    def hint_files(self, conn: Connection, address: str) -> list[Path]:
+        """Hints the other nodes hold for the node at ``address`` (files named by its host
+        id; delivered and removed once it is back and handoff is not paused)."""
+        host_id = next(h.host_id for h in conn.cluster.metadata.all_hosts() if h.address == address)
+        folders = [Path(n["data_dir"]) / "hints" for n in self.status()["nodes"]]
+        return [f for folder in folders for f in folder.glob(f"{host_id}-*.hints")]
+
+    def nodetool(self, node: int, *args: str) -> str:
+        result = launcher("nodetool", "--cluster", self.name, "--node", str(node), "--", *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def settings(self, username: str, password: str, **overrides: Any) -> ConnectionSettings:
+        fields: dict[str, Any] = {
+            "hosts": self.addresses,
+            "port": self.port,
+            "username": username,
+            "password": password,
+            "local_dc": LOCAL_DC,
+            "tls": True,
+            "tls_ca_file": str(self.ca_file),
+        }
+        fields.update(overrides)
+        return ConnectionSettings(**fields)
+
+    def env(self, username: str, password: str) -> dict[str, str]:
+        """The environment ``counterctl`` connects with (user, password, TLS with CA file)."""
+        return {
+            **os.environ,
+            "CASSANDRA_HOSTS": ",".join(self.addresses),
+            "CASSANDRA_PORT": str(self.port),
+            "CASSANDRA_USERNAME": username,
+            "CASSANDRA_PASSWORD": password,
+            "CASSANDRA_LOCAL_DC": LOCAL_DC,
+            "CASSANDRA_TLS_CA_FILE": str(self.ca_file),
+            "PYTHONWARNINGS": "ignore",
+        }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A fresh 3-node cluster with authentication and client TLS (a new test CA), stopped at
+    the end of the session."""
+    addresses = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+    tls = write_test_pki(tmp_path_factory.mktemp("cluster-tls"), addresses)
+    if (PROJECT / "var" / "cassandra" / CLUSTER / "cluster.json").exists():
+        launcher("down", "--cluster", CLUSTER)  # left running by an interrupted session
+    started = time.monotonic()
+    up = launcher(
+        "up", "--cluster", CLUSTER, "--fresh", "--nodes", "3", "--auth",
+        "--client-tls", str(tls), "--timeout", "300",
+    )  # fmt: skip
+    print(f"\n[cluster] up in {time.monotonic() - started:.1f} s\n{up.stdout}", file=sys.stderr)
+    status = json.loads(launcher("status", "--cluster", CLUSTER, "--json").stdout)
+    admin = json.loads(Path(status["admin_credentials"]).read_text())
+    try:
+        yield LocalCluster(
+            name=CLUSTER,
+            addresses=addresses,
+            port=status["native_port"],
+            ca_file=tls / "ca.pem",
+            admin=(admin["username"], admin["password"]),
+        )
+    finally:
+        launcher("down", "--cluster", CLUSTER)
+
+
+@pytest.fixture(scope="session")
+def admin_conn(local_cluster: LocalCluster) -> Iterator[Connection]:
+    """The superuser the launcher created: makes keyspaces, tables, roles; writes and checks."""
+    connection = Connection(local_cluster.settings(*local_cluster.admin))
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="session")
+def cluster_keyspace(admin_conn: Connection) -> str:
+    name = f"t_cluster_{secrets.token_hex(3)}"
+    admin_conn.session.execute(
+        f"CREATE KEYSPACE {name} WITH replication = {REPLICATION}", timeout=120
+    )
+    return name
+
+
+@pytest.fixture(scope="session")
+def compactor_password(admin_conn: Connection) -> str:
+    """The compactor role's password: distinctive, so a test can grep outputs for it."""
+    password = f"pw-{secrets.token_hex(12)}-@:/+"
+    admin_conn.session.execute(
+        f"CREATE ROLE {COMPACTOR} WITH LOGIN = true AND PASSWORD = %s", (password,)
+    )
+    return password
+
+
+@pytest.fixture(scope="session")
+def compactor_conn(local_cluster: LocalCluster, compactor_password: str) -> Iterator[Connection]:
+    connection = Connection(local_cluster.settings(COMPACTOR, compactor_password))
+    yield connection
+    connection.close()
+
+
+@dataclass
+class ClusterFamily:
+    """A family at RF=3 in the cluster: its YAML, the compactor's store, the admin's client."""
+
+    family: Family
+    config: Path
+    store: Store
+    client: CounterClient
+    admin: Store
+
+
+def grant_printed(config: Path, family: str, admin_conn: Connection) -> list[str]:
+    """Run ``counterctl init --print-grants`` and apply what it prints, as the admin."""
+    result = CliRunner().invoke(
+        cli, ["--config", str(config), "init", "--print-grants", "--family", family]
+    )
+    assert result.exit_code == 0, result.output
+    statements = [
+        line.rstrip(";") for line in result.output.splitlines() if line.startswith("GRANT ")
+    ]
+    assert statements, result.output
+    for statement in statements:
+        admin_conn.session.execute(statement)
+    return statements
+
+
+@pytest.fixture
+def cluster_family(
+    admin_conn: Connection,
+    compactor_conn: Connection,
+    cluster_keyspace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[..., ClusterFamily]:
+    """``cluster_family(**overrides)``: tables created by the admin (as `counterctl init`
+    does), the compactor granted what ``--print-grants`` prints; ``COUNTERS_CONFIG`` and
+    ``COUNTERS_GX_DIR`` point into the test's tmp dir."""
+
+    def factory(**overrides: Any) -> ClusterFamily:
+        suffix = secrets.token_hex(3)
+        entry: dict[str, Any] = {
+            "name": f"c_{suffix}",
+            "keyspace": cluster_keyspace,
+            "raw_table": f"raw_{suffix}",
+            "compact_table": f"compact_{suffix}",
+            "lag": "1m",
+            "shards": 2,
+            "tags": ["cluster"],
+        }
+        entry.update(overrides)
+        config = tmp_path / f"families-{suffix}.yaml"
+        config.write_text(yaml.safe_dump({"families": [entry]}, sort_keys=False))
+        family = Family.model_validate(entry)
+        settle(admin_conn)
+        layout = ensure_schema(admin_conn.session, family, REPLICATION)
+        grant_printed(config, family.name, admin_conn)
+        monkeypatch.setenv("COUNTERS_CONFIG", str(config))
+        monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path / "gx"))
+        admin = Store(admin_conn, family, layout)
+        return ClusterFamily(
+            family=family,
+            config=config,
+            store=Store(compactor_conn, family, layout),
+            client=CounterClient(admin_conn, family, admin),
+            admin=admin,
+        )
+
+    return factory
+
+
+def settle(conn: Connection, timeout: float = 60) -> None:
+    """Until the driver's control connection is back (after nodes were down, it reconnects
+    with backoff) and schema metadata can be refreshed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
+            return
+        except DriverException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+@pytest.fixture
+def t0() -> datetime:
+    """A minute boundary a day back (naive UTC): every epoch of a test is in the past."""
+    return datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0) - timedelta(days=1)
+
+
+def pinned(settings: ConnectionSettings, address: str) -> Connection:
+    """A connection whose every request goes to one node (it coordinates them all)."""
+    return Connection(settings, load_balancing_policy=WhiteListRoundRobinPolicy([address]))
+
+
+def rows_at_or_below(
+    store: Store, counters: list[str], epoch: datetime, level: int = ConsistencyLevel.QUORUM
+) -> int:
+    """Raw rows at or below ``epoch`` of these counters, read at ``level``."""
+    f = store.family
+    statement = SimpleStatement(
+        f'SELECT count(*) FROM {f.keyspace}.{f.raw_table} WHERE "{f.columns.key[0]}" = %s '
+        f'AND "{f.columns.time}" <= %s',
+        consistency_level=level,
+    )
+    return sum(store.session.execute(statement, (c, epoch)).one()[0] for c in counters)
+
+
+def assert_exact(cf: ClusterFamily, expected: dict[str, int], epoch: datetime) -> None:
+    """Every counter's value is what was written, no row at or below the compacted epoch is
+    left (nothing counted twice later), nothing is quarantined (nothing lost or held back)."""
+    from counters import engine
+
+    values = {v.counter[0]: v.value for v in cf.client.read_many(list(expected))}
+    assert values == expected
+    assert rows_at_or_below(cf.admin, list(expected), epoch) == 0
+    assert engine.quarantined(cf.admin) == []
+    assert cf.admin.family_epoch() == epoch
