@@ -4,7 +4,11 @@
 #   -> Airflow DB + airflow_settings.yaml -> counterctl demo-writer (background)
 #   -> airflow standalone (own process group) -> wait for /api/v2/monitor/health -> print login.
 # On Ctrl-C / TERM / exit it stops Airflow (whole process group), the demo writer, and the dev
-# Cassandra if this script started it, and waits for them to exit.
+# Cassandra if this script started it, and waits for them to exit, whatever became of stdout
+# (`make run | tee run.log` + Ctrl-C kills tee too: tests/integration/airflow/test_run_script.py).
+# Environment: CASSANDRA_INSTANCE (dev) and CASSANDRA_PORT/_STORAGE_PORT/_JMX_PORT for the local
+# node, CASSANDRA_HOSTS for an external one, AIRFLOW_PORT (8080), COUNTERS_RUN_DIR (var: the
+# Airflow home var/airflow and the writer's log).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -12,6 +16,9 @@ LOG_TAG=run
 cd "$PROJECT_ROOT"
 
 DEV_INSTANCE="${CASSANDRA_INSTANCE:-dev}"
+# Where the run's Airflow home and the demo writer's log live (a test moves it to a tmp dir).
+RUN_DIR="${COUNTERS_RUN_DIR:-$PROJECT_ROOT/var}"
+WRITER_LOG="$RUN_DIR/demo-writer.log"
 AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 AIRFLOW_START_TIMEOUT="${AIRFLOW_START_TIMEOUT:-180}"
 STOP_TIMEOUT=60
@@ -115,7 +122,7 @@ else
 fi
 
 # --- Airflow DB and settings ------------------------------------------------------------------
-airflow_env "$PROJECT_ROOT/var/airflow"
+airflow_env "$RUN_DIR/airflow"
 if [[ "$AIRFLOW_PORT" != 8080 ]]; then
   export AIRFLOW__API__PORT="$AIRFLOW_PORT"
   export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://localhost:$AIRFLOW_PORT/execution/"
@@ -133,9 +140,10 @@ airflow_db_migrate
 
 # --- Demo writer ---------------------------------------------------------------------------
 if [[ "$HAVE_COUNTERCTL" == 1 ]]; then
-  "$VENV/bin/counterctl" demo-writer >>"$PROJECT_ROOT/var/demo-writer.log" 2>&1 &
+  mkdir -p "$RUN_DIR"
+  "$VENV/bin/counterctl" demo-writer >>"$WRITER_LOG" 2>&1 &
   WRITER_PID=$!
-  log "demo writer started (pid $WRITER_PID, log var/demo-writer.log)"
+  log "demo writer started (pid $WRITER_PID, log ${WRITER_LOG#"$PROJECT_ROOT"/})"
 fi
 
 # --- Airflow standalone ------------------------------------------------------------------------
@@ -178,7 +186,7 @@ done
 log "Airflow healthy after $(since "$t") s"
 
 writer_desc="not running (no counterctl)"
-[[ -n "$WRITER_PID" ]] && writer_desc="pid $WRITER_PID, log var/demo-writer.log"
+[[ -n "$WRITER_PID" ]] && writer_desc="pid $WRITER_PID, log ${WRITER_LOG#"$PROJECT_ROOT"/}"
 PASSWORD_FILE="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 password="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("admin", "?"))' "$PASSWORD_FILE" 2>/dev/null || echo "(see $PASSWORD_FILE)")"
 
@@ -206,7 +214,7 @@ while :; do
   fi
   if [[ -n "$WRITER_PID" ]] && ! proc_alive "$WRITER_PID"; then
     wait "$WRITER_PID" 2>/dev/null && wrc=0 || wrc=$?
-    log "WARNING: the demo writer exited (code $wrc); see var/demo-writer.log"
+    log "WARNING: the demo writer exited (code $wrc); see ${WRITER_LOG#"$PROJECT_ROOT"/}"
     WRITER_PID=""
   fi
   sleep 5 &
