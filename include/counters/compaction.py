@@ -68,6 +68,7 @@ from .core import (
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .schema import SchemaError
 from .store import COMMIT_CHUNK, Copy, Store, Touched
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,14 @@ def decide_plan(
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
-    epoch_before, last_sweep = store.family_state()
+    epoch_before, last_sweep, shards = store.family_state()
+    if shards is not None and shards != store.family.shards:
+        raise SchemaError(
+            f"family {store.family.name!r}: field 'shards' is {store.family.shards} in the YAML "
+            f"but the family's ledger was written with {shards} shards (a counter's ledger row "
+            f"depends on it, so its checkpoints would not be found and its totals would be "
+            f"wrong); set 'shards: {shards}' back. Nothing was read or deleted."
+        )
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,

@@ -224,7 +224,7 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
-        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp)",
+        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int)",
     ]
 
 
@@ -376,8 +376,10 @@ def ensure_schema(
     for statement in keyspace_ddl(family.keyspace, replication):
         session.execute(statement)
     state = _table_meta(session, family.keyspace, STATE_TABLE)
-    if state is not None and "last_sweep" not in state.columns:
-        session.execute(f"ALTER TABLE {q(family.keyspace)}.{STATE_TABLE} ADD last_sweep timestamp")
+    for column, cql_type in (("last_sweep", "timestamp"), ("shards", "int")):
+        if state is not None and column not in state.columns:  # from an older version
+            table = f"{q(family.keyspace)}.{STATE_TABLE}"
+            session.execute(f"ALTER TABLE {table} ADD {column} {cql_type}")
     if create_raw and family.kind is Kind.INCREMENTS:
         session.execute(default_raw_ddl(family))
     if family.kind is Kind.UNIQUE:

@@ -339,7 +339,7 @@ def family_health(
     quarantine_limit: int = QUARANTINE_LIMIT,
 ) -> FamilyHealth:
     """The family's state, its latest run and its last hour: three bounded reads."""
-    epoch, last_sweep = store.family_state()
+    epoch, last_sweep, _shards = store.family_state()
     rows = [
         AuditRow.from_record(r)
         for r in store.read_audit_range(window_limit, since=utc_naive(now) - window)

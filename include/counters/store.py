@@ -13,7 +13,7 @@ import time
 import uuid
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
@@ -114,6 +114,16 @@ class Ledger:
 
     head: Any
     checkpoints: dict[Key, Checkpoint]
+
+
+@dataclass(frozen=True)
+class FamilyState:
+    epoch: datetime | None
+    last_sweep: datetime | None
+    shards: int | None  # what the ledger was written with (None before it was recorded)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.epoch, self.last_sweep, self.shards))
 
 
 @dataclass(frozen=True)
@@ -1258,13 +1268,14 @@ class Store:
 
     # --- family state and audit -----------------------------------------------------------
 
-    def family_state(self) -> tuple[datetime | None, datetime | None]:
-        """The family's compacted epoch and when its last sweep (a full scan) started."""
+    def family_state(self) -> FamilyState:
+        """The family's compacted epoch, when its last sweep (a full scan) started, and the
+        shard count its ledger was written with."""
         statement = self.prepare(
-            "state_read", "SELECT epoch, last_sweep FROM {state} WHERE family = ?"
+            "state_read", "SELECT epoch, last_sweep, shards FROM {state} WHERE family = ?"
         )
         row = self.session.execute(statement, (self.family.name,)).one()
-        return (row[0], row[1]) if row else (None, None)
+        return FamilyState(*row) if row else FamilyState(None, None, None)
 
     def family_epoch(self) -> datetime | None:
         return self.family_state()[0]
@@ -1277,10 +1288,13 @@ class Store:
         when it started."""
         statement = self.prepare(
             "state_write",
-            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, "
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
             "updated_at = toTimestamp(now()) WHERE family = ?",
         )
-        self.session.execute(statement, (write_timestamp(epoch), epoch, run_id, self.family.name))
+        self.session.execute(
+            statement,
+            (write_timestamp(epoch), epoch, run_id, self.family.shards, self.family.name),
+        )
         if swept_at is not None:
             sweep = self.prepare(
                 "state_sweep", "UPDATE {state} SET last_sweep = ? WHERE family = ?"

@@ -10,6 +10,8 @@ import pytest
 from counters import engine
 from counters.client import Increment
 from counters.config import Discovery
+from counters.schema import SchemaError
+from counters.store import Store
 
 from .conftest import Crash
 from .helpers import compact_row, raw_rows, rows_at_or_below
@@ -150,6 +152,20 @@ def test_epoch_later_than_now_minus_lag_is_refused(make_family, t0):
     with pytest.raises(engine.EpochInFuture, match="later than now - lag"):
         engine.run_family(store, t0 + timedelta(minutes=10), now=t0 + timedelta(minutes=10))
     assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 10
+
+
+def test_a_changed_shard_count_is_refused_before_anything_is_read_or_deleted(make_family, t0):
+    family, store, client = make_family()
+    load(client, t0)
+    run(store, t0 + timedelta(minutes=5))
+    resharded = Store(store.conn, family.model_copy(update={"shards": 4}), store.layout)
+    epoch = t0 + timedelta(minutes=10)
+    with pytest.raises(SchemaError, match=r"'shards' is 4 in the YAML .* written with 2 shards"):
+        run(resharded, epoch)
+    assert rows_at_or_below(store, ("IBM",), epoch) == 4  # nothing deleted (4 of 10 left)
+    assert [r["outcome"] for r in store.read_audit(10)] == ["success"]
+    run(store, epoch)  # with the shard count back, the run goes on, exact
+    assert client.read("IBM") == 255 and rows_at_or_below(store, ("IBM",), epoch) == 0
 
 
 def test_late_write_is_folded_by_next_run_and_reported(make_family, t0):
