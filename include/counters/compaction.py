@@ -55,6 +55,7 @@ from .core import (
     Tally,
     check_committed,
     chunks,
+    counted_rows_gone,
     evaluate_evidence,
     fold_counter,
     fold_slice,
@@ -789,8 +790,11 @@ def _verify_bucket(
         )
         problem = check_committed(record)
         late = 0
+        kept: tuple[int, int] | None = None
         if problem is None and needs_closer_look(record):
             problem, late = _look_closer(store, counter, fold)
+        elif counted_rows_gone(record):
+            problem, kept, late = _look_gone(store, counter, fold, problem)
         if problem is not None:
             failures.append((counter, "check_failed", problem))
             continue
@@ -800,11 +804,17 @@ def _verify_bucket(
         evidence["rows_folded"] += fold.folded_rows
         evidence["sum_folded"] += fold.folded_sum
         evidence["value_delta"] += fold.value - fold.base.value
+        evidence["late_arrivals"] += late
+        if kept is not None:  # the counted rows still present, as found row by row
+            evidence["pending_rows"] += kept[0]
+            evidence["pending_sum"] += kept[1]
+            evidence["recount_rows"] += kept[0]
+            evidence["recount_sum"] += kept[1]
+            continue
         evidence["pending_rows"] += record.pending_rows
         evidence["pending_sum"] += record.pending_sum
         evidence["recount_rows"] += rows - late
         evidence["recount_sum"] += total - (_late_sum(store, counter, fold) if late else 0)
-        evidence["late_arrivals"] += late
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 
@@ -887,6 +897,26 @@ def _look_closer(store: Store, counter: Key, fold: Fold) -> tuple[str | None, in
             0,
         )
     return None, len(present) - len(fold.pending)
+
+
+def _look_gone(
+    store: Store, counter: Key, fold: Fold, problem: str | None
+) -> tuple[str | None, tuple[int, int] | None, int]:
+    """The recount found fewer rows than the commit counted: fine if every row it folded itself
+    is there with the folded sum, and only rows its base had counted are gone (deleted by the
+    cleanup of the run that counted them first; its value keeps them). Returns the problem (or
+    None), the counted rows still present (rows, sum) and the late rows found."""
+    present = _present_below(store, counter, fold)
+    counted = set(fold.pending)
+    new = [k for k in fold.pending if k not in fold.base.pending]
+    if (
+        any(k not in present for k in new)
+        or sum(present[k][2] or 0 for k in new) != fold.pending_sum - fold.counted_sum
+    ):
+        return problem, None, 0
+    kept = [present[k] for k in fold.pending if k in present]
+    late = sum(1 for k in present if k not in counted)
+    return None, (len(kept), sum(r[2] or 0 for r in kept)), late
 
 
 def _late_sum(store: Store, counter: Key, fold: Fold) -> int:

@@ -10,7 +10,7 @@ import logging
 import os
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from cassandra.policies import (
     LoadBalancingPolicy,
     TokenAwarePolicy,
 )
-from cassandra.query import tuple_factory
+from cassandra.query import PreparedStatement, tuple_factory
 
 BULK_PROFILE = "bulk"
 """Execution profile for engine reads: rows as plain tuples (cheaper than named tuples)."""
@@ -265,6 +265,22 @@ class Connection:
         self.session.default_fetch_size = 5000
         self._server_ts: Session | None = None
         self._lock = threading.Lock()
+        self._prepared: dict[tuple[str, Hashable], PreparedStatement] = {}
+
+    def prepare(self, cql: str, variant: Hashable = None) -> tuple[PreparedStatement, bool]:
+        """One prepared statement per CQL text (and ``variant``: the settings the caller gives
+        it) for the connection's life, and whether it is new (the caller then sets it up).
+        The driver finds a statement to re-prepare on a node that lost it (a restarted node,
+        for a batch's statements) in a weak map by id holding the newest object prepared for
+        that text: another object for the same text, once garbage collected, took the entry
+        with it, and every later batch on that node failed."""
+        with self._lock:
+            statement = self._prepared.get((cql, variant))
+            if statement is not None:
+                return statement, False
+            statement = self.session.prepare(cql)
+            self._prepared[cql, variant] = statement
+            return statement, True
 
     @property
     def server_timestamp_session(self) -> Session:

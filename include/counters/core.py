@@ -16,7 +16,7 @@ can never both build on the same state.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -186,6 +186,8 @@ class Fold:
     late_sum: int = 0
     max_lateness_ms: int = 0
     counted_present: int = 0
+    counted_sum: int = 0
+    """the sum of the rows counted before (in ``base.pending``) that were still present"""
     newer_rows: int = 0
     bad_rows: tuple[Packed, ...] = ()
     duplicates: int = 0
@@ -248,7 +250,7 @@ def fold_counter(
     newer = len(rows) - len(below)
     pending: list[Packed] = []
     bad: list[Packed] = []
-    folded_rows = folded_sum = late_rows = late_sum = lateness = counted = dups = 0
+    folded_rows = folded_sum = late_rows = late_sum = lateness = counted = counted_sum = dups = 0
     pending_sum = 0
     seen: set[Hashable] = set(counted_members)
     if member_index is not None:
@@ -260,6 +262,7 @@ def fold_counter(
             pending.append(key)
             pending_sum += increment or 0
             counted += 1
+            counted_sum += increment or 0
             continue
         if member_index is not None:
             member = key[member_index]
@@ -293,6 +296,7 @@ def fold_counter(
         late_sum=late_sum,
         max_lateness_ms=lateness,
         counted_present=counted,
+        counted_sum=counted_sum,
         newer_rows=newer,
         bad_rows=tuple(bad),
         duplicates=dups,
@@ -484,6 +488,19 @@ def check_committed(record: Committed) -> str | None:
             f"summing to {record.pending_sum}"
         )
     return None
+
+
+def counted_rows_gone(record: Committed) -> bool:
+    """The commit holds, adds up, and only the recount falls short of the rows it counted. Rows
+    the commit it built on had counted may be gone: that commit's run deletes them in its
+    cleanup while this one runs (overlapping runs). Only a row-level read tells whether the
+    missing rows are those (fine: they stay counted) or rows this commit folded (a loss)."""
+    return check_committed(record) is not None and (
+        check_committed(
+            replace(record, recount_rows=record.pending_rows, recount_sum=record.pending_sum)
+        )
+        is None
+    )
 
 
 def needs_closer_look(record: Committed) -> bool:

@@ -13,11 +13,11 @@ import time
 import uuid
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
@@ -116,14 +116,10 @@ class Ledger:
     checkpoints: dict[Key, Checkpoint]
 
 
-@dataclass(frozen=True)
-class FamilyState:
+class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
     shards: int | None  # what the ledger was written with (None before it was recorded)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.epoch, self.last_sweep, self.shards))
 
 
 @dataclass(frozen=True)
@@ -229,13 +225,15 @@ class Store:
     def prepare(self, name: str, cql: str, serial: bool = False) -> PreparedStatement:
         statement = self._prepared.get(name)
         if statement is None:
-            statement = self.session.prepare(cql.format(**self._names))
-            statement.column_metadata = [
-                c._replace(type=millis_timestamps(c.type)) for c in statement.column_metadata
-            ]
-            statement.consistency_level = _consistency(self.family)
-            if serial:
-                statement.serial_consistency_level = _serial(self.family)
+            consistency = _consistency(self.family), _serial(self.family) if serial else None
+            statement, new = self.conn.prepare(cql.format(**self._names), consistency)
+            if new:
+                statement.column_metadata = [
+                    c._replace(type=millis_timestamps(c.type)) for c in statement.column_metadata
+                ]
+                statement.consistency_level, serial_level = consistency
+                if serial_level is not None:
+                    statement.serial_consistency_level = serial_level
             self._prepared[name] = statement
         return statement
 
@@ -1278,7 +1276,7 @@ class Store:
         return FamilyState(*row) if row else FamilyState(None, None, None)
 
     def family_epoch(self) -> datetime | None:
-        return self.family_state()[0]
+        return self.family_state().epoch
 
     def advance_family_epoch(
         self, epoch: datetime, run_id: str, swept_at: datetime | None = None

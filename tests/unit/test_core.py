@@ -18,6 +18,7 @@ from counters.core import (
     bucket_of,
     check_committed,
     chunks,
+    counted_rows_gone,
     epoch_for,
     evaluate_evidence,
     fold_counter,
@@ -176,6 +177,13 @@ class TestFold:
         fold = fold_counter(("m",), EMPTY_CHECKPOINT, rows, ms(5), member_index=1)
         assert (fold.value, fold.duplicates, len(fold.pending)) == (2, 1, 3)
 
+    def test_rows_counted_before_are_told_apart_by_count_and_sum(self):
+        rows = [(ms(0), "a", 2), (ms(1), "b", 3), (ms(2), "c", 4)]
+        base = Checkpoint(5, ms(1), "c0", frozenset({"a", "b"}))
+        fold = fold_counter(("x",), base, rows, ms(3))
+        assert (fold.counted_present, fold.counted_sum) == (2, 5)
+        assert (fold.pending_sum - fold.counted_sum, fold.folded_sum, fold.value) == (4, 4, 9)
+
 
 class TestCommitChecks:
     def record(self, **changes):
@@ -219,6 +227,14 @@ class TestCommitChecks:
     def test_more_rows_present_asks_for_a_closer_look(self):
         record = self.record(recount_rows=3, recount_sum=10)
         assert check_committed(record) is None and needs_closer_look(record)
+
+    def test_only_a_short_recount_of_a_sound_commit_may_be_rows_counted_before(self):
+        assert counted_rows_gone(self.record(recount_rows=0, recount_sum=0))
+        assert counted_rows_gone(self.record(recount_sum=4))
+        assert not counted_rows_gone(self.record())
+        assert not counted_rows_gone(self.record(recount_rows=0, recount_sum=0, copy_value=9))
+        assert not counted_rows_gone(self.record(recount_rows=0, ledger_value=9))
+        assert not counted_rows_gone(self.record(recount_rows=3, recount_sum=10))
 
     def test_ledger_value_other_than_before_plus_folded_fails(self):
         assert "ledger value 9" in check_committed(self.record(ledger_value=9))
