@@ -165,11 +165,13 @@ def celery_result(airflow: CeleryAirflow, celery_id: str | None) -> str | None:
 
 def not_run_on_celery(airflow: CeleryAirflow, tis: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The task instances whose Celery task id is not in the worker's log with the workload,
-    or has no SUCCESS in the result backend. The worker stores a result when the task process
-    has exited, which can be after the run is marked done: wait for those a little."""
+    or has no SUCCESS in the result backend. The worker stores STARTED, then the outcome once
+    the task process has exited, which can be after the run is marked done: wait a little."""
+    from celery.states import READY_STATES
+
     airflow.wait_for(
-        "every task's Celery result",
-        lambda: all(celery_result(airflow, ti["celery_id"]) for ti in tis),
+        "every task's Celery outcome",
+        lambda: all(celery_result(airflow, ti["celery_id"]) in READY_STATES for ti in tis),
         30,
     )
     worker_log = airflow.service("celery-worker").log.read_text(errors="replace")
@@ -227,7 +229,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
         [("run", -1), ("verify", -1), ("verify_cleanup", -1), ("record_audit", -1)]
         + [(task, s) for task in ("compact", "cleanup") for s in range(SHARDS)]
     ), tis
-    assert not_run_on_celery(airflow, ran) == [], airflow.logs()
+    assert (missing := not_run_on_celery(airflow, ran)) == [], f"{missing}\n{airflow.logs()}"
     assert {ti["queue"] for ti in ran} == {"default"}
     # the preload (plugins/airflow_local_settings.py) ran in the worker's main process, which
     # forks the pool processes: the driver's and pandas' C extensions are mapped in it
@@ -260,7 +262,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     tis = airflow.task_instances(family.dag_id, "celery-small")
     ran = [ti for ti in tis if ti["state"] == "success"]
     assert [ti["task_id"] for ti in ran] == ["run"], tis
-    assert not_run_on_celery(airflow, ran) == [], airflow.logs()
+    assert (missing := not_run_on_celery(airflow, ran)) == [], f"{missing}\n{airflow.logs()}"
 
     for event in (*second, late):
         written[event.counter[0]] += event.increment
