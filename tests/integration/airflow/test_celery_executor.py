@@ -119,14 +119,27 @@ class CeleryAirflow:
         started = time.monotonic()
         conf = json.dumps({"epoch": epoch.isoformat()})
         self.cli("dags", "trigger", dag_id, "--run-id", run_id, "--conf", conf)
-        self.wait_for(
-            f"run {run_id} finished",
-            lambda: self.run_state(dag_id, run_id) in ("success", "failed"),
-            RUN_TIMEOUT_S,
+        deadline = started + RUN_TIMEOUT_S
+        while (state := self.run_state(dag_id, run_id)) not in ("success", "failed"):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert state == "success", (
+            f"{run_id}: {state}\n{self.task_instances(dag_id, run_id)}\n"
+            f"{self.task_errors(dag_id, run_id)}\n{self.logs()}"
         )
-        state = self.run_state(dag_id, run_id)
-        assert state == "success", f"{run_id}: {state}\n{self.task_instances(dag_id, run_id)}"
         return time.monotonic() - started
+
+    def task_errors(self, dag_id: str, run_id: str) -> str:
+        """The error lines of the run's task logs (e.g. of a task waiting for its retry)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+        return "\n".join(
+            f"{path.relative_to(folder)}: {line[:2000]}"
+            for path in sorted(folder.rglob("attempt=*.log"))
+            for line in path.read_text(errors="replace").splitlines()
+            if '"level":"error"' in line
+        )
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         rows = self.query(
