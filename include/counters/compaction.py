@@ -31,6 +31,7 @@ import random
 import secrets
 import signal
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -213,6 +214,8 @@ class RunPlan:
     the run only advances the family's epoch (``idle`` audit row), one cheap step."""
     small: bool = False
     """Few counters touched and no sweep: one task (one process) can do every shard."""
+    swept_at: datetime | None = None
+    """What a sweep records as the family's last sweep (see ``sweep_stagger``)."""
 
     @property
     def shard_groups(self) -> list[tuple[int, ...]]:
@@ -266,6 +269,9 @@ def decide_plan(
     )
     idle = reason is None and not sweep and not anything_touched
     small = not sweep and touched is not None and touched < SMALL_RUN_COUNTERS
+    swept_at = None
+    if sweep:
+        swept_at = now - (sweep_stagger(family) if last_sweep is None else timedelta(0))
     return RunPlan(
         family.name,
         run_id,
@@ -277,7 +283,18 @@ def decide_plan(
         now,
         idle,
         small,
+        swept_at,
     )
+
+
+def sweep_stagger(family: Family) -> timedelta:
+    """How much earlier than it ran a family's first sweep is recorded: a stable offset within
+    ``sweep_interval`` from the family's name. Families created together (every family of a
+    YAML at its first deployment) would otherwise sweep in the same minute every interval, a
+    burst of mapped tasks; staggered, their sweeps spread over the interval. The next sweep
+    comes sooner, never later: rows of writers outside the API stay folded within the bound."""
+    seconds = int(family.sweep_interval.total_seconds())
+    return timedelta(seconds=zlib.crc32(family.name.encode()) % max(seconds, 1))
 
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
@@ -1259,7 +1276,8 @@ def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> 
 def finish_run(store: Store, plan: RunPlan) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
     run records when it started)."""
-    store.advance_family_epoch(plan.epoch, plan.run_id, plan.started_at if plan.sweep else None)
+    swept_at = (plan.swept_at or plan.started_at) if plan.sweep else None
+    store.advance_family_epoch(plan.epoch, plan.run_id, swept_at)
 
 
 def audit_record(
