@@ -393,7 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     from counters.config import load_catalog
 
     families = list(load_catalog(config).families)
-    say(f"{len(families)} families in {config}; counterctl init")
+    from counters.connection import connect
+
+    with connect() as conn:  # a fresh deployment: no state (epochs, sweeps) of an earlier run
+        conn.session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=120)
+    say(f"{len(families)} families in {config} (keyspace {KEYSPACE} dropped); counterctl init")
     subprocess.run([str(VENV_BIN / "counterctl"), "init"], check=True, env=os.environ)
     subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "scripts/airflow_settings.py")],

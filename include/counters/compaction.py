@@ -214,8 +214,6 @@ class RunPlan:
     the run only advances the family's epoch (``idle`` audit row), one cheap step."""
     small: bool = False
     """Few counters touched and no sweep: one task (one process) can do every shard."""
-    swept_at: datetime | None = None
-    """What a sweep records as the family's last sweep (see ``sweep_stagger``)."""
 
     @property
     def shard_groups(self) -> list[tuple[int, ...]]:
@@ -262,16 +260,9 @@ def decide_plan(
             f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
             f"{utc_naive(epoch_before).isoformat()}: nothing to do"
         )
-    sweep = (
-        family.discovery is Discovery.SCAN
-        or last_sweep is None
-        or now - utc_naive(last_sweep) >= family.sweep_interval
-    )
+    sweep = family.discovery is Discovery.SCAN or sweep_due(family, now, last_sweep)
     idle = reason is None and not sweep and not anything_touched
     small = not sweep and touched is not None and touched < SMALL_RUN_COUNTERS
-    swept_at = None
-    if sweep:
-        swept_at = now - (sweep_stagger(family) if last_sweep is None else timedelta(0))
     return RunPlan(
         family.name,
         run_id,
@@ -283,18 +274,30 @@ def decide_plan(
         now,
         idle,
         small,
-        swept_at,
     )
 
 
-def sweep_stagger(family: Family) -> timedelta:
-    """How much earlier than it ran a family's first sweep is recorded: a stable offset within
-    ``sweep_interval`` from the family's name. Families created together (every family of a
-    YAML at its first deployment) would otherwise sweep in the same minute every interval, a
-    burst of mapped tasks; staggered, their sweeps spread over the interval. The next sweep
-    comes sooner, never later: rows of writers outside the API stay folded within the bound."""
-    seconds = int(family.sweep_interval.total_seconds())
-    return timedelta(seconds=zlib.crc32(family.name.encode()) % max(seconds, 1))
+def sweep_phase(family: Family) -> timedelta:
+    """A family's own offset within its ``sweep_interval``: stable, from its name."""
+    seconds = max(int(family.sweep_interval.total_seconds()), 1)
+    return timedelta(seconds=zlib.crc32(family.name.encode()) % seconds)
+
+
+def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> bool:
+    """Whether a run at ``now`` sweeps: on the family's first run, then once per
+    ``sweep_interval`` at the family's own phase (the first run after each point
+    ``k * sweep_interval + sweep_phase``). Two sweeps are never more than an interval (and a
+    run) apart, so rows of writers outside the API are folded within the bound; and families
+    deployed together do not all sweep in the same minute (50 of them did: a burst of 400
+    task instances every 15 minutes that the machine could not absorb)."""
+    if last_sweep is None:
+        return True
+    interval = family.sweep_interval
+    since_point = (utc_naive(now) - _EPOCH0 - sweep_phase(family)) % interval
+    return utc_naive(last_sweep) < utc_naive(now) - since_point
+
+
+_EPOCH0 = datetime(1970, 1, 1)
 
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
@@ -1276,8 +1279,7 @@ def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> 
 def finish_run(store: Store, plan: RunPlan) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
     run records when it started)."""
-    swept_at = (plan.swept_at or plan.started_at) if plan.sweep else None
-    store.advance_family_epoch(plan.epoch, plan.run_id, swept_at)
+    store.advance_family_epoch(plan.epoch, plan.run_id, plan.started_at if plan.sweep else None)
 
 
 def audit_record(

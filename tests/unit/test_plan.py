@@ -1,11 +1,12 @@
-"""The run plan (pure): when a family sweeps, and how families created together spread out."""
+"""The run plan (pure): when a family sweeps, and how families deployed together spread out."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
-from counters.compaction import decide_plan, sweep_stagger
+from counters.compaction import decide_plan, sweep_due, sweep_phase
 from counters.config import Family
 
 pytestmark = pytest.mark.unit
@@ -20,33 +21,50 @@ def family(name: str, interval: str = "15m") -> Family:
     )  # fmt: skip
 
 
-def next_sweep(f: Family, last_sweep: datetime) -> datetime:
-    """The first minute after ``last_sweep`` at which a run sweeps."""
-    at = last_sweep
-    while True:
-        at += timedelta(minutes=1)
-        plan = decide_plan(f, "r", at - f.lag, None, at, last_sweep, touched=0)
-        if plan.sweep:
-            return at
+def sweeps(f: Family, start: datetime, minutes: int) -> list[datetime]:
+    """The minutes at which per-minute runs from ``start`` sweep (the first run included)."""
+    done: list[datetime] = []
+    last = None
+    for i in range(minutes):
+        at = start + timedelta(minutes=i)
+        if decide_plan(f, "r", at - f.lag, None, at, last, touched=0).sweep:
+            done.append(at)
+            last = at
+    return done
 
 
-def test_a_first_sweep_is_recorded_earlier_by_a_stable_offset_within_the_interval():
+def test_a_family_sweeps_first_then_once_per_interval_at_its_own_phase():
     f = family("trades")
-    plan = decide_plan(f, "r", T0 - f.lag, None, T0, None, touched=0)
-    assert plan.sweep and plan.swept_at == T0 - sweep_stagger(f)
-    assert timedelta(0) <= sweep_stagger(f) < f.sweep_interval
-    assert sweep_stagger(f) == sweep_stagger(family("trades"))  # not Python's salted hash
-    later = decide_plan(f, "r", T0, None, T0 + timedelta(minutes=20), T0, touched=0)
-    assert later.sweep and later.swept_at == T0 + timedelta(minutes=20)  # later sweeps: as run
+    done = sweeps(f, T0, 120)
+    assert done[0] == T0
+    assert all(b - a == f.sweep_interval for a, b in pairwise(done[1:]))
+    assert done[1] - done[0] <= f.sweep_interval
+    phase = sweep_phase(f)
+    assert timedelta(0) <= phase < f.sweep_interval and phase == sweep_phase(family("trades"))
+    assert not sweep_due(f, done[1] + timedelta(minutes=1), done[1])
 
 
-def test_families_created_together_sweep_in_different_minutes_never_later_than_the_interval():
-    families = [family(f"orch{i:03d}") for i in range(50)]
-    seconds = []
-    for f in families:
-        first = decide_plan(f, "r", T0 - f.lag, None, T0, None, touched=0)
-        second = next_sweep(f, first.swept_at)
-        assert T0 < second <= T0 + f.sweep_interval
-        seconds.append(second)
+def test_families_deployed_together_sweep_in_different_minutes_never_an_interval_apart():
+    firsts, seconds = [], []
+    for i in range(50):
+        f = family(f"orch{i:03d}")
+        done = sweeps(f, T0, 40)
+        assert all(b - a <= f.sweep_interval for a, b in pairwise(done))
+        firsts.append(done[0])
+        seconds.append(done[1])
+    assert set(firsts) == {T0}  # every family's first run sweeps
     per_minute = {s: seconds.count(s) for s in seconds}
     assert len(per_minute) >= 10 and max(per_minute.values()) <= 10, per_minute
+
+
+def test_a_deployment_that_swept_in_lockstep_spreads_out_by_its_next_sweeps():
+    """Families whose last sweeps were all in one minute (before phases existed)."""
+    seconds = []
+    for i in range(50):
+        f = family(f"orch{i:03d}")
+        last, at = T0, T0
+        while not sweep_due(f, at, last):
+            at += timedelta(minutes=1)
+        assert at - last <= f.sweep_interval
+        seconds.append(at)
+    assert len(set(seconds)) >= 10

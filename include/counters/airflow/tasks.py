@@ -99,7 +99,6 @@ def _plan(family: Family, run: Run) -> RunPlan:
         tuple(run["shards"]),
         bool(run.get("sweep")),
         started_at=_time(run.get("started_at")),
-        swept_at=_time(run.get("swept_at")),
     )
 
 
@@ -220,7 +219,6 @@ def plan(
         "groups": [list(group) for group in decided.shard_groups],
         "whole": decided.small,
         "sweep": decided.sweep,
-        "swept_at": _iso(decided.swept_at),
         "dry_run": bool(dry_run),
         "started_at": _iso(now),
         "scheduled": _iso(scheduled),

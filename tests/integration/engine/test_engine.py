@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from counters import engine
 from counters.client import Increment
-from counters.compaction import sweep_stagger
+from counters.compaction import sweep_due
 from counters.config import Discovery
 from counters.schema import SchemaError
 from counters.store import Store
@@ -303,8 +303,8 @@ def test_compact_row_changed_between_runs_is_detected_at_the_next_run(make_famil
 
 def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_family, t0):
     """Seed 004's writer: plain INSERTs, no index marks. The default discovery sweeps on the
-    first run and every sweep_interval after it (the first recorded ``sweep_stagger`` earlier,
-    so the second may come sooner)."""
+    first run, then once every sweep_interval at the family's own phase (so the second may
+    come sooner than an interval after the first, never later)."""
     family, store, client = make_family(sweep_interval="10m")
     insert = (
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
@@ -316,7 +316,7 @@ def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_fami
     assert first.plan.sweep and first.tally.rows_folded == 2
     store.session.execute(insert, ("IBM", t0 + timedelta(minutes=3), 7, 5))
     quiet = run(store, t0 + timedelta(minutes=4), now=t0 + timedelta(minutes=5))
-    staggered = timedelta(minutes=2) + sweep_stagger(family) >= family.sweep_interval
+    staggered = sweep_due(family, t0 + timedelta(minutes=5), t0 + timedelta(minutes=3))
     assert quiet.plan.sweep == staggered and client.read("IBM") == 1005  # readers exact
     assert quiet.outcome == ("success" if staggered else "idle")
     swept = run(store, t0 + timedelta(minutes=14), now=t0 + timedelta(minutes=15))
