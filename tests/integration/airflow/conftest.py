@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -103,6 +104,15 @@ def dag_keyspace(conn: Any) -> Iterator[str]:
     name = f"t_dags_{secrets.token_hex(3)}"
     yield name
     conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+
+
+def answers(url: str) -> bool:
+    """Whether a local HTTP endpoint answers 200 (a service that is up)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def free_port() -> int:

@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +25,7 @@ from counters import engine
 from counters.client import CounterClient, Increment
 from counters.store import Store
 
-from .conftest import DAGS, free_port
+from .conftest import DAGS, answers, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -59,14 +58,6 @@ with create_session() as session:
     )
 Pool.create_or_update_pool(pool, 4, "Concurrent compaction tasks", include_deferred=False)
 """
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 class Service:
@@ -140,7 +131,7 @@ class Airflow:
         """Once the API server answers: a task started before would fail its first try."""
         api = self.services[0]
         deadline = time.monotonic() + API_START_TIMEOUT_S
-        while not _answers(f"http://localhost:{self.port}/api/v2/version"):
+        while not answers(f"http://localhost:{self.port}/api/v2/version"):
             assert api.alive() and time.monotonic() < deadline, api.tail()
             time.sleep(0.5)
         self.services.append(Service("scheduler", ["scheduler"], self.env(), self.home))

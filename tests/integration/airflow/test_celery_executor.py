@@ -19,7 +19,6 @@ import secrets
 import sqlite3
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 from counters.client import CounterClient, Increment
 from counters.store import Store
 
-from .conftest import DAGS, PROJECT, free_port
+from .conftest import DAGS, PROJECT, answers, free_port
 from .test_backfill_scheduler import AIRFLOW, Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -38,14 +37,6 @@ START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 180
 COUNTERS = 300
 SHARDS = 4
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 class CeleryAirflow:
@@ -222,7 +213,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     client.record(first)
 
     airflow.wait_for(
-        "the API server", lambda: _answers(f"http://localhost:{airflow.port}/api/v2/version"), 120
+        "the API server", lambda: answers(f"http://localhost:{airflow.port}/api/v2/version"), 120
     )
     airflow.start("scheduler", "scheduler")
     airflow.wait_for(
