@@ -278,7 +278,10 @@ def decide_plan(
 
 
 def sweep_phase(family: Family) -> timedelta:
-    """A family's own offset within its ``sweep_interval``: stable, from its name."""
+    """A family's own offset within its ``sweep_interval``: its ``sweep_offset``, else stable
+    from its name."""
+    if family.sweep_offset is not None:
+        return family.sweep_offset
     seconds = max(int(family.sweep_interval.total_seconds()), 1)
     return timedelta(seconds=zlib.crc32(family.name.encode()) % seconds)
 
@@ -484,7 +487,7 @@ def _compact_bucket(
                 rows = store.scan_rows(ctx.shard, bucket)
             except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
-                known |= set(store.distinct_counters(ctx.shard, bucket))
+                known |= set(store.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
         else:
             rows, windowed = read_rows_tolerant(store, marked, ledger, copies)

@@ -166,6 +166,10 @@ class Family(_Strict):
     sweep_interval: timedelta = timedelta(minutes=15)
     """With ``discovery: index``: how often a run also scans the whole raw table, so rows
     written without the write API (plain CQL ``INSERT``) are folded within this bound."""
+    sweep_offset: timedelta | None = None
+    """Where in each ``sweep_interval`` (counted from 1970-01-01 UTC) the sweep falls, e.g.
+    ``3h`` with a ``1d`` interval: the first run after 03:00 UTC. Default: a stable offset
+    from the family's name, so families deployed together do not all sweep at once."""
     catchup: bool = False
     start_date: datetime | None = None
     """Where the DAG's schedule starts (catchup creates the runs from here); UTC if naive."""
@@ -200,10 +204,10 @@ class Family(_Strict):
     def _tables(cls, value: str) -> str:
         return _identifier(value, "table/keyspace name")
 
-    @field_validator("lag", "freshness", "sweep_interval", mode="before")
+    @field_validator("lag", "freshness", "sweep_interval", "sweep_offset", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> timedelta:
-        if isinstance(value, timedelta):
+    def _duration(cls, value: Any) -> timedelta | None:
+        if value is None or isinstance(value, timedelta):
             return value
         return parse_duration(value)
 
@@ -252,6 +256,13 @@ class Family(_Strict):
             )
         if self.sweep_interval <= timedelta(0):
             raise ValueError(f"sweep_interval must be > 0, got {self.sweep_interval}")
+        if self.sweep_offset is not None and not (
+            timedelta(0) <= self.sweep_offset < self.sweep_interval
+        ):
+            raise ValueError(
+                f"sweep_offset must be >= 0 and shorter than sweep_interval "
+                f"({self.sweep_interval}), got {self.sweep_offset}"
+            )
         return self
 
     @property

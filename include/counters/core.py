@@ -113,6 +113,22 @@ def bucket_bounds(shards: int, shard: int, bucket: int) -> tuple[int, int]:
     return shard_bounds(shards * BUCKETS)[shard * BUCKETS + bucket]
 
 
+def split_refused_range(low: int, high: int, known_tokens: Iterable[int]) -> list[tuple[int, int]]:
+    """The ranges to read instead of a token range ``(low, high]`` whose scan the server
+    refused (a partition full of tombstones): around the tokens of the counters already known
+    (their partitions left out: the caller reads those by parts), else its two halves. A range
+    of one token cannot be split: ``ValueError``."""
+    inside = sorted({t for t in known_tokens if low < t <= high})
+    if inside:
+        edges = [low, *inside]
+        pieces = [(edges[i], edges[i + 1] - 1) for i in range(len(inside))] + [(inside[-1], high)]
+        return [(a, b) for a, b in pieces if a < b]
+    if high - low <= 1:
+        raise ValueError(f"the partition at token {high} cannot be read")
+    middle = low + (high - low) // 2
+    return [(low, middle), (middle, high)]
+
+
 def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     """``items`` in consecutive slices of at most ``size`` (the one chunking helper)."""
     if size < 1:

@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, ReadFailure, ReadTimeout
 from cassandra.concurrent import execute_concurrent
 from cassandra.cqltypes import DateType, ListType, MapType, SetType, TupleType, UserType
 from cassandra.marshal import int64_pack
@@ -44,9 +44,11 @@ from .core import (
     from_millis,
     shard_bounds,
     shard_of,
+    split_refused_range,
     to_millis,
     write_timestamp,
 )
+from .errors import EngineError
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
@@ -477,10 +479,14 @@ class Store:
         self.requests[self.phase] += 1
         return self.session.execute(statement).one() is not None
 
-    def distinct_counters(self, shard: int, bucket: int, splits: int = 8) -> list[Key]:
+    def distinct_counters(
+        self, shard: int, bucket: int, splits: int = 8, around: Sequence[Key] = ()
+    ) -> list[Key]:
         """Every counter with live raw rows in one bucket's token range, read in ``splits``
         finer ranges (the fallback when a bucket's row scan meets too many tombstones; one
-        range for a rows family, whose rows are never deleted)."""
+        range for a rows family, whose rows are never deleted). A range the server refuses
+        (a hot counter's partition of tombstones) is read again around the partitions of
+        ``around`` (known counters, which the caller reads by parts), else in halves."""
         statement = self.prepare(
             "raw_distinct",
             "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
@@ -489,8 +495,36 @@ class Store:
         step = (high - low) // splits or 1
         edges = [low + i * step for i in range(splits)] + [high]
         ranges = [(edges[i], edges[i + 1]) for i in range(splits) if edges[i] < edges[i + 1]]
-        results = self._concurrent(statement, ranges)
-        return [tuple(r) for result in results for r in result]
+        known = [self.token(c) for c in around]
+        found: dict[Key, None] = {}
+        while ranges:
+            refused: list[tuple[int, int]] = []
+            results = execute_concurrent(
+                self.session,
+                [(statement, r) for r in ranges],
+                concurrency=self.concurrency,
+                raise_on_first_error=False,
+                execution_profile=BULK_PROFILE,
+            )
+            self.requests[self.phase] += len(ranges)
+            for (start, end), (ok, result) in zip(ranges, results, strict=True):
+                try:
+                    if not ok:
+                        raise result
+                    found.update((tuple(r), None) for r in result)  # later pages may fail too
+                except (ReadFailure, ReadTimeout) as error:
+                    try:
+                        refused += split_refused_range(start, end, known)
+                    except ValueError as unsplittable:
+                        raise EngineError(
+                            f"family {self.family.name!r}: {unsplittable}: it holds too many "
+                            f"tombstones ({type(error).__name__}) and is no counter the family "
+                            "knows (no ledger row, compact row or mark); wait for its "
+                            "tombstones to be purged (gc_grace_seconds) or raise the node's "
+                            "tombstone_failure_threshold. Nothing was deleted."
+                        ) from error
+            ranges = refused
+        return list(found)
 
     def _scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
         fine = shard_bounds(self.family.shards * SCAN_SPLITS)

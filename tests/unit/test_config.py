@@ -132,6 +132,14 @@ def test_sweep_interval(tmp_path):
         load_catalog(write(tmp_path, GOOD + "    sweep_interval: 0s\n"))
 
 
+def test_sweep_offset_must_lie_within_the_interval(tmp_path):
+    text = GOOD + "    sweep_interval: 1d\n    sweep_offset: 3h\n"
+    assert load_catalog(write(tmp_path, text)).get("trades").sweep_offset == timedelta(hours=3)
+    assert load_catalog(write(tmp_path, GOOD)).get("trades").sweep_offset is None
+    with pytest.raises(ConfigError, match=r"sweep_offset must be >= 0 and shorter than"):
+        load_catalog(write(tmp_path, GOOD + "    sweep_interval: 1h\n    sweep_offset: 1h\n"))
+
+
 def test_unique_needs_member(tmp_path):
     with pytest.raises(ConfigError, match=r"columns\.member is required"):
         load_catalog(write(tmp_path, GOOD + "    kind: unique\n"))

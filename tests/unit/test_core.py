@@ -27,6 +27,7 @@ from counters.core import (
     next_version,
     shard_bounds,
     shard_of,
+    split_refused_range,
     to_millis,
     truncate_ms,
 )
@@ -307,3 +308,14 @@ def test_finer_shards_nest_inside_shards(shards):
         probes += [lo + 1, hi]
     for token in probes:
         assert shard_of(token, shards * 16) // 16 == shard_of(token, shards)
+
+
+def test_a_refused_range_is_read_around_known_partitions_then_in_halves():
+    # around the known tokens 10 and 20 (their partitions left out), the rest kept
+    assert split_refused_range(0, 100, [20, 10, 500]) == [(0, 9), (10, 19), (20, 100)]
+    assert split_refused_range(0, 100, [100]) == [(0, 99)]
+    assert split_refused_range(0, 100, [1]) == [(1, 100)]  # (0, 0] is empty: dropped
+    # no known partition inside: halves that cover the range exactly
+    assert split_refused_range(-7, 8, [50]) == [(-7, 0), (0, 8)]
+    with pytest.raises(ValueError, match="token 5 cannot be read"):
+        split_refused_range(4, 5, [])

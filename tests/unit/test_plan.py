@@ -14,10 +14,10 @@ pytestmark = pytest.mark.unit
 T0 = datetime(2026, 11, 23, 12, 0)
 
 
-def family(name: str, interval: str = "15m") -> Family:
+def family(name: str, interval: str = "15m", **extra: str) -> Family:
     return Family.model_validate(
         {"name": name, "keyspace": "k", "raw_table": f"{name}_raw", "compact_table": f"{name}_c",
-         "lag": "1m", "sweep_interval": interval}
+         "lag": "1m", "sweep_interval": interval, **extra}
     )  # fmt: skip
 
 
@@ -68,3 +68,12 @@ def test_a_deployment_that_swept_in_lockstep_spreads_out_by_its_next_sweeps():
         assert at - last <= f.sweep_interval
         seconds.append(at)
     assert len(set(seconds)) >= 10
+
+
+def test_a_sweep_offset_puts_the_sweeps_where_the_user_wants_them():
+    """``sweep_interval: 1d`` with ``sweep_offset: 3h``: the first run after 03:00 UTC sweeps."""
+    f = family("trades", "1d", sweep_offset="3h")
+    assert sweep_phase(f) == timedelta(hours=3)
+    done = sweeps(f, datetime(2026, 11, 23, 0, 0), 2 * 24 * 60)
+    assert done == [datetime(2026, 11, 23, 0, 0), datetime(2026, 11, 23, 3, 0),
+                    datetime(2026, 11, 24, 3, 0)]  # fmt: skip

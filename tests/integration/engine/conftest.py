@@ -51,8 +51,10 @@ FamilyFactory = Callable[..., tuple[Family, Store, CounterClient]]
 
 
 @pytest.fixture
-def make_family(conn: Connection, engine_keyspace: str) -> FamilyFactory:
-    """Create a family with fresh tables in the test keyspace."""
+def make_family(conn: Connection, engine_keyspace: str, t0: datetime) -> FamilyFactory:
+    """Create a family with fresh tables in the test keyspace. Its sweeps fall half an
+    interval after ``t0``, then every interval (runs are at whole minutes), not at a phase
+    from its random name: whether a run sweeps is part of what a test asserts."""
 
     def factory(**overrides: object) -> tuple[Family, Store, CounterClient]:
         suffix = secrets.token_hex(3)
@@ -65,6 +67,8 @@ def make_family(conn: Connection, engine_keyspace: str) -> FamilyFactory:
             "shards": 2,
         }
         fields.update(overrides)
+        interval = Family.model_validate(fields).sweep_interval
+        fields.setdefault("sweep_offset", (t0 - datetime(1970, 1, 1) + interval / 2) % interval)
         family = Family.model_validate(fields)
         layout = ensure_schema(conn.session, family)
         store = Store(conn, family, layout, concurrency=8)
