@@ -965,8 +965,12 @@ class Store:
     ) -> bool:
         """Commit many counters of one bucket in one conditional batch: one Paxos round,
         applied only if the bucket's head is still the one the folds were planned on (every
-        commit to the bucket changes the head, so two runs can never both build on one state).
-        All or nothing."""
+        commit to the bucket changes the head, so two runs can never both build on one state)
+        and every counter's ledger row still holds the commit its fold was built on. The head
+        and the rows are read in separate requests at a quorum, not serially: a read can meet
+        a commit that is still landing on the replicas and see its head but not yet its rows,
+        and only the rows' own conditions keep a fold on such a stale base out (it was seen on
+        the 3-node cluster: a counter's checkpoint went back one commit). All or nothing."""
         from .core import next_version
 
         head_cas = self.prepare(
@@ -980,7 +984,9 @@ class Store:
             "ledger_write",
             "UPDATE {ledger} SET value = ?, epoch_ms = ?, commit_id = ?, run_id = ?, "
             "pending = '', pending_sum = ?, pending_rows = ?, base_value = ?, folded_sum = ?, "
-            "version = ?, updated_at = ? WHERE shard = ? AND bucket = ? AND {key_where}",
+            "version = ?, updated_at = ? WHERE shard = ? AND bucket = ? AND {key_where} "
+            "IF commit_id = ?",
+            serial=True,
         )
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED,
@@ -1006,6 +1012,7 @@ class Store:
                     shard,
                     bucket,
                     *f.counter,
+                    f.base.commit_id,
                 ),
             )
         self.requests[self.phase] += 1

@@ -37,6 +37,7 @@ from counters.schema import ensure_schema
 from counters.store import Store
 
 from tests.integration.airflow.conftest import Inbox, receivers  # noqa: F401 (a fixture)
+from tests.sweeps import with_sweep_offset
 
 from .pki import write_test_pki
 
@@ -272,6 +273,7 @@ def cluster_family(
             "tags": ["cluster"],
         }
         entry.update(overrides)
+        entry = with_sweep_offset(entry, datetime.now(UTC))
         config = tmp_path / f"families-{suffix}.yaml"
         config.write_text(yaml.safe_dump({"families": [entry]}, sort_keys=False))
         family = Family.model_validate(entry)

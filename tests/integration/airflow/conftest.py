@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.sweeps import with_sweep_offset
+
 PROJECT = Path(__file__).resolve().parents[3]
 DAGS = PROJECT / "dags"
 
@@ -247,7 +249,7 @@ def make_families(
                 "tags": ["test"],
             }
             entry.update(override)
-            entries.append(entry)
+            entries.append(with_sweep_offset(entry, datetime.now(UTC)))
         path = tmp_path / "families.yaml"
         path.write_text(yaml.safe_dump({"families": entries}, sort_keys=False))
         for entry in entries:

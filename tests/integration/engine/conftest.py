@@ -13,6 +13,8 @@ from counters.connection import CassandraUnavailable, Connection, ConnectionSett
 from counters.schema import ensure_schema
 from counters.store import Store
 
+from tests.sweeps import with_sweep_offset
+
 pytestmark = pytest.mark.integration
 
 
@@ -52,9 +54,8 @@ FamilyFactory = Callable[..., tuple[Family, Store, CounterClient]]
 
 @pytest.fixture
 def make_family(conn: Connection, engine_keyspace: str, t0: datetime) -> FamilyFactory:
-    """Create a family with fresh tables in the test keyspace. Its sweeps fall half an
-    interval after ``t0``, then every interval (runs are at whole minutes), not at a phase
-    from its random name: whether a run sweeps is part of what a test asserts."""
+    """Create a family with fresh tables in the test keyspace; its sweeps fall half an interval
+    after ``t0``, then every interval (runs are at whole minutes)."""
 
     def factory(**overrides: object) -> tuple[Family, Store, CounterClient]:
         suffix = secrets.token_hex(3)
@@ -67,9 +68,7 @@ def make_family(conn: Connection, engine_keyspace: str, t0: datetime) -> FamilyF
             "shards": 2,
         }
         fields.update(overrides)
-        interval = Family.model_validate(fields).sweep_interval
-        fields.setdefault("sweep_offset", (t0 - datetime(1970, 1, 1) + interval / 2) % interval)
-        family = Family.model_validate(fields)
+        family = Family.model_validate(with_sweep_offset(fields, t0))
         layout = ensure_schema(conn.session, family)
         store = Store(conn, family, layout, concurrency=8)
         return family, store, CounterClient(conn, family, store)
