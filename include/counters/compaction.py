@@ -31,7 +31,6 @@ import random
 import secrets
 import signal
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -277,26 +276,17 @@ def decide_plan(
     )
 
 
-def sweep_phase(family: Family) -> timedelta:
-    """A family's own offset within its ``sweep_interval``: its ``sweep_offset``, else stable
-    from its name."""
-    if family.sweep_offset is not None:
-        return family.sweep_offset
-    seconds = max(int(family.sweep_interval.total_seconds()), 1)
-    return timedelta(seconds=zlib.crc32(family.name.encode()) % seconds)
-
-
 def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> bool:
     """Whether a run at ``now`` sweeps: on the family's first run, then once per
     ``sweep_interval`` at the family's own phase (the first run after each point
-    ``k * sweep_interval + sweep_phase``). Two sweeps are never more than an interval (and a
+    ``k * sweep_interval + family.sweep_phase``). Two sweeps are never more than an interval (and a
     run) apart, so rows of writers outside the API are folded within the bound; and families
     deployed together do not all sweep in the same minute (50 of them did: a burst of 400
     task instances every 15 minutes that the machine could not absorb)."""
     if last_sweep is None:
         return True
     interval = family.sweep_interval
-    since_point = (utc_naive(now) - _EPOCH0 - sweep_phase(family)) % interval
+    since_point = (utc_naive(now) - _EPOCH0 - family.sweep_phase) % interval
     return utc_naive(last_sweep) < utc_naive(now) - since_point
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -264,6 +265,15 @@ class Family(_Strict):
                 f"({self.sweep_interval}), got {self.sweep_offset}"
             )
         return self
+
+    @property
+    def sweep_phase(self) -> timedelta:
+        """Where in each ``sweep_interval`` the family sweeps: its ``sweep_offset``, else a
+        stable offset from its name."""
+        if self.sweep_offset is not None:
+            return self.sweep_offset
+        seconds = max(int(self.sweep_interval.total_seconds()), 1)
+        return timedelta(seconds=zlib.crc32(self.name.encode()) % seconds)
 
     @property
     def effective_retention(self) -> Retention:

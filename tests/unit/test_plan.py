@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 import pytest
-from counters.compaction import decide_plan, sweep_due, sweep_phase
+from counters.compaction import decide_plan, sweep_due
 from counters.config import Family
 
 pytestmark = pytest.mark.unit
@@ -39,8 +39,8 @@ def test_a_family_sweeps_first_then_once_per_interval_at_its_own_phase():
     assert done[0] == T0
     assert all(b - a == f.sweep_interval for a, b in pairwise(done[1:]))
     assert done[1] - done[0] <= f.sweep_interval
-    phase = sweep_phase(f)
-    assert timedelta(0) <= phase < f.sweep_interval and phase == sweep_phase(family("trades"))
+    phase = f.sweep_phase
+    assert timedelta(0) <= phase < f.sweep_interval and phase == family("trades").sweep_phase
     assert not sweep_due(f, done[1] + timedelta(minutes=1), done[1])
 
 
@@ -73,7 +73,7 @@ def test_a_deployment_that_swept_in_lockstep_spreads_out_by_its_next_sweeps():
 def test_a_sweep_offset_puts_the_sweeps_where_the_user_wants_them():
     """``sweep_interval: 1d`` with ``sweep_offset: 3h``: the first run after 03:00 UTC sweeps."""
     f = family("trades", "1d", sweep_offset="3h")
-    assert sweep_phase(f) == timedelta(hours=3)
+    assert f.sweep_phase == timedelta(hours=3)
     done = sweeps(f, datetime(2026, 11, 23, 0, 0), 2 * 24 * 60)
     assert done == [datetime(2026, 11, 23, 0, 0), datetime(2026, 11, 23, 3, 0),
                     datetime(2026, 11, 24, 3, 0)]  # fmt: skip

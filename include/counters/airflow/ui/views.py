@@ -73,6 +73,7 @@ def family_config(family: Family, alerts: str) -> dict[str, Any]:
         "shards": family.shards,
         "discovery": family.discovery.value,
         "sweep_interval": span(family.sweep_interval),
+        "sweep_phase": span(family.sweep_phase),
         "consistency": family.consistency.value,
         "catchup": family.catchup,
         "owner": family.owner,
