@@ -487,6 +487,10 @@ def _compact_bucket(
     if windowed:
         ctx.tally.add_windowed(list(windowed))
     checkpoints, recopy, tampered = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    if tampered:  # another run's commit and copy can land between the two reads: look again
+        with phases.timed("read_compact", store):
+            fresh = store.read_ledger(ctx.shard, bucket, list(tampered)).checkpoints
+        tampered = _bases(fresh, copies, {c: [] for c in tampered}, ctx.quarantined)[2]
     _quarantine(ctx, [(c, "tampered", d) for c, d in tampered.items()], rows)
     with phases.timed("read_compact", store):
         lost = _load_pending(ctx, bucket, checkpoints, rows)
@@ -544,7 +548,10 @@ def _bases(
 ) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, str]]:
     """Each counter's checkpoint (the ledger's; a compact row from before the ledger counts as
     one), the counters whose copy is behind their ledger row (a crash between commit and copy),
-    and those whose copy was changed by someone else since the last commit (tampered)."""
+    and those whose copy was changed by someone else since the last commit (tampered; a
+    suspect whose ledger row, read again after the copies, holds the copy's commit is not:
+    another run committed between the reads, and the fold on the older row loses its
+    compare-and-set and is folded again)."""
     bases: dict[Key, Checkpoint] = {}
     recopy: list[Key] = []
     tampered: dict[Key, str] = {}

@@ -5,6 +5,8 @@ cluster a read can meet a commit still landing on the replicas and see its head 
 rows; a fold built on such a row and committed under that head would put the counter back one
 commit. Each counter's row condition (``IF commit_id = <the commit its fold was built on>``)
 refuses it. Removing that condition from ``Store.commit_bucket`` makes this test fail (checked).
+Likewise a run reads the ledger rows, then the compact copies: a rival's commit can land in
+between; without the second look at the ledger (``_compact_bucket``) the second test fails.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 from counters import engine
 from counters.client import Increment
 from counters.core import EMPTY_CHECKPOINT, fold_counter, to_millis
+from counters.store import Store
 
 pytestmark = pytest.mark.integration
 
@@ -51,3 +54,44 @@ def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_fam
         shard, bucket, current.head, [fold], store.new_commit_id(), "fresh", to_millis(t0) * 1000
     )
     assert store.read_ledger(shard, bucket, [counter]).checkpoints[counter].value == 7
+
+
+def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
+    conn, make_family, t0
+):
+    """Run A reads a bucket's ledger rows; run B commits the same counters and writes their
+    copies; A reads the copies: newer than the rows A read. That is B's commit, not a copy
+    changed outside the engine (the 3-node overlap test quarantined such counters as
+    ``tampered``): A reads the rows again, finds B's commit, loses its compare-and-set and folds
+    again on B's checkpoints."""
+    family, store, client = make_family(shards=1)
+    counters = [(f"k{i}",) for i in range(20)]
+    client.record([Increment(c, 1, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
+    first = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
+    assert first.outcome == "success"
+    client.record([Increment(c, 2, t0 + timedelta(minutes=3), ("w", 3)) for c in counters])
+    client.record([Increment(c, 4, t0 + timedelta(minutes=5), ("w", 5)) for c in counters])
+
+    racing = Store(conn, family, store.layout, concurrency=8)
+    store_a = Store(conn, family, store.layout, concurrency=8)
+    read_copies = store_a.read_copies
+    raced: list[engine.RunSummary] = []
+
+    def copies_after_a_rival_commit(*args, **kwargs):
+        if not raced:  # once, between A's ledger read and its copies read
+            raced.append(
+                engine.run_family(
+                    racing, t0 + timedelta(minutes=4), "B", use_lease=False,
+                    now=t0 + timedelta(minutes=6),
+                )
+            )  # fmt: skip
+        return read_copies(*args, **kwargs)
+
+    store_a.read_copies = copies_after_a_rival_commit
+    a = engine.run_family(
+        store_a, t0 + timedelta(minutes=6), "A", use_lease=False, now=t0 + timedelta(minutes=8)
+    )
+    assert raced and raced[0].outcome == "success" and raced[0].tally.counters_committed == 20
+    assert a.outcome == "success", a.message
+    assert a.tally.counters_quarantined == 0 and a.tally.conflicts >= 1, a.tally
+    assert all(v.value == 7 and v.compact_value == 7 for v in client.read_many(counters))
