@@ -231,8 +231,13 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
 def _table_meta(session: Session, keyspace: str, table: str):
     if not _has_table(session, keyspace, table):
         return None
-    session.cluster.refresh_table_metadata(keyspace, table)
-    ks = session.cluster.metadata.keyspaces.get(keyspace)
+    cluster = session.cluster
+    if keyspace not in cluster.metadata.keyspaces:
+        # a keyspace another client created a moment ago, whose schema event this session
+        # has not processed yet: the driver drops a table refresh for a keyspace it does not know
+        cluster.refresh_keyspace_metadata(keyspace)
+    cluster.refresh_table_metadata(keyspace, table)
+    ks = cluster.metadata.keyspaces.get(keyspace)
     return ks.tables.get(table) if ks else None
 
 
