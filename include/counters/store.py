@@ -244,9 +244,11 @@ class Store:
         statements: Sequence[tuple[Any, Any]],
         profile: str = BULK_PROFILE,
         session: Any = None,
+        raise_first: bool = True,
     ) -> list[Any]:
         """Run (statement, params) pairs with at most ``concurrency`` in flight; results in
-        input order; the first error raises."""
+        input order; the first error raises (``raise_first=False``: a failed request's result
+        is its exception)."""
         if not statements:
             return []
         self.requests[self.phase] += len(statements)
@@ -254,7 +256,7 @@ class Store:
             session or self.session,
             statements,
             concurrency=self.concurrency,
-            raise_on_first_error=True,
+            raise_on_first_error=raise_first,
             execution_profile=profile,
         )
         return [result for _ok, result in results]
@@ -499,17 +501,10 @@ class Store:
         found: dict[Key, None] = {}
         while ranges:
             refused: list[tuple[int, int]] = []
-            results = execute_concurrent(
-                self.session,
-                [(statement, r) for r in ranges],
-                concurrency=self.concurrency,
-                raise_on_first_error=False,
-                execution_profile=BULK_PROFILE,
-            )
-            self.requests[self.phase] += len(ranges)
-            for (start, end), (ok, result) in zip(ranges, results, strict=True):
+            results = self._run([(statement, r) for r in ranges], raise_first=False)
+            for (start, end), result in zip(ranges, results, strict=True):
                 try:
-                    if not ok:
+                    if isinstance(result, Exception):
                         raise result
                     found.update((tuple(r), None) for r in result)  # later pages may fail too
                 except (ReadFailure, ReadTimeout) as error:
@@ -969,8 +964,8 @@ class Store:
         and every counter's ledger row still holds the commit its fold was built on. The head
         and the rows are read in separate requests at a quorum, not serially: a read can meet
         a commit that is still landing on the replicas and see its head but not yet its rows,
-        and only the rows' own conditions keep a fold on such a stale base out (it was seen on
-        the 3-node cluster: a counter's checkpoint went back one commit). All or nothing."""
+        and only the rows' own conditions keep a fold on such a stale base out (it would set
+        the counter back one commit). All or nothing."""
         from .core import next_version
 
         head_cas = self.prepare(

@@ -108,10 +108,10 @@ def dag_keyspace(conn: Any) -> Iterator[str]:
     conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
 
 
-def answers(url: str) -> bool:
+def answers(url: str, timeout: float = 2) -> bool:
     """Whether a local HTTP endpoint answers 200 (a service that is up)."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status == 200
     except OSError:
         return False

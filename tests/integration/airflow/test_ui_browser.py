@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from .conftest import DAGS, PROJECT, free_port
+from .conftest import DAGS, PROJECT, answers, free_port
 from .ui_seed import Seeded, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.browser]
@@ -53,14 +52,6 @@ def browser_missing() -> str | None:
     return None
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @dataclass
 class Standalone:
     """``airflow standalone`` in its own process group; stopped by its process group id."""
@@ -82,8 +73,8 @@ class Standalone:
         passwords = self.home / "simple_auth_manager_passwords.json.generated"
         while not (
             passwords.exists()
-            and _answers(f"{self.url}/api/v2/monitor/health")
-            and _answers(f"{self.url}/counters/assets/icon.svg")
+            and answers(f"{self.url}/api/v2/monitor/health", timeout=3)
+            and answers(f"{self.url}/counters/assets/icon.svg", timeout=3)
         ):
             assert self.proc.poll() is None, f"standalone exited:\n{self.log_tail()}"
             assert time.monotonic() - started < START_TIMEOUT_S, (
