@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import resource
 import threading
 import time
@@ -17,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from cassandra.concurrent import execute_concurrent
@@ -55,21 +57,74 @@ def _proc_cpu_s(pid: int | None) -> float | None:
         return None
 
 
+_THREAD_NUMBER = re.compile(r"[-:#_ ]?\d+$")
+_REQUEST_STAGES = (
+    "ReadStage",
+    "MutationStage",
+    "Native-Transpor",
+    "CounterMutation",
+    "ViewMutation",
+)
+"""Cassandra's shared worker pool renames its threads after the stage they serve at the moment,
+so those threads' CPU is one group: serving requests (reads, writes, Paxos)."""
+
+
+def thread_cpu_s(pid: int | None) -> dict[int, tuple[str, float]]:
+    """Per thread of a (local) process: its name and its CPU seconds so far."""
+    if pid is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return threads
+
+
+def thread_groups(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds spent between two ``thread_cpu_s`` snapshots, per thread group: the thread
+    names without their numbers (``CompactionExec``, ``GC Thread``, ``C2 CompilerThre``, ...),
+    the request stages as one group, largest first."""
+    groups: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        spent = seconds - before.get(tid, (name, 0.0))[1]
+        group = _THREAD_NUMBER.sub("", name).strip() or name
+        if group.startswith(_REQUEST_STAGES):
+            group = "request stages"
+        groups[group] = groups.get(group, 0.0) + spent
+    return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+
+
 @dataclass
 class Meter:
-    """Wall time, this process's CPU and (when local) the Cassandra node's CPU over a block."""
+    """Wall time, this process's CPU and (when local) the Cassandra node's CPU over a block,
+    with the node's CPU per thread group (threads that ended inside the block are not counted
+    there, so the groups may sum to less than ``server_cpu_s``)."""
 
     server: int | None = None
     seconds: float = 0.0
     client_cpu_s: float = 0.0
     server_cpu_s: float | None = None
     loadavg_1m: float | None = None
+    server_threads: dict[str, float] = field(default_factory=dict)
 
     def __enter__(self) -> Meter:
         self._t = time.perf_counter()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self._c = usage.ru_utime + usage.ru_stime
         self._s = _proc_cpu_s(self.server)
+        self._threads = thread_cpu_s(self.server)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -78,6 +133,7 @@ class Meter:
         self.client_cpu_s = usage.ru_utime + usage.ru_stime - self._c
         end = _proc_cpu_s(self.server)
         self.server_cpu_s = None if end is None or self._s is None else end - self._s
+        self.server_threads = thread_groups(self._threads, thread_cpu_s(self.server))
         try:
             self.loadavg_1m = os.getloadavg()[0]
         except OSError:
@@ -89,6 +145,7 @@ class Meter:
             "client_cpu_s": round(self.client_cpu_s, 3),
             "server_cpu_s": None if self.server_cpu_s is None else round(self.server_cpu_s, 3),
             "loadavg_1m_after": self.loadavg_1m,
+            "server_cpu_by_thread_s": self.server_threads or None,
         }
 
 

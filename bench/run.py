@@ -320,6 +320,7 @@ class Bench:
         result = json.loads(line)
         result["process_seconds"] = round(meter.seconds, 3)
         result["server_cpu_s"] = meter.server_cpu_s
+        result["server_cpu_by_thread_s"] = meter.server_threads or None
         result["loadavg_1m_after"] = meter.loadavg_1m
         result["marks_age_s"] = None if marks_age is None else round(marks_age, 1)
         result["forget_margin_s"] = engine.FORGET_MARGIN.total_seconds()
@@ -452,6 +453,7 @@ class Bench:
             "seconds_per_1M_rows": round(seconds * 1_000_000 / rows, 1),
             "client_cpu_s": round(run["client_cpu_s"], 2),
             "server_cpu_s": _round(run["server_cpu_s"], 2),
+            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "process_seconds": run["process_seconds"],
             "phases_s": summary.get("durations_s"),
@@ -511,6 +513,7 @@ class Bench:
                     "seconds": round(run["seconds"], 3),
                     "client_cpu_s": round(run["client_cpu_s"], 2),
                     "server_cpu_s": _round(run["server_cpu_s"], 2),
+                    "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
                     "requests": sum(requests.values()),
                     "peak_rss_mib": round(run["rss_peak_kb"] / 1024, 1),
                     "exact": exact.exact,
@@ -599,6 +602,7 @@ class Bench:
             "rss_peak_kb": run["rss_peak_kb"],
             "client_cpu_s": round(run["client_cpu_s"], 2),
             "server_cpu_s": _round(run["server_cpu_s"], 2),
+            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "marks_age_s": run["marks_age_s"],
             "exactness": exactness.as_dict(),

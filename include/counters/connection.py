@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Hashable, Mapping
@@ -223,6 +224,10 @@ def build_cluster(
         control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
         idle_heartbeat_interval=10,
         ssl_context=settings.ssl_context(),
+        # The driver leaves Nagle's algorithm on: a request larger than one TCP segment (a
+        # commit's batch, a keys record, a batch of deletes) then waits for the node's delayed
+        # ACK, ~40 ms each (measured: a 25 KB insert took 44 ms, 0.55 ms with this option).
+        sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     )
 
 
