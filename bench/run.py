@@ -114,6 +114,9 @@ class Params:
     hot_rows: int = 110_000
     workers: int = 2
     kinds: tuple[str, ...] = ()
+    warmup_counters: int | None = None
+    """Counters (x ``rows_per_counter``) of the warm-up compaction before the measured one
+    (None: as many as the measured one; 0: none; see ``Bench.warm_up``)."""
 
 
 def parse_args(argv: list[str] | None) -> Params:
@@ -135,6 +138,11 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--scan-concurrency", type=int)
     p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
     p.add_argument("--workers", type=int, help="shard processes of each compaction (2)")
+    p.add_argument(
+        "--warmup-counters",
+        type=int,
+        help="counters of the warm-up compaction before the measured one (as --counters; 0: none)",
+    )
     p.add_argument(
         "--scale", help="counters per scaling run, comma separated (10000,100000,300000)"
     )
@@ -158,6 +166,7 @@ def parse_args(argv: list[str] | None) -> Params:
             wait_marks=False,
             dag_repeats=1,
             hot_rows=2_000,
+            warmup_counters=0,
         )
     for name in (
         "counters",
@@ -176,6 +185,8 @@ def parse_args(argv: list[str] | None) -> Params:
             setattr(params, name, value)
     if a.workers:
         params.workers = a.workers
+    if a.warmup_counters is not None:
+        params.warmup_counters = max(0, a.warmup_counters)
     if a.scale:
         params.scale = tuple(int(n) for n in a.scale.split(","))
     if a.kind:
@@ -427,8 +438,34 @@ class Bench:
         }
         self.say(f"naive peer: {meter.seconds:.1f} s ({rows / meter.seconds:,.0f} rows/s)")
 
+    def warm_up(self) -> None:
+        """One compaction of the same size before the measured one, on its own family: the
+        measured run is then a node's second, as in service. A node just started compiles its
+        read, Paxos and batch paths (JIT) during its first big run: 8-9 of the node's 27-49
+        CPU-s in such a run, and still 8 after a 100,000- or 300,000-row warm-up; 1.3 in a run
+        on a node that had done one before. The warm-up's own figures are reported beside, as
+        the first run after a node start."""
+        n = self.p.counters if self.p.warmup_counters is None else self.p.warmup_counters
+        if n < 1:
+            return
+        t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
+        data = Dataset("w", n, self.p.rows_per_counter, t0)
+        family, _store, client = self.make_family("bench_warmup")
+        load_write_path(client, data)
+        run = self.compact(family, data.epoch, "warm-up")
+        self.results["warmup"] = {
+            "rows": data.row_count,
+            "ok": run["ok"],
+            "seconds": round(run["seconds"], 3),
+            "client_cpu_s": round(run["client_cpu_s"], 2),
+            "server_cpu_s": _round(run["server_cpu_s"], 2),
+            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+        }
+        self.say(f"warm-up: {data.row_count:,} rows compacted in {run['seconds']:.1f} s")
+
     def compaction(self) -> None:
         data, family = self.main_data, self.main_family
+        self.warm_up()
         run = self.compact(family, data.epoch, "compaction", profile=self.p.profile)
         with Meter(self.server) as compact_scan:
             found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
@@ -985,6 +1022,16 @@ def table(report: dict[str, Any]) -> str:
         )
         if s.get("phases_s"):
             row("   phases", ", ".join(f"{k} {v:.1f}" for k, v in s["phases_s"].items()))
+        if s.get("server_cpu_by_thread_s"):
+            threads = list(s["server_cpu_by_thread_s"].items())[:6]
+            row("   node CPU by thread", ", ".join(f"{k} {v:.1f} s" for k, v in threads))
+        warm = r.get("warmup")
+        if warm:
+            row(
+                "   warm-up run before it (first after node start)",
+                f"{warm['rows']:,} rows in {_fmt(warm['seconds'], ' s')}",
+                f"cpu client {_fmt(warm['client_cpu_s'])} s server {_fmt(warm['server_cpu_s'])} s",
+            )
         requests = s.get("requests") or {}
         row(
             "   requests",
