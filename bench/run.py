@@ -1028,7 +1028,7 @@ def table(report: dict[str, Any]) -> str:
         warm = r.get("warmup")
         if warm:
             row(
-                "   warm-up run before it (first after node start)",
+                "   warm-up run before it (same size)",
                 f"{warm['rows']:,} rows in {_fmt(warm['seconds'], ' s')}",
                 f"cpu client {_fmt(warm['client_cpu_s'])} s server {_fmt(warm['server_cpu_s'])} s",
             )
