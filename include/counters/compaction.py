@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import secrets
 import signal
@@ -1366,18 +1367,38 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def portable_error(exc: BaseException, where: str) -> BaseException:
+    """``exc`` if it survives the trip from a worker process to the run (pickled and rebuilt as
+    the same type), else an ``EngineError`` that names it. A driver error holding a connection's
+    lock, or an error whose constructor takes more than its message, would otherwise reach the
+    run as "cannot pickle '_thread.RLock' object", without the error that happened."""
+    try:
+        if type(pickle.loads(pickle.dumps(exc))) is type(exc):
+            return exc
+    except Exception:  # unpicklable, or not rebuilt from its args
+        pass
+    return EngineError(f"{where}: {type(exc).__name__}: {exc}")
+
+
 def _shard_step(args: tuple[Any, ...]) -> Any:
     """One shard's compact or cleanup in a worker process (its own connection)."""
     from .connection import Connection
 
     step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now = args
-    with Connection(settings) as conn:
-        store = Store(conn, family, layout)
-        if step == "compact":
-            return compact_shard(
-                store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
-            )
-        return cleanup_shard(store, shard, run_id, now=now)
+    try:
+        with Connection(settings) as conn:
+            store = Store(conn, family, layout)
+            if step == "compact":
+                return compact_shard(
+                    store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
+                )
+            return cleanup_shard(store, shard, run_id, now=now)
+    except BaseException as exc:
+        portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
+        if portable is exc:
+            raise
+        log.error("shard %s %s failed", shard, step, exc_info=exc)  # the whole traceback
+        raise portable from None
 
 
 def run_family(
