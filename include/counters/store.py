@@ -127,10 +127,17 @@ class FamilyState(NamedTuple):
 @dataclass(frozen=True)
 class CommitRecord:
     """One applied commit of a run, as the run log holds it: per counter, its new epoch (ms)
-    and the keys of the rows it counted (packed, as JSON lists)."""
+    and the keys of the rows it counted (packed, as JSON lists). Kept compressed until a bucket
+    of the cleanup reads ``entries``: decoded for the whole shard at once, the keys made a
+    cleanup's memory grow with the shard, not with the buckets in flight."""
 
     commit_id: Any
-    entries: list[tuple[Key, int, list[list[Any]]]]
+    blob: bytes
+    decode: Callable[[list[Any]], Key]
+
+    @property
+    def entries(self) -> list[tuple[Key, int, list[list[Any]]]]:
+        return [(self.decode(c), epoch, keys) for c, epoch, keys in unpack_commit_keys(self.blob)]
 
 
 @dataclass(frozen=True)
@@ -1148,8 +1155,7 @@ class Store:
         ):
             if blob is None or not applied:
                 continue
-            entries = [(decode(c), epoch, keys) for c, epoch, keys in unpack_commit_keys(blob)]
-            out[bucket].append(CommitRecord(commit_id, entries))
+            out[bucket].append(CommitRecord(commit_id, blob, decode))
         return out
 
     def load_pending(
