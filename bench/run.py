@@ -456,9 +456,7 @@ class Bench:
             "rows": data.row_count,
             "ok": run["ok"],
             "seconds": round(run["seconds"], 3),
-            "client_cpu_s": round(run["client_cpu_s"], 2),
-            "server_cpu_s": _round(run["server_cpu_s"], 2),
-            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+            **_cpu_figures(run),
         }
         self.say(f"warm-up: {data.row_count:,} rows compacted in {run['seconds']:.1f} s")
 
@@ -486,9 +484,7 @@ class Bench:
             "counters": data.counters,
             "rows_per_s": round(rows / seconds) if run["ok"] else None,
             "seconds_per_1M_rows": round(seconds * 1_000_000 / rows, 1),
-            "client_cpu_s": round(run["client_cpu_s"], 2),
-            "server_cpu_s": _round(run["server_cpu_s"], 2),
-            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+            **_cpu_figures(run),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "process_seconds": run["process_seconds"],
             "phases_s": summary.get("durations_s"),
@@ -546,9 +542,7 @@ class Bench:
                     "ok": run["ok"],
                     "error": run["error"],
                     "seconds": round(run["seconds"], 3),
-                    "client_cpu_s": round(run["client_cpu_s"], 2),
-                    "server_cpu_s": _round(run["server_cpu_s"], 2),
-                    "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+                    **_cpu_figures(run),
                     "requests": sum(requests.values()),
                     "peak_rss_mib": round(run["rss_peak_kb"] / 1024, 1),
                     "exact": exact.exact,
@@ -635,9 +629,7 @@ class Bench:
             "counters_committed": summary.get("counters_committed"),
             "requests": run.get("requests"),
             "rss_peak_kb": run["rss_peak_kb"],
-            "client_cpu_s": round(run["client_cpu_s"], 2),
-            "server_cpu_s": _round(run["server_cpu_s"], 2),
-            "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+            **_cpu_figures(run),
             "loadavg_1m_after": run["loadavg_1m_after"],
             "marks_age_s": run["marks_age_s"],
             "exactness": exactness.as_dict(),
@@ -870,6 +862,16 @@ class Bench:
 
     def drop(self) -> None:
         self.conn.session.execute(f"DROP KEYSPACE IF EXISTS {self.keyspace}", timeout=120)
+
+
+def _cpu_figures(run: dict[str, Any]) -> dict[str, Any]:
+    """The CPU figures of a compaction run (``Bench.compact``'s result), as every section
+    reports them."""
+    return {
+        "client_cpu_s": round(run["client_cpu_s"], 2),
+        "server_cpu_s": _round(run["server_cpu_s"], 2),
+        "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+    }
 
 
 def _round(value: float | None, digits: int) -> float | None:
