@@ -250,3 +250,39 @@ class _FamilyLike:
         self.keyspace = keyspace
         self.raw_table = "probe_raw"
         self.columns = Columns()
+
+
+def nagle_costs(
+    conn: Connection, keyspace: str, server: int | None, requests: int = 50
+) -> dict[str, Any]:
+    """One synchronous insert after another, of 1 KB, 25 KB and 100 KB blobs, on a connection
+    with Nagle's algorithm on (the driver's default) and off (``build_cluster``'s
+    ``TCP_NODELAY``): a request over one TCP segment waits for the node's delayed ACK with it on."""
+    from counters.connection import build_cluster
+
+    ks = q(keyspace)
+    conn.session.execute(f"CREATE TABLE IF NOT EXISTS {ks}.probe_blobs (k int PRIMARY KEY, b blob)")
+    out: dict[str, Any] = {}
+    for nodelay in (False, True):
+        cluster = build_cluster(conn.settings)
+        if not nodelay:
+            cluster.sockopts = None  # the driver's default
+        try:
+            session = cluster.connect()
+            insert = session.prepare(f"INSERT INTO {ks}.probe_blobs (k, b) VALUES (?, ?)")
+            for size in (1_000, 25_000, 100_000):
+                blob = bytes(size)
+                for k in range(5):  # warm the connection and the statement
+                    session.execute(insert, (k, blob))
+                with Meter(server) as meter:
+                    for k in range(requests):
+                        session.execute(insert, (k, blob))
+                out[f"insert_{size // 1000}kb_nodelay_{'on' if nodelay else 'off'}"] = {
+                    **meter.as_dict(),
+                    "rows_per_s": round(requests / meter.seconds),
+                    "ms_per_request": round(meter.seconds / requests * 1000, 2),
+                }
+        finally:
+            cluster.shutdown()
+    conn.session.execute(f"DROP TABLE {ks}.probe_blobs")
+    return out

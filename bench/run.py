@@ -62,7 +62,7 @@ from .ops import (
     utc_now,
     write_folded_compact_rows,
 )
-from .probes import commit_costs, fold_io_costs
+from .probes import commit_costs, fold_io_costs, nagle_costs
 
 SECTIONS = (
     "scan",
@@ -796,6 +796,7 @@ class Bench:
         self.results["probes"] = {
             "commit": commit_costs(self.conn, self.keyspace, size, self.server),
             "fold_io": fold_io_costs(self.conn, self.keyspace, size, self.server, t0),
+            "nagle": nagle_costs(self.conn, self.keyspace, self.server),
         }
 
     # --- 6, kinds ---------------------------------------------------------------------------
@@ -1090,12 +1091,17 @@ def table(report: dict[str, Any]) -> str:
             f"rss {_fmt(run['peak_rss_mib'], ' MiB')}",
         )
     if "probes" in r:
-        probes = {**r["probes"]["commit"], **r["probes"].get("fold_io", {})}
+        probes = {
+            **r["probes"]["commit"],
+            **r["probes"].get("fold_io", {}),
+            **r["probes"].get("nagle", {}),
+        }
         for name, s in probes.items():
             if isinstance(s, dict):
                 row(
                     f"probe {name}",
-                    _fmt(s["rows_per_s"], " rows/s"),
+                    _fmt(s["rows_per_s"], " rows/s")
+                    + (f" ({s['ms_per_request']} ms each)" if "ms_per_request" in s else ""),
                     f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
                 )
     if "dag_parse" in r:

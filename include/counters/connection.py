@@ -250,7 +250,8 @@ def build_cluster(
         ssl_context=settings.ssl_context(),
         # The driver leaves Nagle's algorithm on: a request larger than one TCP segment (a
         # commit's batch, a keys record, a batch of deletes) then waits for the node's delayed
-        # ACK, ~40 ms each (measured: a 25 KB insert took 44 ms, 0.55 ms with this option).
+        # ACK, ~40 ms each (a 25 KB insert: 44 ms, 0.8 ms with this option; the probes of
+        # `make bench ARGS="--only probes"`).
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         connection_class=QueueingConnection,
     )
