@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
 from typing import Any
 
-from cassandra import DriverException, ReadFailure, ReadTimeout
+from cassandra import DriverException, OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
 
 from .config import Discovery, Family, Kind
 from .core import (
@@ -71,7 +71,7 @@ from .core import (
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .schema import SchemaError
-from .store import COMMIT_CHUNK, Copy, Store, Touched
+from .store import COMMIT_CHUNK, Copy, Store, Touched, outcome_unknown
 
 log = logging.getLogger(__name__)
 
@@ -711,9 +711,39 @@ def commit_folds(
     now = _micros()
     store.write_commit_keys(run_id, shard, bucket, commit_id, folds)
     fault("keys")
-    if not store.commit_bucket(shard, bucket, head, folds, commit_id, run_id, now):
-        return None
-    return commit_id, now
+    try:
+        applied = store.commit_bucket(shard, bucket, head, folds, commit_id, run_id, now)
+    except Exception as exc:
+        if not outcome_unknown(exc):
+            raise
+        applied = _commit_applied(store, shard, bucket, commit_id, exc)
+    return (commit_id, now) if applied else None
+
+
+def _commit_applied(store: Store, shard: int, bucket: int, commit_id: Any, exc: Exception) -> bool:
+    """Settle a commit whose outcome its error left open, by reading the bucket's head at the
+    serial level (a Paxos round: a proposal accepted by some replicas is completed or
+    superseded first). Applied only on proof: the head is this commit; it is then marked, and
+    cleanup deletes its rows. Otherwise the run folds again on the ledger as it is. A wrong
+    "not applied" is safe, whether the commit applied before a later one moved the head or a
+    request the client gave up on lands later: every commit is conditioned on the head it was
+    planned on, so the fold again and the lost commit cannot both apply, and a commit that
+    applied unmarked is the crash-after-commit case (its rows are its checkpoints' pending,
+    never counted twice, and a later run deletes them)."""
+    log.warning(
+        "family %s shard %s bucket %s: commit %s outcome unknown (%s); reading the head serially",
+        store.family.name,
+        shard,
+        bucket,
+        commit_id,
+        exc,
+    )
+    for attempt in range(1, MAX_ATTEMPTS):
+        try:
+            return store.head_serial(shard, bucket) == commit_id
+        except (ReadTimeout, WriteTimeout, OperationTimedOut):  # contended: back off, again
+            time.sleep(random.uniform(0.05, 0.2) * attempt)
+    return store.head_serial(shard, bucket) == commit_id
 
 
 def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: str) -> Checkpoint:

@@ -19,11 +19,13 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from cassandra import ConsistencyLevel, ReadFailure, ReadTimeout
+from cassandra import ConsistencyLevel, OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
 from cassandra.concurrent import execute_concurrent
 from cassandra.cqltypes import DateType, ListType, MapType, SetType, TupleType, UserType
 from cassandra.marshal import int64_pack
 from cassandra.murmur3 import murmur3
+from cassandra.policies import WriteType
+from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from cassandra.util import Date as CassandraDate
 from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
@@ -146,6 +148,22 @@ class Quarantined:
     reason: str
     run_id: str
     detail: str
+
+
+CAS_WRITE_UNKNOWN = 0x1700
+"""Protocol v5's error for a compare-and-set whose outcome the coordinator cannot tell; driver
+3.30 has no class for it and raises the bare ``ErrorMessage``."""
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a conditional write's error leaves its outcome open: a Paxos timeout (the
+    proposal may have been accepted by some replicas, and the next round completes it), a
+    client-side timeout, or v5's explicit "unknown". Any other error: not applied."""
+    if isinstance(exc, WriteTimeout):
+        return exc.write_type == WriteType.CAS
+    if isinstance(exc, ErrorMessage):
+        return getattr(exc, "code", None) == CAS_WRITE_UNKNOWN
+    return isinstance(exc, OperationTimedOut)
 
 
 def _consistency(family: Family) -> int:
@@ -1019,6 +1037,19 @@ class Store:
             )
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
+
+    def head_serial(self, shard: int, bucket: int) -> Any:
+        """A bucket's head read at the serial level. The read is itself a Paxos round: a
+        commit still in flight (accepted by some replicas when its coordinator timed out) is
+        completed or superseded before it answers, and cannot apply afterwards."""
+        statement = self.prepare(
+            "ledger_head", "SELECT head FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
+        )
+        bound = statement.bind((shard, bucket))
+        bound.consistency_level = _serial(self.family)
+        self.requests[self.phase] += 1
+        row = self.session.execute(bound).one()
+        return row[0] if row else None
 
     def copy_compact(
         self, commits: Sequence[tuple[Key, Checkpoint]], run_id: str, now_micros: int

@@ -11,13 +11,18 @@ between; without the second look at the ledger (``_compact_bucket``) the second 
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from cassandra import ConsistencyLevel, OperationTimedOut, WriteTimeout
+from cassandra.policies import WriteType
 from counters import engine
 from counters.client import Increment
 from counters.core import EMPTY_CHECKPOINT, fold_counter, to_millis
 from counters.store import Store
+
+from .helpers import raw_rows, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +100,76 @@ def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
     assert a.outcome == "success", a.message
     assert a.tally.counters_quarantined == 0 and a.tally.conflicts >= 1, a.tally
     assert all(v.value == 7 and v.compact_value == 7 for v in client.read_many(counters))
+
+
+def _cas_timeout() -> WriteTimeout:
+    """The error a coordinator returns when a Paxos round times out: outcome unknown."""
+    return WriteTimeout(
+        "Operation timed out - received only 0 responses.",
+        consistency=ConsistencyLevel.SERIAL,
+        required_responses=2,
+        received_responses=0,
+        write_type=WriteType.CAS,
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_cas_timeout, lambda: OperationTimedOut("client timeout")],
+    ids=["cas-write-timeout", "client-timeout"],
+)
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_a_commit_whose_outcome_is_unknown_is_settled_and_the_run_stays_exact(
+    make_family, t0, error, applied
+):
+    """A commit's conditional batch times out (on the 3-node cluster under load it did): the
+    run reads the bucket's head serially, marks the commit if it applied (cleanup deletes its
+    rows in this run), folds again if it did not, and stays exact either way. Deciding
+    "applied" without the head's proof (``_commit_applied`` returning True) fails the
+    not-applied cases (checked): their rows would be deleted uncounted."""
+    _family, store, client = make_family(shards=1)
+    counters = [(f"k{i}",) for i in range(10)]
+    client.record([Increment(c, 3, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
+    client.record([Increment(c, 5, t0 + timedelta(minutes=4), ("w", 4)) for c in counters])
+    commit_bucket = store.commit_bucket
+    timeouts: list[tuple[bool, int]] = []  # (applied, counters) of the commit that timed out
+
+    first = threading.Lock()  # the run commits its buckets from several threads
+
+    def commit_then_time_out(shard, bucket, head, folds, *args):
+        if not first.acquire(blocking=False):
+            return commit_bucket(shard, bucket, head, folds, *args)
+        timeouts.append((applied and commit_bucket(shard, bucket, head, folds, *args), len(folds)))
+        raise error()
+
+    store.commit_bucket = commit_then_time_out
+    summary = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
+    assert summary.outcome == "success", summary.message
+    [(was_applied, in_commit)] = timeouts
+    assert was_applied is applied and in_commit > 0
+    assert summary.tally.conflicts == (0 if applied else in_commit), summary.tally
+    assert summary.tally.rows_deleted == len(counters), summary.tally  # the folded rows, now
+    assert all(v.value == 8 and v.compact_value == 3 for v in client.read_many(counters))
+    for counter in counters:
+        assert rows_at_or_below(store, counter, t0 + timedelta(minutes=2)) == 0
+        assert len(raw_rows(store, counter)) == 1  # the one above the epoch
+
+
+def test_a_write_error_that_is_not_a_timeout_fails_the_run_and_deletes_nothing(make_family, t0):
+    """Only a timeout leaves a commit's outcome open; any other error fails the run, and a
+    failed run deletes nothing."""
+    _family, store, client = make_family(shards=1)
+    counters = [(f"k{i}",) for i in range(5)]
+    client.record([Increment(c, 3, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
+
+    def refuse(*_args, **_kwargs):
+        raise WriteTimeout("batch log", write_type=WriteType.BATCH_LOG)
+
+    store.commit_bucket = refuse
+    with pytest.raises(WriteTimeout):
+        engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
+    assert all(len(raw_rows(store, c)) == 1 for c in counters)
+    store.commit_bucket = Store.commit_bucket.__get__(store)
+    again = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
+    assert again.outcome == "success", again.message
+    assert all(v.value == 3 and v.compact_value == 3 for v in client.read_many(counters))
