@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -372,7 +372,12 @@ class Bench:
         p = self.p
         t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
         self.main_data = Dataset("c", p.counters, p.rows_per_counter, t0)
-        self.main_family, self.main_store, self.main_client = self.make_family("bench_main")
+        # its first run sweeps; its next one (``next_run``) must not: sweeps a day apart, the
+        # next one half a day away
+        away = (utc_now() - datetime(1970, 1, 1) + timedelta(hours=12)) % timedelta(days=1)
+        self.main_family, self.main_store, self.main_client = self.make_family(
+            "bench_main", sweep_interval="1d", sweep_offset=f"{int(away.total_seconds())}s"
+        )
         self.say(f"loading {self.main_data.row_count:,} rows through CounterClient.record")
         with Meter(self.server) as meter:
             load_write_path(self.main_client, self.main_data)
@@ -515,10 +520,47 @@ class Bench:
             "read_rule_sample_exact": read_rule_ok,
             "scan_discovery_after_fold": sweep,
             "profile": run.get("profile"),
+            "sweep": summary.get("sweep"),
         }
         self.say(
             f"compaction: {seconds:.1f} s ({rows / seconds:,.0f} rows/s), exact={exactness.exact}"
         )
+        self.results["compaction"]["next_run"] = self._next_run()
+
+    def _next_run(self) -> dict[str, Any]:
+        """The family's next run, as a minute's run in service is: as many increments again on
+        every counter, folded by a run that is not a sweep (the measured run above is the
+        family's first, which sweeps: it reads every bucket whole; a minute's run reads its
+        touched counters, by name or by range as its buckets' populations say)."""
+        data, family = self.main_data, self.main_family
+        later = replace(data, t0=data.epoch + timedelta(seconds=1))
+        self.say(f"next run: loading {later.row_count:,} more rows on the same counters")
+        load_write_path(self.main_client, later)
+        self.marks_at[family.name] = time.time()
+        run = self.compact(family, later.epoch, "next run")
+        found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
+        left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
+        expected = {
+            later.key(i): self.expected[later.key(i)] + later.total(i) for i in later.indexes()
+        }
+        exactness = compare(expected, found, left)
+        summary = run.get("summary") or {}
+        self.say(
+            f"next run: {run['seconds']:.1f} s, sweep={summary.get('sweep')}, "
+            f"exact={exactness.exact}"
+        )
+        return {
+            "ok": run["ok"],
+            "error": run["error"],
+            "seconds": round(run["seconds"], 3),
+            "rows": later.row_count,
+            "sweep": summary.get("sweep"),
+            **_cpu_figures(run),
+            "phases_s": summary.get("durations_s"),
+            "requests": run.get("requests"),
+            "rss_peak_kb": run["rss_peak_kb"],
+            "exactness": exactness.as_dict(),
+        }
 
     def scaling(self) -> None:
         """The same compaction at several sizes, each on freshly (bulk) loaded data: how time,
@@ -893,6 +935,12 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
     out = {
         # how many times longer than reading every raw row once
         "compaction_over_scan_floor": _ratio(scan.get("rows_per_s"), comp.get("rows_per_s")),
+        "next_run_over_scan_floor": _ratio(
+            (comp.get("next_run") or {}).get("seconds")
+            if (comp.get("next_run") or {}).get("ok")
+            else None,
+            scan.get("seconds"),
+        ),
         "naive_over_compaction": _ratio(naive.get("seconds"), comp.get("seconds")),
         "idle_heavy_over_active_only": _ratio(
             (idle.get("idle_heavy") or {}).get("seconds"), active
@@ -1047,6 +1095,17 @@ def table(report: dict[str, Any]) -> str:
                 "   sweep (discovery: scan) after the fold",
                 _fmt(sweep.get("seconds"), " s") if sweep["ok"] else f"FAILED: {sweep['error']}",
             )
+        later = s.get("next_run") or {}
+        if later:
+            row(
+                f"   next run (sweep={later['sweep']}), {later['rows']:,} more rows",
+                _fmt(later["seconds"], " s") if later["ok"] else f"FAILED: {later['error']}",
+                f"exact={later['exactness']['exact']}",
+                f"cpu client {_fmt(later['client_cpu_s'])} s",
+                f"server {_fmt(later['server_cpu_s'])} s",
+            )
+            requests = later.get("requests") or {}
+            row("   its requests", ", ".join(f"{k} {v:,}" for k, v in requests.items()))
         if s.get("error"):
             row("   error", s["error"][:200])
     if "idle" in r:
