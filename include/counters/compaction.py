@@ -62,16 +62,18 @@ from .core import (
     fold_slice,
     format_key,
     from_millis,
+    grown_population,
     needs_closer_look,
     needs_pending,
     next_version,
     to_millis,
     truncate_ms,
     utc_naive,
+    whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .schema import SchemaError
-from .store import COMMIT_CHUNK, Copy, Store, Touched, outcome_unknown
+from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
 log = logging.getLogger(__name__)
 
@@ -460,13 +462,19 @@ def _compact_bucket(
     """One bucket: its checkpoints (all of them in a sweep, else the touched counters'), then
     its raw rows (a token-range scan, or ``IN`` reads when few counters were touched), fold,
     commit, copy, verify, forget marks. Outside a sweep only touched counters are folded: a
-    counter whose checkpoint was not read cannot be folded."""
+    counter whose checkpoint was not read cannot be folded. When the touched counters are a
+    large share of the bucket's population, its ledger and compact rows are read whole too
+    (cheaper for the node than by name) and kept to the touched counters."""
     store, phases = ctx.store, ctx.phases
     marked = [t.counter for t in touched]
-    wanted = None if sweep else marked
+    whole = sweep
     with phases.timed("read_compact", store):
-        ledger = store.read_ledger(ctx.shard, bucket, wanted)
-        copies = store.read_copies(ctx.shard, bucket, wanted)
+        if scan and not sweep:
+            whole = whole_bucket(len(marked), store.read_head(ctx.shard, bucket).population)
+        ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+        copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
+    if whole and not sweep:
+        ledger, copies = _only(ledger, copies, marked)
     ctx.fault("read_compact")
     windowed: dict[Key, int] = {}
     with phases.timed("read_raw", store):
@@ -509,7 +517,7 @@ def _compact_bucket(
         for fold in folds:
             ctx.tally.add_fold(fold)
         return
-    committed = _commit(ctx, bucket, ledger.head, folds, rows)
+    committed = _commit(ctx, bucket, ledger, folds, rows)
     if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
         for counter in store.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
             _quarantine(
@@ -524,11 +532,18 @@ def _compact_bucket(
         store.copy_compact(copies_to_write, ctx.run_id, _micros())
     ctx.fault("copy")
     with phases.timed("verify", store):
-        _verify_bucket(ctx, bucket, committed, sweep)
+        _verify_bucket(ctx, bucket, committed, whole)
     ctx.fault("verify")
     with phases.timed("forget", store):
         _forget(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
+
+
+def _only(ledger: Ledger, copies: dict[Key, Copy], counters: list[Key]) -> tuple[Ledger, dict]:
+    """A whole bucket's ledger and copies kept to ``counters``, as if read by name."""
+    wanted = set(counters)
+    kept = {c: cp for c, cp in ledger.checkpoints.items() if c in wanted}
+    return replace(ledger, checkpoints=kept), {c: v for c, v in copies.items() if c in wanted}
 
 
 def _refusal(fold: Fold) -> str:
@@ -651,13 +666,14 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
 def _commit(
     ctx: _Context,
     bucket: int,
-    head: Any,
+    ledger: Ledger,
     folds: list[Fold],
     rows: dict[Key, list[Row]],
 ) -> dict[Key, tuple[Fold, Checkpoint]]:
     """Commit the folds a chunk at a time, each chunk conditional on the bucket's head. A
     chunk that loses (another run committed to the bucket) is re-read and re-folded."""
     store = ctx.store
+    head, population = ledger.head, ledger.population
     committed: dict[Key, tuple[Fold, Checkpoint]] = {}
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
@@ -665,11 +681,13 @@ def _commit(
         applied: list[Any] = []
         for chunk in chunks(todo, ctx.commit_chunk):
             with ctx.phases.timed("commit", store):
-                done = commit_folds(store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault)
+                done = commit_folds(
+                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, population
+                )
             if done is None:
                 lost.extend(chunk)
                 continue
-            head = done[0]
+            head, population = done[0], grown_population(population, chunk)
             applied.append(head)
             for f in chunk:
                 ctx.tally.add_fold(f)
@@ -687,7 +705,8 @@ def _commit(
             len(lost),
             attempt + 1,
         )
-        todo, head = _refold(ctx, bucket, [f.counter for f in lost], rows)
+        todo, fresh = _refold(ctx, bucket, [f.counter for f in lost], rows)
+        head, population = fresh.head, fresh.population
     raise EngineError(
         f"family {store.family.name!r} shard {ctx.shard} bucket {bucket}: commits kept "
         f"conflicting with other runs after {MAX_ATTEMPTS} attempts"
@@ -702,6 +721,7 @@ def commit_folds(
     folds: Sequence[Fold],
     run_id: str,
     fault: Fault = _no_fault,
+    population: int | None = None,
 ) -> tuple[Any, int] | None:
     """Commit folds of one bucket: first the record of the rows they count (the run log),
     then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
@@ -712,7 +732,9 @@ def commit_folds(
     store.write_commit_keys(run_id, shard, bucket, commit_id, folds)
     fault("keys")
     try:
-        applied = store.commit_bucket(shard, bucket, head, folds, commit_id, run_id, now)
+        applied = store.commit_bucket(
+            shard, bucket, head, folds, commit_id, run_id, now, population
+        )
     except Exception as exc:
         if not outcome_unknown(exc):
             raise
@@ -762,7 +784,7 @@ def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: st
 
 def _refold(
     ctx: _Context, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
-) -> tuple[list[Fold], Any]:
+) -> tuple[list[Fold], Ledger]:
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
     ledger = store.read_ledger(ctx.shard, bucket, counters)
@@ -772,14 +794,14 @@ def _refold(
     bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
     _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
     folds = [f for f in _fold(ctx, fresh, bases) if f.commit and f.counter not in ctx.quarantined]
-    return folds, ledger.head
+    return folds, ledger
 
 
 def _verify_bucket(
     ctx: _Context,
     bucket: int,
     committed: dict[Key, tuple[Fold, Checkpoint]],
-    sweep: bool,
+    whole: bool,
 ) -> None:
     """Read back what was committed and recount the raw rows on the server; quarantine the
     counters that do not add up, and record the bucket's evidence."""
@@ -787,7 +809,7 @@ def _verify_bucket(
     if not committed:
         return
     counters = list(committed)
-    wanted = None if sweep and len(counters) >= SCAN_THRESHOLD else counters
+    wanted = None if whole and len(counters) >= SCAN_THRESHOLD else counters
     with ThreadPoolExecutor(1) as reads:  # the copies' read-back overlaps the recount
         copies_read = reads.submit(
             _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted

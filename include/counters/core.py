@@ -336,6 +336,29 @@ def fold_slice(counter: Key, base: Checkpoint, rows: int, total: int, epoch_ms: 
     )
 
 
+# --- how a bucket is read ------------------------------------------------------------------
+
+WHOLE_BUCKET_SHARE = 4
+"""A bucket is read whole (one token-range read of its ledger partition, compact rows and raw
+rows) instead of by name (``IN``) once its touched counters are at least 1/4 of its population:
+the node reads a row of a range for about a fifteenth of what a partition read by name costs
+(docs/benchmarks.md), and the range also reads every idle counter's rows."""
+
+
+def whole_bucket(touched: int, population: int | None) -> bool:
+    """Whether reading the whole bucket costs less than reading ``touched`` counters by name;
+    never when the population is unknown (a ledger from before the count)."""
+    return population is not None and touched * WHOLE_BUCKET_SHARE >= population
+
+
+def grown_population(population: int | None, folds: Iterable[Fold]) -> int | None:
+    """A bucket's population once ``folds`` commit: plus the counters that had no checkpoint in
+    the ledger (a fold's base without a commit id); unknown stays unknown."""
+    if population is None:
+        return None
+    return population + sum(1 for f in folds if f.base.commit_id is None)
+
+
 # --- run summaries and checks --------------------------------------------------------------
 
 _TALLY_SUMS = (

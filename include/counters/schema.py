@@ -154,7 +154,8 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # one partition per token-range bucket: a conditional batch on its static head commits
         # many counters in one Paxos round
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(ledger_table(family))} (shard int, bucket int, "
-        f"head timeuuid static, {key_defs}, value bigint, epoch_ms bigint, commit_id timeuuid, "
+        f"head timeuuid static, population int static, {key_defs}, value bigint, "
+        "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, base_value bigint, "
         "folded_sum bigint, version bigint, updated_at timestamp, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
@@ -403,6 +404,11 @@ def ensure_schema(
             session.execute(
                 f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"
             )
+    ledger = _table_meta(session, family.keyspace, ledger_table(family))
+    if ledger is not None and "population" not in ledger.columns:  # a ledger from before it
+        session.execute(
+            f"ALTER TABLE {q(family.keyspace)}.{q(ledger_table(family))} ADD population int static"
+        )
     index = _table_meta(session, family.keyspace, index_table(family))
     if index is not None and [c.name for c in index.partition_key] != ["shard", "slot"]:
         raise SchemaError(

@@ -26,7 +26,7 @@ from cassandra.marshal import int64_pack
 from cassandra.murmur3 import murmur3
 from cassandra.policies import WriteType
 from cassandra.protocol import ErrorMessage
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 from cassandra.util import Date as CassandraDate
 from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
 
@@ -44,6 +44,7 @@ from .core import (
     bucket_of,
     chunks,
     from_millis,
+    grown_population,
     shard_bounds,
     shard_of,
     split_refused_range,
@@ -113,11 +114,14 @@ class Copy:
 
 @dataclass(frozen=True)
 class Ledger:
-    """One ledger partition as read: its head (the compare-and-set token of the whole bucket)
-    and the checkpoints of the counters read."""
+    """One ledger partition as read: its head (the compare-and-set token of the whole bucket),
+    the checkpoints of the counters read, and the bucket's population: how many counters have a
+    checkpoint in it (kept by the commits; None if a ledger from before the count has not been
+    swept since). The population only chooses how to read a bucket, never what a run counts."""
 
     head: Any
     checkpoints: dict[Key, Checkpoint]
+    population: int | None = 0
 
 
 class FamilyState(NamedTuple):
@@ -940,17 +944,13 @@ class Store:
                 self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
             )
             head = rows[0][0] if rows else None
-            return Ledger(
-                head,
-                {
-                    tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :], with_pending)
-                    for r in rows
-                    if r[1] is not None
-                },
-            )
-        head_statement = self.prepare(
-            "ledger_head", "SELECT head FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
-        )
+            checkpoints = {
+                tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :], with_pending)
+                for r in rows
+                if r[1] is not None
+            }
+            return Ledger(head, checkpoints, len(checkpoints))  # counted as read
+        head_statement = self._head_statement()
         statement = self.prepare(
             "ledger_read" + suffix,
             f"SELECT {{key}}, {columns} FROM {{ledger}} "
@@ -962,7 +962,7 @@ class Store:
             for group in chunks(list(counters), ROWS_PER_BATCH)
         ]
         results = self._run(requests)
-        head_row = results[0].one()
+        head, population = self._head_of(results[0].one())
         asked = {_normal(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
             asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(
@@ -971,7 +971,28 @@ class Store:
             for result in results[1:]
             for r in result
         }
-        return Ledger(head_row[0] if head_row else None, checkpoints)
+        return Ledger(head, checkpoints, population)
+
+    def read_head(self, shard: int, bucket: int) -> Ledger:
+        """A bucket's head and population, no checkpoints: enough to choose how to read it."""
+        self.requests[self.phase] += 1
+        head, population = self._head_of(
+            self.session.execute(self._head_statement(), (shard, bucket)).one()
+        )
+        return Ledger(head, {}, population)
+
+    def _head_statement(self) -> PreparedStatement:
+        return self.prepare(
+            "ledger_head",
+            "SELECT head, population FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1",
+        )
+
+    @staticmethod
+    def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None]:
+        """(head, population) of a head read; a bucket never committed to holds nobody."""
+        if row is None or row[0] is None:
+            return None, 0
+        return row[0], row[1]
 
     def commit_bucket(
         self,
@@ -982,6 +1003,7 @@ class Store:
         commit_id: Any,
         run_id: str,
         now_micros: int,
+        population: int | None = None,
     ) -> bool:
         """Commit many counters of one bucket in one conditional batch: one Paxos round,
         applied only if the bucket's head is still the one the folds were planned on (every
@@ -990,12 +1012,14 @@ class Store:
         and the rows are read in separate requests at a quorum, not serially: a read can meet
         a commit that is still landing on the replicas and see its head but not yet its rows,
         and only the rows' own conditions keep a fold on such a stale base out (it would set
-        the counter back one commit). All or nothing."""
+        the counter back one commit). All or nothing. ``population`` (the bucket's, as read
+        with ``head``) grows by the counters new to the ledger; left as is when unknown."""
         from .core import next_version
 
         head_cas = self.prepare(
             "ledger_head_cas",
-            "UPDATE {ledger} SET head = ? WHERE shard = ? AND bucket = ? IF head = ?",
+            "UPDATE {ledger} SET head = ?, population = ? WHERE shard = ? AND bucket = ? "
+            "IF head = ?",
             serial=True,
         )
         # ``pending = ''``: the keys are in the run log (``write_commit_keys``), not in this
@@ -1013,7 +1037,10 @@ class Store:
             consistency_level=_consistency(self.family),
             serial_consistency_level=_serial(self.family),
         )
-        batch.add(head_cas, (commit_id, shard, bucket, head))
+        grown = grown_population(population, folds)
+        batch.add(
+            head_cas, (commit_id, UNSET_VALUE if grown is None else grown, shard, bucket, head)
+        )
         now_ms = now_micros // 1000
         for f in folds:
             batch.add(
@@ -1042,10 +1069,7 @@ class Store:
         """A bucket's head read at the serial level. The read is itself a Paxos round: a
         commit still in flight (accepted by some replicas when its coordinator timed out) is
         completed or superseded before it answers, and cannot apply afterwards."""
-        statement = self.prepare(
-            "ledger_head", "SELECT head FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
-        )
-        bound = statement.bind((shard, bucket))
+        bound = self._head_statement().bind((shard, bucket))
         bound.consistency_level = _serial(self.family)
         self.requests[self.phase] += 1
         row = self.session.execute(bound).one()

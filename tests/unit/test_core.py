@@ -22,6 +22,7 @@ from counters.core import (
     epoch_for,
     evaluate_evidence,
     fold_counter,
+    grown_population,
     needs_closer_look,
     needs_pending,
     next_version,
@@ -30,6 +31,7 @@ from counters.core import (
     split_refused_range,
     to_millis,
     truncate_ms,
+    whole_bucket,
 )
 
 pytestmark = pytest.mark.unit
@@ -319,3 +321,21 @@ def test_a_refused_range_is_read_around_known_partitions_then_in_halves():
     assert split_refused_range(-7, 8, [50]) == [(-7, 0), (0, 8)]
     with pytest.raises(ValueError, match="token 5 cannot be read"):
         split_refused_range(4, 5, [])
+
+
+def test_a_bucket_is_read_whole_once_its_touched_counters_are_a_quarter_of_it():
+    assert whole_bucket(25, 100) and whole_bucket(40, 0)
+    assert not whole_bucket(24, 100)
+    assert not whole_bucket(10_000, None)  # unknown: a ledger from before the count
+
+
+def test_the_population_grows_by_the_counters_new_to_the_ledger():
+    known = Checkpoint(5, 1_000, "c1", frozenset(), 0, 1)
+    folds = [
+        fold_counter(("a",), EMPTY_CHECKPOINT, [(500, "k1", 2)], 2_000),
+        fold_counter(("b",), known, [(1_500, "k2", 3)], 2_000),
+        fold_counter(("c",), Checkpoint(7, 900), [(1_600, "k3", 1)], 2_000),  # a legacy copy
+    ]
+    assert grown_population(10, folds) == 12
+    assert grown_population(10, []) == 10
+    assert grown_population(None, folds) is None
