@@ -281,6 +281,8 @@ class Bench:
         data["lag"] = family.lag.total_seconds()
         data["freshness"] = family.freshness.total_seconds()
         data["sweep_interval"] = family.sweep_interval.total_seconds()
+        if family.sweep_offset is not None:
+            data["sweep_offset"] = family.sweep_offset.total_seconds()
         return data
 
     def _age_marks(self, family: Family) -> float | None:

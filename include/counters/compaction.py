@@ -473,8 +473,10 @@ def _compact_bucket(
             whole = whole_bucket(len(marked), store.read_head(ctx.shard, bucket).population)
         ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
         copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
-    if whole and not sweep:
-        ledger, copies = _only(ledger, copies, marked)
+    if whole:  # every counter of the bucket read: count them
+        ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
+        if not sweep:
+            ledger, copies = _only(ledger, copies, marked)
     ctx.fault("read_compact")
     windowed: dict[Key, int] = {}
     with phases.timed("read_raw", store):

@@ -347,16 +347,18 @@ the node reads a row of a range for about a fifteenth of what a partition read b
 
 def whole_bucket(touched: int, population: int | None) -> bool:
     """Whether reading the whole bucket costs less than reading ``touched`` counters by name;
-    never when the population is unknown (a ledger from before the count)."""
+    never when the population is unknown (no run has counted the bucket since it got the
+    column: a sweep does)."""
     return population is not None and touched * WHOLE_BUCKET_SHARE >= population
 
 
 def grown_population(population: int | None, folds: Iterable[Fold]) -> int | None:
-    """A bucket's population once ``folds`` commit: plus the counters that had no checkpoint in
-    the ledger (a fold's base without a commit id); unknown stays unknown."""
+    """A bucket's population once ``folds`` commit: plus the counters new to it (a fold on the
+    empty checkpoint; one on a compact row from before the ledger was counted with the compact
+    rows); unknown stays unknown."""
     if population is None:
         return None
-    return population + sum(1 for f in folds if f.base.commit_id is None)
+    return population + sum(1 for f in folds if f.base == EMPTY_CHECKPOINT)
 
 
 # --- run summaries and checks --------------------------------------------------------------

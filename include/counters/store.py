@@ -115,13 +115,14 @@ class Copy:
 @dataclass(frozen=True)
 class Ledger:
     """One ledger partition as read: its head (the compare-and-set token of the whole bucket),
-    the checkpoints of the counters read, and the bucket's population: how many counters have a
-    checkpoint in it (kept by the commits; None if a ledger from before the count has not been
-    swept since). The population only chooses how to read a bucket, never what a run counts."""
+    the checkpoints of the counters read, and the bucket's population: how many counters it holds
+    (a checkpoint or a compact row), counted where a run read the bucket whole and carried on by
+    each commit; None until a run has counted it. It only chooses how a bucket is read, never
+    what a run counts."""
 
     head: Any
     checkpoints: dict[Key, Checkpoint]
-    population: int | None = 0
+    population: int | None = None
 
 
 class FamilyState(NamedTuple):
@@ -949,7 +950,8 @@ class Store:
                 for r in rows
                 if r[1] is not None
             }
-            return Ledger(head, checkpoints, len(checkpoints))  # counted as read
+            # its population is counted by the caller, who reads the compact rows too
+            return Ledger(head, checkpoints, None)
         head_statement = self._head_statement()
         statement = self.prepare(
             "ledger_read" + suffix,
@@ -989,10 +991,8 @@ class Store:
 
     @staticmethod
     def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None]:
-        """(head, population) of a head read; a bucket never committed to holds nobody."""
-        if row is None or row[0] is None:
-            return None, 0
-        return row[0], row[1]
+        """(head, population) of a head read; None where the bucket was never counted."""
+        return (row[0], row[1]) if row is not None else (None, None)
 
     def commit_bucket(
         self,
@@ -1013,7 +1013,7 @@ class Store:
         a commit that is still landing on the replicas and see its head but not yet its rows,
         and only the rows' own conditions keep a fold on such a stale base out (it would set
         the counter back one commit). All or nothing. ``population`` (the bucket's, as read
-        with ``head``) grows by the counters new to the ledger; left as is when unknown."""
+        with ``head``) grows by the counters new to the bucket; left as is when unknown."""
         from .core import next_version
 
         head_cas = self.prepare(

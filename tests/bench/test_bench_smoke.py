@@ -86,6 +86,9 @@ def test_every_figure_is_present_and_positive(smoke):
         "r.compaction.client_cpu_s",
         "r.compaction.rss_peak_kb",
         "r.compaction.requests_per_counter",
+        "r.compaction.next_run.seconds",
+        "r.compaction.next_run.client_cpu_s",
+        "q.next_run_over_scan_floor",
         "r.idle.active_only.seconds",
         "r.idle.idle_heavy.seconds",
         "r.idle.idle_heavy_recent_forgets.seconds",
@@ -140,6 +143,10 @@ def test_compaction_totals_are_exact(smoke):
     assert compaction["tally_matches"]
     assert compaction["tally"]["rows_folded"] == rows
     assert compaction["read_rule_sample_exact"]
+    later = compaction["next_run"]  # the family's next run: a minute's run, not a sweep
+    assert compaction["sweep"] is True and later["sweep"] is False
+    assert later["ok"] and later["exactness"]["exact"], later["exactness"]
+    assert later["exactness"]["counters_found"] == r["load"]["counters"]
     assert r["naive"]["exactness"]["exact"], r["naive"]["exactness"]
     for name, run in r["idle"].items():
         assert run["ok"], (name, run["error"])

@@ -153,3 +153,28 @@ def test_a_ledger_from_before_the_population_is_read_by_name_and_stays_exact(mak
     assert all(
         v.value == 3 and v.compact_value == 3 for v in client.read_many([(n,) for n in names])
     )
+
+
+def test_a_sweep_counts_compact_rows_from_before_the_ledger(make_family, t0):
+    """Counters compacted before the ledger existed have a compact row and no ledger row; a
+    sweep counts them with the rest, so a minute's run does not read a bucket whole that is
+    mostly such idle counters."""
+    family, store, client = make_family(shards=1, sweep_interval="1d")
+    names = same_bucket(store, 200)
+    shard, bucket = store.bucket((names[0],))
+    cc = family.compact_columns
+    for name in names[40:]:
+        store.session.execute(
+            f'INSERT INTO {family.keyspace}.{family.compact_table} (type, "{cc.value}", '
+            f'"{cc.epoch}") VALUES (%s, 5, %s)',
+            (name, t0),
+        )
+    _record(client, names[:40], 1, t0 + timedelta(minutes=1))
+    _run(store, t0, 2, names)  # the first run sweeps
+    assert _population(store, shard, bucket) == 200
+    seen = _reads_of_copies(store)
+    _record(client, names[:40], 2, t0 + timedelta(minutes=3))  # 40 x 4 < 200 (not < 40)
+    _run(store, t0, 4, names)
+    assert seen == ["by name", "by name"]
+    values = client.read_many([(n,) for n in names])
+    assert [v.value for v in values] == [3] * 40 + [5] * 160
