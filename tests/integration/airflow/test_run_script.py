@@ -65,6 +65,10 @@ def wait_for(check, timeout_s: float, what: str, log: Path) -> float:  # type: i
     return time.monotonic() - started
 
 
+def _ctrl_c_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def instance() -> Iterator[str]:
     """A Cassandra instance name of this test; its folder is removed afterwards (and the node
@@ -98,12 +102,16 @@ def test_expect_ctrl_c_on_a_piped_make_run_to_stop_airflow_the_writer_and_cassan
         "COUNTERS_RUN_DIR": str(run_dir),
         "COUNTERS_GX_DIR": str(tmp_path / "gx"),
     }
-    # `make run 2>&1 | tee run.log` in a terminal: one foreground process group for both.
+    # `make run 2>&1 | tee run.log` in a terminal: one foreground process group for both, with
+    # Ctrl-C at its default action, as a terminal's shell starts a job (a shell cannot trap a
+    # signal ignored when it started, and a parent run in the background of a non-interactive
+    # shell, `make test &`, ignores SIGINT: run.sh then never saw the Ctrl-C)
     shell = subprocess.Popen(
         ["bash", "-c", f'"{RUN}" 2>&1 | tee "{output}" >/dev/null'],
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=_ctrl_c_at_default,
         cwd=PROJECT,
     )
     pgid = shell.pid
