@@ -539,30 +539,15 @@ class Bench:
         self.say(f"next run: loading {later.row_count:,} more rows on the same counters")
         load_write_path(self.main_client, later)
         self.marks_at[family.name] = time.time()
-        run = self.compact(family, later.epoch, "next run")
-        found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
-        left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
         expected = {
             later.key(i): self.expected[later.key(i)] + later.total(i) for i in later.indexes()
         }
-        exactness = compare(expected, found, left)
-        summary = run.get("summary") or {}
+        run = self._checked_run("next run", family, later.epoch, expected)
         self.say(
-            f"next run: {run['seconds']:.1f} s, sweep={summary.get('sweep')}, "
-            f"exact={exactness.exact}"
+            f"next run: {run['seconds']:.1f} s, sweep={run['sweep']}, "
+            f"exact={run['exactness']['exact']}"
         )
-        return {
-            "ok": run["ok"],
-            "error": run["error"],
-            "seconds": round(run["seconds"], 3),
-            "rows": later.row_count,
-            "sweep": summary.get("sweep"),
-            **_cpu_figures(run),
-            "phases_s": summary.get("durations_s"),
-            "requests": run.get("requests"),
-            "rss_peak_kb": run["rss_peak_kb"],
-            "exactness": exactness.as_dict(),
-        }
+        return {**run, "rows": later.row_count}
 
     def scaling(self) -> None:
         """The same compaction at several sizes, each on freshly (bulk) loaded data: how time,
@@ -657,18 +642,28 @@ class Bench:
     def _idle_run(
         self, label: str, family: Family, total: int, epoch: datetime, datasets: list[Dataset]
     ) -> dict[str, Any]:
+        return {
+            **self._checked_run(label, family, epoch, self._idle_expected(total, datasets)),
+            "counters_in_table": total,
+            "active_counters": self.p.active_counters,
+            "rows": self.idle_data.row_count,
+        }
+
+    def _checked_run(
+        self, label: str, family: Family, epoch: datetime, expected: dict[tuple, int]
+    ) -> dict[str, Any]:
+        """One engine run, then every compact value compared with ``expected`` and the raw rows
+        left counted: the figures every section reports of such a run."""
         run = self.compact(family, epoch, label)
         found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
         left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"])
-        exactness = compare(self._idle_expected(total, datasets), found, left)
+        exactness = compare(expected, found, left)
         summary = run.get("summary") or {}
         return {
             "ok": run["ok"],
             "error": run["error"],
             "seconds": round(run["seconds"], 3),
-            "counters_in_table": total,
-            "active_counters": self.p.active_counters,
-            "rows": self.idle_data.row_count,
+            "sweep": summary.get("sweep"),
             "phases_s": summary.get("durations_s"),
             "counters_committed": summary.get("counters_committed"),
             "requests": run.get("requests"),
@@ -930,6 +925,7 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
     scan = results.get("scan_floor") or {}
     naive = results.get("naive") or {}
     comp = results.get("compaction") or {}
+    later = comp.get("next_run") or {}
     idle = results.get("idle") or {}
     reads = (results.get("read_latency") or {}).get("counters") or {}
     parse = ((results.get("dag_parse") or {}).get("sizes") or {}).get("100") or {}
@@ -938,10 +934,7 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
         # how many times longer than reading every raw row once
         "compaction_over_scan_floor": _ratio(scan.get("rows_per_s"), comp.get("rows_per_s")),
         "next_run_over_scan_floor": _ratio(
-            (comp.get("next_run") or {}).get("seconds")
-            if (comp.get("next_run") or {}).get("ok")
-            else None,
-            scan.get("seconds"),
+            later.get("seconds") if later.get("ok") else None, scan.get("seconds")
         ),
         "naive_over_compaction": _ratio(naive.get("seconds"), comp.get("seconds")),
         "idle_heavy_over_active_only": _ratio(

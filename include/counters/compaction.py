@@ -470,7 +470,7 @@ def _compact_bucket(
     whole = sweep
     with phases.timed("read_compact", store):
         if scan and not sweep:
-            whole = whole_bucket(len(marked), store.read_head(ctx.shard, bucket).population)
+            whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
         ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
         copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
@@ -682,14 +682,15 @@ def _commit(
         lost: list[Fold] = []
         applied: list[Any] = []
         for chunk in chunks(todo, ctx.commit_chunk):
+            grown = grown_population(population, chunk)
             with ctx.phases.timed("commit", store):
                 done = commit_folds(
-                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, population
+                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, grown
                 )
             if done is None:
                 lost.extend(chunk)
                 continue
-            head, population = done[0], grown_population(population, chunk)
+            head, population = done[0], grown
             applied.append(head)
             for f in chunk:
                 ctx.tally.add_fold(f)
@@ -728,7 +729,8 @@ def commit_folds(
     """Commit folds of one bucket: first the record of the rows they count (the run log),
     then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
     or None if another commit reached the bucket first (nothing applied; the record is never
-    used, since nothing refers to its commit id)."""
+    used, since nothing refers to its commit id). ``population``: the bucket's count once the
+    commit applies (None: unknown, left as it is)."""
     commit_id = store.new_commit_id()
     now = _micros()
     store.write_commit_keys(run_id, shard, bucket, commit_id, folds)

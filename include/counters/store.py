@@ -44,7 +44,6 @@ from .core import (
     bucket_of,
     chunks,
     from_millis,
-    grown_population,
     shard_bounds,
     shard_of,
     split_refused_range,
@@ -975,13 +974,10 @@ class Store:
         }
         return Ledger(head, checkpoints, population)
 
-    def read_head(self, shard: int, bucket: int) -> Ledger:
-        """A bucket's head and population, no checkpoints: enough to choose how to read it."""
+    def population(self, shard: int, bucket: int) -> int | None:
+        """A bucket's population alone: enough to choose how to read it."""
         self.requests[self.phase] += 1
-        head, population = self._head_of(
-            self.session.execute(self._head_statement(), (shard, bucket)).one()
-        )
-        return Ledger(head, {}, population)
+        return self._head_of(self.session.execute(self._head_statement(), (shard, bucket)).one())[1]
 
     def _head_statement(self) -> PreparedStatement:
         return self.prepare(
@@ -1012,8 +1008,8 @@ class Store:
         and the rows are read in separate requests at a quorum, not serially: a read can meet
         a commit that is still landing on the replicas and see its head but not yet its rows,
         and only the rows' own conditions keep a fold on such a stale base out (it would set
-        the counter back one commit). All or nothing. ``population`` (the bucket's, as read
-        with ``head``) grows by the counters new to the bucket; left as is when unknown."""
+        the counter back one commit). All or nothing. ``population`` is the bucket's count
+        once this commit applies (``core.grown_population``); None leaves it as it is."""
         from .core import next_version
 
         head_cas = self.prepare(
@@ -1037,9 +1033,9 @@ class Store:
             consistency_level=_consistency(self.family),
             serial_consistency_level=_serial(self.family),
         )
-        grown = grown_population(population, folds)
         batch.add(
-            head_cas, (commit_id, UNSET_VALUE if grown is None else grown, shard, bucket, head)
+            head_cas,
+            (commit_id, UNSET_VALUE if population is None else population, shard, bucket, head),
         )
         now_ms = now_micros // 1000
         for f in folds:
@@ -1072,8 +1068,7 @@ class Store:
         bound = self._head_statement().bind((shard, bucket))
         bound.consistency_level = _serial(self.family)
         self.requests[self.phase] += 1
-        row = self.session.execute(bound).one()
-        return row[0] if row else None
+        return self._head_of(self.session.execute(bound).one())[0]
 
     def copy_compact(
         self, commits: Sequence[tuple[Key, Checkpoint]], run_id: str, now_micros: int
