@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import struct
 import threading
 import time
 import uuid
@@ -26,7 +27,13 @@ from cassandra.marshal import int64_pack
 from cassandra.murmur3 import murmur3
 from cassandra.policies import WriteType
 from cassandra.protocol import ErrorMessage
-from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
+from cassandra.query import (
+    UNSET_VALUE,
+    BatchStatement,
+    BatchType,
+    BoundStatement,
+    PreparedStatement,
+)
 from cassandra.util import Date as CassandraDate
 from cassandra.util import datetime_from_uuid1, max_uuid_from_time, uuid_from_time
 
@@ -591,7 +598,7 @@ class Store:
             batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
         )
         for values in params:
-            batch.add(statement, values)
+            batch.add(bind(statement, values))
         return batch
 
     def _rows_by_partition(
@@ -1040,23 +1047,25 @@ class Store:
         now_ms = now_micros // 1000
         for f in folds:
             batch.add(
-                row,
-                (
-                    f.value,
-                    f.epoch_ms,
-                    commit_id,
-                    run_id,
-                    f.pending_sum,
-                    len(f.pending),
-                    f.base.value,
-                    f.folded_sum,
-                    next_version(now_micros, f.base.version),
-                    now_ms,
-                    shard,
-                    bucket,
-                    *f.counter,
-                    f.base.commit_id,
-                ),
+                bind(
+                    row,
+                    (
+                        f.value,
+                        f.epoch_ms,
+                        commit_id,
+                        run_id,
+                        f.pending_sum,
+                        len(f.pending),
+                        f.base.value,
+                        f.folded_sum,
+                        next_version(now_micros, f.base.version),
+                        now_ms,
+                        shard,
+                        bucket,
+                        *f.counter,
+                        f.base.commit_id,
+                    ),
+                )
             )
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
@@ -1609,6 +1618,31 @@ def unpack_commit_keys(blob: bytes) -> list[tuple[list[Any], int, list[list[Any]
     """The entries of :func:`pack_commit_keys`, keys as JSON lists (bound as they are; made
     tuples only where they are compared)."""
     return [(counter, epoch, keys) for counter, epoch, keys in json.loads(zlib.decompress(blob))]
+
+
+def bind(statement: PreparedStatement, values: Sequence[Any]) -> BoundStatement:
+    """``statement.bind(values)``, the same bytes, without the driver's detour for every value:
+    it builds a column descriptor (a namedtuple) per value to ask a column-encryption policy,
+    which the engine never sets (half of binding a commit's 14-value row: 8.0 -> 3.9 us). The
+    driver's own ``bind`` does every case this one does not: a policy, fewer values than
+    markers, an unset value (it may not bind a routing key), a value of the wrong type (its
+    error names the column)."""
+    columns = statement.column_metadata
+    if statement.column_encryption_policy is not None or len(values) != len(columns):
+        return statement.bind(values)
+    protocol = statement.protocol_version
+    out: list[Any] = []
+    try:
+        for value, column in zip(values, columns, strict=True):
+            if value is UNSET_VALUE:
+                return statement.bind(values)
+            out.append(None if value is None else column.type.serialize(value, protocol))
+    except (TypeError, struct.error):
+        return statement.bind(values)
+    bound = BoundStatement(statement)
+    bound.raw_values = values
+    bound.values = out
+    return bound
 
 
 class MillisTimestampType(DateType):

@@ -43,3 +43,62 @@ def test_timestamps_bound_from_millis_are_the_drivers_bytes():
     for value in ([(1_795_349_400_000, "w", 3)], [(datetime(2026, 1, 1, 1, 2, 3, 4000), "w", -1)]):
         assert fast.serialize(value, 5) == keys.serialize(value, 5)
     assert millis_timestamps(UTF8Type) is UTF8Type
+
+
+def _prepared(*columns: tuple[str, object], routing: list[int] | None = None):
+    """A prepared statement as the driver builds one from a node's answer (no node needed)."""
+    from cassandra.protocol import ColumnMetadata
+    from cassandra.query import PreparedStatement
+    from counters.store import millis_timestamps
+
+    meta = [ColumnMetadata("ks", "t", name, millis_timestamps(t)) for name, t in columns]
+    return PreparedStatement(meta, b"id", routing, "UPDATE ks.t ...", "ks", 5, None, None)
+
+
+def test_bind_gives_the_drivers_bytes():
+    import uuid
+
+    from cassandra.cqltypes import (
+        DateType,
+        Int32Type,
+        ListType,
+        LongType,
+        TimeUUIDType,
+        TupleType,
+        UTF8Type,
+    )
+    from counters.store import bind
+
+    keys = ListType.apply_parameters([TupleType.apply_parameters([DateType, UTF8Type, LongType])])
+    statement = _prepared(
+        ("type", UTF8Type),
+        ("value", LongType),
+        ("epoch_ms", DateType),
+        ("commit_id", TimeUUIDType),
+        ("rows", Int32Type),
+        ("keys", keys),
+        routing=[0],
+    )
+    commit = uuid.uuid1()
+    for values in (
+        ("IBM", -5, 1_795_349_400_000, commit, 3, [(1_795_349_400_000, "w", 2)]),
+        ("ü-ß", 2**62, 0, commit, None, []),  # None: a null cell
+    ):
+        ours, drivers = bind(statement, values), statement.bind(values)
+        assert ours.values == drivers.values
+        assert ours.routing_key == drivers.routing_key
+        assert ours.raw_values == values
+
+
+def test_bind_leaves_every_other_case_to_the_driver():
+    from cassandra.cqltypes import LongType, UTF8Type
+    from cassandra.query import UNSET_VALUE
+    from counters.store import bind
+
+    statement = _prepared(("type", UTF8Type), ("value", LongType), routing=[0])
+    assert bind(statement, ("IBM", UNSET_VALUE)).values == ["IBM".encode(), UNSET_VALUE]
+    assert bind(statement, ("IBM",)).values == ["IBM".encode(), UNSET_VALUE]  # padded
+    with pytest.raises(ValueError, match="routing key 'type'"):
+        bind(statement, (UNSET_VALUE, 1))
+    with pytest.raises(TypeError, match='column "value"'):
+        bind(statement, ("IBM", "not a number"))
