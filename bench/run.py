@@ -69,6 +69,7 @@ SECTIONS = (
     "naive",
     "compaction",
     "scaling",
+    "steady",
     "idle",
     "reads",
     "limits",
@@ -114,6 +115,8 @@ class Params:
     hot_rows: int = 110_000
     workers: int = 2
     kinds: tuple[str, ...] = ()
+    steady_counters: int = 20_000
+    steady_rounds: int = 15
     warmup_counters: int | None = None
     """Counters (x ``rows_per_counter``) of the warm-up compaction before the measured one
     (None: as many as the measured one; 0: none; see ``Bench.warm_up``)."""
@@ -128,6 +131,8 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--history-minutes", type=int, help="per-minute history of read counters (1440)")
     p.add_argument("--reads", type=int, help="timed reads per read-latency counter (2000)")
     p.add_argument("--hot-rows", type=int, help="rows of the one hot counter in 'limits' (110000)")
+    p.add_argument("--steady-counters", type=int, help="counters of the 'steady' family (20000)")
+    p.add_argument("--steady-rounds", type=int, help="runs of the 'steady' family (15)")
     p.add_argument("--families", help="DAG parse sizes, comma separated (1,10,100)")
     p.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (CI): seconds, not minutes")
@@ -167,6 +172,8 @@ def parse_args(argv: list[str] | None) -> Params:
             dag_repeats=1,
             hot_rows=2_000,
             warmup_counters=0,
+            steady_counters=100,
+            steady_rounds=3,
         )
     for name in (
         "counters",
@@ -176,6 +183,8 @@ def parse_args(argv: list[str] | None) -> Params:
         "history_minutes",
         "reads",
         "hot_rows",
+        "steady_counters",
+        "steady_rounds",
         "out",
         "scan_ranges",
         "scan_concurrency",
@@ -556,6 +565,47 @@ class Bench:
         )
         return {**run, "rows": later.row_count}
 
+    def steady(self) -> None:
+        """One family run after run, as the every-minute schedule runs it on a busy family:
+        every round writes ``rows_per_counter`` more increments on each of ``steady_counters``
+        counters and one run folds and deletes them (the first run sweeps, the others do not).
+        Each fold leaves a tombstone per row in its counter's partition for the raw table's
+        ``gc_grace_seconds`` (3 h: 180 minute runs), and every later run that reads the
+        partition reads them again: how a run's cost grows with them is what this measures.
+        Each round is checked exact (every value the sum of all rounds so far, no raw row
+        left). The marks are not aged (no wait): every round touches every counter anyway."""
+        p = self.p
+        t0 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
+        data = Dataset("y", p.steady_counters, p.rows_per_counter, t0)
+        family, _store, client = self.make_family("bench_steady", **_sweeping_far_away())
+        expected = dict.fromkeys((data.key(i) for i in data.indexes()), 0)
+        rounds = []
+        for n in range(p.steady_rounds):
+            load_write_path(client, data)
+            for i in data.indexes():
+                expected[data.key(i)] += data.total(i)
+            run = self._checked_run(f"steady round {n}", family, data.epoch, expected)
+            rounds.append(
+                {
+                    "round": n,
+                    "tombstones_per_counter_before": n * data.rows,
+                    **{k: run[k] for k in ("ok", "error", "seconds", "sweep", "requests")},
+                    **{k: run[k] for k in ("client_cpu_s", "server_cpu_s")},
+                    "server_cpu_by_thread_s": run["server_cpu_by_thread_s"],
+                    "exact": run["exactness"]["exact"],
+                }
+            )
+            self.say(
+                f"steady round {n}: {run['seconds']:.1f} s, node {run['server_cpu_s']} CPU-s, "
+                f"exact={run['exactness']['exact']}"
+            )
+            data = replace(data, t0=data.epoch + timedelta(seconds=1))
+        self.results["steady"] = {
+            "counters": p.steady_counters,
+            "rows_per_round": data.row_count,
+            "rounds": rounds,
+        }
+
     def scaling(self) -> None:
         """The same compaction at several sizes, each on freshly (bulk) loaded data: how time,
         CPU, requests and peak memory grow with the rows."""
@@ -887,6 +937,7 @@ class Bench:
             ("naive", self.naive),
             ("compaction", self.compaction),
             ("scaling", self.scaling),
+            ("steady", self.steady),
             ("idle", self.idle),
             ("reads", self.reads),
             ("limits", self.limits),
@@ -1158,6 +1209,15 @@ def table(report: dict[str, Any]) -> str:
             f"cpu client {_fmt(run['client_cpu_s'])} s server {_fmt(run['server_cpu_s'])} s",
             f"requests {run['requests']:,}",
             f"rss {_fmt(run['peak_rss_mib'], ' MiB')}",
+        )
+    steady = r.get("steady") or {}
+    for run in steady.get("rounds", []):
+        row(
+            f"   steady: round {run['round']} ({steady['rows_per_round']:,} rows, "
+            f"{run['tombstones_per_counter_before']} tombstones/counter)",
+            _fmt(run["seconds"], " s") if run["ok"] else f"FAILED: {run['error']}",
+            f"exact={run['exact']} sweep={run['sweep']}",
+            f"cpu client {_fmt(run['client_cpu_s'])} s server {_fmt(run['server_cpu_s'])} s",
         )
     if "probes" in r:
         probes = {

@@ -50,7 +50,7 @@ def test_report_structure(smoke):
     assert report["machine"]["cpus"] >= 1
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
-        "load", "scan_floor", "naive", "compaction", "scaling", "idle", "read_latency",
+        "load", "scan_floor", "naive", "compaction", "scaling", "steady", "idle", "read_latency",
         "limits", "probes", "dag_parse", "kinds",
     ):  # fmt: skip
         assert section in report["results"], section
@@ -155,6 +155,11 @@ def test_compaction_totals_are_exact(smoke):
     assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
     assert [run["counters"] for run in r["scaling"]["runs"]] == [100, 300]
     assert all(run["ok"] and run["exact"] and run["requests"] > 0 for run in r["scaling"]["runs"])
+    steady = r["steady"]["rounds"]  # run after run on one family, each checked exact
+    assert [run["round"] for run in steady] == [0, 1, 2]
+    assert [run["sweep"] for run in steady] == [True, False, False]
+    assert all(run["ok"] and run["exact"] for run in steady), steady
+    assert [run["tombstones_per_counter_before"] for run in steady] == [0, 5, 10]
     assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
     assert r["kinds"]["increments"]["exact"] is True
     for kind in ("rows", "unique"):
