@@ -402,7 +402,12 @@ def scan_values(
     return out
 
 
-def count_rows(conn: Connection, keyspace: str, table: str, key: Sequence[str]) -> int:
+def count_rows(
+    conn: Connection, keyspace: str, table: str, key: Sequence[str], ranges: int = 32
+) -> int:
+    """Live rows of a table, read in ``ranges`` token ranges: a range holding more than the
+    node's ``tombstone_failure_threshold`` (100,000) tombstones per page fails, so a table of
+    many folds is read in more ranges."""
     cols = ", ".join(q(k) for k in key)
     total = [0]
     lock = threading.Lock()
@@ -415,7 +420,7 @@ def count_rows(conn: Connection, keyspace: str, table: str, key: Sequence[str]) 
         conn.session,
         f"SELECT {cols} FROM {q(keyspace)}.{q(table)} "
         f"WHERE token({cols}) > ? AND token({cols}) <= ?",
-        32,
+        ranges,
         8,
         handle,
     ).run()
