@@ -96,8 +96,8 @@ def test_bind_leaves_every_other_case_to_the_driver():
     from counters.store import bind
 
     statement = _prepared(("type", UTF8Type), ("value", LongType), routing=[0])
-    assert bind(statement, ("IBM", UNSET_VALUE)).values == ["IBM".encode(), UNSET_VALUE]
-    assert bind(statement, ("IBM",)).values == ["IBM".encode(), UNSET_VALUE]  # padded
+    assert bind(statement, ("IBM", UNSET_VALUE)).values == [b"IBM", UNSET_VALUE]
+    assert bind(statement, ("IBM",)).values == [b"IBM", UNSET_VALUE]  # padded
     with pytest.raises(ValueError, match="routing key 'type'"):
         bind(statement, (UNSET_VALUE, 1))
     with pytest.raises(TypeError, match='column "value"'):
