@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,11 @@ class Dataset:
     @property
     def row_count(self) -> int:
         return self.counters * self.rows
+
+    def next_round(self) -> Dataset:
+        """As many increments again on the same counters, every one after this round's epoch
+        (what a family's next run folds)."""
+        return replace(self, t0=self.epoch + timedelta(seconds=1))
 
     def events(self, indexes: Sequence[int]) -> list[Increment]:
         return [

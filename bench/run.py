@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -466,7 +466,7 @@ class Bench:
             return
         t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
         data = Dataset("w", n, self.p.rows_per_counter, t0)
-        later = replace(data, t0=data.epoch + timedelta(seconds=1))
+        later = data.next_round()
         family, _store, client = self.make_family("bench_warmup", **_sweeping_far_away())
         figures = {}
         for label, round_ in (("warm-up", data), ("warm-up next run", later)):
@@ -551,7 +551,7 @@ class Bench:
         family's first, which sweeps: it reads every bucket whole; a minute's run reads its
         touched counters, by name or by range as its buckets' populations say)."""
         data, family = self.main_data, self.main_family
-        later = replace(data, t0=data.epoch + timedelta(seconds=1))
+        later = data.next_round()
         self.say(f"next run: loading {later.row_count:,} more rows on the same counters")
         load_write_path(self.main_client, later)
         self.marks_at[family.name] = time.time()
@@ -578,23 +578,22 @@ class Bench:
         t0 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
         data = Dataset("y", p.steady_counters, p.rows_per_counter, t0)
         family, _store, client = self.make_family("bench_steady", **_sweeping_far_away())
-        expected = dict.fromkeys((data.key(i) for i in data.indexes()), 0)
+        expected = dict.fromkeys(data.expected(), 0)
+        # the raw table holds up to rounds x rows tombstones per counter: ~20 partitions a range
+        ranges = max(32, p.steady_counters // 20)
+        kept = ("ok", "error", "seconds", "sweep", "phases_s", "requests", "client_cpu_s")
+        kept += ("server_cpu_s", "server_cpu_by_thread_s")
         rounds = []
         for n in range(p.steady_rounds):
             load_write_path(client, data)
-            for i in data.indexes():
-                expected[data.key(i)] += data.total(i)
-            # the raw table holds ``n`` x rows tombstones per counter: ~20 partitions a range
-            ranges = max(32, p.steady_counters // 20)
+            for key, total in data.expected().items():
+                expected[key] += total
             run = self._checked_run(f"steady round {n}", family, data.epoch, expected, ranges)
             rounds.append(
                 {
                     "round": n,
                     "tombstones_per_counter_before": n * data.rows,
-                    **{k: run[k] for k in ("ok", "error", "seconds", "sweep", "phases_s")},
-                    "requests": run["requests"],
-                    **{k: run[k] for k in ("client_cpu_s", "server_cpu_s")},
-                    "server_cpu_by_thread_s": run["server_cpu_by_thread_s"],
+                    **{k: run[k] for k in kept},
                     "exact": run["exactness"]["exact"],
                 }
             )
@@ -602,7 +601,7 @@ class Bench:
                 f"steady round {n}: {run['seconds']:.1f} s, node {run['server_cpu_s']} CPU-s, "
                 f"exact={run['exactness']['exact']}"
             )
-            data = replace(data, t0=data.epoch + timedelta(seconds=1))
+            data = data.next_round()
         self.results["steady"] = {
             "counters": p.steady_counters,
             "rows_per_round": data.row_count,

@@ -1041,8 +1041,10 @@ class Store:
             serial_consistency_level=_serial(self.family),
         )
         batch.add(
-            head_cas,
-            (commit_id, UNSET_VALUE if population is None else population, shard, bucket, head),
+            bind(
+                head_cas,
+                (commit_id, UNSET_VALUE if population is None else population, shard, bucket, head),
+            )
         )
         now_ms = now_micros // 1000
         for f in folds:
