@@ -63,9 +63,11 @@ from .core import (
     format_key,
     from_millis,
     grown_population,
+    lowest_floor,
     needs_closer_look,
     needs_pending,
     next_version,
+    recount_floor,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -818,7 +820,7 @@ def _verify_bucket(
         copies_read = reads.submit(
             _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted
         )
-        recount = _recount_committed(ctx, bucket, committed, wanted)
+        recount, floors = _recount_committed(ctx, bucket, committed, wanted)
         copies = copies_read.result()
     # the commits applied as one batch each: the ledger holds them unless a later commit came;
     # only a counter that does not add up is read back, to tell the two apart
@@ -868,10 +870,11 @@ def _verify_bucket(
         problem = check_committed(record)
         late = 0
         kept: tuple[int, int] | None = None
+        floor = floors.get(counter)
         if problem is None and needs_closer_look(record):
-            problem, late = _look_closer(store, counter, fold)
+            problem, late = _look_closer(store, counter, fold, floor)
         elif counted_rows_gone(record):
-            problem, kept, late = _look_gone(store, counter, fold, problem)
+            problem, kept, late = _look_gone(store, counter, fold, problem, floor)
         if problem is not None:
             failures.append((counter, "check_failed", problem))
             continue
@@ -891,7 +894,7 @@ def _verify_bucket(
         evidence["pending_rows"] += record.pending_rows
         evidence["pending_sum"] += record.pending_sum
         evidence["recount_rows"] += rows - late
-        evidence["recount_sum"] += total - (_late_sum(store, counter, fold) if late else 0)
+        evidence["recount_sum"] += total - (_late_sum(store, counter, fold, floor) if late else 0)
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 
@@ -907,19 +910,43 @@ def _recount_committed(
     bucket: int,
     committed: dict[Key, tuple[Fold, Checkpoint]],
     wanted: Sequence[Key] | None,
-) -> dict[Key, tuple[int, int]]:
+) -> tuple[dict[Key, tuple[int, int]], dict[Key, int | None]]:
+    """The server's recount of each committed counter, and the floor it was recounted above
+    (None: its whole partition). Every row a commit counts lies above the time before its
+    earliest one, so the recount reads only that slice, never the tombstones of earlier folds
+    behind it: the bucket's counters above one shared floor in one token-range read (or one
+    ``IN`` read), the rest by name (``recount_floor``). A bucket whose counters were all new to
+    the ledger has no such tombstones and is recounted whole."""
     store = ctx.store
     if store.family.folds_by_slice:
-        return {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
+        recount = {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
+        return recount, {}
     recount: dict[Key, tuple[int, int]] = {}
+    used: dict[Key, int | None] = {}
     by_epoch: dict[int, list[Key]] = {}
     for counter, (fold, _cp) in committed.items():
         by_epoch.setdefault(fold.epoch_ms, []).append(counter)
     pending = {c: cp.pending for c, (_f, cp) in committed.items()}
     for epoch_ms, group in by_epoch.items():
         whole = wanted is None and epoch_ms == ctx.epoch_ms
-        recount.update(recount_tolerant(store, ctx.shard, bucket, group, epoch_ms, pending, whole))
-    return recount
+        folds = [committed[c][0] for c in group]
+        if all(f.base.epoch_ms is None for f in folds):  # none folded before: no tombstones
+            parts = [(group, None, whole)]
+        else:
+            floors = {f.counter: None if f.low_ms is None else f.low_ms - 1 for f in folds}
+            floor, inside, outside = recount_floor(floors)
+            outside_floor = lowest_floor(floors[c] for c in outside)
+            parts = [(inside, floor, whole), (outside, outside_floor, False)]
+        for counters, after_ms, in_range in parts:
+            if not counters:
+                continue
+            recount.update(
+                recount_tolerant(
+                    store, ctx.shard, bucket, counters, epoch_ms, pending, in_range, after_ms
+                )
+            )
+            used.update(dict.fromkeys(counters, after_ms))
+    return recount, used
 
 
 def recount_tolerant(
@@ -930,12 +957,14 @@ def recount_tolerant(
     epoch_ms: int,
     pending: dict[Key, frozenset[Any]],
     whole_bucket: bool = False,
+    after_ms: int | None = None,
 ) -> dict[Key, tuple[int, int]]:
-    """The server's recount of each counter's present rows at or below ``epoch_ms``. A counter
-    whose partition holds too many tombstones to aggregate (a hot counter) is recounted by point
-    reads of the rows its commit counted: late rows beyond those are not seen there."""
+    """The server's recount of each counter's present rows at or below ``epoch_ms`` (and after
+    ``after_ms``, if given). A counter whose partition holds too many tombstones to aggregate (a
+    hot counter) is recounted by point reads of the rows its commit counted: late rows beyond
+    those are not seen there."""
     try:
-        found = store.recount(shard, bucket, None if whole_bucket else counters, epoch_ms)
+        found = store.recount(shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms)
         return {c: found.get(c, (0, 0)) for c in counters}
     except (ReadFailure, ReadTimeout):
         if len(counters) == 1 and not whole_bucket:
@@ -944,7 +973,9 @@ def recount_tolerant(
             return {counter: (len(present), sum(r[2] or 0 for r in present))}
     out: dict[Key, tuple[int, int]] = {}
     for counter in counters:
-        out.update(recount_tolerant(store, shard, bucket, [counter], epoch_ms, pending))
+        out.update(
+            recount_tolerant(store, shard, bucket, [counter], epoch_ms, pending, False, after_ms)
+        )
     return out
 
 
@@ -958,15 +989,22 @@ def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, in
     )
 
 
-def _present_below(store: Store, counter: Key, fold: Fold) -> dict[Any, Row]:
-    found = store.read_rows([counter])[counter]
+def _present_below(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> dict[Any, Row]:
+    """The counter's present rows at or below the fold's epoch, and after ``after_ms`` (the
+    floor its recount used: the same slice, so the two can be compared)."""
+    if after_ms is None:
+        found = store.read_rows([counter])[counter]
+    else:
+        found = store.read_rows_after(counter, after_ms)
     return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
 
 
-def _look_closer(store: Store, counter: Key, fold: Fold) -> tuple[str | None, int]:
+def _look_closer(
+    store: Store, counter: Key, fold: Fold, after_ms: int | None
+) -> tuple[str | None, int]:
     """The recount found more rows than the commit counted: fine if every counted row is there
     with the counted sum (the others are late rows, folded by the next run)."""
-    present = _present_below(store, counter, fold)
+    present = _present_below(store, counter, fold, after_ms)
     counted = [present.get(k) for k in fold.pending]
     if any(r is None for r in counted) or sum(r[2] or 0 for r in counted) != fold.pending_sum:
         return (
@@ -977,13 +1015,13 @@ def _look_closer(store: Store, counter: Key, fold: Fold) -> tuple[str | None, in
 
 
 def _look_gone(
-    store: Store, counter: Key, fold: Fold, problem: str | None
+    store: Store, counter: Key, fold: Fold, problem: str | None, after_ms: int | None
 ) -> tuple[str | None, tuple[int, int] | None, int]:
     """The recount found fewer rows than the commit counted: fine if every row it folded itself
     is there with the folded sum, and only rows its base had counted are gone (deleted by the
     cleanup of the run that counted them first; its value keeps them). Returns the problem (or
     None), the counted rows still present (rows, sum) and the late rows found."""
-    present = _present_below(store, counter, fold)
+    present = _present_below(store, counter, fold, after_ms)
     counted = set(fold.pending)
     new = [k for k in fold.pending if k not in fold.base.pending]
     if (
@@ -996,10 +1034,12 @@ def _look_gone(
     return None, (len(kept), sum(r[2] or 0 for r in kept)), late
 
 
-def _late_sum(store: Store, counter: Key, fold: Fold) -> int:
+def _late_sum(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> int:
     pending = set(fold.pending)
     return sum(
-        r[2] or 0 for k, r in _present_below(store, counter, fold).items() if k not in pending
+        r[2] or 0
+        for k, r in _present_below(store, counter, fold, after_ms).items()
+        if k not in pending
     )
 
 

@@ -208,6 +208,9 @@ class Fold:
     bad_rows: tuple[Packed, ...] = ()
     duplicates: int = 0
     capped: bool = False
+    low_ms: int | None = None
+    """The time (ms) of the earliest row in ``pending`` (None: not known): every row the
+    commit counts lies in (low_ms - 1, epoch_ms], all a recount of it has to read."""
 
     @property
     def commit(self) -> bool:
@@ -317,6 +320,7 @@ def fold_counter(
         bad_rows=tuple(bad),
         duplicates=dups,
         capped=capped,
+        low_ms=min(r[0] for r in below) if below else None,
     )
 
 
@@ -359,6 +363,38 @@ def grown_population(population: int | None, folds: Iterable[Fold]) -> int | Non
     if population is None:
         return None
     return population + sum(1 for f in folds if f.base == EMPTY_CHECKPOINT)
+
+
+RECOUNT_WINDOW_MS = 10 * 60_000
+"""How far below the bucket's typical floor a counter's floor may lie and still be recounted by
+the shared token-range read (it then reads that much more of the partition's past)."""
+
+
+def recount_floor(
+    floors: dict[Key, int | None], window_ms: int = RECOUNT_WINDOW_MS
+) -> tuple[int | None, list[Key], list[Key]]:
+    """Pure: how a bucket's commits are recounted without reading the tombstones of earlier
+    folds. A counter's floor is the time before its earliest counted row (``Fold.low_ms - 1``,
+    None if unknown): its recount need not read at or below it. Returns the floor of the shared
+    token-range recount (the lowest floor within ``window_ms`` of the median: every counter of
+    the bucket has the same one after a steady run), the counters it covers, and the others
+    (recounted by name: new floors far below the rest, or unknown ones)."""
+    known = sorted(f for f in floors.values() if f is not None)
+    if not known:
+        return None, [], list(floors)
+    median = known[len(known) // 2]
+    floor = next(f for f in known if f >= median - window_ms)
+    inside = [c for c, f in floors.items() if f is not None and f >= floor]
+    outside = [c for c, f in floors.items() if f is None or f < floor]
+    return floor, inside, outside
+
+
+def lowest_floor(floors: Iterable[int | None]) -> int | None:
+    """The floor under all of ``floors`` (None if any is unknown, or there are none)."""
+    values = list(floors)
+    if not values or any(f is None for f in values):
+        return None
+    return min(f for f in values if f is not None)
 
 
 # --- run summaries and checks --------------------------------------------------------------

@@ -865,35 +865,40 @@ class Store:
         return "({clustering}) IN ?", lambda keys: [self._unpack(k) for k in keys]
 
     def recount(
-        self, shard: int, bucket: int, counters: Sequence[Key] | None, epoch_ms: int
+        self,
+        shard: int,
+        bucket: int,
+        counters: Sequence[Key] | None,
+        epoch_ms: int,
+        after_ms: int | None = None,
     ) -> dict[Key, tuple[int, int]]:
         """An independent recount by the server: per counter, the number and the sum of its
-        present raw rows at or below ``epoch_ms`` (``GROUP BY`` over the bucket's token range,
-        or over the given counters). Summed as varint: an int column cannot wrap."""
+        present raw rows at or below ``epoch_ms`` and after ``after_ms`` if given (``GROUP BY``
+        over the bucket's token range, or over the given counters). The lower bound is a
+        clustering slice: the node never reaches the tombstones behind it. Summed as varint: an
+        int column cannot wrap."""
         measure = f"count(*), sum(CAST({self._names['increment']} AS varint))"
         bound = self._time_bound(epoch_ms)
+        where, params, name = "AND {time} <= ?", (bound,), "raw_recount_below"
+        if after_ms is not None:
+            where = "AND {time} > ? AND {time} <= ?"
+            params, name = (self._time_bound(after_ms), bound), "raw_recount_between"
         if counters is None:
             statement = self.prepare(
-                "raw_recount_range",
+                f"{name}_range",
                 f"SELECT {{key}}, {measure} FROM {{raw}} WHERE {{token}} > ? AND {{token}} <= ? "
-                "AND {time} <= ? GROUP BY {key} ALLOW FILTERING",
+                f"{where} GROUP BY {{key}} ALLOW FILTERING",
             )
             self.requests[self.phase] += 1
             rows = self.session.execute(
                 statement,
-                (*bucket_bounds(self.family.shards, shard, bucket), bound),
+                (*bucket_bounds(self.family.shards, shard, bucket), *params),
                 execution_profile=BULK_PROFILE,
             )
             width = len(self.layout.key)
             return {tuple(r[:width]): (r[width], r[width + 1] or 0) for r in rows}
         found = self._rows_by_partition(
-            "raw_recount",
-            measure,
-            "{raw}",
-            counters,
-            where="AND {time} <= ?",
-            params=(bound,),
-            group=True,
+            name, measure, "{raw}", counters, where=where, params=params, group=True
         )
         return {c: (rows[0][0], rows[0][1] or 0) if rows else (0, 0) for c, rows in found.items()}
 

@@ -23,9 +23,11 @@ from counters.core import (
     evaluate_evidence,
     fold_counter,
     grown_population,
+    lowest_floor,
     needs_closer_look,
     needs_pending,
     next_version,
+    recount_floor,
     shard_bounds,
     shard_of,
     split_refused_range,
@@ -340,3 +342,28 @@ def test_the_population_grows_by_the_counters_new_to_the_bucket():
     assert grown_population(10, folds) == 11
     assert grown_population(10, []) == 10
     assert grown_population(None, folds) is None
+
+
+def test_a_fold_knows_its_earliest_counted_row():
+    base = Checkpoint(10, ms(5), "c1", frozenset({(ms(4), "a", 1)}), 3, 1)
+    rows = [row(4, 3), row(6, 1), row(2, 5, "late"), row(9, 7)]  # counted, new, late, newer
+    fold = fold_counter(("x",), base, rows, ms(8))
+    assert fold.low_ms == ms(2)  # the late row: below the base's epoch and its counted row
+    assert fold_counter(("x",), base, [row(6, 1), row(7, 1)], ms(8)).low_ms == ms(6)
+    assert fold_counter(("x",), base, [row(9, 1)], ms(8)).low_ms is None  # nothing to count
+
+
+def test_a_bucket_is_recounted_above_the_floor_its_counters_share():
+    e = ms(60)
+    steady = {(f"c{i}",): e for i in range(20)}
+    assert recount_floor(steady) == (e, list(steady), [])
+    # a floor a few minutes lower joins the shared read (it lowers the floor for all) ...
+    near = {**steady, ("near",): ms(55)}
+    assert recount_floor(near) == (ms(55), list(near), [])
+    # ... one far below it, or an unknown one, is recounted by name
+    far = {**steady, ("far",): ms(5), ("unknown",): None}
+    floor, inside, outside = recount_floor(far)
+    assert (floor, inside, outside) == (e, list(steady), [("far",), ("unknown",)])
+    assert lowest_floor(far[c] for c in [("far",)]) == ms(5)
+    assert lowest_floor(far[c] for c in outside) is None  # any unknown: the whole partition
+    assert recount_floor({("a",): None}) == (None, [], [("a",)])

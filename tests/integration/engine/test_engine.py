@@ -11,6 +11,7 @@ from counters import engine
 from counters.client import Increment
 from counters.compaction import sweep_due
 from counters.config import Discovery
+from counters.core import to_millis
 from counters.schema import SchemaError
 from counters.store import Store
 
@@ -455,3 +456,75 @@ def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     run(store, t0 + timedelta(minutes=12), use_lease=False, run_id="C")
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
     assert all(isinstance(e, engine.EngineError) for e in errors)
+
+
+def _second_fold_of_one_bucket(make_family, t0, n=40):
+    """A bucket of ``n`` counters folded once (a sweep); then 3 more rows each, for a second
+    run that is no sweep and reads the bucket whole (the shared token-range recount)."""
+    _family, store, client = make_family(shards=1)
+    counters = same_bucket(store, n)
+    load(client, t0, counters=counters, before=4, after=0)
+    first = t0 + timedelta(minutes=10)
+    run(store, first)
+    client.record(
+        [
+            inc(c, 10 + j, first + timedelta(seconds=10 * (j + 1)), "w", 50 + j)
+            for c in counters
+            for j in range(3)
+        ]
+    )
+    return store, client, counters, first
+
+
+def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_it(make_family, t0):
+    store, client, counters, first = _second_fold_of_one_bucket(make_family, t0)
+    calls = []
+    recount = store.recount
+
+    def recording(shard, bucket, names, epoch_ms, after_ms=None):
+        calls.append((store.phase, names is None, after_ms))
+        return recount(shard, bucket, names, epoch_ms, after_ms)
+
+    store.recount = recording
+    victim = counters[0]
+
+    def lose_a_row(point):
+        if point == "copy":  # after the commit, before the recount: a row it counted vanishes
+            f = store.family
+            store.session.execute(
+                f"DELETE FROM {f.keyspace}.{f.raw_table} WHERE type = %s AND modify_time = %s "
+                "AND actor = 'w' AND version = 51",
+                (victim, first + timedelta(seconds=20)),
+            )
+
+    with pytest.raises(engine.ChecksFailed, match=f"{victim}: recount"):
+        run(store, first + timedelta(minutes=1), fault=lose_a_row)
+    # one shared read, above the earliest row this fold counted: no tombstone of the first fold
+    floor = to_millis(first + timedelta(seconds=10)) - 1
+    assert [c for c in calls if c[0] == "verify"] == [("verify", True, floor)]
+    assert [q.counter for q in engine.quarantined(store)] == [(victim,)]
+    values = {v.counter[0]: v.value for v in client.read_many(counters)}
+    assert all(values[c] == 10 + 33 for c in counters[1:])
+
+
+def test_rows_below_the_recount_floor_are_left_for_the_next_run(make_family, t0):
+    store, client, counters, first = _second_fold_of_one_bucket(make_family, t0)
+    late, fresh = counters[1], counters[2]
+
+    def write_behind(point):
+        if point == "copy":  # after the fold read: a late row (below the floor), a new row
+            client.record(
+                [
+                    inc(late, 1000, t0 + timedelta(minutes=1), "late", 1),
+                    inc(fresh, 2000, first + timedelta(seconds=45), "slow", 1),
+                ]
+            )
+
+    summary = run(store, first + timedelta(minutes=1), fault=write_behind)
+    assert summary.outcome == "success"
+    assert len([r for r in raw_rows(store, (late,)) if r[1] == 1000]) == 1, "late row deleted"
+    assert len([r for r in raw_rows(store, (fresh,)) if r[1] == 2000]) == 1, "new row deleted"
+    run(store, first + timedelta(minutes=2))
+    values = {v.counter[0]: v.value for v in client.read_many(counters)}
+    assert values[late] == 10 + 33 + 1000 and values[fresh] == 10 + 33 + 2000
+    assert all(values[c] == 10 + 33 for c in counters[3:])
