@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from .config import Discovery, Family, Kind
 from .connection import Connection
-from .core import Key, truncate_ms, utc_naive, write_timestamp
+from .core import Key, minute_ms, truncate_ms, utc_naive, write_timestamp
 from .store import Store
 
 
@@ -93,7 +93,10 @@ class CounterClient:
                     f"{[c.name for c in self.store.layout.clustering[1:]]}, got {event.identity!r}"
                 )
         if self.family.discovery is Discovery.INDEX:
-            self.store.mark_touched(e.counter for e in events)
+            minutes: dict[Key, set[int]] = {}
+            for e in events:  # the minutes of the rows: a run reads each counter down to them
+                minutes.setdefault(e.counter, set()).add(minute_ms(e.time))
+            self.store.mark_touched(list(minutes), minutes)
         self.store.insert_raw(
             [
                 (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))

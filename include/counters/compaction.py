@@ -46,6 +46,7 @@ from .config import Discovery, Family, Kind
 from .core import (
     BUCKETS,
     EMPTY_CHECKPOINT,
+    WHOLE_BUCKET_SHARE,
     CheckOutcome,
     Checkpoint,
     Committed,
@@ -64,9 +65,11 @@ from .core import (
     from_millis,
     grown_population,
     lowest_floor,
+    minute_ms,
     needs_closer_look,
     needs_pending,
     next_version,
+    read_floor,
     recount_floor,
     to_millis,
     truncate_ms,
@@ -486,12 +489,18 @@ def _compact_bucket(
             found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
             rows = {c: [] for c in found}
         elif scan:
+            floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
             try:
-                rows = store.scan_rows(ctx.shard, bucket)
+                rows = store.scan_rows(ctx.shard, bucket, floor)
             except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
                 known |= set(store.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
+                apart = []
+            if apart:  # their past reaches below the slice: read whole, by name
+                whole_rows, more = read_rows_tolerant(store, apart, ledger, copies)
+                rows.update(whole_rows)
+                windowed.update(more)
         else:
             rows, windowed = read_rows_tolerant(store, marked, ledger, copies)
         if not sweep:
@@ -541,6 +550,24 @@ def _compact_bucket(
     with phases.timed("forget", store):
         _forget(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
+
+
+def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
+    """How a run that is no sweep scans a bucket: the time after which it reads the rows of
+    the range (None: whole), and the marked counters whose past reaches below it (read whole, by
+    name). Each counter's own floor is ``core.read_floor``; they share one as the recount does
+    (``core.recount_floor``). Whole when more than a quarter of the counters would be apart."""
+    if ctx.store.family.kind is not Kind.INCREMENTS:
+        return None, []
+    floors = {
+        t.counter: read_floor(ledger.checkpoints.get(t.counter), t.earliest_ms)
+        for t in touched
+        if t.counter not in ctx.quarantined
+    }
+    floor, _inside, apart = recount_floor(floors)
+    if floor is None or len(apart) * WHOLE_BUCKET_SHARE > len(floors):
+        return None, []
+    return floor, apart
 
 
 def _only(ledger: Ledger, copies: dict[Key, Copy], counters: list[Key]) -> tuple[Ledger, dict]:
@@ -785,6 +812,7 @@ def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: st
         next_version(now_micros, fold.base.version),
         run_id,
         pending_rows=len(fold.pending),
+        low_ms=fold.low_ms,
     )
 
 
@@ -1063,8 +1091,14 @@ def _forget(
     busy |= set(windowed) | ctx.quarantined
     keep = [t.counter for t in touched if t.writetime <= horizon and t.counter in busy]
     ctx.store.forget_bucket(ctx.shard, bucket, horizon)
-    if keep:
-        ctx.store.mark_touched(keep)
+    if keep:  # the minute of their rows after the epoch (a hot or quarantined one: none)
+        newer = {c: [r[0] for r in rows.get(c, ()) if r[0] > ctx.epoch_ms] for c in keep}
+        minutes = {
+            c: {minute_ms(from_millis(min(times)))}
+            for c, times in newer.items()
+            if times and c not in windowed and c not in ctx.quarantined
+        }
+        ctx.store.mark_touched(keep, minutes)
 
 
 def read_rows_tolerant(

@@ -57,6 +57,11 @@ def epoch_for(scheduled: datetime, lag: timedelta) -> datetime:
     return truncate_ms(minute - lag)
 
 
+def minute_ms(moment: datetime) -> int:
+    """The start of ``moment``'s minute, in epoch ms (what an index mark records of a row)."""
+    return to_millis(moment) // 60_000 * 60_000
+
+
 def parse_epoch(text: str) -> datetime:
     """An epoch given by a person (``--epoch``, the DAG's ``epoch`` param): ISO 8601, UTC when
     it has no offset, millisecond precision. ``ValueError`` names the text."""
@@ -168,6 +173,10 @@ class Checkpoint:
     run_id: str | None = None
     pending_rows: int = 0
     """How many rows ``pending`` lists (known without the list itself)."""
+    low_ms: int | None = None
+    """The time (ms) of the earliest row ``pending`` lists (None: unknown, e.g. a commit from
+    before it was recorded): a fold that reads the counter's rows after ``low_ms - 1`` sees every
+    counted row still present."""
     pending_loaded: bool = True
     """Whether ``pending`` holds the keys. The ledger keeps only their count and sum; the keys
     live in the commit's record of the run log and are read only for a counter that still has
@@ -387,6 +396,24 @@ def recount_floor(
     inside = [c for c, f in floors.items() if f is not None and f >= floor]
     outside = [c for c, f in floors.items() if f is None or f < floor]
     return floor, inside, outside
+
+
+def read_floor(checkpoint: Checkpoint | None, earliest_ms: int | None) -> int | None:
+    """Pure: the time after which a fold must read a marked counter's rows, or None (all of
+    them). It must see every row after the checkpoint's epoch, every counted row still present
+    (none lies before the checkpoint's ``low_ms``: a fold that read them carried them in its
+    ``pending``), and the rows its writers announced (the mark's earliest minute). Below that
+    lie the tombstones of earlier folds, and rows of other writers later than every mark, which
+    the next sweep reads. Unknown where the counter was never folded, the commit did not record
+    ``low_ms``, or the mark did not say."""
+    if checkpoint is None or checkpoint.epoch_ms is None or earliest_ms is None:
+        return None
+    floor = min(checkpoint.epoch_ms, earliest_ms - 1)
+    if checkpoint.pending_rows or checkpoint.pending:
+        if checkpoint.low_ms is None:
+            return None
+        floor = min(floor, checkpoint.low_ms - 1)
+    return floor
 
 
 def lowest_floor(floors: Iterable[int | None]) -> int | None:

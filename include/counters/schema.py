@@ -149,14 +149,15 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
     key_list = ", ".join(q(c.name) for c in layout.key)
     return [
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(index_table(family))} (shard int, {key_defs}, "
-        f"slot int, touched boolean, PRIMARY KEY ((shard, slot), {key_list})) "
+        f"slot int, touched boolean, minutes set<bigint>, PRIMARY KEY ((shard, slot), {key_list})) "
         f"WITH {INDEX_OPTIONS}",
         # one partition per token-range bucket: a conditional batch on its static head commits
         # many counters in one Paxos round
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(ledger_table(family))} (shard int, bucket int, "
         f"head timeuuid static, population int static, {key_defs}, value bigint, "
         "epoch_ms bigint, commit_id timeuuid, "
-        "run_id text, pending text, pending_sum bigint, pending_rows int, base_value bigint, "
+        "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
+        "base_value bigint, "
         "folded_sum bigint, version bigint, updated_at timestamp, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
         # per commit, the keys of the rows each of its counters counted (written before the
@@ -405,11 +406,17 @@ def ensure_schema(
                 f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"
             )
     ledger = _table_meta(session, family.keyspace, ledger_table(family))
-    if ledger is not None and "population" not in ledger.columns:  # a ledger from before it
-        session.execute(
-            f"ALTER TABLE {q(family.keyspace)}.{q(ledger_table(family))} ADD population int static"
-        )
+    for column, cql_type in (("population", "int static"), ("pending_low_ms", "bigint")):
+        if ledger is not None and column not in ledger.columns:  # a ledger from before it
+            session.execute(
+                f"ALTER TABLE {q(family.keyspace)}.{q(ledger_table(family))} "
+                f"ADD {column} {cql_type}"
+            )
     index = _table_meta(session, family.keyspace, index_table(family))
+    if index is not None and "minutes" not in index.columns:  # marks from before they had times
+        session.execute(
+            f"ALTER TABLE {q(family.keyspace)}.{q(index_table(family))} ADD minutes set<bigint>"
+        )
     if index is not None and [c.name for c in index.partition_key] != ["shard", "slot"]:
         raise SchemaError(
             f"family {family.name!r}: index table {family.keyspace}.{index_table(family)} has an "

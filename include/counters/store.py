@@ -105,6 +105,9 @@ class Touched:
 
     counter: Key
     writetime: int
+    earliest_ms: int | None = None
+    """The earliest minute (ms) of the rows its writers announced, None if a mark did not say
+    (the counter's past must then be read whole)."""
 
 
 @dataclass(frozen=True)
@@ -355,14 +358,29 @@ class Store:
 
     # --- write API ------------------------------------------------------------------------
 
-    def mark_touched(self, counters: Iterable[Key]) -> None:
-        """Mark counters as having rows to fold (server timestamps; before the raw write)."""
-        statement = self.prepare(
+    def mark_touched(
+        self, counters: Iterable[Key], minutes: dict[Key, set[int]] | None = None
+    ) -> None:
+        """Mark counters as having rows to fold (server timestamps; before the raw write), with
+        the minutes (ms) of the rows to come where known: a run reads a marked counter's past
+        only down to them. A mark without minutes makes the run read the counter whole."""
+        plain = self.prepare(
             "index_mark",
             "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        params = [(*self.bucket(c), *c) for c in set(counters)]
-        self._run([(statement, p) for p in params], session=self.conn.server_timestamp_session)
+        timed = self.prepare(
+            "index_mark_minutes",
+            "UPDATE {index} SET touched = true, minutes = minutes + ? "
+            "WHERE shard = ? AND slot = ? AND {key_where}",
+        )
+        minutes = minutes or {}
+        requests = [
+            (timed, (minutes[c], *self.bucket(c), *c))
+            if minutes.get(c)
+            else (plain, (*self.bucket(c), *c))
+            for c in set(counters)
+        ]
+        self._run(requests, session=self.conn.server_timestamp_session)
 
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
@@ -476,12 +494,15 @@ class Store:
         """The shard's index marks, by bucket (one index partition each)."""
         statement = self.prepare(
             "index_scan",
-            "SELECT {key}, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
+            "SELECT {key}, writetime(touched), minutes FROM {index} WHERE shard = ? AND slot = ?",
         )
         width = len(self.layout.key)
         results = self._concurrent(statement, [(shard, bucket) for bucket in range(BUCKETS)])
         return {
-            bucket: [Touched(tuple(r[:width]), r[width]) for r in result]
+            bucket: [
+                Touched(tuple(r[:width]), r[width], min(r[width + 1]) if r[width + 1] else None)
+                for r in result
+            ]
             for bucket, result in enumerate(results)
         }
 
@@ -796,19 +817,24 @@ class Store:
 
     # --- reading raw rows -----------------------------------------------------------------
 
-    def scan_rows(self, shard: int, bucket: int) -> dict[Key, list[Row]]:
-        """Every raw row of one bucket's token range, grouped by counter (one paged query)."""
-        statement = self.prepare(
-            "raw_scan",
-            f"SELECT {{key}}, {self._row_columns()} FROM {{raw}} "
-            "WHERE {token} > ? AND {token} <= ?",
-        )
+    def scan_rows(
+        self, shard: int, bucket: int, after_ms: int | None = None
+    ) -> dict[Key, list[Row]]:
+        """Every raw row of one bucket's token range, grouped by counter (one paged query); only
+        those after ``after_ms`` if given (a clustering slice: the node never reaches the
+        tombstones of earlier folds behind it)."""
+        select = f"SELECT {{key}}, {self._row_columns()} FROM {{raw}} "
+        params: tuple[Any, ...] = bucket_bounds(self.family.shards, shard, bucket)
+        if after_ms is None:
+            statement = self.prepare("raw_scan", select + "WHERE {token} > ? AND {token} <= ?")
+        else:
+            statement = self.prepare(
+                "raw_scan_after",
+                select + "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING",
+            )
+            params = (*params, self._time_bound(after_ms))
         self.requests[self.phase] += 1
-        result = self.session.execute(
-            statement,
-            bucket_bounds(self.family.shards, shard, bucket),
-            execution_profile=BULK_PROFILE,
-        )
+        result = self.session.execute(statement, params, execution_profile=BULK_PROFILE)
         return self._parse_rows(result, len(self.layout.key))
 
     def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[Row]]:
@@ -905,10 +931,12 @@ class Store:
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
 
     _LEDGER_COLUMNS = (
-        "value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows"
+        "value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows, "
+        "pending_low_ms"
     )
     _LEDGER_VALUES = (
-        "value, epoch_ms, commit_id, run_id, (text)null, pending_sum, version, pending_rows"
+        "value, epoch_ms, commit_id, run_id, (text)null, pending_sum, version, pending_rows, "
+        "pending_low_ms"
     )
     """The read-back of committed values, without a legacy ``pending`` list."""
 
@@ -916,7 +944,8 @@ class Store:
         """A ledger row as a checkpoint. Its pending keys are in the run log (``keys`` of the
         commit's record), loaded only when needed (``load_pending``); a row written before
         that (``pending`` as a JSON list in the ledger itself) carries them inline."""
-        value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows = row
+        (value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows) = row[:8]
+        low_ms = row[8]
         inline = bool(pending) and with_pending
         keys: frozenset[Packed] = (
             frozenset(map(tuple, json.loads(pending))) if inline else frozenset()
@@ -931,6 +960,7 @@ class Store:
             version=version,
             run_id=run_id,
             pending_rows=count or 0,
+            low_ms=low_ms,
             pending_loaded=inline or not count,
         )
 
@@ -1035,7 +1065,8 @@ class Store:
         row = self.prepare(
             "ledger_write",
             "UPDATE {ledger} SET value = ?, epoch_ms = ?, commit_id = ?, run_id = ?, "
-            "pending = '', pending_sum = ?, pending_rows = ?, base_value = ?, folded_sum = ?, "
+            "pending = '', pending_sum = ?, pending_rows = ?, pending_low_ms = ?, "
+            "base_value = ?, folded_sum = ?, "
             "version = ?, updated_at = ? WHERE shard = ? AND bucket = ? AND {key_where} "
             "IF commit_id = ?",
             serial=True,
@@ -1063,6 +1094,7 @@ class Store:
                         run_id,
                         f.pending_sum,
                         len(f.pending),
+                        f.low_ms,
                         f.base.value,
                         f.folded_sum,
                         next_version(now_micros, f.base.version),

@@ -27,6 +27,7 @@ from counters.core import (
     needs_closer_look,
     needs_pending,
     next_version,
+    read_floor,
     recount_floor,
     shard_bounds,
     shard_of,
@@ -367,3 +368,15 @@ def test_a_bucket_is_recounted_above_the_floor_its_counters_share():
     assert lowest_floor(far[c] for c in [("far",)]) == ms(5)
     assert lowest_floor(far[c] for c in outside) is None  # any unknown: the whole partition
     assert recount_floor({("a",): None}) == (None, [], [("a",)])
+
+
+def test_a_marked_counter_is_read_down_to_its_counted_rows_and_announced_minutes():
+    cp = Checkpoint(10, ms(60), "c1", frozenset(), 30, 1, pending_rows=3, low_ms=ms(59.5))
+    assert read_floor(cp, ms(61)) == ms(59.5) - 1  # its counted rows reach below the epoch
+    assert read_floor(replace(cp, pending_rows=0), ms(61)) == ms(60)  # nothing counted: epoch
+    assert read_floor(cp, ms(30)) == ms(30) - 1  # a writer announced a row half an hour back
+    # unknown, so read whole: never folded, a commit without low_ms, a mark without minutes
+    assert read_floor(None, ms(61)) is None
+    assert read_floor(EMPTY_CHECKPOINT, ms(61)) is None
+    assert read_floor(replace(cp, low_ms=None), ms(61)) is None
+    assert read_floor(cp, None) is None
