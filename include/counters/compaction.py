@@ -502,7 +502,17 @@ def _compact_bucket(
                 rows.update(whole_rows)
                 windowed.update(more)
         else:
-            rows, windowed = read_rows_tolerant(store, marked, ledger, copies)
+            floor, apart = _slice(ctx, touched, ledger)
+            sliced = [] if floor is None else [c for c in marked if c not in set(apart)]
+            rows = {}
+            if sliced:
+                try:
+                    rows = store.read_rows(sliced, floor)
+                except (ReadFailure, ReadTimeout):  # read them as a hot counter is read
+                    rows = {}
+            rest = [c for c in marked if c not in rows]  # whole, or by parts if it must
+            whole_rows, windowed = read_rows_tolerant(store, rest, ledger, copies)
+            rows.update(whole_rows)
         if not sweep:
             rows = {c: rows.get(c, []) for c in marked}
     ctx.fault("read_raw")
@@ -553,10 +563,11 @@ def _compact_bucket(
 
 
 def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
-    """How a run that is no sweep scans a bucket: the time after which it reads the rows of
-    the range (None: whole), and the marked counters whose past reaches below it (read whole, by
-    name). Each counter's own floor is ``core.read_floor``; they share one as the recount does
-    (``core.recount_floor``). Whole when more than a quarter of the counters would be apart."""
+    """How a run that is no sweep reads a bucket's marked counters: the time after which it
+    reads their rows, by token range or by name (None: whole), and the counters whose past
+    reaches below it (read whole, by name). Each counter's own floor is ``core.read_floor``; they
+    share one as the recount does (``core.recount_floor``). Whole when more than a quarter of the
+    counters would be apart."""
     if ctx.store.family.kind is not Kind.INCREMENTS:
         return None, []
     floors = {
@@ -1350,7 +1361,10 @@ def _check_left(
     for counter in chosen:
         by_epoch.setdefault(mine[counter][0], []).append(counter)
     for epoch_ms, group in by_epoch.items():
-        left = recount_tolerant(store, shard, bucket, group, epoch_ms, counted)
+        # above the earliest counted row: the tombstones of earlier folds stay unread (late rows
+        # below it are not reported here; the next run that reads the counter folds them)
+        after_ms = lowest_floor(_key_floor(mine[c][1]) for c in group)
+        left = recount_tolerant(store, shard, bucket, group, epoch_ms, counted, False, after_ms)
         for counter in group:
             if not left.get(counter, (0, 0))[0]:
                 continue
@@ -1367,6 +1381,15 @@ def _check_left(
                 else:
                     report.late_rows += 1
                     report.late_sum += increment or 0
+
+
+def _key_floor(keys: Sequence[Any]) -> int | None:
+    """The time before the earliest of these counted keys, when their time is packed as epoch
+    ms (a ``timestamp`` time column); None otherwise."""
+    times = [k[0] for k in keys]
+    if not times or not all(type(t) is int for t in times):
+        return None
+    return min(times) - 1
 
 
 def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:

@@ -837,9 +837,22 @@ class Store:
         result = self.session.execute(statement, params, execution_profile=BULK_PROFILE)
         return self._parse_rows(result, len(self.layout.key))
 
-    def read_rows(self, counters: Sequence[Key]) -> dict[Key, list[Row]]:
-        """Every raw row of the given counters (``IN`` reads)."""
-        found = self._rows_by_partition("raw_read", self._row_columns(), "{raw}", counters)
+    def read_rows(
+        self, counters: Sequence[Key], after_ms: int | None = None
+    ) -> dict[Key, list[Row]]:
+        """Every raw row of the given counters (``IN`` reads); only those after ``after_ms`` if
+        given (a clustering slice, as ``scan_rows``)."""
+        if after_ms is None:
+            found = self._rows_by_partition("raw_read", self._row_columns(), "{raw}", counters)
+        else:
+            found = self._rows_by_partition(
+                "raw_read_after_all",
+                self._row_columns(),
+                "{raw}",
+                counters,
+                where="AND {time} > ?",
+                params=(self._time_bound(after_ms),),
+            )
         out: dict[Key, list[Row]] = {}
         for counter in counters:
             out[counter] = self._parse_rows(found[counter], 0).get((), [])

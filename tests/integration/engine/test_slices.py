@@ -41,9 +41,9 @@ def run(store, epoch, **kw):
     return summary
 
 
-def _family(make_family, t0):
+def _family(make_family, t0, n=N):
     _family, store, client = make_family(shards=1)
-    counters = same_bucket(store, N)
+    counters = same_bucket(store, n)
     # no sweep falls in these runs: every run after the first reads only marked counters
     store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
     return store, client, counters
@@ -129,3 +129,57 @@ def test_a_write_api_row_an_hour_behind_is_folded_by_the_next_run(make_family, t
     values = {v.counter[0]: v.value for v in client.read_many(counters)}
     assert values == {c: total + (1000 if c == late else 0) for c in counters}
     assert engine.quarantined(store) == []
+
+
+def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0):
+    """A family from an older version: `counterctl init` adds the ledger's ``pending_low_ms``
+    and the index's ``minutes``; its commits and marks have neither, so its next run reads the
+    bucket whole, and the run after that (on commits that have them) above their floor."""
+    from counters.schema import ensure_schema, index_table, ledger_table
+
+    store, client, counters = _family(make_family, t0)
+    family = store.family
+    e1, e2, e3 = (t0 + timedelta(minutes=m) for m in (1, 2, 3))
+    total = _round(client, counters, t0, 0)
+    run(store, e1)
+    total += _round(client, counters, e1, 10)
+    for table, column in (
+        (ledger_table(family), "pending_low_ms"),
+        (index_table(family), "minutes"),
+    ):
+        store.session.execute(f"ALTER TABLE {family.keyspace}.{table} DROP {column}")
+    ensure_schema(store.session, family)  # what `counterctl init` does after an upgrade
+    calls = _scans(store)
+    run(store, e2)
+    total += _round(client, counters, e2, 20)
+    run(store, e3)
+    assert calls == [None, to_millis(e1 + timedelta(seconds=10)) - 1]
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(
+        counters, total
+    )
+
+
+def test_a_few_marked_counters_are_read_by_name_above_their_floor(make_family, t0):
+    store, client, counters = _family(make_family, t0, n=4)  # too few to scan the bucket
+    calls = []
+    read_rows = store.read_rows
+
+    def recording(names, after_ms=None):
+        if store.phase == "read_raw":
+            calls.append((len(names), after_ms))
+        return read_rows(names, after_ms)
+
+    store.read_rows = recording
+    total = 0
+    epochs = [t0 + timedelta(minutes=m) for m in (1, 2, 3)]
+    for i, epoch in enumerate(epochs):
+        total += _round(client, counters, epoch - timedelta(minutes=1), 10 * i)
+        run(store, epoch)
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(
+        counters, total
+    )
+    assert calls == [
+        (4, None),
+        (4, to_millis(t0 + timedelta(seconds=10)) - 1),
+        (4, to_millis(epochs[0] + timedelta(seconds=10)) - 1),
+    ]
