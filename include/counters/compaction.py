@@ -503,7 +503,8 @@ def _compact_bucket(
                 windowed.update(more)
         else:
             floor, apart = _slice(ctx, touched, ledger)
-            sliced = [] if floor is None else [c for c in marked if c not in set(apart)]
+            whole_read = set(apart)
+            sliced = [] if floor is None else [c for c in marked if c not in whole_read]
             rows = {}
             if sliced:
                 try:

@@ -250,7 +250,8 @@ def fold_counter(
 ) -> Fold:
     """Fold a counter's present raw rows into its checkpoint at ``epoch_ms``.
 
-    ``rows`` must be every row of the counter present when read, read after ``base``. A row at
+    ``rows`` must be every row of the counter present when read, read after ``base`` (or every
+    one after a floor below its counted rows and its epoch: ``read_floor``). A row at
     or below the epoch is counted if its key is in ``base.pending``, else it is folded now (a
     row at or below ``base.epoch_ms`` is a late write). The epoch never moves backwards.
 
