@@ -70,7 +70,7 @@ from .core import (
     needs_pending,
     next_version,
     read_floor,
-    recount_floor,
+    shared_floor,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -567,7 +567,7 @@ def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int |
     """How a run that is no sweep reads a bucket's marked counters: the time after which it
     reads their rows, by token range or by name (None: whole), and the counters whose past
     reaches below it (read whole, by name). Each counter's own floor is ``core.read_floor``; they
-    share one as the recount does (``core.recount_floor``). Whole when more than a quarter of the
+    share one as the recount does (``core.shared_floor``). Whole when more than a quarter of the
     counters would be apart."""
     if ctx.store.family.kind is not Kind.INCREMENTS:
         return None, []
@@ -576,7 +576,7 @@ def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int |
         for t in touched
         if t.counter not in ctx.quarantined
     }
-    floor, _inside, apart = recount_floor(floors)
+    floor, _inside, apart = shared_floor(floors)
     if floor is None or len(apart) * WHOLE_BUCKET_SHARE > len(floors):
         return None, []
     return floor, apart
@@ -955,7 +955,7 @@ def _recount_committed(
     (None: its whole partition). Every row a commit counts lies above the time before its
     earliest one, so the recount reads only that slice, never the tombstones of earlier folds
     behind it: the bucket's counters above one shared floor in one token-range read (or one
-    ``IN`` read), the rest by name (``recount_floor``). A bucket whose counters were all new to
+    ``IN`` read), the rest by name (``shared_floor``). A bucket whose counters were all new to
     the ledger has no such tombstones and is recounted whole."""
     store = ctx.store
     if store.family.folds_by_slice:
@@ -974,7 +974,7 @@ def _recount_committed(
             parts = [(group, None, whole)]
         else:
             floors = {f.counter: None if f.low_ms is None else f.low_ms - 1 for f in folds}
-            floor, inside, outside = recount_floor(floors)
+            floor, inside, outside = shared_floor(floors)
             outside_floor = lowest_floor(floors[c] for c in outside)
             parts = [(inside, floor, whole), (outside, outside_floor, False)]
         for counters, after_ms, in_range in parts:
@@ -1032,10 +1032,7 @@ def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, in
 def _present_below(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> dict[Any, Row]:
     """The counter's present rows at or below the fold's epoch, and after ``after_ms`` (the
     floor its recount used: the same slice, so the two can be compared)."""
-    if after_ms is None:
-        found = store.read_rows([counter])[counter]
-    else:
-        found = store.read_rows_after(counter, after_ms)
+    found = store.read_rows([counter], after_ms)[counter]
     return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
 
 

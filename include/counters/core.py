@@ -380,7 +380,7 @@ RECOUNT_WINDOW_MS = 10 * 60_000
 the shared token-range read (it then reads that much more of the partition's past)."""
 
 
-def recount_floor(
+def shared_floor(
     floors: dict[Key, int | None], window_ms: int = RECOUNT_WINDOW_MS
 ) -> tuple[int | None, list[Key], list[Key]]:
     """Pure: how a bucket's commits are recounted without reading the tombstones of earlier

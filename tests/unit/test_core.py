@@ -28,9 +28,9 @@ from counters.core import (
     needs_pending,
     next_version,
     read_floor,
-    recount_floor,
     shard_bounds,
     shard_of,
+    shared_floor,
     split_refused_range,
     to_millis,
     truncate_ms,
@@ -357,17 +357,17 @@ def test_a_fold_knows_its_earliest_counted_row():
 def test_a_bucket_is_recounted_above_the_floor_its_counters_share():
     e = ms(60)
     steady = {(f"c{i}",): e for i in range(20)}
-    assert recount_floor(steady) == (e, list(steady), [])
+    assert shared_floor(steady) == (e, list(steady), [])
     # a floor a few minutes lower joins the shared read (it lowers the floor for all) ...
     near = {**steady, ("near",): ms(55)}
-    assert recount_floor(near) == (ms(55), list(near), [])
+    assert shared_floor(near) == (ms(55), list(near), [])
     # ... one far below it, or an unknown one, is recounted by name
     far = {**steady, ("far",): ms(5), ("unknown",): None}
-    floor, inside, outside = recount_floor(far)
+    floor, inside, outside = shared_floor(far)
     assert (floor, inside, outside) == (e, list(steady), [("far",), ("unknown",)])
     assert lowest_floor(far[c] for c in [("far",)]) == ms(5)
     assert lowest_floor(far[c] for c in outside) is None  # any unknown: the whole partition
-    assert recount_floor({("a",): None}) == (None, [], [("a",)])
+    assert shared_floor({("a",): None}) == (None, [], [("a",)])
 
 
 def test_a_marked_counter_is_read_down_to_its_counted_rows_and_announced_minutes():
