@@ -77,6 +77,7 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .rowkeys import CountedKeys
 from .schema import SchemaError
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
@@ -1293,27 +1294,30 @@ def cleanup_shard(
         part = CleanupReport(shard)
         # every applied commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
-        mine: dict[Key, tuple[int, list[Any]]] = {}
+        mine: dict[Key, tuple[int, CountedKeys]] = {}
         for record in runs[bucket]:
             for counter, epoch_ms, keys in record.entries:
                 if counter in quarantined:
                     continue
                 if counter in mine:  # a retry of the run committed it again
                     epoch_before, keys_before = mine[counter]
-                    merged = {tuple(k): k for k in (*keys_before, *keys)}
-                    mine[counter] = (max(epoch_ms, epoch_before), list(merged.values()))
+                    merged = dict.fromkeys([*keys_before.keys, *keys.keys])
+                    keys = CountedKeys.of(store.key_codec, list(merged))
+                    mine[counter] = (max(epoch_ms, epoch_before), keys)
                 else:
                     mine[counter] = (epoch_ms, keys)
         if not mine:
             return part
-        deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if keys]
+        deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if len(keys)]
         if deletions:
             newest = max(mine[c][0] for c, _keys in deletions)
             tombstone_ts = max(now_us, newest * 1000 + 1000)
             if store.family.kind is Kind.UNIQUE:
                 # members first: once their derived rows are gone, the mark is what keeps a
                 # duplicate row (a clock-behind writer's) from counting the member again
-                store.mark_counted([(c, [k[MEMBER_INDEX] for k in keys]) for c, keys in deletions])
+                store.mark_counted(
+                    [(c, [k[MEMBER_INDEX] for k in keys.keys]) for c, keys in deletions]
+                )
                 fault("cleanup_mark")
             part.rows_deleted += store.delete_rows(deletions, tombstone_ts)
         store.phase = "verify_cleanup"
@@ -1339,7 +1343,7 @@ def _check_left(
     store: Store,
     shard: int,
     bucket: int,
-    mine: dict[Key, tuple[int, list[Any]]],
+    mine: dict[Key, tuple[int, CountedKeys]],
     report: CleanupReport,
 ) -> None:
     """Count, on the server, what is left at or below the epoch of a sample of the bucket's
@@ -1354,14 +1358,14 @@ def _check_left(
             sorted(chosen, key=repr), CLEANUP_CHECK_SAMPLE
         )
     report.counters_checked += len(chosen)
-    counted = {c: frozenset(map(tuple, mine[c][1])) for c in chosen}
+    counted = {c: frozenset(mine[c][1].keys) for c in chosen}
     by_epoch: dict[int, list[Key]] = {}
     for counter in chosen:
         by_epoch.setdefault(mine[counter][0], []).append(counter)
     for epoch_ms, group in by_epoch.items():
         # above the earliest counted row: the tombstones of earlier folds stay unread (late rows
         # below it are not reported here; the next run that reads the counter folds them)
-        after_ms = lowest_floor(_key_floor(mine[c][1]) for c in group)
+        after_ms = lowest_floor(_key_floor(mine[c][1].keys) for c in group)
         left = recount_tolerant(store, shard, bucket, group, epoch_ms, counted, False, after_ms)
         for counter in group:
             if not left.get(counter, (0, 0))[0]:

@@ -58,6 +58,7 @@ from .core import (
     write_timestamp,
 )
 from .errors import EngineError
+from .rowkeys import CountedKeys, Encoded, KeyCodec
 from .schema import RawLayout, q
 
 DEFAULT_CONCURRENCY = 64
@@ -96,7 +97,7 @@ COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
 PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
-"""Clustering column types the engine can pack (pending lists are JSON)."""
+"""Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
 
 
 @dataclass(frozen=True)
@@ -150,10 +151,14 @@ class CommitRecord:
     commit_id: Any
     blob: bytes
     decode: Callable[[list[Any]], Key]
+    codec: KeyCodec
 
     @property
-    def entries(self) -> list[tuple[Key, int, list[list[Any]]]]:
-        return [(self.decode(c), epoch, keys) for c, epoch, keys in unpack_commit_keys(self.blob)]
+    def entries(self) -> list[tuple[Key, int, CountedKeys]]:
+        return [
+            (self.decode(c), epoch, keys)
+            for c, epoch, keys in unpack_commit_keys(self.blob, self.codec)
+        ]
 
 
 @dataclass(frozen=True)
@@ -1208,6 +1213,11 @@ class Store:
 
     # --- the run log: which rows each commit counted (what cleanup deletes) ---------------
 
+    @cached_property
+    def key_codec(self) -> KeyCodec:
+        """Counted keys <-> the bytes of the raw table's ``(clustering) IN ?`` value."""
+        return KeyCodec(tuple(c.cql_type for c in self.layout.clustering))
+
     def _key_codec(self) -> tuple[Callable[[Key], list[Any]], Callable[[list[Any]], Key]]:
         types = [c.cql_type for c in self.layout.key]
 
@@ -1233,7 +1243,9 @@ class Store:
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
         )
         encode, _decode = self._key_codec()
-        blob = pack_commit_keys([(encode(f.counter), f.epoch_ms, f.pending) for f in folds])
+        blob = pack_commit_keys(
+            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.key_codec
+        )
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
@@ -1266,7 +1278,7 @@ class Store:
         ):
             if blob is None or not applied:
                 continue
-            out[bucket].append(CommitRecord(commit_id, blob, decode))
+            out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec))
         return out
 
     def load_pending(
@@ -1289,12 +1301,13 @@ class Store:
         )
         results = self._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
         _encode, decode = self._key_codec()
-        records: dict[tuple[str, Any], dict[Key, tuple[Packed, ...]]] = {}
+        records: dict[tuple[str, Any], dict[Key, CountedKeys]] = {}
         for ref, result in zip(refs, results, strict=True):
             row = result.one()
             if row is not None and row[0] is not None:
                 records[ref] = {
-                    _normal(decode(c)): keys for c, _epoch, keys in unpack_commit_keys(row[0])
+                    _normal(decode(c)): keys
+                    for c, _epoch, keys in unpack_commit_keys(row[0], self.key_codec)
                 }
         missing = []
         for counter in wanted:
@@ -1303,37 +1316,41 @@ class Store:
             if keys is None:
                 missing.append(counter)
                 continue
-            checkpoints[counter] = replace(
-                cp, pending=frozenset(map(tuple, keys)), pending_loaded=True
-            )
+            checkpoints[counter] = replace(cp, pending=frozenset(keys.keys), pending_loaded=True)
         return missing
 
     # --- deletes --------------------------------------------------------------------------
 
-    def delete_rows(self, deletions: Sequence[tuple[Key, Sequence[Packed]]], ts: int) -> int:
+    def delete_rows(
+        self, deletions: Sequence[tuple[Key, Sequence[Packed] | CountedKeys]], ts: int
+    ) -> int:
         """Delete exactly these rows (never a range: a late row next to them must survive),
         with a tombstone timestamp that also shadows later retries of the same rows. One
         ``IN`` delete per counter, in unlogged batches of up to ``DELETE_BATCH_ROWS`` rows of
-        many counters (the caller passes one bucket: one token range)."""
-        relation, bind = self._rows_in()
+        many counters (the caller passes one bucket: one token range). Keys from the run log
+        are bound as the bytes they are stored in."""
+        relation, _bind = self._rows_in()
         statement = self.prepare(
             "raw_delete_in",
             f"DELETE FROM {{raw}} USING TIMESTAMP ? WHERE {{key_where}} AND {relation}",
         )
         batches: list[tuple[Any, None]] = []
         current: list[tuple] = []
-        rows = 0
+        rows = deleted = 0
         for counter, keys in deletions:
-            for group in chunks(list(keys), DELETE_BATCH_ROWS):
-                if current and rows + len(group) > DELETE_BATCH_ROWS:
+            if not isinstance(keys, CountedKeys):
+                keys = CountedKeys.of(self.key_codec, keys)
+            deleted += len(keys)
+            for n, value in keys.in_values(DELETE_BATCH_ROWS):
+                if current and rows + n > DELETE_BATCH_ROWS:
                     batches.append((self._batch(statement, current), None))
                     current, rows = [], 0
-                current.append((ts, *counter, bind(group)))
-                rows += len(group)
+                current.append((ts, *counter, value))
+                rows += n
         if current:
             batches.append((self._batch(statement, current), None))
         self._run(batches)
-        return sum(len(keys) for _counter, keys in deletions)
+        return deleted
 
     # --- quarantine -----------------------------------------------------------------------
 
@@ -1531,7 +1548,7 @@ class Store:
                 entry[0] == wanted
                 for (blob,) in result
                 if blob is not None
-                for entry in unpack_commit_keys(blob)
+                for entry in unpack_commit_keys(blob, self.key_codec)
             )
         }
 
@@ -1660,16 +1677,44 @@ def _decode_value(cql_type: str, value: Any) -> Any:
     return value
 
 
-def pack_commit_keys(entries: Sequence[tuple[list[Any], int, Sequence[Packed]]]) -> bytes:
-    """One commit's counted keys, ``(counter as JSON values, its new epoch in ms, packed
-    clustering keys)`` per counter, as one compressed cell (zlib level 1: ~5x smaller)."""
-    return zlib.compress(json.dumps(entries, separators=(",", ":")).encode(), 1)
+COMMIT_KEYS_V2 = b"\x02"
+"""First byte of a run-log record whose keys are CQL bytes (``rowkeys``); a record written
+before them is a zlib stream of JSON (its first byte is 0x78) and is still read."""
 
 
-def unpack_commit_keys(blob: bytes) -> list[tuple[list[Any], int, list[list[Any]]]]:
-    """The entries of :func:`pack_commit_keys`, keys as JSON lists (bound as they are; made
-    tuples only where they are compared)."""
-    return [(counter, epoch, keys) for counter, epoch, keys in json.loads(zlib.decompress(blob))]
+def pack_commit_keys(
+    entries: Sequence[tuple[list[Any], int, Sequence[Packed] | CountedKeys]], codec: KeyCodec
+) -> bytes:
+    """One commit's counted keys, ``(counter as JSON values, its new epoch in ms, keys)`` per
+    counter, as one compressed cell (zlib level 1): a JSON header of the counters, then each
+    counter's keys as the elements of the ``IN`` value the cleanup binds."""
+    header: list[list[Any]] = []
+    bodies: list[bytes] = []
+    for counter, epoch_ms, keys in entries:
+        body = keys.body if isinstance(keys, CountedKeys) else codec.encode(keys)
+        header.append([counter, epoch_ms, len(keys), len(body)])
+        bodies.append(body)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    data = b"".join([struct.pack(">i", len(head)), head, *bodies])
+    return COMMIT_KEYS_V2 + zlib.compress(data, 1)
+
+
+def unpack_commit_keys(blob: bytes, codec: KeyCodec) -> list[tuple[list[Any], int, CountedKeys]]:
+    """The entries of :func:`pack_commit_keys` (or of a record from before it), keys still as
+    bytes: decoded only where they are compared (``CountedKeys.keys``)."""
+    if blob[:1] != COMMIT_KEYS_V2:
+        return [
+            (counter, epoch, CountedKeys.of(codec, keys))
+            for counter, epoch, keys in json.loads(zlib.decompress(blob))
+        ]
+    data = zlib.decompress(blob[1:])
+    (size,) = struct.unpack_from(">i", data, 0)
+    at = 4 + size
+    out: list[tuple[list[Any], int, CountedKeys]] = []
+    for counter, epoch, count, width in json.loads(data[4:at]):
+        out.append((counter, epoch, CountedKeys(codec, count, data[at : at + width])))
+        at += width
+    return out
 
 
 def bind(statement: PreparedStatement, values: Sequence[Any]) -> BoundStatement:
@@ -1688,6 +1733,9 @@ def bind(statement: PreparedStatement, values: Sequence[Any]) -> BoundStatement:
         for value, column in zip(values, columns, strict=True):
             if value is UNSET_VALUE:
                 return statement.bind(values)
+            if type(value) is Encoded:  # already the protocol's bytes (``rowkeys``)
+                out.append(value)
+                continue
             out.append(None if value is None else column.type.serialize(value, protocol))
     except (TypeError, struct.error):
         return statement.bind(values)

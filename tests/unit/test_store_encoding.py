@@ -8,17 +8,38 @@ from counters.store import pack_commit_keys, unpack_commit_keys
 pytestmark = pytest.mark.unit
 
 
+def _codec():
+    from counters.rowkeys import KeyCodec
+
+    return KeyCodec(("timestamp", "text", "bigint"))
+
+
 def test_commit_keys_round_trip():
     entries = [
         (["IBM"], 1_700_000_060_000, ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
         (["AAPL", 3], 1_700_000_060_000, ()),  # a commit with nothing left to delete
         (["ü-ß"], 5, ((1, "a\u00e9", -5),)),
     ]
-    assert unpack_commit_keys(pack_commit_keys(entries)) == [
-        (["IBM"], 1_700_000_060_000, [[1_700_000_000_000, "w", 1], [1_700_000_060_000, "w", 2]]),
-        (["AAPL", 3], 1_700_000_060_000, []),
-        (["ü-ß"], 5, [[1, "a\u00e9", -5]]),
+    found = unpack_commit_keys(pack_commit_keys(entries, _codec()), _codec())
+    assert [(c, e, k.keys, len(k)) for c, e, k in found] == [
+        (["IBM"], 1_700_000_060_000, [(1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2)], 2),
+        (["AAPL", 3], 1_700_000_060_000, [], 0),
+        (["ü-ß"], 5, [(1, "a\u00e9", -5)], 1),
     ]
+
+
+def test_a_record_from_before_the_key_bytes_is_still_read():
+    import json
+
+    legacy = [[["IBM"], 7, [[1_700_000_000_000, "w", 1], [1_700_000_000_001, "w", 2]]]]
+    blob = zlib.compress(json.dumps(legacy).encode(), 1)
+    ((counter, epoch, keys),) = unpack_commit_keys(blob, _codec())
+    assert (counter, epoch, keys.keys) == (
+        ["IBM"],
+        7,
+        [(1_700_000_000_000, "w", 1), (1_700_000_000_001, "w", 2)],
+    )
+    assert keys.body == _codec().encode(keys.keys)  # bound as a new record's keys are
 
 
 def test_commit_keys_are_compressed():
@@ -26,8 +47,8 @@ def test_commit_keys_are_compressed():
         ([f"c{i}"], 1, tuple((1_700_000_000_000 + j, "writer", j) for j in range(10)))
         for i in range(1000)
     ]
-    blob = pack_commit_keys(entries)
-    assert len(blob) * 4 < len(zlib.decompress(blob))
+    blob = pack_commit_keys(entries, _codec())
+    assert len(blob) * 4 < len(zlib.decompress(blob[1:]))
 
 
 def test_timestamps_bound_from_millis_are_the_drivers_bytes():
@@ -88,6 +109,21 @@ def test_bind_gives_the_drivers_bytes():
         assert ours.values == drivers.values
         assert ours.routing_key == drivers.routing_key
         assert ours.raw_values == values
+
+
+def test_bind_sends_encoded_keys_as_they_are():
+    from cassandra.cqltypes import DateType, ListType, LongType, TupleType, UTF8Type
+    from counters.rowkeys import CountedKeys
+    from counters.store import bind
+
+    keys = ListType.apply_parameters([TupleType.apply_parameters([DateType, UTF8Type, LongType])])
+    statement = _prepared(("ts", LongType), ("type", UTF8Type), ("keys", keys), routing=[1])
+    rows = [(1_795_349_400_000, "w", 2), (1_795_349_400_001, "v", 3)]
+    ((n, value),) = CountedKeys.of(_codec(), rows).in_values(500)
+    ours, drivers = bind(statement, (9, "IBM", value)), statement.bind((9, "IBM", rows))
+    assert n == 2
+    assert ours.values == drivers.values
+    assert ours.routing_key == drivers.routing_key
 
 
 def test_bind_leaves_every_other_case_to_the_driver():

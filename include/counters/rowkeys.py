@@ -1,0 +1,175 @@
+"""Counted row keys as the bytes of a CQL ``IN ?`` value (pure: no I/O, no driver session).
+
+The run log records, per commit, the clustering keys of the rows each counter counted, and the
+cleanup binds them to ``DELETE ... WHERE (clustering) IN ?``. Kept as that value's bytes (the
+elements of a CQL list, a tuple per key when the clustering key has several columns), a
+million keys cost the cleanup a copy, not a JSON decode and a driver serializer call per key;
+they are decoded to packed keys only where a key is compared (a retry's merge, the sampled
+check, a later fold's pending keys).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from operator import call
+
+from cassandra.marshal import varint_pack, varint_unpack
+
+from .core import Packed
+
+_INT32 = struct.Struct(">i")
+
+
+class Encoded(bytes):
+    """A value already in the bytes the native protocol sends for it (``store.bind`` passes it
+    through)."""
+
+
+def _fixed(fmt: str) -> tuple[Callable[[object], bytes], Callable[[bytes], object]]:
+    """A fixed-width type: its value with its length, one ``struct`` call; and back."""
+    value = struct.Struct(">" + fmt)
+    sized = struct.Struct(">i" + fmt)
+    return partial(sized.pack, value.size), lambda b: value.unpack(b)[0]
+
+
+def _sized(encode: Callable[[object], bytes]) -> Callable[[object], bytes]:
+    """A variable-width type: its value's bytes behind their length."""
+
+    def sized(v: object) -> bytes:
+        b = encode(v)
+        return _INT32.pack(len(b)) + b
+
+    return sized
+
+
+_CODECS: dict[str, tuple[Callable[[object], bytes], Callable[[bytes], object]]] = {
+    # (value -> length + bytes, bytes -> value)
+    "timestamp": _fixed("q"),  # packed as epoch ms
+    "bigint": _fixed("q"),
+    "int": _fixed("i"),
+    "smallint": _fixed("h"),
+    "tinyint": _fixed("b"),
+    "varint": (_sized(varint_pack), varint_unpack),
+    "boolean": (_sized(lambda v: b"\x01" if v else b"\x00"), lambda b: b != b"\x00"),
+    "text": (_sized(str.encode), lambda b: b.decode()),
+    "varchar": (_sized(str.encode), lambda b: b.decode()),
+    "ascii": (_sized(lambda v: v.encode("ascii")), lambda b: b.decode("ascii")),
+    "uuid": (_sized(lambda v: uuid.UUID(v).bytes), lambda b: str(uuid.UUID(bytes=b))),
+    "timeuuid": (_sized(lambda v: uuid.UUID(v).bytes), lambda b: str(uuid.UUID(bytes=b))),
+}
+KEY_TYPES = frozenset(_CODECS)
+"""The clustering column types a key codec encodes (``store.PACKED_TYPES``)."""
+
+
+@dataclass(frozen=True)
+class KeyCodec:
+    """Packed clustering keys <-> the elements of a CQL list: ``list<type>`` for a one-column
+    clustering key, ``list<tuple<...>>`` otherwise, the same bytes the driver serializes."""
+
+    types: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.types if t not in _CODECS]
+        if unknown or not self.types:
+            raise ValueError(f"no key codec for clustering types {list(self.types)}")
+
+    def encode(self, keys: Iterable[Packed]) -> bytes:
+        """The list elements (no count) of these keys, in order. A list element and a tuple
+        field are both their length and bytes: a one-column key is its field, a tuple is its
+        fields behind their total length (~0.7 us a three-column key)."""
+        encoders = [_CODECS[t][0] for t in self.types]
+        join = b"".join
+        if len(encoders) == 1:
+            one = encoders[0]
+            return join([one(key[0]) for key in keys])
+        i32 = _INT32.pack
+        out: list[bytes] = []
+        add = out.append
+        for key in keys:
+            body = join(map(call, encoders, key))
+            add(i32(len(body)))
+            add(body)
+        return join(out)
+
+    def decode(self, body: bytes) -> list[Packed]:
+        """The packed keys of :meth:`encode`'s bytes."""
+        read = _INT32.unpack_from
+        decoders = [_CODECS[t][1] for t in self.types]
+        keys: list[Packed] = []
+        at, end = 0, len(body)
+        single = len(decoders) == 1
+        while at < end:
+            (size,) = read(body, at)
+            at += 4
+            if single:
+                keys.append((decoders[0](body[at : at + size]),))
+            else:
+                values = []
+                inner = at
+                for dec in decoders:
+                    (width,) = read(body, inner)
+                    inner += 4
+                    values.append(dec(body[inner : inner + width]))
+                    inner += width
+                keys.append(tuple(values))
+            at += size
+        return keys
+
+
+def _offsets(body: bytes, every: int) -> list[int]:
+    """Byte offsets in ``body`` after every ``every``-th element, and its end."""
+    read = _INT32.unpack_from
+    cuts: list[int] = []
+    at, n = 0, 0
+    while at < len(body):
+        at += 4 + read(body, at)[0]
+        n += 1
+        if n % every == 0 or at >= len(body):
+            cuts.append(at)
+    return cuts
+
+
+class CountedKeys:
+    """One counter's counted keys in a commit record, kept as the bytes they are bound with."""
+
+    __slots__ = ("_keys", "body", "codec", "count")
+
+    def __init__(self, codec: KeyCodec, count: int, body: bytes) -> None:
+        self.codec = codec
+        self.count = count
+        self.body = body
+        self._keys: list[Packed] | None = None
+
+    @classmethod
+    def of(cls, codec: KeyCodec, keys: Sequence[Packed]) -> CountedKeys:
+        found = cls(codec, len(keys), codec.encode(keys))
+        found._keys = [tuple(k) for k in keys]
+        return found
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def keys(self) -> list[Packed]:
+        """The packed keys (decoded once, on first use)."""
+        if self._keys is None:
+            self._keys = self.codec.decode(self.body)
+        return self._keys
+
+    def in_values(self, most: int) -> list[tuple[int, Encoded]]:
+        """The keys as ``IN ?`` values of at most ``most`` keys each: (keys, value)."""
+        if not self.count:
+            return []
+        if self.count <= most:
+            return [(self.count, Encoded(_INT32.pack(self.count) + self.body))]
+        out: list[tuple[int, Encoded]] = []
+        start, left = 0, self.count
+        for cut in _offsets(self.body, most):
+            n = min(most, left)
+            out.append((n, Encoded(_INT32.pack(n) + self.body[start:cut])))
+            start, left = cut, left - n
+        return out
