@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +47,7 @@ from counters.store import Store
 
 from . import dags as bench_dags
 from .kinds import KINDS, KindContext
+from .nodeprofile import Recording, summarize
 from .ops import (
     Dataset,
     Meter,
@@ -108,6 +110,8 @@ class Params:
     out: Path = PROJECT_ROOT / "var" / "bench" / "latest.json"
     keep: bool = False
     profile: bool = False
+    node_profile: bool = False
+    """A JFR recording of the local node over each compaction, summarized by kind of work."""
     scan_ranges: int = 64
     scan_concurrency: int = 16
     scan_repeats: int = 3
@@ -140,6 +144,11 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--out", type=Path, help="JSON report (var/bench/latest.json)")
     p.add_argument("--keep", action="store_true", help="do not drop the bench keyspace")
     p.add_argument("--profile", action="store_true", help="pyinstrument profile of compaction")
+    p.add_argument(
+        "--node-profile",
+        action="store_true",
+        help="JFR recording of the local node over each compaction (bench.nodeprofile)",
+    )
     p.add_argument("--scan-ranges", type=int)
     p.add_argument("--scan-concurrency", type=int)
     p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
@@ -207,6 +216,7 @@ def parse_args(argv: list[str] | None) -> Params:
         params.only = tuple(dict.fromkeys(a.only))
     params.keep = a.keep
     params.profile = a.profile
+    params.node_profile = a.node_profile
     if a.no_wait:
         params.wait_marks = False
     for name in ("counters", "rows_per_counter", "active_counters", "history_minutes", "reads"):
@@ -333,7 +343,12 @@ class Bench:
         if profile:
             cmd += ["--profile", str(self.p.out.parent / f"profile-{label}")]
         self.say(f"compacting {family.name} ({label}) in a worker process")
-        with Meter(self.server) as meter:
+        recording = (
+            Recording(self.server, self.p.out.parent / f"node-{label}.jfr", f"bench-{label}")
+            if self.p.node_profile and self.server is not None
+            else nullcontext()
+        )
+        with recording, Meter(self.server) as meter:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, env=os.environ, cwd=PROJECT_ROOT
             )
@@ -349,6 +364,8 @@ class Bench:
         result["forget_margin_s"] = engine.FORGET_MARGIN.total_seconds()
         if profile:
             result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
+        if isinstance(recording, Recording):
+            result["node_profile"] = summarize(recording.path, meter.server_cpu_s)
         if not result["ok"]:
             self.say(f"{label}: engine run failed: {result['error']}")
         return result
@@ -990,6 +1007,7 @@ def _cpu_figures(run: dict[str, Any]) -> dict[str, Any]:
         "client_cpu_s": round(run["client_cpu_s"], 2),
         "server_cpu_s": _round(run["server_cpu_s"], 2),
         "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+        **({"node_profile": run["node_profile"]} if run.get("node_profile") else {}),
     }
 
 

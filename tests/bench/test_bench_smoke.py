@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.nodeprofile import KINDS, THREADS
+
 pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
 PROJECT = Path(__file__).resolve().parents[2]
+KNOWN_KINDS = {"other"} | {k for k, _ in KINDS} | {k for _, k in THREADS}
 
 
 def _positive(report: dict, path: str) -> float:
@@ -32,7 +35,7 @@ def smoke(tmp_path_factory, cassandra_contact) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "report.json"
     env = {**os.environ, "CASSANDRA_HOSTS": ",".join(hosts), "CASSANDRA_PORT": str(port)}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--smoke", "--node-profile", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -122,6 +125,13 @@ def test_every_figure_is_present_and_positive(smoke):
         if name.startswith("delete_"):
             assert probe["rows_left"] == 0, name
     assert all(v > 0 for v in report["results"]["compaction"]["phases_s"].values() if v)
+    # the node's CPU over the run, by kind of work (a JFR recording of the local node)
+    for run in (report["results"]["compaction"], report["results"]["compaction"]["next_run"]):
+        profile = run["node_profile"]
+        assert profile["samples"] > 0
+        kinds = profile["kinds"]
+        assert abs(sum(k["share"] for k in kinds.values()) - 1) < 0.01, kinds
+        assert set(kinds) <= KNOWN_KINDS, kinds
     parse = report["results"]["dag_parse"]
     if parse["status"] == "measured":
         for n, size in parse["sizes"].items():

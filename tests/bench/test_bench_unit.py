@@ -95,3 +95,39 @@ def test_smoke_params_are_small():
     assert params.smoke and params.counters <= 1000 and params.only == ("scan",)
     params = bench.parse_args(["--counters", "5", "--families", "1,2"])
     assert params.counters == 5 and params.families == (1, 2)
+
+
+def test_node_samples_are_told_apart_by_their_frames():
+    from bench.nodeprofile import kind_of, samples
+
+    text = """
+jdk.ExecutionSample {
+  startTime = 10:27:45.101
+  sampledThread = "Native-Transport-Requests-3" (javaThreadId = 45)
+  stackTrace = [
+    org.apache.cassandra.db.rows.Cell.valueSize() line: 9
+    org.apache.cassandra.service.paxos.PaxosState.applyCommit(Commit) line: 3
+    org.apache.cassandra.cql3.statements.BatchStatement.execute(QueryState) line: 4
+  ]
+}
+jdk.ExecutionSample {
+  sampledThread = "CompactionExecutor:2" (javaThreadId = 60)
+  stackTrace = [
+    org.apache.cassandra.io.util.BufferedDataOutputStreamPlus.write(byte[]) line: 7
+  ]
+}
+jdk.ExecutionSample {
+  sampledThread = "MutationStage-1" (javaThreadId = 61)
+  stackTrace = [
+    org.apache.cassandra.db.ReadResponse$LocalDataResponse.build(X) line: 1
+    org.apache.cassandra.service.StorageProxy$LocalReadRunnable.runMayThrow() line: 2
+  ]
+}
+"""
+    found = [kind_of(t, f) for t, f in samples(text.splitlines())]
+    assert found == [
+        "paxos: conditional batches, leases",  # before the batch that carries it
+        "background: compaction",
+        "reads: iterating and serializing rows",  # a pooled thread: by its frames
+    ]
+    assert kind_of("Native-Transport-Requests-1", ["java.lang.Thread.run"]) == "other"
