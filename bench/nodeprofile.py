@@ -82,7 +82,7 @@ def summarize(recording: Path, cpu_s: float | None = None) -> dict[str, object]:
         check=True,
     ).stdout
     counts = Counter(kind_of(t, f) for t, f in samples(out.splitlines()))
-    total = sum(counts.values())
+    total = sum(counts.values()) or 1  # an idle node may give no sample: no kinds
     kinds = {
         kind: {
             "share": round(n / total, 3),
@@ -90,14 +90,15 @@ def summarize(recording: Path, cpu_s: float | None = None) -> dict[str, object]:
         }
         for kind, n in counts.most_common()
     }
-    return {"samples": total, "recording": str(recording), "kinds": kinds}
+    return {"samples": sum(counts.values()), "recording": str(recording), "kinds": kinds}
 
 
 class Recording:
     """A JFR recording of the node with pid ``pid`` over a block (``jcmd JFR.start/stop``)."""
 
     def __init__(self, pid: int, path: Path, name: str) -> None:
-        self.pid, self.path, self.name = pid, path, name
+        # absolute: the node writes the file, and a relative name is taken from its own cwd
+        self.pid, self.path, self.name = pid, path.resolve(), name
         self.jcmd = shutil.which("jcmd")
         if self.jcmd is None:
             raise RuntimeError("no `jcmd` on PATH (it comes with the JDK)")

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import secrets
 import signal
 import subprocess
@@ -343,8 +344,9 @@ class Bench:
         if profile:
             cmd += ["--profile", str(self.p.out.parent / f"profile-{label}")]
         self.say(f"compacting {family.name} ({label}) in a worker process")
+        name = re.sub(r"[^a-z0-9]+", "-", label.lower())  # jcmd splits its arguments at spaces
         recording = (
-            Recording(self.server, self.p.out.parent / f"node-{label}.jfr", f"bench-{label}")
+            Recording(self.server, self.p.out.parent / f"node-{name}.jfr", f"bench-{name}")
             if self.p.node_profile and self.server is not None
             else nullcontext()
         )
@@ -365,7 +367,11 @@ class Bench:
         if profile:
             result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
         if isinstance(recording, Recording):
-            result["node_profile"] = summarize(recording.path, meter.server_cpu_s)
+            try:
+                result["node_profile"] = summarize(recording.path, meter.server_cpu_s)
+            except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # the run stands
+                result["node_profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+                self.say(f"{label}: no node profile: {exc}")
         if not result["ok"]:
             self.say(f"{label}: engine run failed: {result['error']}")
         return result
