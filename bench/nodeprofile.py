@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .ops import Meter
+
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (kind, frames that mark it), first match wins; dedicated threads by name come before
     # (not the request stages': their pooled threads keep the name they were first seen with)
@@ -69,9 +71,21 @@ def samples(text: Iterable[str]) -> Iterator[tuple[str, list[str]]]:
         yield thread, frames
 
 
+UNSAMPLED = ("C1 ", "C2 ", "GC ", "G1 ")
+"""Thread groups (``Meter.server_threads``) JFR does not sample: JIT compilers and GC."""
+
+
+def sampled_cpu_s(meter: Meter) -> float | None:
+    """The node's CPU over a block outside the threads JFR does not sample."""
+    if meter.server_cpu_s is None:
+        return None
+    threads = meter.server_threads or {}
+    return meter.server_cpu_s - sum(v for k, v in threads.items() if k.startswith(UNSAMPLED))
+
+
 def summarize(recording: Path, cpu_s: float | None = None) -> dict[str, object]:
-    """The share of CPU samples per kind of work (and the CPU seconds it stands for, when the
-    node's CPU over the recording is given)."""
+    """The share of CPU samples per kind of work, and the CPU seconds it stands for when the
+    node's CPU over the recording is given (outside JIT and GC threads: ``sampled_cpu_s``)."""
     jfr = shutil.which("jfr")
     if jfr is None:
         raise RuntimeError("no `jfr` on PATH (it comes with the JDK)")

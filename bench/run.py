@@ -48,7 +48,7 @@ from counters.store import Store
 
 from . import dags as bench_dags
 from .kinds import KINDS, KindContext
-from .nodeprofile import Recording, summarize
+from .nodeprofile import Recording, sampled_cpu_s, summarize
 from .ops import (
     Dataset,
     Meter,
@@ -368,7 +368,7 @@ class Bench:
             result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
         if isinstance(recording, Recording):
             try:
-                result["node_profile"] = summarize(recording.path, meter.server_cpu_s)
+                result["node_profile"] = summarize(recording.path, sampled_cpu_s(meter))
             except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # the run stands
                 result["node_profile"] = {"error": f"{type(exc).__name__}: {exc}"}
                 self.say(f"{label}: no node profile: {exc}")

@@ -131,3 +131,14 @@ jdk.ExecutionSample {
         "reads: iterating and serializing rows",  # a pooled thread: by its frames
     ]
     assert kind_of("Native-Transport-Requests-1", ["java.lang.Thread.run"]) == "other"
+
+
+def test_the_node_cpu_a_profile_stands_for_leaves_jit_and_gc_out():
+    from bench.nodeprofile import sampled_cpu_s
+    from bench.ops import Meter
+
+    meter = Meter(server_cpu_s=20.0)
+    meter.server_threads = {"request stages": 10.0, "C2 CompilerThre": 2.0, "GC Thread": 1.0}
+    meter.server_threads |= {"G1 Conc": 0.5, "CompactionExecu": 3.0}
+    assert sampled_cpu_s(meter) == 16.5
+    assert sampled_cpu_s(Meter()) is None  # a remote node: no CPU figure
