@@ -1153,7 +1153,7 @@ def read_hot_counter(
     if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
         raise error
     epoch = checkpoint.epoch_ms
-    found = {r[1]: r for r in store.read_rows_after(counter, epoch)}
+    found = {r[1]: r for r in store.read_rows([counter], epoch)[counter]}
     found.update((r[1], r) for r in store.read_rows_at(counter, list(checkpoint.pending)))
     floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
     try:

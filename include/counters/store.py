@@ -846,7 +846,8 @@ class Store:
         self, counters: Sequence[Key], after_ms: int | None = None
     ) -> dict[Key, list[Row]]:
         """Every raw row of the given counters (``IN`` reads); only those after ``after_ms`` if
-        given (a clustering slice, as ``scan_rows``)."""
+        given (a clustering slice, as ``scan_rows``: past a hot counter's epoch it meets no
+        tombstone of ours, every folded row being at or before the epoch it was folded at)."""
         if after_ms is None:
             found = self._rows_by_partition("raw_read", self._row_columns(), "{raw}", counters)
         else:
@@ -870,13 +871,6 @@ class Store:
         self.requests[self.phase] += 1
         rows = self.session.execute(statement, params, execution_profile=BULK_PROFILE)
         return self._parse_rows(rows, 0).get((), [])
-
-    def read_rows_after(self, counter: Key, after_ms: int) -> list[Row]:
-        """A counter's rows after ``after_ms`` only. Past a hot counter's epoch this read meets
-        no tombstone of ours (every folded row is at or before the epoch it was folded at)."""
-        return self._read_counter_rows(
-            "raw_read_after", "AND {time} > ?", (*counter, self._time_bound(after_ms))
-        )
 
     def read_rows_between(self, counter: Key, low_ms: int, high_ms: int) -> list[Row]:
         """A counter's rows in ``[low_ms, high_ms]`` (a hot counter's recent past)."""
@@ -1329,7 +1323,7 @@ class Store:
         ``IN`` delete per counter, in unlogged batches of up to ``DELETE_BATCH_ROWS`` rows of
         many counters (the caller passes one bucket: one token range). Keys from the run log
         are bound as the bytes they are stored in."""
-        relation, _bind = self._rows_in()
+        relation = self._rows_in()[0]
         statement = self.prepare(
             "raw_delete_in",
             f"DELETE FROM {{raw}} USING TIMESTAMP ? WHERE {{key_where}} AND {relation}",
