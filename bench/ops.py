@@ -106,6 +106,32 @@ def thread_groups(
     return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
+_BACKGROUND_POOLS = ("CompactionExecutor", "MemtableFlushWriter", "MemtablePostFlush")
+"""The node's thread pools whose work is left over from earlier writes: SSTable compactions and
+memtable flushes."""
+
+
+def node_background_tasks(conn: Connection) -> int:
+    """Active and pending tasks of the node's compactions and flushes (``system_views``, the
+    node the session asks), and SSTable operations under way."""
+    rows = conn.session.execute(
+        "SELECT name, active_tasks, pending_tasks FROM system_views.thread_pools"
+    )
+    pools = sum(r.active_tasks + r.pending_tasks for r in rows if r.name in _BACKGROUND_POOLS)
+    return pools + len(list(conn.session.execute("SELECT kind FROM system_views.sstable_tasks")))
+
+
+def wait_for_quiet_node(conn: Connection, most_s: float = 60.0, poll_s: float = 0.5) -> float:
+    """Wait until the node has no compaction or flush left from earlier writes (at most
+    ``most_s``: a minute's schedule gives them no more) -> the seconds waited. A measured step
+    started while the node still compacts an earlier step's tables is charged that work: the
+    warm-up's compactions ran through the scan floor and the first 8 s of the first run."""
+    start = time.perf_counter()
+    while node_background_tasks(conn) and time.perf_counter() - start < most_s:
+        time.sleep(poll_s)
+    return time.perf_counter() - start
+
+
 @dataclass
 class Meter:
     """Wall time, this process's CPU and (when local) the Cassandra node's CPU over a block,

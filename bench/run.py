@@ -64,6 +64,7 @@ from .ops import (
     server_pid,
     tombstone_index_marks,
     utc_now,
+    wait_for_quiet_node,
     write_folded_compact_rows,
 )
 from .probes import commit_costs, fold_io_costs, nagle_costs
@@ -350,6 +351,7 @@ class Bench:
             if self.p.node_profile and self.server is not None
             else nullcontext()
         )
+        quiet_wait = wait_for_quiet_node(self.conn)
         with recording, Meter(self.server) as meter:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, env=os.environ, cwd=PROJECT_ROOT
@@ -363,6 +365,7 @@ class Bench:
         result["server_cpu_by_thread_s"] = meter.server_threads or None
         result["loadavg_1m_after"] = meter.loadavg_1m
         result["marks_age_s"] = None if marks_age is None else round(marks_age, 1)
+        result["quiet_wait_s"] = round(quiet_wait, 1)
         result["forget_margin_s"] = engine.FORGET_MARGIN.total_seconds()
         if profile:
             result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
@@ -437,7 +440,9 @@ class Bench:
     def scan_floor(self) -> None:
         p = self.p
         runs = []
+        quiet_waits = []
         for attempt in range(p.scan_repeats):
+            quiet_waits.append(round(wait_for_quiet_node(self.conn), 1))
             with Meter(self.server) as meter:
                 rows, total = scan_raw(
                     self.conn, self.main_family, p.scan_ranges, p.scan_concurrency
@@ -453,6 +458,7 @@ class Bench:
             "concurrency": p.scan_concurrency,
             "fetch_size": 5000,
             "all_runs_s": [r["seconds"] for r in runs],
+            "quiet_wait_s": quiet_waits,
             "rows_expected": self.main_data.row_count,
             "sum_matches": total == sum(self.expected.values()),
         }
@@ -1013,6 +1019,7 @@ def _cpu_figures(run: dict[str, Any]) -> dict[str, Any]:
         "client_cpu_s": round(run["client_cpu_s"], 2),
         "server_cpu_s": _round(run["server_cpu_s"], 2),
         "server_cpu_by_thread_s": run.get("server_cpu_by_thread_s"),
+        "quiet_wait_s": run.get("quiet_wait_s"),
         **({"node_profile": run["node_profile"]} if run.get("node_profile") else {}),
     }
 

@@ -125,6 +125,10 @@ def test_every_figure_is_present_and_positive(smoke):
         if name.startswith("delete_"):
             assert probe["rows_left"] == 0, name
     assert all(v > 0 for v in report["results"]["compaction"]["phases_s"].values() if v)
+    # each measured step started on a node done with the earlier steps' compactions and flushes
+    for run in (report["results"]["compaction"], report["results"]["compaction"]["next_run"]):
+        assert 0 <= run["quiet_wait_s"] <= 61, run["quiet_wait_s"]
+    assert len(report["results"]["scan_floor"]["quiet_wait_s"]) == report["params"]["scan_repeats"]
     # the node's CPU over the run, by kind of work (a JFR recording of the local node)
     for run in (report["results"]["compaction"], report["results"]["compaction"]["next_run"]):
         profile = run["node_profile"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from datetime import datetime
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from counters.config import parse_catalog
 from bench import dags as bench_dags
 from bench import run as bench
 from bench.kinds import KINDS, KindContext
-from bench.ops import Dataset, compare, percentile
+from bench.ops import Dataset, compare, node_background_tasks, percentile, wait_for_quiet_node
 
 pytestmark = [pytest.mark.unit, pytest.mark.bench]
 
@@ -142,3 +143,33 @@ def test_the_node_cpu_a_profile_stands_for_leaves_jit_and_gc_out():
     meter.server_threads |= {"G1 Conc": 0.5, "CompactionExecu": 3.0}
     assert sampled_cpu_s(meter) == 16.5
     assert sampled_cpu_s(Meter()) is None  # a remote node: no CPU figure
+
+
+Pool = namedtuple("Pool", "name active_tasks pending_tasks")
+
+
+class _Node:
+    """What ``system_views`` answers of a node that compacts for ``busy`` more polls."""
+
+    def __init__(self, busy: int):
+        self.busy = busy
+        self.session = self
+
+    def execute(self, query: str) -> list:
+        if "sstable_tasks" in query:
+            return [("compaction",)] if self.busy else []
+        self.busy = max(0, self.busy - 1)
+        return [
+            Pool("CompactionExecutor", 1 if self.busy else 0, 2 if self.busy else 0),
+            Pool("MemtableFlushWriter", 0, 0),
+            Pool("ReadStage", 5, 9),  # requests, not left-over work
+        ]
+
+
+def test_the_quiet_node_wait_ends_when_compactions_and_flushes_do():
+    assert node_background_tasks(_Node(0)) == 0
+    assert node_background_tasks(_Node(3)) == 4  # 1 active + 2 pending + 1 SSTable task
+    node = _Node(3)
+    waited = wait_for_quiet_node(node, most_s=5, poll_s=0.01)
+    assert node.busy == 0 and 0.015 < waited < 1
+    assert wait_for_quiet_node(_Node(10**9), most_s=0.05, poll_s=0.01) < 0.5  # bounded
