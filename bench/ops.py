@@ -12,6 +12,8 @@ import math
 import os
 import re
 import resource
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -130,6 +132,23 @@ def wait_for_quiet_node(conn: Connection, most_s: float = 60.0, poll_s: float = 
     while node_background_tasks(conn) and time.perf_counter() - start < most_s:
         time.sleep(poll_s)
     return time.perf_counter() - start
+
+
+def flush_tables(keyspace: str, tables: Sequence[str], instance: str | None) -> str:
+    """``nodetool flush`` of ``keyspace``'s ``tables`` on the local node ``instance`` (the
+    memtables of a step done: written out now, not by the commit log's flush in the middle of
+    the next measured step, which then also compacts them) -> what was done, for the report."""
+    if not instance:
+        return "not flushed: no local instance (CASSANDRA_LOCAL_INSTANCE)"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cassandra_node.py"
+    cmd = [sys.executable, str(script), "nodetool", "--instance", instance, "--"]
+    proc = subprocess.run(
+        [*cmd, "flush", keyspace, *tables], capture_output=True, text=True, timeout=300
+    )
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines() or [""]
+        return f"not flushed: nodetool exited {proc.returncode}: {said[0][:300]}"
+    return f"flushed {keyspace}: {', '.join(tables)}"
 
 
 @dataclass

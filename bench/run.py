@@ -54,6 +54,7 @@ from .ops import (
     Meter,
     compare,
     count_rows,
+    flush_tables,
     load_twin,
     load_write_path,
     naive_compact,
@@ -251,6 +252,7 @@ class Bench:
             )
             else None
         )
+        self.local_instance = os.environ.get("CASSANDRA_LOCAL_INSTANCE") if self.server else None
         self.results: dict[str, Any] = {}
         self.marks_at: dict[str, float] = {}
         self.log = print
@@ -326,8 +328,10 @@ class Bench:
         epoch: datetime,
         label: str,
         profile: bool = False,
+        quiet: bool = True,
     ) -> dict[str, Any]:
-        """One engine run (``run_family``) over the whole family, in a worker process."""
+        """One engine run (``run_family``) over the whole family, in a worker process; with
+        ``quiet``, started once the node has compacted and flushed what earlier steps left."""
         marks_age = self._age_marks(family)
         cmd = [
             sys.executable,
@@ -351,7 +355,7 @@ class Bench:
             if self.p.node_profile and self.server is not None
             else nullcontext()
         )
-        quiet_wait = wait_for_quiet_node(self.conn)
+        quiet_wait = wait_for_quiet_node(self.conn) if quiet else None
         with recording, Meter(self.server) as meter:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, env=os.environ, cwd=PROJECT_ROOT
@@ -365,7 +369,7 @@ class Bench:
         result["server_cpu_by_thread_s"] = meter.server_threads or None
         result["loadavg_1m_after"] = meter.loadavg_1m
         result["marks_age_s"] = None if marks_age is None else round(marks_age, 1)
-        result["quiet_wait_s"] = round(quiet_wait, 1)
+        result["quiet_wait_s"] = None if quiet_wait is None else round(quiet_wait, 1)
         result["forget_margin_s"] = engine.FORGET_MARGIN.total_seconds()
         if profile:
             result["profile"] = str(self.p.out.parent / f"profile-{label}.txt")
@@ -511,7 +515,19 @@ class Bench:
                 **_cpu_figures(run),
             }
             self.say(f"{label}: {round_.row_count:,} rows compacted in {run['seconds']:.1f} s")
-        self.results["warmup"] = {**figures["warm-up"], "next_run": figures["warm-up next run"]}
+        # Its memtables (and its Paxos state) written out now, and compacted before the scan
+        # floor: left in memory, the measured runs' writes filled the commit log, which flushed
+        # them in the middle of the first run, and the node compacted them there.
+        flushed = [
+            flush_tables(family.keyspace, warmup_tables(family), self.local_instance),
+            flush_tables("system", ["paxos"], self.local_instance),
+        ]
+        self.say("; ".join(flushed))
+        self.results["warmup"] = {
+            **figures["warm-up"],
+            "next_run": figures["warm-up next run"],
+            "flushed": flushed,
+        }
 
     def compaction(self) -> None:
         data, family = self.main_data, self.main_family
@@ -605,7 +621,9 @@ class Bench:
         Each round is checked exact (every value the sum of all rounds so far, no raw row
         left). A run minutes apart finds only the marks of the last two minutes (older ones
         were forgotten by the runs before, ``engine.FORGET_MARGIN``); back to back, without the
-        wait, the rounds forget them so: after round n, the marks written before round n."""
+        wait, the rounds forget them so: after round n, the marks written before round n.
+        Rounds do not wait for the node's compactions of the rounds before: in service they
+        run beside the next runs, and a round's figures include them."""
         p = self.p
         t0 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
         data = Dataset("y", p.steady_counters, p.rows_per_counter, t0)
@@ -621,7 +639,9 @@ class Bench:
             load_write_path(client, data)
             for key, total in data.expected().items():
                 expected[key] += total
-            run = self._checked_run(f"steady round {n}", family, data.epoch, expected, ranges)
+            run = self._checked_run(
+                f"steady round {n}", family, data.epoch, expected, ranges, quiet=False
+            )
             for shard, bucket in itertools.product(range(family.shards), range(BUCKETS)):
                 store.forget_bucket(shard, bucket, written_from)
             rounds.append(
@@ -750,11 +770,12 @@ class Bench:
         epoch: datetime,
         expected: dict[tuple, int],
         count_ranges: int = 32,
+        quiet: bool = True,
     ) -> dict[str, Any]:
         """One engine run, then every compact value compared with ``expected`` and the raw rows
         left counted (in ``count_ranges`` token ranges): the figures every section reports of
         such a run."""
-        run = self.compact(family, epoch, label)
+        run = self.compact(family, epoch, label, quiet=quiet)
         found = scan_values(self.conn, self.keyspace, family.compact_table, ["type"], "value")
         left = count_rows(self.conn, self.keyspace, family.raw_table, ["type"], count_ranges)
         exactness = compare(expected, found, left)
@@ -1010,6 +1031,18 @@ def _sweeping_far_away() -> dict[str, str]:
     minutes later, does not: sweeps a day apart, the next one half a day away."""
     away = (utc_now() - datetime(1970, 1, 1) + timedelta(hours=12)) % timedelta(days=1)
     return {"sweep_interval": "1d", "sweep_offset": f"{int(away.total_seconds())}s"}
+
+
+def warmup_tables(family: Family) -> list[str]:
+    """The tables of a family's own (the keyspace's lease and state tables are shared)."""
+    return [
+        family.raw_table,
+        family.compact_table,
+        index_table(family),
+        ledger_table(family),
+        runs_table(family),
+        quarantine_table(family),
+    ]
 
 
 def _cpu_figures(run: dict[str, Any]) -> dict[str, Any]:
