@@ -52,8 +52,8 @@ SAMPLES = {  # packed values, extremes included
     "text": ["", "w", "ü-ß \u2603"],
     "varchar": ["a", "\u00e9"],
     "ascii": ["", "writer-7"],
-    "uuid": [str(uuid.uuid4()), str(uuid.UUID(int=0))],
-    "timeuuid": [str(uuid.uuid1()), str(uuid.uuid1())],
+    "uuid": [str(uuid.uuid4()), str(uuid.UUID(int=0)), str(uuid.UUID(int=2**128 - 1))],
+    "timeuuid": [str(uuid.uuid1()), str(uuid.uuid1()), "0a1b2c3d-0000-1000-8000-00000000000f"],
 }
 
 
@@ -115,3 +115,18 @@ def test_many_keys_split_into_values_of_at_most_so_many(count, most):
 def test_an_unknown_clustering_type_is_refused():
     with pytest.raises(ValueError, match="duration"):
         KeyCodec(("timestamp", "duration"))
+
+
+@pytest.mark.parametrize(
+    "text", ["", "not-a-uuid", "0a1b2c3d-0000-1000-8000-00000000000", "0a" * 17]
+)
+def test_a_packed_uuid_that_is_not_one_is_refused_naming_it(text):
+    with pytest.raises(ValueError, match="uuid"):
+        KeyCodec(("timestamp", "timeuuid")).encode([(1, text)])
+
+
+def test_uuid_bytes_decode_to_the_texts_the_driver_gives():
+    raw = [uuid.uuid1().bytes, uuid.uuid4().bytes, bytes(16), b"\xff" * 16]
+    for kind in ("uuid", "timeuuid"):
+        body = b"".join(len(r).to_bytes(4, "big") + r for r in raw)
+        assert KeyCodec((kind,)).decode(body) == [(str(uuid.UUID(bytes=r)),) for r in raw]
