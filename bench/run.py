@@ -280,14 +280,7 @@ class Bench:
     def reset_family(self, family: Family) -> None:
         """Empty a family's tables for reuse (many tables exhaust a small node's heap)."""
         ks = q(self.keyspace)
-        for table in (
-            family.raw_table,
-            family.compact_table,
-            index_table(family),
-            ledger_table(family),
-            runs_table(family),
-            quarantine_table(family),
-        ):
+        for table in family_tables(family):
             self.conn.session.execute(f"TRUNCATE {ks}.{q(table)}", timeout=120)
         self.conn.session.execute(
             f"DELETE FROM {ks}.{STATE_TABLE} WHERE family = %s", (family.name,)
@@ -519,7 +512,7 @@ class Bench:
         # floor: left in memory, the measured runs' writes filled the commit log, which flushed
         # them in the middle of the first run, and the node compacted them there.
         flushed = [
-            flush_tables(family.keyspace, warmup_tables(family), self.local_instance),
+            flush_tables(family.keyspace, family_tables(family), self.local_instance),
             flush_tables("system", ["paxos"], self.local_instance),
         ]
         self.say("; ".join(flushed))
@@ -1033,7 +1026,7 @@ def _sweeping_far_away() -> dict[str, str]:
     return {"sweep_interval": "1d", "sweep_offset": f"{int(away.total_seconds())}s"}
 
 
-def warmup_tables(family: Family) -> list[str]:
+def family_tables(family: Family) -> list[str]:
     """The tables of a family's own (the keyspace's lease and state tables are shared)."""
     return [
         family.raw_table,
