@@ -64,6 +64,20 @@ def cassandra_contact() -> tuple[list[str], int]:
 
 
 @pytest.fixture(scope="session")
+def local_instance() -> str:
+    """The local instance (``scripts/cassandra_node.py``) the tests run against: make test
+    exports CASSANDRA_LOCAL_INSTANCE; skipped against an external cluster, which has none."""
+    instance = os.environ.get("CASSANDRA_LOCAL_INSTANCE")
+    if instance:
+        return instance
+    if os.environ.get("CASSANDRA_HOSTS"):
+        pytest.skip(
+            "CASSANDRA_HOSTS is set to an external cluster: there is no local instance to check"
+        )
+    return "dev"  # pytest run by hand against the default 127.0.0.1:9042
+
+
+@pytest.fixture(scope="session")
 def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Cluster]:
     """A driver Cluster: token aware over DC-aware round robin, protocol v5."""
     hosts, port = cassandra_contact

@@ -19,15 +19,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.bench]
 NODE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cassandra_node.py"
 
 
-def _local_instance() -> str:
-    instance = os.environ.get("CASSANDRA_LOCAL_INSTANCE")
-    if instance:
-        return instance
-    if os.environ.get("CASSANDRA_HOSTS"):
-        pytest.skip("CASSANDRA_HOSTS names an external cluster: no local node to flush")
-    return "dev"  # pytest run by hand against the default 127.0.0.1:9042
-
-
 def _data_files(instance: str, keyspace: str, table: str) -> list[Path]:
     env = {k: v for k, v in os.environ.items() if k != "CASSANDRA_HOSTS"}
     status = subprocess.run(
@@ -41,8 +32,8 @@ def _data_files(instance: str, keyspace: str, table: str) -> list[Path]:
     return sorted(root.glob(f"{table}-*/*-Data.db"))
 
 
-def test_a_flush_writes_the_tables_memtables_out(cassandra_session, keyspace):
-    instance = _local_instance()
+def test_a_flush_writes_the_tables_memtables_out(cassandra_session, keyspace, local_instance):
+    instance = local_instance
     cassandra_session.execute(f"CREATE TABLE {keyspace}.t (k int PRIMARY KEY, v int)")
     cassandra_session.execute(f"INSERT INTO {keyspace}.t (k, v) VALUES (1, 2)")
     assert _data_files(instance, keyspace, "t") == []  # the row is in the memtable only
@@ -55,8 +46,8 @@ def test_a_flush_writes_the_tables_memtables_out(cassandra_session, keyspace):
     assert row.v == 2
 
 
-def test_a_flush_that_fails_says_so_and_why(keyspace):
-    done = flush_tables(keyspace, ["no_such_table"], _local_instance())
+def test_a_flush_that_fails_says_so_and_why(keyspace, local_instance):
+    done = flush_tables(keyspace, ["no_such_table"], local_instance)
     assert done.startswith("not flushed: nodetool exited ")
     assert "no_such_table" in done
     assert flush_tables(keyspace, ["t"], None).startswith("not flushed: no local instance")

@@ -60,18 +60,6 @@ def test_keyspace_fixture_creates_the_keyspace(cassandra_session, keyspace):
     assert keyspace in names
 
 
-def _local_instance() -> str:
-    """The local instance the tests run against (make test exports CASSANDRA_LOCAL_INSTANCE)."""
-    instance = os.environ.get("CASSANDRA_LOCAL_INSTANCE")
-    if instance:
-        return instance
-    if os.environ.get("CASSANDRA_HOSTS"):
-        pytest.skip(
-            "CASSANDRA_HOSTS is set to an external cluster: there is no local instance to check"
-        )
-    return "dev"  # pytest run by hand against the default 127.0.0.1:9042
-
-
 def _node(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CASSANDRA_HOSTS"}
     return subprocess.run(
@@ -92,8 +80,8 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_status_reports_the_live_pid(cassandra_contact):
-    instance = _local_instance()
+def test_status_reports_the_live_pid(cassandra_contact, local_instance):
+    instance = local_instance
     result = _node("status", "--instance", instance, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     info = json.loads(result.stdout)
@@ -110,15 +98,15 @@ def test_status_reports_the_live_pid(cassandra_contact):
     assert "running" in text.stdout and str(pid) in text.stdout
 
 
-def test_up_is_a_noop_when_running(cassandra_contact):
-    instance = _local_instance()
+def test_up_is_a_noop_when_running(cassandra_contact, local_instance):
+    instance = local_instance
     result = _node("up", "--instance", instance)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "already running" in result.stdout
 
 
-def test_cql_subcommand_prints_a_table(cassandra_contact):
-    instance = _local_instance()
+def test_cql_subcommand_prints_a_table(cassandra_contact, local_instance):
+    instance = local_instance
     result = _node(
         "cql", "--instance", instance,
         "SELECT release_version FROM system.local; SELECT cluster_name FROM system.local",
