@@ -31,9 +31,10 @@ from typing import Any
 
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.compaction import BUCKET_THREADS
 from counters.config import Family
 from counters.connection import Connection, connect
-from counters.core import BUCKETS, truncate_ms, write_timestamp
+from counters.core import BUCKETS, to_millis, truncate_ms, utc_naive, write_timestamp
 from counters.schema import (
     LEASE_TABLE,
     STATE_TABLE,
@@ -69,9 +70,12 @@ from .ops import (
     write_folded_compact_rows,
 )
 from .probes import commit_costs, fold_io_costs, nagle_costs
+from .required import STEPS as REQUIRED_STEPS
+from .required import required_work
 
 SECTIONS = (
     "scan",
+    "required",
     "naive",
     "compaction",
     "scaling",
@@ -459,6 +463,39 @@ class Bench:
             "rows_expected": self.main_data.row_count,
             "sum_matches": total == sum(self.expected.values()),
         }
+
+    def required(self) -> None:
+        """The work the run's guarantees require, by the engine's primitives alone
+        (``bench.required``), on the main data before the measured run. The scratch family's
+        tables and Paxos state are emptied and flushed after, and the node left quiet, so none
+        of it lands in the measured run."""
+        family, store, _client = self.make_family("bench_required", **_sweeping_far_away())
+        data = self.main_data
+        waited = wait_for_quiet_node(self.conn)
+        self.say("required work: the run's steps by the engine's primitives alone")
+        figures = required_work(
+            self.main_store,
+            store,
+            to_millis(truncate_ms(utc_naive(data.epoch))),
+            self.server,
+            BUCKET_THREADS * self.p.workers,
+        )
+        figures["quiet_wait_s"] = round(waited, 1)
+        figures["complete"] = (
+            figures["rows_read"] == data.row_count
+            and figures["rows_recounted"] == data.row_count
+            and figures["counters_committed"] == data.counters
+            and figures["copies_read_back"] == data.counters
+            and figures["rows_deleted"] == data.row_count
+        )
+        self.results["required"] = figures
+        total = figures["total"]
+        self.say(
+            f"required work: {total['seconds']:.1f} s, cpu client {total['client_cpu_s']:.1f} s "
+            f"node {total['server_cpu_s']} s, complete={figures['complete']}"
+        )
+        self.reset_family(family)
+        self.say(flush_tables("system", ["paxos"], self.local_instance))
 
     def naive(self) -> None:
         epoch = self.main_data.epoch
@@ -983,14 +1020,15 @@ class Bench:
             "{'class': 'SimpleStrategy', 'replication_factor': 1}"
         )
         steps: list[tuple[str, Any]] = []
-        if {"scan", "naive", "compaction"} & set(only):
+        if {"scan", "required", "naive", "compaction"} & set(only):
             steps.append(("load", self.prepare_main))
-        if "compaction" in only:  # before the scan floor too: both are measured on a warm node
+        if {"required", "compaction"} & set(only):  # before the scan floor: a warm node
             steps.append(("warmup", self.warm_up))
         if "idle" in only:  # loaded early: the naive peer's minutes let the index marks age
             steps.append(("idle_setup", self.prepare_idle))
         for name, func in (
             ("scan", self.scan_floor),
+            ("required", self.required),
             ("naive", self.naive),
             ("compaction", self.compaction),
             ("scaling", self.scaling),
@@ -1066,6 +1104,7 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
     reads = (results.get("read_latency") or {}).get("counters") or {}
     parse = ((results.get("dag_parse") or {}).get("sizes") or {}).get("100") or {}
     active = (idle.get("active_only") or {}).get("seconds")
+    required = (results.get("required") or {}).get("total") or {}
     out = {
         # how many times longer than reading every raw row once
         "compaction_over_scan_floor": _ratio(scan.get("rows_per_s"), comp.get("rows_per_s")),
@@ -1073,6 +1112,12 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
             later.get("seconds") if later.get("ok") else None, scan.get("seconds")
         ),
         "naive_over_compaction": _ratio(naive.get("seconds"), comp.get("seconds")),
+        # the design's own floor: the steps its guarantees require, without the engine's logic
+        "required_over_scan_floor": _ratio(required.get("seconds"), scan.get("seconds")),
+        "required_cpu_over_scan_floor_cpu": _ratio(_cpu_sum(required), _cpu_sum(scan)),
+        "compaction_over_required": _ratio(
+            comp.get("seconds") if comp.get("ok") else None, required.get("seconds")
+        ),
         "idle_heavy_over_active_only": _ratio(
             (idle.get("idle_heavy") or {}).get("seconds"), active
         ),
@@ -1095,6 +1140,12 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
         "dag_parse_s_100_families": parse.get("parse_s"),
     }
     return {k: None if v is None else round(v, 4) for k, v in out.items()}
+
+
+def _cpu_sum(figures: dict[str, Any]) -> float | None:
+    """Client and node CPU seconds of a step (None when the node's is unknown)."""
+    client, node = figures.get("client_cpu_s"), figures.get("server_cpu_s")
+    return None if client is None or node is None else client + node
 
 
 def targets(rat: dict[str, float | None]) -> dict[str, dict[str, Any]]:
@@ -1183,6 +1234,24 @@ def table(report: dict[str, Any]) -> str:
             _fmt(s["rows_per_s"], " rows/s"),
             f"cpu client {_fmt(s['client_cpu_s'])} s",
             f"server {_fmt(s['server_cpu_s'])} s",
+        )
+    if "required" in r:
+        s = r["required"]
+        total = s["total"]
+        row(
+            "1b. required work (engine primitives only)",
+            _fmt(total["seconds"], " s"),
+            f"complete={s['complete']}",
+            f"cpu client {_fmt(total['client_cpu_s'])} s server {_fmt(total['server_cpu_s'])} s",
+        )
+        row(
+            "   steps (s, cpu client/server)",
+            ", ".join(
+                f"{k} {_fmt(s[k]['seconds'])} ({_fmt(s[k]['client_cpu_s'])}/"
+                f"{_fmt(s[k]['server_cpu_s'])})"
+                for k in REQUIRED_STEPS
+                if k in s
+            ),
         )
     if "naive" in r:
         s = r["naive"]

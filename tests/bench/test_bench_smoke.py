@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.nodeprofile import KINDS, THREADS
+from bench.required import STEPS as REQUIRED_STEPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
@@ -53,8 +54,8 @@ def test_report_structure(smoke):
     assert report["machine"]["cpus"] >= 1
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
-        "load", "scan_floor", "naive", "compaction", "scaling", "steady", "idle", "read_latency",
-        "limits", "probes", "dag_parse", "kinds",
+        "load", "scan_floor", "required", "naive", "compaction", "scaling", "steady", "idle",
+        "read_latency", "limits", "probes", "dag_parse", "kinds",
     ):  # fmt: skip
         assert section in report["results"], section
     assert set(report["ratios"]) >= {
@@ -97,6 +98,12 @@ def test_every_figure_is_present_and_positive(smoke):
         "r.idle.idle_heavy_recent_forgets.seconds",
         "r.idle.idle_heavy.rss_peak_kb",
         "q.compaction_over_scan_floor",
+        "r.required.total.seconds",
+        "r.required.total.client_cpu_s",
+        "r.required.total.server_cpu_s",
+        "q.required_over_scan_floor",
+        "q.required_cpu_over_scan_floor_cpu",
+        "q.compaction_over_required",
         "q.naive_over_compaction",
         "q.idle_heavy_over_active_only",
         "q.p99_compacted_over_fresh",
@@ -144,6 +151,24 @@ def test_every_figure_is_present_and_positive(smoke):
             assert not size["import_errors"], size["import_errors"]
     else:
         assert parse["status"] == "dags folder not present"
+
+
+def test_required_work_did_every_step_over_the_whole_data_set(smoke):
+    """The design's floor is only a floor if every step did all of its work: every row read,
+    recounted and deleted, every counter committed and its copy read back."""
+    report, stdout = smoke
+    required, load = report["results"]["required"], report["results"]["load"]
+    assert required["complete"], required
+    assert required["rows_read"] == required["rows_recounted"] == load["rows"]
+    assert required["rows_deleted"] == load["rows"]
+    assert required["counters_committed"] == required["copies_read_back"] == load["counters"]
+    for step in REQUIRED_STEPS:
+        assert required[step]["seconds"] > 0, step
+    total = required["total"]
+    assert total["seconds"] == pytest.approx(
+        sum(required[step]["seconds"] for step in REQUIRED_STEPS), abs=0.01
+    )
+    assert "1b. required work (engine primitives only)" in stdout
 
 
 def test_compaction_totals_are_exact(smoke):
