@@ -103,7 +103,7 @@ def test_every_figure_is_present_and_positive(smoke):
         "r.required.total.server_cpu_s",
         "q.required_over_scan_floor",
         "q.required_cpu_over_scan_floor_cpu",
-        "q.compaction_over_required",
+        "q.compaction_cpu_over_required_cpu",
         "q.naive_over_compaction",
         "q.idle_heavy_over_active_only",
         "q.p99_compacted_over_fresh",
