@@ -111,9 +111,12 @@ class Touched:
     (the counter's past must then be read whole)."""
 
 
-@dataclass(frozen=True)
-class Copy:
-    """A counter's row in the compact table (the readers' copy of the ledger)."""
+_NO_KEYS: frozenset[Packed] = frozenset()
+
+
+class Copy(NamedTuple):
+    """A counter's row in the compact table (the readers' copy of the ledger). A tuple: verify
+    reads one per committed counter, and a tuple is built 5x faster than a frozen dataclass."""
 
     value: int
     epoch_ms: int | None
@@ -1169,7 +1172,12 @@ class Store:
     ) -> dict[Key, Copy]:
         """The compact rows of ``counters`` (all of the bucket's token range when None)."""
         pending = ", pending" if not self.family.folds_by_slice else ""
-        columns = f"{{value}}, {{epoch}}, commit_id, writetime({{value}}){pending}"
+        epoch = (  # a timestamp as epoch ms from the server: no datetime built and taken apart
+            "toUnixTimestamp({epoch})"
+            if schema.epoch_type(self.family, self.layout) == "timestamp"
+            else "{epoch}"
+        )
+        columns = f"{{value}}, {epoch}, commit_id, writetime({{value}}){pending}"
         if counters is None:
             statement = self.prepare(
                 "compact_scan",
@@ -1189,11 +1197,13 @@ class Store:
 
     def _copy(self, row: Sequence[Any]) -> Copy:
         legacy = (
-            frozenset(self.pack_clustering(p) for p in (row[4] or ()))
-            if len(row) > 4
-            else (frozenset())
+            frozenset(self.pack_clustering(p) for p in row[4])
+            if len(row) > 4 and row[4]
+            else _NO_KEYS
         )
-        return Copy(row[0] or 0, self.epoch_ms_of(row[1]), row[2], row[3], legacy)
+        epoch = row[1]
+        epoch_ms = epoch if type(epoch) is int else self.epoch_ms_of(epoch)
+        return Copy(row[0] or 0, epoch_ms, row[2], row[3], legacy)
 
     def committed_by(self, counter: Key) -> str | None:
         """The run (or reset) id of the counter's latest commit."""
