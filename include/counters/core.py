@@ -141,6 +141,26 @@ def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def spread(
+    items: Iterable[tuple[int, int, Any]], most_rows: int, most_bytes: int
+) -> list[tuple[int, list[Any]]]:
+    """``(rows, bytes, item)`` in order, in consecutive groups of at most ``most_rows`` rows and
+    ``most_bytes`` bytes (an item over either alone is a group of its own): ``(bytes, items)``
+    per group. How a batch of many partitions stays under the node's row and size limits."""
+    groups: list[tuple[int, list[Any]]] = []
+    current: list[Any] = []
+    rows = size = 0
+    for n, weight, item in items:
+        if current and (rows + n > most_rows or size + weight > most_bytes):
+            groups.append((size, current))
+            current, rows, size = [], 0, 0
+        current.append(item)
+        rows, size = rows + n, size + weight
+    if current:
+        groups.append((size, current))
+    return groups
+
+
 def next_version(now_micros: int, previous: int | None) -> int:
     """The write timestamp of a counter's compact copy: strictly larger than the previous
     commit's, so the newest commit's copy wins whatever order copies land in."""

@@ -7,6 +7,7 @@ family's tables. Identifiers come from the validated config and are quoted; valu
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import struct
 import threading
@@ -20,7 +21,14 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from cassandra import ConsistencyLevel, OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
+from cassandra import (
+    ConsistencyLevel,
+    InvalidRequest,
+    OperationTimedOut,
+    ReadFailure,
+    ReadTimeout,
+    WriteTimeout,
+)
 from cassandra.concurrent import execute_concurrent
 from cassandra.cqltypes import DateType, ListType, MapType, SetType, TupleType, UserType
 from cassandra.marshal import int64_pack
@@ -54,12 +62,15 @@ from .core import (
     shard_bounds,
     shard_of,
     split_refused_range,
+    spread,
     to_millis,
     write_timestamp,
 )
 from .errors import EngineError
 from .rowkeys import CountedKeys, Encoded, KeyCodec
 from .schema import RawLayout, q
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 64
 IN_CHUNK = 50
@@ -93,6 +104,14 @@ DELETE_BATCH_ROWS = 500
 threshold (a row tombstone is ~40 bytes), few requests per million rows."""
 COPY_BATCH_PARTITIONS = 50
 """Compact copies per multi-partition unlogged batch (one small row each)."""
+BATCH_BYTES = 40 * 1024
+"""Most estimated bytes per multi-partition unlogged batch (deletes, copies): under Cassandra's
+default ``batch_size_fail_threshold`` of 50 KiB whatever the length of the keys or of a unique
+copy's ``pending``. A batch over it is refused whole ("Batch too large"), so the row and
+partition counts alone would let long keys stop every cleanup."""
+ROW_BYTES = 16
+"""Estimated bytes a row adds to a batch beyond its bound values (its deletion or liveness
+info; the node counts no length prefixes, which the estimate does)."""
 COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
@@ -219,6 +238,8 @@ class Store:
         self._prepared: dict[str, PreparedStatement] = {}
         self.requests: dict[str, int] = defaultdict(int)
         """Requests sent, by the phase named in ``phase`` (the benchmark reports them)."""
+        self.batch_bytes = BATCH_BYTES
+        """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
 
     @property
@@ -623,12 +644,52 @@ class Store:
         )
 
     def _batch(self, statement: PreparedStatement, params: Sequence[Sequence[Any]]) -> Any:
+        return self._batch_of([bind(statement, values) for values in params])
+
+    def _batch_of(self, bound: Sequence[BoundStatement]) -> Any:
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
         )
-        for values in params:
-            batch.add(bind(statement, values))
+        for one in bound:
+            batch.add(one)
         return batch
+
+    def _write_spread(
+        self, statement: PreparedStatement, entries: Iterable[tuple[int, Sequence[Any]]], most: int
+    ) -> None:
+        """Write ``(rows, values)`` entries of many partitions of one token range in unlogged
+        batches of at most ``most`` rows and ``batch_bytes`` estimated bytes (a batch of one
+        partition is never too large). A batch the node still refuses as too large (a cluster
+        with a lower ``batch_size_fail_threshold``) applied nothing: it is split in halves and
+        sent again, and the store's budget drops below it for later batches. Only for writes
+        that are the same when repeated (fixed write timestamps)."""
+        bound = ((n, bind(statement, values)) for n, values in entries)
+        groups = spread(
+            ((n, _bound_bytes(b) + ROW_BYTES * n, b) for n, b in bound), most, self.batch_bytes
+        )
+        while groups:
+            results = self._run(
+                [(self._batch_of(group), None) for _size, group in groups], raise_first=False
+            )
+            again: list[tuple[int, list[BoundStatement]]] = []
+            for (size, group), result in zip(groups, results, strict=True):
+                if not isinstance(result, Exception):
+                    continue
+                if len(group) < 2 or not batch_too_large(result):
+                    raise result
+                self.batch_bytes = max(ROW_BYTES, min(self.batch_bytes, size // 2))
+                half = len(group) // 2
+                again += [(size // 2, group[:half]), (size - size // 2, group[half:])]
+            if again:
+                log.warning(
+                    "family %s: the node refused %d batch(es) as too large; sending them in "
+                    "halves and at most ~%d bytes a batch from now on (raise the node's "
+                    "batch_size_fail_threshold to send fewer requests)",
+                    self.family.name,
+                    len(again) // 2,
+                    self.batch_bytes,
+                )
+            groups = again
 
     def _rows_by_partition(
         self,
@@ -1159,13 +1220,8 @@ class Store:
             ]
             if unique:
                 values.append(sorted((self._unpack(p) for p in cp.pending), key=repr))
-            params.append((*values, *counter))
-        self._run(
-            [
-                (self._batch(statement, group), None)
-                for group in chunks(params, COPY_BATCH_PARTITIONS)
-            ]
-        )
+            params.append((1, (*values, *counter)))
+        self._write_spread(statement, params, COPY_BATCH_PARTITIONS)
 
     def read_copies(
         self, shard: int, bucket: int, counters: Sequence[Key] | None
@@ -1338,22 +1394,16 @@ class Store:
             "raw_delete_in",
             f"DELETE FROM {{raw}} USING TIMESTAMP ? WHERE {{key_where}} AND {relation}",
         )
-        batches: list[tuple[Any, None]] = []
-        current: list[tuple] = []
-        rows = deleted = 0
+        entries: list[tuple[int, tuple]] = []
+        deleted = 0
         for counter, keys in deletions:
             if not isinstance(keys, CountedKeys):
                 keys = CountedKeys.of(self.key_codec, keys)
             deleted += len(keys)
-            for n, value in keys.in_values(DELETE_BATCH_ROWS):
-                if current and rows + n > DELETE_BATCH_ROWS:
-                    batches.append((self._batch(statement, current), None))
-                    current, rows = [], 0
-                current.append((ts, *counter, value))
-                rows += n
-        if current:
-            batches.append((self._batch(statement, current), None))
-        self._run(batches)
+            entries += [
+                (n, (ts, *counter, value)) for n, value in keys.in_values(DELETE_BATCH_ROWS)
+            ]
+        self._write_spread(statement, entries, DELETE_BATCH_ROWS)
         return deleted
 
     # --- quarantine -----------------------------------------------------------------------
@@ -1719,6 +1769,18 @@ def unpack_commit_keys(blob: bytes, codec: KeyCodec) -> list[tuple[list[Any], in
         out.append((counter, epoch, CountedKeys(codec, count, data[at : at + width])))
         at += width
     return out
+
+
+def _bound_bytes(bound: BoundStatement) -> int:
+    """The bytes of a bound statement's values: what its rows weigh in a batch, give or take
+    the length prefixes (``ROW_BYTES`` adds the rest)."""
+    return sum(len(v) for v in bound.values if type(v) is bytes or type(v) is Encoded)
+
+
+def batch_too_large(exc: BaseException) -> bool:
+    """The node refused a batch over its ``batch_size_fail_threshold`` (nothing of it
+    applied)."""
+    return isinstance(exc, InvalidRequest) and "Batch too large" in str(exc)
 
 
 def bind(statement: PreparedStatement, values: Sequence[Any]) -> BoundStatement:

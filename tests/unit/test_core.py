@@ -32,6 +32,7 @@ from counters.core import (
     shard_of,
     shared_floor,
     split_refused_range,
+    spread,
     to_millis,
     truncate_ms,
     whole_bucket,
@@ -292,6 +293,20 @@ class TestBuckets:
         assert next_version(100, None) == 100
         assert next_version(100, 100) == 101
         assert next_version(100, 500) == 501
+
+    def test_spread_keeps_every_group_under_both_limits_in_order(self):
+        items = [(1, 10, "a"), (1, 10, "b"), (3, 5, "c"), (1, 30, "d"), (1, 1, "e")]
+        assert spread(items, most_rows=4, most_bytes=25) == [
+            (20, ["a", "b"]),  # c's rows would make 5
+            (5, ["c"]),  # d's bytes would make 35
+            (30, ["d"]),  # over the bytes alone: a group of its own
+            (1, ["e"]),
+        ]
+        assert spread([(600, 1, "x"), (1, 1, "y")], most_rows=500, most_bytes=100) == [
+            (1, ["x"]),
+            (1, ["y"]),
+        ]
+        assert spread([], most_rows=1, most_bytes=1) == []
 
     def test_chunks(self):
         assert chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]

@@ -13,7 +13,7 @@ from counters.compaction import sweep_due
 from counters.config import Discovery
 from counters.core import to_millis
 from counters.schema import SchemaError
-from counters.store import Store
+from counters.store import BATCH_BYTES, Store
 
 from .conftest import Crash
 from .helpers import compact_row, raw_rows, rows_at_or_below
@@ -116,6 +116,44 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
         run(store, t0 + timedelta(minutes=2))
     assert [q.reason for q in engine.quarantined(store)] == ["overflow"]
     assert store.read_audit(1)[0]["outcome"] == "partial"
+
+
+def long_keyed_rows(client, t0, counters, rows=60):
+    """``rows`` rows per counter, each with a 300-byte actor: a 500-row delete of them is
+    ~160 KiB, over the node's default 50 KiB limit for a batch of many partitions."""
+    client.record(
+        [
+            inc(c, 1, t0 + timedelta(seconds=i), secrets.token_hex(150), i)
+            for c in counters
+            for i in range(rows)
+        ]
+    )
+
+
+def test_long_row_keys_are_deleted_in_batches_the_node_accepts(make_family, t0):
+    _family, store, client = make_family(shards=1)
+    counters = same_bucket(store, 12)
+    long_keyed_rows(client, t0, counters)
+    summary = run(store, t0 + timedelta(minutes=2))
+    assert summary.outcome == "success" and summary.tally.rows_deleted == 12 * 60
+    assert [v.value for v in client.read_many(counters)] == [60] * 12
+    assert not any(raw_rows(store, (c,)) for c in counters)
+    assert store.batch_bytes == BATCH_BYTES  # the estimate kept every batch under the limit
+
+
+def test_a_batch_the_node_refuses_as_too_large_is_sent_again_in_halves(make_family, t0):
+    """As on a cluster whose batch_size_fail_threshold is below the engine's budget: the node
+    refuses the batches whole, the engine splits them until they pass and keeps the lower
+    budget."""
+    _family, store, client = make_family(shards=1)
+    counters = same_bucket(store, 12)
+    long_keyed_rows(client, t0, counters)
+    store.batch_bytes = 2**30
+    summary = run(store, t0 + timedelta(minutes=2))
+    assert summary.outcome == "success" and summary.tally.rows_deleted == 12 * 60
+    assert [v.value for v in client.read_many(counters)] == [60] * 12
+    assert not any(raw_rows(store, (c,)) for c in counters)
+    assert store.batch_bytes < 50 * 1024
 
 
 def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):

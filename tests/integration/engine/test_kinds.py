@@ -13,6 +13,7 @@ from counters.schema import SchemaError
 from counters.store import Store
 
 from .conftest import Crash
+from .test_engine import same_bucket
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +171,22 @@ def test_unique_first_write_wins_and_counts_distinct_members(meetings, t0):
     assert client.add_member("m1", "alice", at=t0 + timedelta(minutes=40)) is False
     compact_all(store, t0, minutes=60)
     assert client.read("m1") == 2
+    assert engine.reconcile(store) == []
+
+
+def test_unique_copies_carrying_many_members_are_written_in_batches_the_node_accepts(meetings, t0):
+    """A unique copy carries the members its commit counted that are not deleted yet: 12
+    meetings of 150 new members are ~10 KiB a copy, and a batch of them all would be over the
+    node's 50 KiB limit for a batch of many partitions."""
+    _family, store, client = meetings
+    names = same_bucket(store, 12, prefix="m")
+    members = {m: [f"user-{secrets.token_hex(16)}" for _ in range(150)] for m in names}
+    client.add_members(
+        [(m, user) for m in names for user in members[m]], at=t0 + timedelta(minutes=1)
+    )
+    summary = compact_all(store, t0)
+    assert summary.outcome == "success" and summary.tally.rows_folded == 12 * 150
+    assert [client.read(m) for m in names] == [150] * 12
     assert engine.reconcile(store) == []
 
 
