@@ -60,6 +60,7 @@ from .core import (
     counted_rows_gone,
     evaluate_evidence,
     fold_counter,
+    fold_row_limit,
     fold_slice,
     format_key,
     from_millis,
@@ -119,13 +120,20 @@ task processes than it saves."""
 BUCKET_THREADS = 4
 """Buckets of a shard worked at once in one process."""
 SCAN_THRESHOLD = 32
+"""Touched counters in a bucket from which one token-range scan replaces their ``IN`` reads."""
 CLEANUP_CHECK_SAMPLE = 32
 """Counters per bucket whose leftovers cleanup counts on the server (see ``_check_left``)."""
-"""Touched counters in a bucket from which one token-range scan replaces their ``IN`` reads."""
 MAX_FOLD_ROWS = 200_000
-"""Rows one commit of one counter may carry (its ``pending`` list, JSON in one ledger cell: at
-~40 bytes a row, well under the 16 MiB mutation limit); a larger backlog is folded
-over several runs, each moving the counter's own epoch as far as the rows that fit."""
+"""Rows one commit of one counter may carry; a larger backlog is folded over several runs,
+each moving the counter's own epoch as far as the rows that fit."""
+FOLD_KEY_BYTES = 8 * 2**20
+"""Bytes of row keys one commit of one counter may carry, before compression (fewer rows than
+``MAX_FOLD_ROWS`` when the keys are long): a commit records every key it counts in one cell of
+the run log, and Cassandra refuses a request over 16 MiB (``native_transport_max_message_size``)
+and a mutation over 16 MiB (half its commit log segment)."""
+COMMIT_KEYS_BYTES = 8 * 2**20
+"""Most bytes of one commit's record of counted keys, compressed: a chunk of counters over it
+is committed in halves."""
 MAX_ATTEMPTS = 4
 MEMBER_INDEX = 1
 """A unique family's derived rows are clustered by (first_time, member)."""
@@ -701,7 +709,7 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
                 ctx.epoch_ms,
                 member_index=MEMBER_INDEX if unique else None,
                 counted_members=counted,
-                max_rows=MAX_FOLD_ROWS,
+                max_rows=fold_row_limit(found, MAX_FOLD_ROWS, FOLD_KEY_BYTES),
             )
         )
     return folds
@@ -723,11 +731,11 @@ def _commit(
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
         applied: list[Any] = []
-        for chunk in chunks(todo, ctx.commit_chunk):
+        for chunk, keys in _keyed_chunks(ctx, todo):
             grown = grown_population(population, chunk)
             with ctx.phases.timed("commit", store):
                 done = commit_folds(
-                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, grown
+                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, grown, keys
                 )
             if done is None:
                 lost.extend(chunk)
@@ -758,6 +766,22 @@ def _commit(
     )
 
 
+def _keyed_chunks(ctx: _Context, folds: Sequence[Fold]) -> Iterator[tuple[Sequence[Fold], bytes]]:
+    """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
+    (``Store.commit_keys``) is at most ``COMMIT_KEYS_BYTES``, with that record: a chunk over it
+    is halved (a single fold is kept under it by ``FOLD_KEY_BYTES``)."""
+    todo = list(reversed(chunks(folds, ctx.commit_chunk)))
+    while todo:
+        chunk = todo.pop()
+        with ctx.phases.timed("commit", ctx.store):
+            keys = ctx.store.commit_keys(chunk)
+        if len(keys) > COMMIT_KEYS_BYTES and len(chunk) > 1:
+            half = len(chunk) // 2
+            todo += [chunk[half:], chunk[:half]]
+            continue
+        yield chunk, keys
+
+
 def commit_folds(
     store: Store,
     shard: int,
@@ -767,15 +791,17 @@ def commit_folds(
     run_id: str,
     fault: Fault = _no_fault,
     population: int | None = None,
+    keys: bytes | None = None,
 ) -> tuple[Any, int] | None:
     """Commit folds of one bucket: first the record of the rows they count (the run log),
     then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
     or None if another commit reached the bucket first (nothing applied; the record is never
     used, since nothing refers to its commit id). ``population``: the bucket's count once the
-    commit applies (None: unknown, left as it is)."""
+    commit applies (None: unknown, left as it is). ``keys``: the folds' record, if packed
+    already (``Store.commit_keys``)."""
     commit_id = store.new_commit_id()
     now = _micros()
-    store.write_commit_keys(run_id, shard, bucket, commit_id, folds)
+    store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys)
     fault("keys")
     try:
         applied = store.commit_bucket(

@@ -258,6 +258,35 @@ class Fold:
         return not (BIGINT_MIN <= self.value <= BIGINT_MAX)
 
 
+def key_bytes(key: Packed) -> int:
+    """About the bytes a packed row key takes in a commit's record of counted keys: each value
+    with a 4-byte length, text as UTF-8, any other value as at most 16 bytes."""
+    size = 0
+    for value in key:
+        if isinstance(value, str):
+            size += 4 + len(value.encode())
+        elif isinstance(value, bytes):
+            size += 4 + len(value)
+        else:
+            size += 20
+    return size
+
+
+KEY_SAMPLE = 256
+"""Row keys a fold measures to size itself (``fold_row_limit``)."""
+
+
+def fold_row_limit(rows: Sequence[Row], most_rows: int, most_bytes: int) -> int:
+    """The most rows one fold of ``rows`` may carry: ``most_rows``, or fewer when their keys
+    are long, so that the keys it counts take at most ``most_bytes`` (sized by the longest key
+    of an even sample). Rows too few to be over it even at 16 KiB a key are not measured."""
+    if len(rows) * 16 * 1024 <= most_bytes:
+        return most_rows
+    step = max(1, len(rows) // KEY_SAMPLE)
+    longest = max(key_bytes(rows[i][1]) for i in range(0, len(rows), step))
+    return max(1, min(most_rows, most_bytes // longest))
+
+
 def fold_counter(
     counter: Key,
     base: Checkpoint,

@@ -112,6 +112,9 @@ partition counts alone would let long keys stop every cleanup."""
 ROW_BYTES = 16
 """Estimated bytes a row adds to a batch beyond its bound values (its deletion or liveness
 info; the node counts no length prefixes, which the estimate does)."""
+RUN_LOG_FETCH = 16
+"""Run log records per page: each is up to a few MiB of counted keys (~0.1 MiB for 1,000
+counters of short keys), so a page of a shard's records stays small."""
 COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
@@ -1289,8 +1292,21 @@ class Store:
 
         return encode, decode
 
+    def commit_keys(self, folds: Sequence[Fold]) -> bytes:
+        """The record of the rows ``folds`` count, as ``write_commit_keys`` stores it."""
+        encode, _decode = self._key_codec()
+        return pack_commit_keys(
+            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.key_codec
+        )
+
     def write_commit_keys(
-        self, run_id: str, shard: int, bucket: int, commit_id: Any, folds: Sequence[Fold]
+        self,
+        run_id: str,
+        shard: int,
+        bucket: int,
+        commit_id: Any,
+        folds: Sequence[Fold],
+        keys: bytes | None = None,
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
@@ -1302,10 +1318,7 @@ class Store:
             "runs_keys",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
         )
-        encode, _decode = self._key_codec()
-        blob = pack_commit_keys(
-            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.key_codec
-        )
+        blob = self.commit_keys(folds) if keys is None else keys
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
@@ -1331,10 +1344,12 @@ class Store:
             "SELECT bucket, commit_id, keys, applied FROM {runs} WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
+        bound = statement.bind((run_id, shard))
+        bound.fetch_size = RUN_LOG_FETCH
         self.requests[self.phase] += 1
         out: dict[int, list[CommitRecord]] = defaultdict(list)
         for bucket, commit_id, blob, applied in self.session.execute(
-            statement, (run_id, shard), execution_profile=BULK_PROFILE
+            bound, execution_profile=BULK_PROFILE
         ):
             if blob is None or not applied:
                 continue

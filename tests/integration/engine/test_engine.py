@@ -156,6 +156,35 @@ def test_a_batch_the_node_refuses_as_too_large_is_sent_again_in_halves(make_fami
     assert store.batch_bytes < 50 * 1024
 
 
+def test_counted_keys_too_long_for_one_commit_are_committed_in_parts(make_family, t0):
+    """Rows with 2,000-character keys: a commit records every key it counts in one cell, and
+    one record of them all (~31 MiB compressed) is a request Cassandra refuses (over 16 MiB).
+    The engine commits the bucket's counters in chunks whose record fits, and folds the
+    counter with the most rows over several runs, moving its own epoch as far as the rows that
+    fit; readers are exact after every run."""
+    _family, store, client = make_family(shards=1)
+    wide, *others = same_bucket(store, 4, prefix="k")
+    rows = {wide: 12_000, **{c: 3_000 for c in others}}
+    client.record(
+        [
+            inc(c, 1, t0 + timedelta(milliseconds=5 * i), secrets.token_urlsafe(1_500), i)
+            for c, n in rows.items()
+            for i in range(n)
+        ]
+    )
+    runs = []
+    for minute in range(2, 8):
+        runs.append(run(store, t0 + timedelta(minutes=minute)))
+        assert runs[-1].outcome == "success"
+        assert {v.counter[0]: v.value for v in client.read_many(list(rows))} == rows
+        if not raw_rows(store, (wide,)):
+            break
+    assert len(runs) == 3  # 12,000 rows of ~2 KiB keys, at most 8 MiB of keys a commit
+    assert sum(r.tally.rows_deleted for r in runs) == sum(rows.values())
+    assert not any(raw_rows(store, (c,)) for c in rows)
+    assert compact_row(store, (wide,)).value == 12_000
+
+
 def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
     """A writer marks its counter, then stalls before writing the row. The run that reads the
     counter meanwhile must keep the mark (it is younger than the read by less than the margin),
