@@ -100,8 +100,9 @@ timestamp and wins."""
 ROWS_PER_BATCH = 100
 """Rows per single-partition unlogged batch (inserts, index forgets, ``counted`` marks)."""
 DELETE_BATCH_ROWS = 500
-"""Raw rows per multi-partition delete batch: well under the default 50 KiB batch failure
-threshold (a row tombstone is ~40 bytes), few requests per million rows."""
+"""Raw rows per multi-partition delete batch: few requests per million rows, and well under the
+default 50 KiB batch failure threshold for short keys (a row tombstone is ~40 bytes);
+``BATCH_BYTES`` bounds the batches of long ones."""
 COPY_BATCH_PARTITIONS = 50
 """Compact copies per multi-partition unlogged batch (one small row each)."""
 BATCH_BYTES = 40 * 1024
