@@ -1790,7 +1790,7 @@ def unpack_commit_keys(blob: bytes, codec: KeyCodec) -> list[tuple[list[Any], in
 def _bound_bytes(bound: BoundStatement) -> int:
     """The bytes of a bound statement's values: what its rows weigh in a batch, give or take
     the length prefixes (``ROW_BYTES`` adds the rest)."""
-    return sum(len(v) for v in bound.values if type(v) is bytes or type(v) is Encoded)
+    return sum(len(v) for v in bound.values if isinstance(v, bytes))  # not None, not unset
 
 
 def batch_too_large(exc: BaseException) -> bool:
