@@ -15,6 +15,7 @@ can never both build on the same state.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -204,6 +205,75 @@ class Checkpoint:
 
 
 EMPTY_CHECKPOINT = Checkpoint()
+
+LEDGER_STATE = struct.Struct(">BB16sqqqiqqqqq")
+"""A ledger row's checkpoint as one cell (``state``), its run id after it in UTF-8: format (1),
+flags (1: ``low_ms`` is set), the commit id's 16 bytes, value, epoch_ms, pending_sum,
+pending_rows, low_ms, base_value, folded_sum, version, updated_ms. One cell instead of twelve:
+a commit writes each counter's row into the Paxos proposal, the commit and the table, and the
+node's cost follows the cells (a probe: 100,000 rows in 256 conditional batches took 7.6-9.3
+node CPU-s as twelve cells, 3.5-4.6 as this one and ``commit_id``)."""
+STATE_FORMAT = 1
+
+
+def pack_state(
+    commit_id_bytes: bytes,
+    value: int,
+    epoch_ms: int,
+    pending_sum: int,
+    pending_rows: int,
+    low_ms: int | None,
+    base_value: int,
+    folded_sum: int,
+    version: int,
+    updated_ms: int,
+    run_id: str,
+) -> bytes:
+    """A committed checkpoint as a ledger row's ``state`` cell."""
+    return (
+        LEDGER_STATE.pack(
+            STATE_FORMAT,
+            low_ms is not None,
+            commit_id_bytes,
+            value,
+            epoch_ms,
+            pending_sum,
+            pending_rows,
+            low_ms or 0,
+            base_value,
+            folded_sum,
+            version,
+            updated_ms,
+        )
+        + run_id.encode()
+    )
+
+
+def state_commit(state: bytes | None) -> bytes | None:
+    """The commit id bytes a ``state`` cell was written with (None: no cell, or an unknown
+    format). A row whose ``commit_id`` differs was last committed by a version that wrote the
+    checkpoint as separate columns: those columns are the current ones."""
+    if state is None or len(state) < LEDGER_STATE.size or state[0] != STATE_FORMAT:
+        return None
+    return state[2:18]
+
+
+def unpack_state(state: bytes, commit_id: Any) -> Checkpoint:
+    """The checkpoint a ``state`` cell holds; its pending keys stay in the run log."""
+    (_, flags, _, value, epoch_ms, pending_sum, pending_rows, low_ms, _, _, version, _) = (
+        LEDGER_STATE.unpack_from(state)
+    )
+    return Checkpoint(
+        value=value,
+        epoch_ms=epoch_ms,
+        commit_id=commit_id,
+        pending_sum=pending_sum,
+        version=version,
+        run_id=state[LEDGER_STATE.size :].decode(),
+        pending_rows=pending_rows,
+        low_ms=low_ms if flags & 1 else None,
+        pending_loaded=not pending_rows,
+    )
 
 
 def needs_pending(base: Checkpoint, rows: Iterable[Row]) -> bool:

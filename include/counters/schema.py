@@ -158,7 +158,7 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
         "base_value bigint, "
-        "folded_sum bigint, version bigint, updated_at timestamp, "
+        "folded_sum bigint, version bigint, updated_at timestamp, state blob, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
         # per commit, the keys of the rows each of its counters counted (written before the
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
@@ -406,7 +406,11 @@ def ensure_schema(
                 f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"
             )
     ledger = _table_meta(session, family.keyspace, ledger_table(family))
-    for column, cql_type in (("population", "int static"), ("pending_low_ms", "bigint")):
+    for column, cql_type in (
+        ("population", "int static"),
+        ("pending_low_ms", "bigint"),
+        ("state", "blob"),
+    ):
         if ledger is not None and column not in ledger.columns:  # a ledger from before it
             session.execute(
                 f"ALTER TABLE {q(family.keyspace)}.{q(ledger_table(family))} "

@@ -59,11 +59,14 @@ from .core import (
     bucket_of,
     chunks,
     from_millis,
+    pack_state,
     shard_bounds,
     shard_of,
     split_refused_range,
     spread,
+    state_commit,
     to_millis,
+    unpack_state,
     write_timestamp,
 )
 from .errors import EngineError
@@ -1011,21 +1014,25 @@ class Store:
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
 
     _LEDGER_COLUMNS = (
-        "value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows, "
+        "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
         "pending_low_ms"
     )
     _LEDGER_VALUES = (
-        "value, epoch_ms, commit_id, run_id, (text)null, pending_sum, version, pending_rows, "
-        "pending_low_ms"
+        "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
+        "pending_rows, pending_low_ms"
     )
     """The read-back of committed values, without a legacy ``pending`` list."""
 
     def _checkpoint(self, row: Sequence[Any], with_pending: bool = True) -> Checkpoint:
-        """A ledger row as a checkpoint. Its pending keys are in the run log (``keys`` of the
-        commit's record), loaded only when needed (``load_pending``); a row written before
-        that (``pending`` as a JSON list in the ledger itself) carries them inline."""
-        (value, epoch_ms, commit_id, run_id, pending, pending_sum, version, pending_rows) = row[:8]
-        low_ms = row[8]
+        """A ledger row as a checkpoint: its ``state`` cell (``core.pack_state``) when that
+        was written by the row's last commit, else the separate columns older versions wrote.
+        Its pending keys are in the run log (``keys`` of the commit's record), loaded only when
+        needed (``load_pending``); a row written before that (``pending`` as a JSON list in the
+        ledger itself) carries them inline."""
+        commit_id, state = row[0], row[1]
+        if commit_id is not None and state_commit(state) == commit_id.bytes:
+            return unpack_state(state, commit_id)
+        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:]
         inline = bool(pending) and with_pending
         keys: frozenset[Packed] = (
             frozenset(map(tuple, json.loads(pending))) if inline else frozenset()
@@ -1140,15 +1147,13 @@ class Store:
             "IF head = ?",
             serial=True,
         )
-        # ``pending = ''``: the keys are in the run log (``write_commit_keys``), not in this
-        # Paxos mutation; the empty value also retires a legacy inline list
+        # the checkpoint as one cell (``core.pack_state``); the keys are in the run log
+        # (``write_commit_keys``), not in this Paxos mutation. The columns older versions
+        # wrote are left as they are: ``state`` names the commit it belongs to
         row = self.prepare(
-            "ledger_write",
-            "UPDATE {ledger} SET value = ?, epoch_ms = ?, commit_id = ?, run_id = ?, "
-            "pending = '', pending_sum = ?, pending_rows = ?, pending_low_ms = ?, "
-            "base_value = ?, folded_sum = ?, "
-            "version = ?, updated_at = ? WHERE shard = ? AND bucket = ? AND {key_where} "
-            "IF commit_id = ?",
+            "ledger_state_write",
+            "UPDATE {ledger} SET state = ?, commit_id = ? "
+            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
             serial=True,
         )
         batch = BatchStatement(
@@ -1163,29 +1168,22 @@ class Store:
             )
         )
         now_ms = now_micros // 1000
+        commit = commit_id.bytes
         for f in folds:
-            batch.add(
-                bind(
-                    row,
-                    (
-                        f.value,
-                        f.epoch_ms,
-                        commit_id,
-                        run_id,
-                        f.pending_sum,
-                        len(f.pending),
-                        f.low_ms,
-                        f.base.value,
-                        f.folded_sum,
-                        next_version(now_micros, f.base.version),
-                        now_ms,
-                        shard,
-                        bucket,
-                        *f.counter,
-                        f.base.commit_id,
-                    ),
-                )
+            state = pack_state(
+                commit,
+                f.value,
+                f.epoch_ms,
+                f.pending_sum,
+                len(f.pending),
+                f.low_ms,
+                f.base.value,
+                f.folded_sum,
+                next_version(now_micros, f.base.version),
+                now_ms,
+                run_id,
             )
+            batch.add(bind(row, (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)))
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
 

@@ -29,14 +29,17 @@ from counters.core import (
     needs_closer_look,
     needs_pending,
     next_version,
+    pack_state,
     read_floor,
     shard_bounds,
     shard_of,
     shared_floor,
     split_refused_range,
     spread,
+    state_commit,
     to_millis,
     truncate_ms,
+    unpack_state,
     whole_bucket,
 )
 
@@ -407,3 +410,43 @@ def test_a_marked_counter_is_read_down_to_its_counted_rows_and_announced_minutes
     assert read_floor(EMPTY_CHECKPOINT, ms(61)) is None
     assert read_floor(replace(cp, low_ms=None), ms(61)) is None
     assert read_floor(cp, None) is None
+
+
+@pytest.mark.parametrize("low_ms", [None, 1_700_000_000_123])
+@pytest.mark.parametrize("pending_rows", [0, 9])
+def test_a_checkpoint_packed_into_one_cell_reads_back_whole(low_ms, pending_rows):
+    import uuid
+
+    commit = uuid.uuid1()
+    state = pack_state(
+        commit.bytes,
+        -(2**63) + 1,
+        1_700_000_000_000,
+        2**63 - 1,
+        pending_rows,
+        low_ms,
+        5,
+        -7,
+        1_700_000_000_000_001,
+        1_700_000_000_000,
+        "scheduled__2026-11-25T10:00:00+00:00",
+    )
+    assert state_commit(state) == commit.bytes
+    assert unpack_state(state, commit) == Checkpoint(
+        value=-(2**63) + 1,
+        epoch_ms=1_700_000_000_000,
+        commit_id=commit,
+        pending_sum=2**63 - 1,
+        version=1_700_000_000_000_001,
+        run_id="scheduled__2026-11-25T10:00:00+00:00",
+        pending_rows=pending_rows,
+        low_ms=low_ms,
+        pending_loaded=not pending_rows,  # the keys are in the run log
+    )
+
+
+def test_a_state_cell_of_no_known_format_names_no_commit():
+    state = pack_state(b"c" * 16, 1, 2, 3, 4, None, 5, 6, 7, 8, "r")
+    assert state_commit(None) is None
+    assert state_commit(state[:20]) is None  # cut short
+    assert state_commit(b"\x02" + state[1:]) is None  # a later format

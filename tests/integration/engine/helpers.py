@@ -28,3 +28,74 @@ def compact_row(store: Store, counter: tuple):
         f'SELECT * FROM {f.keyspace}.{f.compact_table} WHERE "{f.columns.key[0]}" = %s',
         (counter[0],),
     ).one()
+
+
+def ledger_as_older_versions_wrote_it(
+    store: Store, with_low: bool = True, stale_state: bool = False
+) -> int:
+    """Rewrite every ledger row as a version before the ``state`` cell committed it: the
+    checkpoint in separate columns (``pending_low_ms`` only ``with_low``), and no ``state``
+    cell, or (``stale_state``) one left by another commit, with a value 1,000,000 off, as a
+    row has after an older version committed over a newer one's. Returns the rows rewritten."""
+    from counters.core import LEDGER_STATE
+    from counters.schema import ledger_table
+
+    f = store.family
+    table = f'{f.keyspace}."{ledger_table(f)}"'
+    keys = [c.name for c in store.layout.key]
+    key_list = ", ".join(f'"{k}"' for k in keys)
+    key_where = " AND ".join(f'"{k}" = %s' for k in keys)
+    rows = list(store.session.execute(f"SELECT shard, bucket, {key_list}, state FROM {table}"))
+    for row in rows:
+        state = row[-1]
+        if state is None:
+            continue
+        (
+            _,
+            flags,
+            _,
+            value,
+            epoch_ms,
+            pending_sum,
+            pending_rows,
+            low_ms,
+            base,
+            folded,
+            version,
+            updated_ms,
+        ) = LEDGER_STATE.unpack_from(state)
+        store.session.execute(
+            f"UPDATE {table} SET value = %s, epoch_ms = %s, run_id = %s, pending = '', "
+            "pending_sum = %s, pending_rows = %s, pending_low_ms = %s, base_value = %s, "
+            "folded_sum = %s, version = %s, updated_at = %s, state = %s "
+            f"WHERE shard = %s AND bucket = %s AND {key_where}",
+            (
+                value,
+                epoch_ms,
+                state[LEDGER_STATE.size :].decode(),
+                pending_sum,
+                pending_rows,
+                low_ms if flags & 1 and with_low else None,
+                base,
+                folded,
+                version,
+                updated_ms,
+                _other_commit(state) if stale_state else None,
+                row[0],
+                row[1],
+                *row[2:-1],
+            ),
+        )
+    return len(rows)
+
+
+def _other_commit(state: bytes) -> bytes:
+    """``state`` as another commit's: its commit id changed, its value 1,000,000 more."""
+    import uuid
+
+    from counters.core import LEDGER_STATE
+
+    fields = list(LEDGER_STATE.unpack_from(state))
+    fields[2] = uuid.uuid1().bytes
+    fields[3] += 1_000_000
+    return LEDGER_STATE.pack(*fields) + state[LEDGER_STATE.size :]

@@ -11,7 +11,7 @@ from counters import engine
 from counters.client import Increment
 from counters.compaction import sweep_due
 from counters.config import Discovery
-from counters.core import to_millis
+from counters.core import LEDGER_STATE, to_millis
 from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
@@ -101,10 +101,17 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     shard, bucket = store.bucket(("wide",))
     ledger = store.read_ledger(shard, bucket, [("wide",)])
     near_max = ledger.checkpoints[("wide",)]
-    store.session.execute(  # a counter close to the bigint limit, as the engine would leave it
-        f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET value = %s "
+    state = store.session.execute(
+        f"SELECT state FROM {engine_keyspace}.{store.family.compact_table}_ledger "
         "WHERE shard = %s AND bucket = %s AND type = 'wide'",
-        (2**63 - 10, shard, bucket),
+        (shard, bucket),
+    ).one()[0]
+    fields = list(LEDGER_STATE.unpack_from(state))
+    fields[3] = 2**63 - 10  # value
+    store.session.execute(  # a counter close to the bigint limit, as the engine would leave it
+        f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET state = %s "
+        "WHERE shard = %s AND bucket = %s AND type = 'wide'",
+        (LEDGER_STATE.pack(*fields) + state[LEDGER_STATE.size :], shard, bucket),
     )
     store.session.execute(
         f"UPDATE {engine_keyspace}.{store.family.compact_table} USING TIMESTAMP %s "
@@ -654,3 +661,43 @@ def test_a_run_log_record_from_before_the_key_bytes_is_still_read(make_family, t
     assert values == {counters[0]: 1115, counters[1]: 115}
     for c in counters:
         assert rows_at_or_below(store, (c,), epoch + timedelta(minutes=1)) == 0
+
+
+@pytest.mark.parametrize("stale_state", [False, True], ids=["no_state", "stale_state"])
+def test_ledger_rows_an_older_version_committed_are_read_from_their_columns(
+    make_family, t0, stale_state
+):
+    """A ledger row an older version committed holds the checkpoint in separate columns, with
+    no ``state`` cell or one another commit left (an older version committing over a newer
+    one's row): the run reads the columns, tells the counted rows still present from late
+    ones, and its own commit writes ``state``."""
+    from counters.schema import ledger_table
+
+    from .helpers import ledger_as_older_versions_wrote_it
+
+    family, store, client = make_family(shards=1)
+    counters = same_bucket(store, 2)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    load(client, t0, counters=counters, before=5, after=1)
+    epoch = t0 + timedelta(minutes=10)
+
+    def crash(p):
+        if p == "verify":
+            raise Crash(p)
+
+    with pytest.raises(Crash):  # committed, nothing deleted: every counter has pending rows
+        run(store, epoch, fault=crash, run_id="before-upgrade")
+    assert ledger_as_older_versions_wrote_it(store, stale_state=stale_state) == 2
+    client.record([inc(counters[0], 1000, t0 + timedelta(minutes=3), "late", 1)])
+    after = run(store, epoch + timedelta(minutes=1), run_id="after-upgrade")
+    assert after.outcome == "success" and after.tally.counted_present == 10
+    values = {v.counter[0]: v.value for v in client.read_many(counters)}
+    assert values == {counters[0]: 1115, counters[1]: 115}
+    assert engine.quarantined(store) == []
+    shard, bucket = store.bucket((counters[0],))
+    for commit_id, state in store.session.execute(
+        f'SELECT commit_id, state FROM {family.keyspace}."{ledger_table(family)}" '
+        "WHERE shard = %s AND bucket = %s",
+        (shard, bucket),
+    ):
+        assert state is not None and state[2:18] == commit_id.bytes

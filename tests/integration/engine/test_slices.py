@@ -11,7 +11,7 @@ from counters import engine
 from counters.core import to_millis
 
 from .conftest import Crash
-from .helpers import rows_at_or_below
+from .helpers import ledger_as_older_versions_wrote_it, rows_at_or_below
 from .test_engine import inc, same_bucket
 from .test_engine import run as run_once
 
@@ -133,8 +133,9 @@ def test_a_write_api_row_an_hour_behind_is_folded_by_the_next_run(make_family, t
 
 def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0):
     """A family from an older version: `counterctl init` adds the ledger's ``pending_low_ms``
-    and the index's ``minutes``; its commits and marks have neither, so its next run reads the
-    bucket whole, and the run after that (on commits that have them) above their floor."""
+    and ``state`` and the index's ``minutes``; its commits (in columns, no ``state``) and marks
+    have neither, so its next run reads the bucket whole, and the run after that (on commits
+    that have them) above their floor."""
     from counters.schema import ensure_schema, index_table, ledger_table
 
     store, client, counters = _family(make_family, t0)
@@ -143,8 +144,10 @@ def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0
     total = _round(client, counters, t0, 0)
     run(store, e1)
     total += _round(client, counters, e1, 10)
+    assert ledger_as_older_versions_wrote_it(store, with_low=False) == len(counters)
     for table, column in (
         (ledger_table(family), "pending_low_ms"),
+        (ledger_table(family), "state"),
         (index_table(family), "minutes"),
     ):
         store.session.execute(f"ALTER TABLE {family.keyspace}.{table} DROP {column}")
