@@ -633,10 +633,9 @@ def _as_records_from_before_the_key_bytes(store, family) -> int:
     return rewritten
 
 
-@pytest.mark.parametrize("point", ["verify", "cleanup_read_log"])
-def test_a_run_log_record_from_before_the_key_bytes_is_still_read(make_family, t0, point):
-    """A commit recorded before the counted keys were kept as CQL bytes (a JSON list): the
-    retry's cleanup deletes exactly its rows, a later fold tells them from late ones."""
+def _crashed_before_upgrade(make_family, t0, point):
+    """Two counters of one bucket, 5 rows each at or below the epoch and 1 above, and a run
+    (``before-upgrade``) that crashed at ``point``: (family, store, client, counters, epoch)."""
     family, store, client = make_family(shards=1)
     counters = same_bucket(store, 2)
     store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
@@ -649,6 +648,14 @@ def test_a_run_log_record_from_before_the_key_bytes_is_still_read(make_family, t
 
     with pytest.raises(Crash):
         run(store, epoch, fault=crash, run_id="before-upgrade")
+    return family, store, client, counters, epoch
+
+
+@pytest.mark.parametrize("point", ["verify", "cleanup_read_log"])
+def test_a_run_log_record_from_before_the_key_bytes_is_still_read(make_family, t0, point):
+    """A commit recorded before the counted keys were kept as CQL bytes (a JSON list): the
+    retry's cleanup deletes exactly its rows, a later fold tells them from late ones."""
+    family, store, client, counters, epoch = _crashed_before_upgrade(make_family, t0, point)
     assert _as_records_from_before_the_key_bytes(store, family) >= 1
     client.record([inc(counters[0], 1000, t0 + timedelta(minutes=3), "late", 1)])
     if point == "cleanup_read_log":  # the same run again: its cleanup reads the old record
@@ -675,18 +682,8 @@ def test_ledger_rows_an_older_version_committed_are_read_from_their_columns(
 
     from .helpers import ledger_as_older_versions_wrote_it
 
-    family, store, client = make_family(shards=1)
-    counters = same_bucket(store, 2)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
-    load(client, t0, counters=counters, before=5, after=1)
-    epoch = t0 + timedelta(minutes=10)
-
-    def crash(p):
-        if p == "verify":
-            raise Crash(p)
-
-    with pytest.raises(Crash):  # committed, nothing deleted: every counter has pending rows
-        run(store, epoch, fault=crash, run_id="before-upgrade")
+    # committed, nothing deleted: every counter has pending rows
+    family, store, client, counters, epoch = _crashed_before_upgrade(make_family, t0, "verify")
     assert ledger_as_older_versions_wrote_it(store, stale_state=stale_state) == 2
     client.record([inc(counters[0], 1000, t0 + timedelta(minutes=3), "late", 1)])
     after = run(store, epoch + timedelta(minutes=1), run_id="after-upgrade")
