@@ -25,12 +25,14 @@ Safety does not depend on the shard lease (it only avoids duplicate work).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
 import random
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -356,6 +358,35 @@ class _Context:
     """When the shard's index marks were read (µs): the base of the forget horizon."""
 
 
+_collector_pauses = 0
+_collector_was_on = False
+_collector_lock = threading.Lock()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a shard's step runs, back as it was after
+    the last concurrent step. A step allocates millions of short-lived tuples and bound
+    statements, and every automatic collection walks the live containers again: in a probe of
+    100,000 compact copies the collector took 1.0-1.5 of 3.6-4.2 client CPU-s. The step's data
+    has no cycles, reference counting frees it as it goes; the few cycles (a caught
+    exception's frames) wait for the collector to be back."""
+    global _collector_pauses, _collector_was_on
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_was_on:
+                gc.enable()
+
+
+@collector_paused()
 def compact_shard(
     store: Store,
     shard: int,
@@ -1290,6 +1321,7 @@ class CleanupReport:
         return cls(**data)
 
 
+@collector_paused()
 def cleanup_shard(
     store: Store,
     shard: int,

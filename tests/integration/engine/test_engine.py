@@ -698,3 +698,32 @@ def test_ledger_rows_an_older_version_committed_are_read_from_their_columns(
         (shard, bucket),
     ):
         assert state is not None and state[2:18] == commit_id.bytes
+
+
+def test_the_collector_is_off_while_a_shard_step_runs_and_back_after(make_family, t0):
+    """Python's cyclic collector is paused for the shards' steps (their data has no cycles)
+    and is on again after the run, whether it ends well or in a crash."""
+    import gc
+
+    _family, store, client = make_family(shards=2)
+    load(client, t0)
+    seen: dict[str, bool] = {}
+
+    def note(point):
+        seen.setdefault(point, gc.isenabled())
+
+    assert gc.isenabled()
+    assert run(store, t0 + timedelta(minutes=10), fault=note).outcome == "success"
+    assert gc.isenabled()
+    assert {"lease", "read_raw", "commit", "copy", "verify", "cleanup_delete"} <= set(seen)
+    assert seen.pop("finish") is True  # the run's last step, after the shards'
+    assert not any(seen.values()), seen
+
+    def crash(point):
+        if point == "copy":
+            raise Crash(point)
+
+    load(client, t0 + timedelta(minutes=10))
+    with pytest.raises(Crash):
+        run(store, t0 + timedelta(minutes=20), fault=crash)
+    assert gc.isenabled()
