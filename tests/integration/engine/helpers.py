@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
+from typing import Any
 
+from counters.core import LEDGER_STATE, STATE_FIELDS
 from counters.store import Store
 
 
@@ -37,7 +40,6 @@ def ledger_as_older_versions_wrote_it(
     checkpoint in separate columns (``pending_low_ms`` only ``with_low``), and no ``state``
     cell, or (``stale_state``) one left by another commit, with a value 1,000,000 off, as a
     row has after an older version committed over a newer one's. Returns the rows rewritten."""
-    from counters.core import LEDGER_STATE
     from counters.schema import ledger_table
 
     f = store.family
@@ -50,37 +52,26 @@ def ledger_as_older_versions_wrote_it(
         state = row[-1]
         if state is None:
             continue
-        (
-            _,
-            flags,
-            _,
-            value,
-            epoch_ms,
-            pending_sum,
-            pending_rows,
-            low_ms,
-            base,
-            folded,
-            version,
-            updated_ms,
-        ) = LEDGER_STATE.unpack_from(state)
+        cp = state_fields(state)
         store.session.execute(
             f"UPDATE {table} SET value = %s, epoch_ms = %s, run_id = %s, pending = '', "
             "pending_sum = %s, pending_rows = %s, pending_low_ms = %s, base_value = %s, "
             "folded_sum = %s, version = %s, updated_at = %s, state = %s "
             f"WHERE shard = %s AND bucket = %s AND {key_where}",
             (
-                value,
-                epoch_ms,
-                state[LEDGER_STATE.size :].decode(),
-                pending_sum,
-                pending_rows,
-                low_ms if flags & 1 and with_low else None,
-                base,
-                folded,
-                version,
-                updated_ms,
-                _other_commit(state) if stale_state else None,
+                cp["value"],
+                cp["epoch_ms"],
+                cp["run_id"],
+                cp["pending_sum"],
+                cp["pending_rows"],
+                cp["low_ms"] if cp["flags"] & 1 and with_low else None,
+                cp["base_value"],
+                cp["folded_sum"],
+                cp["version"],
+                cp["updated_ms"],
+                state_with(state, commit=uuid.uuid1().bytes, value=cp["value"] + 1_000_000)
+                if stale_state
+                else None,
                 row[0],
                 row[1],
                 *row[2:-1],
@@ -89,13 +80,14 @@ def ledger_as_older_versions_wrote_it(
     return len(rows)
 
 
-def _other_commit(state: bytes) -> bytes:
-    """``state`` as another commit's: its commit id changed, its value 1,000,000 more."""
-    import uuid
+def state_fields(state: bytes) -> dict[str, Any]:
+    """A ledger ``state`` cell's fields by name (``core.STATE_FIELDS``), and its ``run_id``."""
+    fields = dict(zip(STATE_FIELDS, LEDGER_STATE.unpack_from(state), strict=True))
+    return {**fields, "run_id": state[LEDGER_STATE.size :].decode()}
 
-    from counters.core import LEDGER_STATE
 
-    fields = list(LEDGER_STATE.unpack_from(state))
-    fields[2] = uuid.uuid1().bytes
-    fields[3] += 1_000_000
-    return LEDGER_STATE.pack(*fields) + state[LEDGER_STATE.size :]
+def state_with(state: bytes, **changes: Any) -> bytes:
+    """A ledger ``state`` cell with some fields changed, as a hand edit would leave it."""
+    fields = state_fields(state) | changes
+    run_id = fields.pop("run_id")
+    return LEDGER_STATE.pack(*fields.values()) + run_id.encode()

@@ -11,12 +11,12 @@ from counters import engine
 from counters.client import Increment
 from counters.compaction import sweep_due
 from counters.config import Discovery
-from counters.core import LEDGER_STATE, to_millis
+from counters.core import state_commit, to_millis
 from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
 from .conftest import Crash
-from .helpers import compact_row, raw_rows, rows_at_or_below
+from .helpers import compact_row, raw_rows, rows_at_or_below, state_with
 
 pytestmark = pytest.mark.integration
 
@@ -106,12 +106,10 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
         "WHERE shard = %s AND bucket = %s AND type = 'wide'",
         (shard, bucket),
     ).one()[0]
-    fields = list(LEDGER_STATE.unpack_from(state))
-    fields[3] = 2**63 - 10  # value
     store.session.execute(  # a counter close to the bigint limit, as the engine would leave it
         f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET state = %s "
         "WHERE shard = %s AND bucket = %s AND type = 'wide'",
-        (LEDGER_STATE.pack(*fields) + state[LEDGER_STATE.size :], shard, bucket),
+        (state_with(state, value=2**63 - 10), shard, bucket),
     )
     store.session.execute(
         f"UPDATE {engine_keyspace}.{store.family.compact_table} USING TIMESTAMP %s "
@@ -697,7 +695,7 @@ def test_ledger_rows_an_older_version_committed_are_read_from_their_columns(
         "WHERE shard = %s AND bucket = %s",
         (shard, bucket),
     ):
-        assert state is not None and state[2:18] == commit_id.bytes
+        assert state_commit(state) == commit_id.bytes
 
 
 def test_the_collector_runs_less_often_while_a_shard_step_runs_and_as_before_after(make_family, t0):
