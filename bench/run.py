@@ -1202,6 +1202,13 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{text}{unit}"
 
 
+def _cpu(measured: dict[str, Any]) -> str:
+    """A measurement's client and node CPU seconds, as the table shows them."""
+    return (
+        f"cpu client {_fmt(measured['client_cpu_s'])} s server {_fmt(measured['server_cpu_s'])} s"
+    )
+
+
 def table(report: dict[str, Any]) -> str:
     r = report["results"]
     lines: list[str] = []
@@ -1234,8 +1241,7 @@ def table(report: dict[str, Any]) -> str:
             "1. scan floor (token ranges, paged)",
             _fmt(s["seconds"], " s"),
             _fmt(s["rows_per_s"], " rows/s"),
-            f"cpu client {_fmt(s['client_cpu_s'])} s",
-            f"server {_fmt(s['server_cpu_s'])} s",
+            _cpu(s),
         )
     if "required" in r:
         s = r["required"]
@@ -1244,7 +1250,7 @@ def table(report: dict[str, Any]) -> str:
             "1b. required work (engine primitives only)",
             _fmt(total["seconds"], " s"),
             f"complete={s['complete']}",
-            f"cpu client {_fmt(total['client_cpu_s'])} s server {_fmt(total['server_cpu_s'])} s",
+            _cpu(total),
         )
         row(
             "   steps (s, cpu client/server)",
@@ -1255,24 +1261,21 @@ def table(report: dict[str, Any]) -> str:
                 if k in s
             ),
         )
-    if "naive" in r:
-        s = r["naive"]
-        row(
-            "2. naive peer (sync, per counter)",
-            _fmt(s["seconds"], " s"),
-            _fmt(s["rows_per_s"], " rows/s"),
-            f"exact={s['exactness']['exact']}",
-            f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
-        )
+    for section, label in (
+        ("naive", "2. naive peer (sync, per counter)"),
+        ("compaction", "3. compaction (engine.run_family)"),
+    ):
+        if section in r:
+            s = r[section]
+            row(
+                label,
+                _fmt(s["seconds"], " s"),
+                _fmt(s["rows_per_s"], " rows/s"),
+                f"exact={s['exactness']['exact']}",
+                _cpu(s),
+            )
     if "compaction" in r:
         s = r["compaction"]
-        row(
-            "3. compaction (engine.run_family)",
-            _fmt(s["seconds"], " s"),
-            _fmt(s["rows_per_s"], " rows/s"),
-            f"exact={s['exactness']['exact']}",
-            f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
-        )
         if s.get("phases_s"):
             row("   phases", ", ".join(f"{k} {v:.1f}" for k, v in s["phases_s"].items()))
         if s.get("server_cpu_by_thread_s"):
@@ -1284,7 +1287,7 @@ def table(report: dict[str, Any]) -> str:
                 row(
                     f"   warm-up {label} (same size)",
                     f"{w['rows']:,} rows in {_fmt(w['seconds'], ' s')}, sweep={w.get('sweep')}",
-                    f"cpu client {_fmt(w['client_cpu_s'])} s server {_fmt(w['server_cpu_s'])} s",
+                    _cpu(w),
                 )
         requests = s.get("requests") or {}
         row(
@@ -1304,8 +1307,7 @@ def table(report: dict[str, Any]) -> str:
                 f"   next run (sweep={later['sweep']}), {later['rows']:,} more rows",
                 _fmt(later["seconds"], " s") if later["ok"] else f"FAILED: {later['error']}",
                 f"exact={later['exactness']['exact']}",
-                f"cpu client {_fmt(later['client_cpu_s'])} s",
-                f"server {_fmt(later['server_cpu_s'])} s",
+                _cpu(later),
             )
             requests = later.get("requests") or {}
             row("   its requests", ", ".join(f"{k} {v:,}" for k, v in requests.items()))
@@ -1348,7 +1350,7 @@ def table(report: dict[str, Any]) -> str:
             f"   scaling: {run['rows']:,} rows",
             _fmt(run["seconds"], " s") if run["ok"] else f"FAILED: {run['error']}",
             f"exact={run['exact']}",
-            f"cpu client {_fmt(run['client_cpu_s'])} s server {_fmt(run['server_cpu_s'])} s",
+            _cpu(run),
             f"requests {run['requests']:,}",
             f"rss {_fmt(run['peak_rss_mib'], ' MiB')}",
         )
@@ -1359,7 +1361,7 @@ def table(report: dict[str, Any]) -> str:
             f"{run['tombstones_per_counter_before']} tombstones/counter)",
             _fmt(run["seconds"], " s") if run["ok"] else f"FAILED: {run['error']}",
             f"exact={run['exact']} sweep={run['sweep']}",
-            f"cpu client {_fmt(run['client_cpu_s'])} s server {_fmt(run['server_cpu_s'])} s",
+            _cpu(run),
         )
     if "probes" in r:
         probes = {
@@ -1373,7 +1375,7 @@ def table(report: dict[str, Any]) -> str:
                     f"probe {name}",
                     _fmt(s["rows_per_s"], " rows/s")
                     + (f" ({s['ms_per_request']} ms each)" if "ms_per_request" in s else ""),
-                    f"cpu client {_fmt(s['client_cpu_s'])} s server {_fmt(s['server_cpu_s'])} s",
+                    _cpu(s),
                 )
     if "dag_parse" in r:
         d = r["dag_parse"]
