@@ -1209,6 +1209,16 @@ def _cpu(measured: dict[str, Any]) -> str:
     )
 
 
+def _run_cells(measured: dict[str, Any]) -> tuple[str, ...]:
+    """A whole run's cells: time, rows/s, exactness and CPU."""
+    return (
+        _fmt(measured["seconds"], " s"),
+        _fmt(measured["rows_per_s"], " rows/s"),
+        f"exact={measured['exactness']['exact']}",
+        _cpu(measured),
+    )
+
+
 def table(report: dict[str, Any]) -> str:
     r = report["results"]
     lines: list[str] = []
@@ -1261,21 +1271,11 @@ def table(report: dict[str, Any]) -> str:
                 if k in s
             ),
         )
-    for section, label in (
-        ("naive", "2. naive peer (sync, per counter)"),
-        ("compaction", "3. compaction (engine.run_family)"),
-    ):
-        if section in r:
-            s = r[section]
-            row(
-                label,
-                _fmt(s["seconds"], " s"),
-                _fmt(s["rows_per_s"], " rows/s"),
-                f"exact={s['exactness']['exact']}",
-                _cpu(s),
-            )
+    if "naive" in r:
+        row("2. naive peer (sync, per counter)", *_run_cells(r["naive"]))
     if "compaction" in r:
         s = r["compaction"]
+        row("3. compaction (engine.run_family)", *_run_cells(s))
         if s.get("phases_s"):
             row("   phases", ", ".join(f"{k} {v:.1f}" for k, v in s["phases_s"].items()))
         if s.get("server_cpu_by_thread_s"):
