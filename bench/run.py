@@ -12,6 +12,7 @@ kinds.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -150,7 +151,12 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument("--smoke", action="store_true", help="tiny sizes (CI): seconds, not minutes")
     p.add_argument("--out", type=Path, help="JSON report (var/bench/latest.json)")
     p.add_argument("--keep", action="store_true", help="do not drop the bench keyspace")
-    p.add_argument("--profile", action="store_true", help="pyinstrument profile of compaction")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="pyinstrument profile of the compaction's main thread (its bucket threads and shard "
+        "processes are not sampled); needs pyinstrument in .venv",
+    )
     p.add_argument(
         "--node-profile",
         action="store_true",
@@ -222,6 +228,11 @@ def parse_args(argv: list[str] | None) -> Params:
     if a.only:
         params.only = tuple(dict.fromkeys(a.only))
     params.keep = a.keep
+    if a.profile and importlib.util.find_spec("pyinstrument") is None:
+        p.error(
+            "--profile needs pyinstrument, which requirements.txt leaves out: "
+            ".venv/bin/pip install pyinstrument"
+        )
     params.profile = a.profile
     params.node_profile = a.node_profile
     if a.no_wait:

@@ -98,6 +98,20 @@ def test_smoke_params_are_small():
     assert params.counters == 5 and params.families == (1, 2)
 
 
+def test_a_profile_without_pyinstrument_is_refused_before_any_work(monkeypatch, capsys):
+    """pyinstrument is not in requirements.txt: the bench says so at once, not after the load."""
+    real = bench.importlib.util.find_spec
+    monkeypatch.setattr(
+        bench.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pyinstrument" else real(name, *a),
+    )
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--only", "compaction", "--profile"])
+    assert exit_.value.code == 2
+    assert "--profile needs pyinstrument" in capsys.readouterr().err
+
+
 def test_node_samples_are_told_apart_by_their_frames():
     from bench.nodeprofile import kind_of, samples
 
