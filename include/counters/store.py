@@ -164,6 +164,15 @@ class Ledger:
     population: int | None = None
 
 
+class TableOwner(NamedTuple):
+    """The family recorded as a table's owner, with its identity (JSON) when it was recorded."""
+
+    family: str
+    identity: str
+    recorded_at: datetime | None
+    recorded_by: str | None
+
+
 class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
@@ -289,6 +298,7 @@ class Store:
             "audit": f"{ks}.{schema.AUDIT_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
+            "tables": f"{ks}.{schema.TABLES_TABLE}",
             "key": ", ".join(q(c.name) for c in lay.key),
             "key_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key),
             "key_marks": ", ".join("?" for _ in lay.key),
@@ -1514,6 +1524,47 @@ class Store:
         )
         row = self.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
+
+    def table_owners(self) -> dict[str, TableOwner]:
+        """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
+        statement = self.prepare(
+            "tables_read",
+            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
+            "WHERE table_name IN ?",
+        )
+        self.requests[self.phase] += 1
+        rows = self.session.execute(statement, (list(self.family.tables),))
+        return {r[0]: TableOwner(*r[1:]) for r in rows}
+
+    def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
+        """Record the family as ``table``'s owner with its identity, unless an owner is recorded
+        (a lightweight transaction: of two first commits, one records). None when this call
+        recorded it, else the owner that is recorded."""
+        statement = self.prepare(
+            "tables_claim",
+            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
+            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
+            serial=True,
+        )
+        self.requests[self.phase] += 1
+        result = self.session.execute(statement, (table, self.family.name, identity, run_id))
+        if result.was_applied:
+            return None
+        row = result.one()
+        return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+
+    def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
+        """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
+        where the ledger holds some counters, to check it against the shard count."""
+        statement = self.prepare(
+            "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
+        )
+        self.requests[self.phase] += 1
+        return [
+            (r[0], r[1], tuple(r[2:]))
+            for r in self.session.execute(statement, (limit,))
+            if all(v is not None for v in r[2:])  # a partition holding only its head
+        ]
 
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch

@@ -10,9 +10,11 @@ from datetime import timedelta
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.identity import written_shards
 from counters.store import Store
 
-from .helpers import rows_at_or_below
+from .conftest import Crash
+from .helpers import forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -142,3 +144,102 @@ def test_readers_throughout_large_runs_read_every_value_exactly(conn, make_famil
     assert during, "no read finished while a run was cleaning up"
     assert sum(w for _t, w in reads) == 0, f"{sum(w for _t, w in reads)} wrong values"
     assert rows_at_or_below(store, ("q0",), t0 + timedelta(minutes=3)) == 0
+
+
+# --- 4. the family's identity ------------------------------------------------------------
+
+
+def _crash_after_first_copies(store, epoch, **kw):
+    """A first run that commits and copies some counters, then dies before its cleanup."""
+    hits: list[str] = []
+
+    def crash(point: str) -> None:
+        if point == "verify" and not hits:
+            hits.append(point)
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash, **kw)
+
+
+def _values(client, counters):
+    return {v.counter[0]: v.value for v in client.read_many(counters)}
+
+
+def test_a_shard_count_changed_after_a_crashed_first_run_is_refused_everywhere(make_family, t0):
+    """The issue's case: the first run dies mid-way (nothing recorded a finished run), then
+    the YAML says 8 shards. The first commit recorded the family's identity: every step of a
+    run at 8 shards is refused, naming the field, and nothing is counted twice."""
+    family, store, client = make_family(shards=2)
+    counters = [f"k{i}" for i in range(80)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch, commit_chunk=5)
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    eight = Store(store.conn, family.model_copy(update={"shards": 8}), store.layout)
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"field 'shards' is 8 in the YAML but 2 "):
+        engine.run_family(eight, later, now=later + timedelta(minutes=5))
+    with pytest.raises(engine.IdentityMismatch, match="counterctl reshard"):  # a worker's YAML
+        engine.compact_shard(eight, 0, later, "worker-with-8")
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(1000)]
+    assert positions and written_shards(positions) == 2  # nothing committed at 8 shards
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    assert sum(rows_at_or_below(store, (c,), later) for c in counters) == 0
+
+
+def test_a_family_committed_before_identities_has_its_shards_checked_against_its_ledger(
+    make_family, t0
+):
+    """A family whose first commits came from a version that recorded no identity (and no
+    finished run): the ledger's own positions tell the shard count it was written with."""
+    family, store, client = make_family(shards=2)
+    counters = [f"u{i}" for i in range(40)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch, commit_chunk=5)
+    forget_table_owners(store)  # as an older version left it
+    four = Store(store.conn, family.model_copy(update={"shards": 4}), store.layout)
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"ledger was written with 2 shards"):
+        engine.run_family(four, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    assert store.table_owners() == {}  # a refused run records nothing
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert set(store.table_owners()) == set(family.tables)
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+
+
+def test_a_second_family_on_the_same_tables_is_refused(make_family, t0):
+    family, store, client = make_family()
+    client.record(_events(["a"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    twin = Store(store.conn, family.model_copy(update={"name": "twin"}), store.layout)
+    client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"belongs to family 'f_"):
+        engine.run_family(twin, later, now=later + timedelta(minutes=5))
+    assert _values(client, ["a"]) == {"a": 17}
+
+
+def test_a_copy_naming_a_commit_the_ledger_lacks_is_quarantined_not_adopted(make_family, t0):
+    """A truncated ledger (or a changed bucket count, another family's write): the copies name
+    commits the ledger does not hold. Adopted as bases, the counted rows still present (the
+    run died before its cleanup) would be counted again; they are quarantined instead."""
+    family, store, client = make_family(shards=1)
+    counters = [f"t{i}" for i in range(30)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch)
+    store.session.execute(f"TRUNCATE {family.keyspace}.{family.compact_table}_ledger")
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="quarantined"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    held = engine.quarantined(store)
+    assert held and {q.reason for q in held} == {"unknown_commit"}
+    for q in held:  # the ones the crashed run copied: nothing of theirs deleted
+        assert rows_at_or_below(store, q.counter, later) == 1
