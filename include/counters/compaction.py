@@ -187,9 +187,13 @@ class ShardReport:
     requests: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
     peak_rss_mib: float = 0.0
+    execution: str = field(default_factory=lambda: secrets.token_hex(8))
+    """This attempt of the shard's compact step: its cleanup deletes only the commits it
+    verified, never another attempt's (a zombie, a reused run id, a task marked successful)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "execution": self.execution,
             "peak_rss_mib": self.peak_rss_mib,
             "shard": self.shard,
             "tally": self.tally.as_dict(),
@@ -211,6 +215,7 @@ class ShardReport:
             dict(data.get("requests", {})),
             bool(data.get("dry_run")),
             float(data.get("peak_rss_mib", 0.0)),
+            str(data.get("execution", "")),
         )
 
 
@@ -350,6 +355,9 @@ class _Context:
     commit_chunk: int = COMMIT_CHUNK
     index_read_at: int = 0
     """When the shard's index marks were read (µs): the base of the forget horizon."""
+    execution: str = ""
+    """This attempt of the shard's compact step: the commits it verified are what its
+    cleanup deletes (``ShardReport.execution``)."""
 
 
 STEP_GC_THRESHOLD = 100_000
@@ -429,6 +437,7 @@ def compact_shard(
             report,
             commit_chunk,
             index_read_at=index_read_at,
+            execution=report.execution,
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
@@ -597,6 +606,9 @@ def _compact_bucket(
     ctx.fault("copy")
     with phases.timed("verify", store):
         _verify_bucket(ctx, bucket, committed, whole)
+    with phases.timed("log", store):  # what this execution's cleanup deletes
+        commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
+        store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
     ctx.fault("verify")
     with phases.timed("forget", store):
         _forget(ctx, bucket, touched, folds, rows, windowed)
@@ -774,7 +786,6 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
-        applied: list[Any] = []
         for chunk, keys in _keyed_chunks(ctx, todo):
             grown = grown_population(population, chunk)
             with ctx.phases.timed("commit", store):
@@ -785,13 +796,10 @@ def _commit(
                 lost.extend(chunk)
                 continue
             head, population = done[0], grown
-            applied.append(head)
             for f in chunk:
                 ctx.tally.add_fold(f)
                 committed[f.counter] = (f, committed_checkpoint(f, *done, ctx.run_id))
         ctx.fault("commit")
-        with ctx.phases.timed("log", store):  # what cleanup deletes
-            store.mark_applied(ctx.run_id, ctx.shard, bucket, applied)
         if not lost:
             return committed
         ctx.tally.conflicts += len(lost)
@@ -1250,6 +1258,9 @@ class Verification:
     outcomes: list[CheckOutcome]
     evidence: list[Evidence]
     tally: Tally
+    executions: dict[int, list[str]] = field(default_factory=dict)
+    """Per shard, the executions whose verified commits the cleanup may delete: the ones
+    whose reports these checks passed, nothing else."""
 
     @property
     def passed(self) -> bool:
@@ -1270,10 +1281,12 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
     tally = Tally()
     evidence: list[Evidence] = []
     failures: list[str] = []
+    executions: dict[int, list[str]] = {}
     for report in reports:
         tally = tally.merge(report.tally)
         evidence.extend(report.evidence)
         failures.extend(report.failures)
+        executions.setdefault(report.shard, []).append(report.execution)
     outcomes = evaluate_evidence(evidence)
     outcomes.append(
         CheckOutcome(
@@ -1288,7 +1301,7 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
         )
     )
     outcomes += hot_counter_outcomes(tally)
-    return Verification(outcomes, evidence, tally)
+    return Verification(outcomes, evidence, tally, executions)
 
 
 def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
@@ -1339,18 +1352,20 @@ def cleanup_shard(
     store: Store,
     shard: int,
     run_id: str,
+    executions: Sequence[str],
     *,
     now: datetime | None = None,
     fault: Fault = _no_fault,
 ) -> CleanupReport:
-    """Delete the raw rows the run's applied commits counted, exactly those (keys read from
-    the run log, not the ledger); quarantined counters keep their rows. Then count, on the
-    server, what is left at or below each epoch of a sample: a counted row still there is a
-    failure, any other row a late write (folded by the next run)."""
+    """Delete the raw rows counted by the run's commits that ``executions`` verified (the
+    attempts whose reports passed the family's checks), exactly those (keys read from the run
+    log, not the ledger); quarantined counters keep their rows. Then count, on the server, what
+    is left at or below each epoch of a sample: a counted row still there is a failure, any
+    other row a late write (folded by the next run)."""
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
-    runs = store.read_run_commits(run_id, shard)
+    runs = store.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
@@ -1363,7 +1378,7 @@ def cleanup_shard(
     def one(bucket: int) -> CleanupReport:
         store.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
-        # every applied commit's keys are counted for good (a later commit builds on it, a
+        # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
         mine: dict[Key, tuple[int, CountedKeys]] = {}
         for record in runs[bucket]:
@@ -1610,7 +1625,9 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
     """One shard's compact or cleanup in a worker process (its own connection)."""
     from .connection import Connection
 
-    step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now = args
+    (step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now) = args[
+        :11
+    ]
     try:
         with Connection(settings) as conn:
             store = Store(conn, family, layout)
@@ -1618,7 +1635,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
                 return compact_shard(
                     store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
                 )
-            return cleanup_shard(store, shard, run_id, now=now)
+            return cleanup_shard(store, shard, run_id, args[11], now=now)
     except BaseException as exc:
         portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
         if portable is exc:
@@ -1688,7 +1705,8 @@ def run_family(
         else None
     )
 
-    def each_shard(step: str) -> list[Any]:
+    def each_shard(step: str, executions: dict[int, list[str]] | None = None) -> list[Any]:
+        verified = executions or {}
         if pool is None:
             if step == "compact":
                 return [
@@ -1705,7 +1723,10 @@ def run_family(
                     )
                     for s in plan.shards
                 ]
-            return [cleanup_shard(store, s, run_id, now=now, fault=fault) for s in plan.shards]
+            return [
+                cleanup_shard(store, s, run_id, verified.get(s, []), now=now, fault=fault)
+                for s in plan.shards
+            ]
         args = [
             (
                 step,
@@ -1719,6 +1740,7 @@ def run_family(
                 dry_run,
                 use_lease,
                 now,
+                verified.get(s, []),
             )
             for s in plan.shards
         ]
@@ -1745,7 +1767,7 @@ def run_family(
             raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
         say("cleaning up")
         with phases.timed("cleanup", store):
-            cleanups: list[CleanupReport] = each_shard("cleanup")
+            cleanups: list[CleanupReport] = each_shard("cleanup", verification.executions)
         for cleanup in cleanups:
             peak = max(peak, cleanup.peak_rss_mib)
             tally.rows_deleted += cleanup.rows_deleted

@@ -1321,9 +1321,9 @@ class Store:
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
-        exactly these rows once the commit is marked applied (``mark_applied``), and a later
+        exactly these rows once an execution verified the commit (``mark_verified``), and a later
         fold reads them if any is still present. A record of a commit that did not apply is
-        never used: it is not marked, and no ledger row names its commit id. A kept family's
+        never used: it is never verified, and no ledger row names its commit id. A kept family's
         records name only the counters (its rows are not deleted): the look-up's history."""
         statement = self.prepare(
             "runs_keys",
@@ -1333,39 +1333,61 @@ class Store:
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
-    def mark_applied(self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any]) -> None:
-        """Mark a bucket's commits as applied (after their conditional batches did): what
-        cleanup deletes. One single-partition batch."""
+    def mark_verified(
+        self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
+    ) -> None:
+        """Mark a bucket's commits as verified by ``execution`` (one attempt of the shard's
+        compact step), after their copies were read back and their rows recounted: what that
+        execution's cleanup may delete. One single-partition batch."""
         if self.family.folds_by_slice or not commit_ids:
             return
         statement = self.prepare(
-            "runs_applied",
-            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "runs_verified",
+            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        params = [(run_id, shard, bucket, c) for c in commit_ids]
+        params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
         self._run([(self._batch(statement, params), None)])
 
-    def read_run_commits(self, run_id: str, shard: int) -> dict[int, list[CommitRecord]]:
-        """The records of the run's applied commits in a shard, by bucket. A commit that lost
-        its compare-and-set, or whose mark a crash prevented, is left out: its rows, if
-        counted, are counted again as present by the next fold and deleted then."""
+    def read_run_commits(
+        self, run_id: str, shard: int, executions: Sequence[str]
+    ) -> dict[int, list[CommitRecord]]:
+        """The records of the run's commits in a shard that one of ``executions`` verified, by
+        bucket. A commit no such execution verified is left out, whoever made it (a zombie
+        attempt, a run that reused the run id, a task marked successful by hand): its rows,
+        if counted, stay counted (its checkpoint's pending), and a later fold commits them
+        again as present and deletes them then."""
         statement = self.prepare(
             "runs_read",
-            "SELECT bucket, commit_id, keys, applied FROM {runs} WHERE run_id = ? AND shard = ?",
+            "SELECT bucket, commit_id, keys, verified_by FROM {runs} "
+            "WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
         self.requests[self.phase] += 1
+        wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for bucket, commit_id, blob, applied in self.session.execute(
+        for bucket, commit_id, blob, verified_by in self.session.execute(
             bound, execution_profile=BULK_PROFILE
         ):
-            if blob is None or not applied:
+            if blob is None or verified_by not in wanted:
                 continue
             out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec))
         return out
+
+    def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
+        """Whether an execution verified this commit (its copy was read back equal to it), as
+        far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
+        verified: any run that read the counter since would have copied it again)."""
+        statement = self.prepare(
+            "runs_verified_read",
+            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        return row is None or row[0] is not None
 
     def load_pending(
         self, shard: int, bucket: int, checkpoints: dict[Key, Checkpoint], counters: Iterable[Key]

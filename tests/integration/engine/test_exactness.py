@@ -243,3 +243,68 @@ def test_a_copy_naming_a_commit_the_ledger_lacks_is_quarantined_not_adopted(make
     assert held and {q.reason for q in held} == {"unknown_commit"}
     for q in held:  # the ones the crashed run copied: nothing of theirs deleted
         assert rows_at_or_below(store, q.counter, later) == 1
+
+
+# --- 8. cleanup deletes what its execution verified -----------------------------------
+
+
+def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_family, t0):
+    """Two executions under one run id (a zombie and its retry, a reused --run-id): A sweeps,
+    commits a counter only it found (written by plain CQL, no mark) and stalls before copying
+    it; B runs the whole run meanwhile. B's cleanup must not delete the rows of A's commit,
+    whose copy nobody wrote or read back: readers would lose them."""
+    family, store, client = make_family(shards=1, sweep_interval="1d")
+    epoch1 = t0 + timedelta(minutes=1)
+    client.record(_events(["seen"], t0 + timedelta(seconds=5)))
+    engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=5))  # sweeps, once a day
+    f = family
+    for second in (10, 20):  # a foreign writer's rows: found by a sweep only
+        store.session.execute(
+            f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
+            "increment) VALUES ('foreign', %s, 'x', 1, 7)",
+            (epoch1 + timedelta(seconds=second),),
+        )
+    client.record(_events(["seen"], epoch1 + timedelta(seconds=5)))  # marked: B's work
+    epoch2 = epoch1 + timedelta(minutes=1)
+    stalled, resume, outcome = threading.Event(), threading.Event(), []
+    a_store = Store(conn, family, store.layout)
+    copy = a_store.copy_compact
+
+    def stalling_copy(commits, *args, **kwargs):
+        if any(counter == ("foreign",) for counter, _cp in commits):
+            stalled.set()  # its commit applied; its copy not written
+            assert resume.wait(60)
+        return copy(commits, *args, **kwargs)
+
+    a_store.copy_compact = stalling_copy
+
+    def execution_a() -> None:
+        outcome.append(
+            engine.compact_shard(a_store, 0, epoch2, "X", sweep=True, use_lease=False).tally
+        )
+
+    thread = threading.Thread(target=execution_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "execution A never reached its copy"
+        assert _values(client, ["foreign"]) == {"foreign": 14}  # A committed, copied nothing
+        b = engine.run_family(
+            Store(conn, family, store.layout),
+            epoch2,
+            run_id="X",
+            use_lease=False,
+            now=epoch2 + timedelta(minutes=5),
+        )
+        assert b.outcome == "success" and not b.plan.sweep
+        assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+        assert rows_at_or_below(store, ("foreign",), epoch2) == 2  # A's rows: not B's to delete
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and outcome and outcome[0].counters_committed >= 1
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    later = epoch2 + timedelta(minutes=1)
+    store.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    assert rows_at_or_below(store, ("foreign",), later) == 0
