@@ -574,11 +574,23 @@ def _compact_bucket(
             fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
         suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
     _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
+    missing = [c for c in recopy if _absent(copies.get(c))]
+    recopy = [c for c in recopy if not _absent(copies.get(c))]  # behind: copied again as it is
+    removed: list[Key] = []
+    if missing and not ctx.dry_run:
+        for counter in missing:  # restored by a commit (below), whatever rows it has
+            rows.setdefault(counter, [])
+            checkpoints[counter] = ledger.checkpoints[counter]
+        with phases.timed("read_compact", store):
+            removed = [c for c in missing if _copy_was_verified(ctx, bucket, c, ledger)]
     with phases.timed("read_compact", store):
         lost = _load_pending(ctx, bucket, checkpoints, rows)
     _quarantine(ctx, lost, rows)
     with phases.timed("plan", store):
         folds = _fold(ctx, rows, checkpoints)
+    if missing and not ctx.dry_run:
+        restore = set(missing)
+        folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
     bad = [
         (f.counter, "bad_rows" if f.bad_rows else "overflow", _refusal(f))
         for f in folds
@@ -609,10 +621,38 @@ def _compact_bucket(
     with phases.timed("log", store):  # what this execution's cleanup deletes
         commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
         store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
+    _quarantine(ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows)
     ctx.fault("verify")
     with phases.timed("forget", store):
         _forget(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
+
+
+def _absent(copy: Copy | None) -> bool:
+    """A copy readers cannot use: no row, or a row whose value expired (a TTL) or was deleted."""
+    return copy is None or copy.writetime is None
+
+
+def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:
+    """Whether a counter's missing copy had been written: its commit was verified (its copy
+    read back), so someone deleted it or let it expire. Otherwise a crash came between the
+    commit and its copy, and restoring it is the run's ordinary work."""
+    cp = ledger.checkpoints[counter]
+    return ctx.store.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
+
+
+def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -> str:
+    restored = committed.get(counter)
+    how = (
+        f"restored from the ledger by commit {restored[1].commit_id} (value {restored[1].value})"
+        if restored
+        else "not restored yet (its commit did not apply: the next run restores it)"
+    )
+    return (
+        f"{format_key(counter)}: its compact row was gone (deleted, or expired by a TTL) while "
+        f"the ledger holds its last commit: readers read it as 0 plus the newer rows. It was "
+        f"{how}; find who removed it, then release the counter"
+    )
 
 
 def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
@@ -1014,6 +1054,14 @@ def _verify_bucket(
         evidence["pending_sum"] += record.pending_sum
         evidence["recount_rows"] += rows - late
         evidence["recount_sum"] += total - (_late_sum(store, counter, fold, floor) if late else 0)
+    if failures:  # a rival may have committed on top meanwhile and cleaned the rows up
+        again = store.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
+        failures = [
+            (c, reason, detail)
+            for c, reason, detail in failures
+            if c not in again.checkpoints
+            or again.checkpoints[c].commit_id == committed[c][1].commit_id
+        ]
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 

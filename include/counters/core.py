@@ -325,13 +325,16 @@ class Fold:
     low_ms: int | None = None
     """The time (ms) of the earliest row in ``pending`` (None: not known): every row the
     commit counts lies in (low_ms - 1, epoch_ms], all a recount of it has to read."""
+    restore: bool = False
+    """Committed even if it changes nothing: its counter's copy is missing (deleted, expired),
+    and only a commit's newer version writes a copy that wins over the tombstone."""
 
     @property
     def commit(self) -> bool:
-        """Folds new rows, drops duplicates, or re-commits counted rows still present (so they
-        are verified again before a cleanup deletes them)."""
+        """Folds new rows, drops duplicates, re-commits counted rows still present (so they
+        are verified again before a cleanup deletes them), or restores a missing copy."""
         return (
-            self.folded_rows > 0 or self.duplicates > 0 or self.counted_present > 0
+            self.folded_rows > 0 or self.duplicates > 0 or self.counted_present > 0 or self.restore
         ) and not self.refused
 
     @property

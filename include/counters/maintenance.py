@@ -82,6 +82,9 @@ def commit_counter(
         return None
     checkpoint = committed_checkpoint(fold, *done, run_id)
     store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
+    copy = store.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
+    if copy is not None and copy.commit_id == checkpoint.commit_id:  # a copy gone later: tampering
+        store.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
     return checkpoint
 
 

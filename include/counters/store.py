@@ -1338,8 +1338,9 @@ class Store:
     ) -> None:
         """Mark a bucket's commits as verified by ``execution`` (one attempt of the shard's
         compact step), after their copies were read back and their rows recounted: what that
-        execution's cleanup may delete. One single-partition batch."""
-        if self.family.folds_by_slice or not commit_ids:
+        execution's cleanup may delete, and a copy found missing later was removed by someone
+        (not a crash between commit and copy). One single-partition batch."""
+        if not commit_ids:
             return
         statement = self.prepare(
             "runs_verified",

@@ -14,7 +14,7 @@ from counters.identity import written_shards
 from counters.store import Store
 
 from .conftest import Crash
-from .helpers import forget_table_owners, rows_at_or_below
+from .helpers import compact_row, forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -308,3 +308,137 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
     assert rows_at_or_below(store, ("foreign",), later) == 0
+
+
+# --- 5. a copy removed by hand -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["deleted", "expired"])
+@pytest.mark.parametrize("found_by", ["mark", "sweep"])
+def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family, t0, how, found_by):
+    """A compact row deleted by hand (or written with a TTL that ran out): readers read the
+    counter as 0. The next run that reads the counter restores the copy from the ledger with a
+    commit whose version wins over the tombstone, and quarantines and alerts."""
+    family, store, client = make_family(
+        shards=1, sweep_interval="1d" if found_by == "mark" else "1m"
+    )
+    client.record(_events(["v", "w"], t0 + timedelta(seconds=5)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    f = family
+    if how == "deleted":
+        store.session.execute(f"DELETE FROM {f.keyspace}.{f.compact_table} WHERE type = 'v'")
+    else:
+        row = compact_row(store, ("v",))
+        store.session.execute(
+            f"UPDATE {f.keyspace}.{f.compact_table} USING TTL 1 SET value = %s, epoch = %s, "
+            "commit_id = %s, run_id = %s WHERE type = 'v'",
+            (row.value, row.epoch, row.commit_id, row.run_id),
+        )
+        time.sleep(2.5)
+    assert _values(client, ["v"]) == {"v": 0}  # what readers get until a run restores it
+    if found_by == "mark":
+        store.mark_touched([("v",)])
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="quarantined") as failed:
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert "its compact row was gone" in str(failed.value) or any(
+        "its compact row was gone" in "; ".join(o.counters) for o in failed.value.outcomes
+    )
+    assert _values(client, ["v", "w"]) == {"v": 15, "w": 15}
+    assert [(q.counter, q.reason) for q in engine.quarantined(store)] == [(("v",), "copy_missing")]
+    engine.release(store, ("v",))
+    last = later + timedelta(minutes=1)
+    assert engine.run_family(store, last, now=last + timedelta(minutes=5)).outcome in (
+        "success",
+        "idle",
+    )
+    assert _values(client, ["v", "w"]) == {"v": 15, "w": 15}
+
+
+def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0):
+    """The first commit of a counter applied, the run died before its copy: the next run
+    writes the copy as its ordinary work, quarantining nothing."""
+    _family, store, client = make_family(shards=1)
+    # no sweep due: only the counter's bucket is worked (a crash in another one would come first)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    client.record(_events(["n"], t0 + timedelta(seconds=5)))
+    epoch = t0 + timedelta(minutes=1)
+    hits: list[str] = []
+
+    def crash(point: str) -> None:
+        if point == "commit" and not hits:
+            hits.append(point)
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
+    assert compact_row(store, ("n",)) is None and _values(client, ["n"]) == {"n": 15}
+    store.mark_touched([("n",)])
+    later = epoch + timedelta(minutes=1)
+    assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
+    assert compact_row(store, ("n",)).value == 15 and not engine.quarantined(store)
+    assert _values(client, ["n"]) == {"n": 15}
+
+
+def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_failure(
+    conn, make_family, t0
+):
+    """Run A commits; a late row makes its recount find more rows, so it looks row by row; in
+    between, run B commits on top of A's commit (counting A's rows as present) and deletes
+    them. A's commit was right and is superseded: nothing to quarantine."""
+    family, store, client = make_family(shards=1)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    names = [f"s{i}" for i in range(4)]
+    client.record(
+        [
+            Increment((c,), i + 1, t0 + timedelta(seconds=10 * i), ("w", i))
+            for c in names
+            for i in range(4)
+        ]
+    )
+    epoch = t0 + timedelta(minutes=1)
+    a_store = Store(conn, family, store.layout)
+    stalled, resume, ended = threading.Event(), threading.Event(), []
+    read_rows = a_store.read_rows
+
+    def stalling_read_rows(*args, **kwargs):
+        if a_store.phase == "verify" and not stalled.is_set():
+            stalled.set()
+            assert resume.wait(60)
+        return read_rows(*args, **kwargs)
+
+    a_store.read_rows = stalling_read_rows
+
+    def late_rows(point: str) -> None:
+        if point == "commit":
+            client.record(_events(names, t0 + timedelta(seconds=45), 100))
+
+    def run_a() -> None:
+        try:
+            ended.append(
+                engine.run_family(
+                    a_store,
+                    epoch,
+                    now=epoch + timedelta(minutes=5),
+                    fault=late_rows,
+                    use_lease=False,
+                )
+            )
+        except BaseException as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "run A never looked at its rows one by one"
+        later = epoch + timedelta(minutes=1)
+        b = engine.run_family(store, later, now=later + timedelta(minutes=5), use_lease=False)
+        assert b.outcome == "success" and b.tally.counted_present >= 16
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and len(ended) == 1
+    assert not isinstance(ended[0], BaseException), ended[0]
+    assert not engine.quarantined(store)
+    assert _values(client, names) == dict.fromkeys(names, 110)
