@@ -8,7 +8,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from cassandra.query import ValueSequence
 from counters.core import LEDGER_STATE, STATE_FIELDS
+from counters.schema import TABLES_TABLE
 from counters.store import Store
 
 
@@ -180,3 +182,14 @@ class StalledRun:
         if self.summary is None:
             return "not ended"
         return f"{self.summary.outcome} {self.summary.tally}"
+
+
+def forget_table_owners(store: Store) -> None:
+    """Forget which family owns the family's tables, as if they were new: tests that give
+    many short-lived families one set of tables (a new set each would exhaust the node's
+    heap)."""
+    f = store.family
+    store.session.execute(
+        f"DELETE FROM {f.keyspace}.{TABLES_TABLE} WHERE table_name IN %s",
+        (ValueSequence(f.tables),),
+    )

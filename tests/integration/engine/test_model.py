@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from .conftest import Crash
-from .helpers import StalledRun, rows_at_or_below
+from .helpers import StalledRun, forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -247,6 +247,7 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap]):
             self.family, self.store, self.client = self.adapter.family(
                 make_family, f"m_{adapter_class.kind}_{example}", shards
             )
+            forget_table_owners(self.store)  # the tables are shared, the family is new
             self.clock: datetime = t0
             self.counters = [f"{c}{example}" for c in COUNTERS]
             self.oracle = dict.fromkeys(self.counters, 0)
