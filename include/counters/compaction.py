@@ -80,7 +80,7 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
-from .identity import check_identity
+from .identity import check_family
 from .rowkeys import CountedKeys
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
@@ -319,7 +319,7 @@ _EPOCH0 = datetime(1970, 1, 1)
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
-    check_identity(store, record=False, run_id=run_id)
+    check_family(store, record=False, run_id=run_id)
     epoch_before, last_sweep, _shards = store.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
@@ -410,7 +410,7 @@ def compact_shard(
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
-    check_identity(store, record=not dry_run, run_id=run_id)  # before any write
+    check_family(store, record=not dry_run, run_id=run_id)  # before any write
     holding = False
     if use_lease and not dry_run:
         holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)

@@ -163,6 +163,10 @@ class Family(_Strict):
     retention: Retention | None = None
     shards: int = Field(default=4, ge=1, le=256)
     consistency: Consistency = Consistency.LOCAL_QUORUM
+    compaction_dc: str | None = None
+    """The one data center whose workers compact this family, required when its consistency
+    is ``LOCAL_*`` and its keyspace is replicated to several: ``LOCAL_SERIAL`` serialises the
+    commits of one data center only."""
     discovery: Discovery = Discovery.INDEX
     sweep_interval: timedelta = timedelta(minutes=15)
     """With ``discovery: index``: how often a run also scans the whole raw table, so rows

@@ -33,7 +33,7 @@ from .core import (
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError
-from .identity import check_identity
+from .identity import check_family
 from .store import Quarantined, Store
 
 
@@ -109,7 +109,7 @@ def reset_counter(
     at = truncate_ms(utc_naive(at))
     at_ms = to_millis(at)
     reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
-    check_identity(store, record=True, run_id=reset_id)
+    check_family(store, record=True, run_id=reset_id)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
     for _attempt in range(MAX_ATTEMPTS):
@@ -191,7 +191,7 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
             "family's rows; an increments family's folded rows are deleted (late rows are "
             "reported by every compaction instead)"
         )
-    check_identity(store, record=repair, run_id="reconcile")
+    check_family(store, record=repair, run_id="reconcile")
     found: list[Discrepancy] = []
     for shard in range(family.shards):
         if family.kind is Kind.UNIQUE:
@@ -269,7 +269,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     """Let a quarantined counter back into compaction, its readers' copy restored from the
     ledger (the engine's record of every commit). Fix its raw rows first if that was the
     reason (a NULL increment); the next run folds it."""
-    check_identity(store, record=True, run_id="release")
+    check_family(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
     if counter not in store.read_quarantine(shard):
         raise EngineError(

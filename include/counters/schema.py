@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy (SchemaError)
     from cassandra.cluster import Session
@@ -237,6 +237,65 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
     ]
 
 
+MIN_GC_GRACE_S = 10_800
+"""The least ``gc_grace_seconds`` of a raw table whose rows the engine deletes: its tombstones
+must outlive the hint window (3 h by default) and the repairs, or a replica that missed a delete
+brings the row back and the next run counts it again; and they are what keep a write API retry
+of a deleted row deleted."""
+
+
+def option_problems(family: Family, options: dict[str, dict[str, Any]]) -> list[str]:
+    """What is wrong with the options of the tables a family's totals depend on, each naming the
+    table, the option, its value and the fix. Pure: ``options`` is each table's options as the
+    driver's schema metadata holds them (tables it does not name are not checked)."""
+    ks = family.keyspace
+    problems: list[str] = []
+
+    def ttl(table: str, what: str) -> None:
+        value = (options.get(table) or {}).get("default_time_to_live") or 0
+        if value:
+            problems.append(
+                f"table {ks}.{table} has default_time_to_live = {value}: {what}; run "
+                f"ALTER TABLE {ks}.{table} WITH default_time_to_live = 0"
+            )
+
+    deletes = not family.folds_by_slice
+    ttl(family.fold_table, "rows expire whether counted or not (a quarantined counter's too)")
+    if family.raw_table != family.fold_table:
+        ttl(family.raw_table, "members expire and would count again when written again")
+    ttl(family.compact_table, "the readers' totals expire (read as 0 plus the newer rows)")
+    ttl(ledger_table(family), "the checkpoints expire and every counted row would count again")
+    grace = (options.get(family.fold_table) or {}).get("gc_grace_seconds")
+    if deletes and grace is not None and grace < MIN_GC_GRACE_S:
+        problems.append(
+            f"table {ks}.{family.fold_table} has gc_grace_seconds = {grace}, under "
+            f"{MIN_GC_GRACE_S} (3 h): a replica that missed a delete brings the row back after "
+            "its tombstone is purged, and the next run counts it again; run ALTER TABLE "
+            f"{ks}.{family.fold_table} WITH gc_grace_seconds = {MIN_GC_GRACE_S}"
+        )
+    return problems
+
+
+def table_options(session: Session, family: Family) -> dict[str, dict[str, Any]]:
+    """The options of the family's tables, from the driver's schema metadata (no request)."""
+    tables = {family.fold_table, family.raw_table, family.compact_table, ledger_table(family)}
+    out: dict[str, dict[str, Any]] = {}
+    for table in tables:
+        meta = _table_meta(session, family.keyspace, table)
+        if meta is not None:
+            out[table] = dict(meta.options)
+    return out
+
+
+def check_table_options(session: Session, family: Family) -> None:
+    """Refuse (``SchemaError``) a family whose tables' options break its totals."""
+    problems = option_problems(family, table_options(session, family))
+    if problems:
+        raise SchemaError(
+            f"family {family.name!r}: " + "; ".join(problems) + ". Nothing was read or changed."
+        )
+
+
 def _table_meta(session: Session, keyspace: str, table: str):
     if not _has_table(session, keyspace, table):
         return None
@@ -435,4 +494,5 @@ def ensure_schema(
             "compaction with `discovery: scan` find the counters it marked"
         )
     session.cluster.refresh_schema_metadata()
+    check_table_options(session, family)
     return layout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import secrets
 import threading
 import time
 from datetime import timedelta
@@ -11,6 +12,7 @@ import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.identity import written_shards
+from counters.schema import SchemaError
 from counters.store import Store
 
 from .conftest import Crash
@@ -442,3 +444,40 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     assert not isinstance(ended[0], BaseException), ended[0]
     assert not engine.quarantined(store)
     assert _values(client, names) == dict.fromkeys(names, 110)
+
+
+# --- 6. options of adopted tables ------------------------------------------------------
+
+
+def test_a_raw_table_with_a_short_gc_grace_is_refused_by_init(conn, engine_keyspace, make_family):
+    table = f"raw_grace_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (type text, modify_time timestamp, actor text, "
+        "version bigint, increment bigint, PRIMARY KEY ((type), modify_time, actor, version)) "
+        "WITH gc_grace_seconds = 600"
+    )
+    with pytest.raises(SchemaError) as refused:
+        make_family(raw_table=table)
+    assert f"table {engine_keyspace}.{table} has gc_grace_seconds = 600, under 10800" in str(
+        refused.value
+    )
+    assert f"ALTER TABLE {engine_keyspace}.{table} WITH gc_grace_seconds = 10800" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("table", ["raw", "compact"])
+def test_a_table_given_a_ttl_after_init_refuses_every_run(make_family, t0, table):
+    family, store, client = make_family()
+    client.record(_events(["a"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    name = family.raw_table if table == "raw" else family.compact_table
+    store.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
+    store.session.cluster.refresh_schema_metadata()
+    client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(SchemaError, match=rf"{name} has default_time_to_live = 86400"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert rows_at_or_below(store, ("a",), later) == 1  # nothing folded or deleted
+    assert _values(client, ["a"]) == {"a": 17}
