@@ -944,6 +944,7 @@ def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: st
         run_id,
         pending_rows=len(fold.pending),
         low_ms=fold.low_ms,
+        origin_ms=fold.base.origin_ms if fold.origin_ms is None else fold.origin_ms,
     )
 
 

@@ -202,6 +202,9 @@ class Checkpoint:
     """Whether ``pending`` holds the keys. The ledger keeps only their count and sum; the keys
     live in the commit's record of the run log and are read only for a counter that still has
     rows at or below its epoch (``needs_pending``), which is rare once cleanups succeed."""
+    origin_ms: int | None = None
+    """The point the value counts from: the last reset's (None: the counter's first row). A
+    recount of what the value counts starts after it."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()
@@ -325,6 +328,9 @@ class Fold:
     low_ms: int | None = None
     """The time (ms) of the earliest row in ``pending`` (None: not known): every row the
     commit counts lies in (low_ms - 1, epoch_ms], all a recount of it has to read."""
+    origin_ms: int | None = None
+    """Set by a reset: the point the counter's value counts from from now on (kept in the
+    ledger beside the checkpoint; every later commit leaves it as it is)."""
     restore: bool = False
     """Committed even if it changes nothing: its counter's copy is missing (deleted, expired),
     and only a commit's newer version writes a copy that wins over the tombstone."""

@@ -161,7 +161,7 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
         "base_value bigint, "
-        "folded_sum bigint, version bigint, updated_at timestamp, state blob, "
+        "folded_sum bigint, version bigint, updated_at timestamp, state blob, origin_ms bigint, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
         # per commit, the keys of the rows each of its counters counted (written before the
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
@@ -476,6 +476,7 @@ def ensure_schema(
         ("population", "int static"),
         ("pending_low_ms", "bigint"),
         ("state", "blob"),
+        ("origin_ms", "bigint"),
     ):
         if ledger is not None and column not in ledger.columns:  # a ledger from before it
             session.execute(

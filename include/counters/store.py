@@ -1027,11 +1027,11 @@ class Store:
 
     _LEDGER_COLUMNS = (
         "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
-        "pending_low_ms"
+        "pending_low_ms, origin_ms"
     )
     _LEDGER_VALUES = (
         "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
-        "pending_rows, pending_low_ms"
+        "pending_rows, pending_low_ms, origin_ms"
     )
     """The read-back of committed values, without a legacy ``pending`` list."""
 
@@ -1041,10 +1041,11 @@ class Store:
         Its pending keys are in the run log (``keys`` of the commit's record), loaded only when
         needed (``load_pending``); a row written before that (``pending`` as a JSON list in the
         ledger itself) carries them inline."""
-        commit_id, state = row[0], row[1]
+        commit_id, state, origin_ms = row[0], row[1], row[-1]
         if commit_id is not None and state_commit(state) == commit_id.bytes:
-            return unpack_state(state, commit_id)
-        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:]
+            checkpoint = unpack_state(state, commit_id)
+            return checkpoint if origin_ms is None else replace(checkpoint, origin_ms=origin_ms)
+        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:-1]
         inline = bool(pending) and with_pending
         keys: frozenset[Packed] = (
             frozenset(map(tuple, json.loads(pending))) if inline else frozenset()
@@ -1061,6 +1062,7 @@ class Store:
             pending_rows=count or 0,
             low_ms=low_ms,
             pending_loaded=inline or not count,
+            origin_ms=origin_ms,
         )
 
     def read_ledger(
@@ -1173,6 +1175,12 @@ class Store:
             consistency_level=_consistency(self.family),
             serial_consistency_level=_serial(self.family),
         )
+        reset_row = self.prepare(
+            "ledger_state_write_origin",
+            "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? "
+            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
+            serial=True,
+        )
         batch.add(
             bind(
                 head_cas,
@@ -1195,7 +1203,20 @@ class Store:
                 now_ms,
                 run_id,
             )
-            batch.add(bind(row, (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)))
+            if f.origin_ms is None:
+                params = (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)
+                batch.add(bind(row, params))
+            else:  # a reset: the point its value counts from
+                params = (
+                    state,
+                    commit_id,
+                    f.origin_ms,
+                    shard,
+                    bucket,
+                    *f.counter,
+                    f.base.commit_id,
+                )
+                batch.add(bind(reset_row, params))
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
 
