@@ -46,6 +46,8 @@ from cassandra import DriverException, OperationTimedOut, ReadFailure, ReadTimeo
 
 from .config import Discovery, Family, Kind
 from .core import (
+    BIGINT_MAX,
+    BIGINT_MIN,
     BUCKETS,
     EMPTY_CHECKPOINT,
     WHOLE_BUCKET_SHARE,
@@ -688,7 +690,12 @@ def _refusal(fold: Fold) -> str:
         return (
             f"{name}: {len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
         )
-    return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+    if not BIGINT_MIN <= fold.value <= BIGINT_MAX:
+        return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+    return (
+        f"{name}: the sums its checkpoint keeps would overflow a bigint (folded "
+        f"{fold.folded_sum}, counted rows not yet deleted {fold.pending_sum}; value {fold.value})"
+    )
 
 
 def _bases(

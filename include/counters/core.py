@@ -349,7 +349,12 @@ class Fold:
 
     @property
     def overflow(self) -> bool:
-        return not (BIGINT_MIN <= self.value <= BIGINT_MAX)
+        """A value, or a sum the checkpoint keeps (of its pending rows, of what it folded), past
+        a bigint: the ledger could not hold it (the counter is quarantined, not the family
+        stopped)."""
+        return not all(
+            BIGINT_MIN <= n <= BIGINT_MAX for n in (self.value, self.pending_sum, self.folded_sum)
+        )
 
 
 def key_bytes(key: Packed) -> int:

@@ -481,3 +481,28 @@ def test_a_table_given_a_ttl_after_init_refuses_every_run(make_family, t0, table
         engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert rows_at_or_below(store, ("a",), later) == 1  # nothing folded or deleted
     assert _values(client, ["a"]) == {"a": 17}
+
+
+# --- 9. settings that cannot hold their promise ------------------------------------------
+
+
+def test_a_pending_sum_past_a_bigint_quarantines_its_counter_not_the_family(make_family, t0):
+    """A value that fits, with a sum of rows that does not: the ledger keeps the sum of the
+    counted rows and of what a fold added, 64-bit both. The counter is quarantined; the rest
+    of the family is compacted."""
+    _family, store, client = make_family(shards=1)
+    half = 2**62
+    client.record([Increment(("big",), -half, t0 + timedelta(seconds=1), ("w", 1))])
+    client.record(_events(["other"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    client.record(
+        [Increment(("big",), half, epoch + timedelta(seconds=s), ("w", s)) for s in (1, 2)]
+        + _events(["other"], epoch + timedelta(seconds=1), 5)
+    )
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="would overflow a bigint"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert [(q.counter, q.reason) for q in engine.quarantined(store)] == [(("big",), "overflow")]
+    assert _values(client, ["big", "other"]) == {"big": half, "other": 20}
+    assert rows_at_or_below(store, ("big",), later) == 2  # nothing of it deleted
