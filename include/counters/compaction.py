@@ -64,6 +64,7 @@ from .core import (
     counted_rows_gone,
     evaluate_evidence,
     fold_counter,
+    fold_recount,
     fold_row_limit,
     fold_slice,
     format_key,
@@ -263,6 +264,7 @@ def decide_plan(
     last_sweep: datetime | None = None,
     anything_touched: bool = True,
     touched: int | None = None,
+    last_sweep_size: int | None = None,
 ) -> RunPlan:
     """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
 
@@ -285,9 +287,15 @@ def decide_plan(
             f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
             f"{utc_naive(epoch_before).isoformat()}: nothing to do"
         )
-    sweep = family.discovery is Discovery.SCAN or sweep_due(family, now, last_sweep)
+    sweep = family.discovery is Discovery.SCAN or sweep_due(
+        family, now, last_sweep, last_sweep_size
+    )
     idle = reason is None and not sweep and not anything_touched
-    small = not sweep and touched is not None and touched < SMALL_RUN_COUNTERS
+    small = (
+        (not sweep or cheap_sweep(family, last_sweep_size))
+        and touched is not None
+        and touched < SMALL_RUN_COUNTERS
+    )
     return RunPlan(
         family.name,
         run_id,
@@ -302,14 +310,17 @@ def decide_plan(
     )
 
 
-def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> bool:
-    """Whether a run at ``now`` sweeps: on the family's first run, then once per
-    ``sweep_interval`` at the family's own phase (the first run after each point
+def sweep_due(
+    family: Family, now: datetime, last_sweep: datetime | None, last_size: int | None = None
+) -> bool:
+    """Whether a run at ``now`` sweeps: on the family's first run; on every run while its last
+    sweep was small (``cheap_sweep``: rows of any writer are then folded within a run); else
+    once per ``sweep_interval`` at the family's own phase (the first run after each point
     ``k * sweep_interval + family.sweep_phase``). Two sweeps are never more than an interval (and a
     run) apart, so rows of writers outside the API are folded within the bound; and families
     deployed together do not all sweep in the same minute (50 of them did: a burst of 400
     task instances every 15 minutes that the machine could not absorb)."""
-    if last_sweep is None:
+    if last_sweep is None or cheap_sweep(family, last_size):
         return True
     interval = family.sweep_interval
     since_point = (utc_naive(now) - _EPOCH0 - family.sweep_phase) % interval
@@ -319,20 +330,40 @@ def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> boo
 _EPOCH0 = datetime(1970, 1, 1)
 
 
+def cheap_sweep(family: Family, last_size: int | None) -> bool:
+    """Whether the family's last sweep was small enough to sweep every run."""
+    return last_size is not None and last_size < family.sweep_every_run_below
+
+
+def foreign_rows_bound(family: Family, last_size: int | None) -> timedelta:
+    """How long after it is written a row of a writer outside the write API (plain CQL, no
+    mark) is folded at the latest: a run (its schedule's period and the lag) when the family
+    sweeps every run, else ``sweep_interval`` more."""
+    from croniter import croniter
+
+    ticks = croniter(family.schedule, datetime(2001, 1, 1))
+    first = ticks.get_next(datetime)
+    period = ticks.get_next(datetime) - first
+    if family.discovery is Discovery.SCAN or cheap_sweep(family, last_size):
+        return family.lag + period
+    return family.lag + period + family.sweep_interval
+
+
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
     check_family(store, record=False, run_id=run_id)
-    epoch_before, last_sweep, _shards = store.family_state()
+    state = store.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
         run_id,
         epoch,
-        epoch_before,
+        state.epoch,
         now,
-        last_sweep,
+        state.last_sweep,
         touched > 0 or store.anything_quarantined(),
         touched,
+        state.last_sweep_size,
     )
     if plan.idle:
         finish_run(store, plan)
@@ -357,6 +388,7 @@ class _Context:
     commit_chunk: int = COMMIT_CHUNK
     index_read_at: int = 0
     """When the shard's index marks were read (µs): the base of the forget horizon."""
+    sweep: bool = False
     execution: str = ""
     """This attempt of the shard's compact step: the commits it verified are what its
     cleanup deletes (``ShardReport.execution``)."""
@@ -439,6 +471,7 @@ def compact_shard(
             report,
             commit_chunk,
             index_read_at=index_read_at,
+            sweep=sweep,
             execution=report.execution,
         )
         for counter in quarantine:
@@ -568,6 +601,7 @@ def _compact_bucket(
         if not sweep:
             rows = {c: rows.get(c, []) for c in marked}
     ctx.fault("read_raw")
+    ctx.tally.rows_read += sum(map(len, rows.values()))
     if windowed:
         ctx.tally.add_windowed(list(windowed))
     checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
@@ -793,7 +827,13 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
         slices = store.read_slices(counters, bases, ctx.epoch_ms)
-        return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+        if not ctx.sweep:
+            return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+        # a sweep also recounts what each value counts (after its reset point): rows written
+        # behind a checkpoint (a writer's clock behind by more than the lag) are folded now
+        origins = {c: Checkpoint(epoch_ms=bases[c].origin_ms) for c in counters}
+        full = store.read_slices(counters, origins, ctx.epoch_ms)
+        return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
     for counter, found in rows.items():
@@ -1574,10 +1614,16 @@ def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> 
 # --- finish ------------------------------------------------------------------------------
 
 
-def finish_run(store: Store, plan: RunPlan) -> None:
+def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
-    run records when it started)."""
-    store.advance_family_epoch(plan.epoch, plan.run_id, plan.started_at if plan.sweep else None)
+    run records when it started and how much it read: ``tally``'s rows and counters)."""
+    size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
+    store.advance_family_epoch(
+        plan.epoch,
+        plan.run_id,
+        plan.started_at if plan.sweep else None,
+        size if plan.sweep else None,
+    )
 
 
 def audit_record(
@@ -1834,7 +1880,7 @@ def run_family(
         if not after.success:
             raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
         with phases.timed("finish", store):
-            finish_run(store, plan)
+            finish_run(store, plan, tally)
         fault("finish")
     except (EngineError, DriverException) as exc:
         try:  # a driver error (timeout, tombstone overload) still leaves its audit row

@@ -498,6 +498,18 @@ def fold_slice(counter: Key, base: Checkpoint, rows: int, total: int, epoch_ms: 
     )
 
 
+def fold_recount(counter: Key, base: Checkpoint, rows: int, all_rows: int, epoch_ms: int) -> Fold:
+    """Fold a rows counter (its value is a row count) from a recount of what it counts:
+    ``all_rows`` rows after its reset point and at or below ``epoch_ms``, of which ``rows`` are
+    after its checkpoint. Rows the recount finds at or below the checkpoint beyond its value
+    were written behind it (a writer's clock behind by more than the lag): late rows, folded
+    now. Fewer (business rows deleted since) are not taken away here: ``reconcile`` reports
+    them."""
+    late = max(all_rows - rows - base.value, 0)
+    fold = fold_slice(counter, base, rows + late, rows + late, epoch_ms)
+    return replace(fold, late_rows=late, late_sum=late)
+
+
 # --- how a bucket is read ------------------------------------------------------------------
 
 WHOLE_BUCKET_SHARE = 4
@@ -576,6 +588,7 @@ def lowest_floor(floors: Iterable[int | None]) -> int | None:
 # --- run summaries and checks --------------------------------------------------------------
 
 _TALLY_SUMS = (
+    "rows_read",
     "counters_seen",
     "counters_committed",
     "counters_refused",
@@ -598,6 +611,8 @@ NAMED_MAX = 20
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards."""
 
+    rows_read: int = 0
+    """Raw rows the run read (a sweep's size, with ``counters_seen``)."""
     counters_seen: int = 0
     counters_committed: int = 0
     counters_refused: int = 0

@@ -231,7 +231,8 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
-        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int)",
+        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int, "
+        "last_sweep_size int)",
         f"CREATE TABLE IF NOT EXISTS {ks}.{TABLES_TABLE} (table_name text PRIMARY KEY, "
         "family text, identity text, recorded_at timestamp, recorded_by text)",
     ]
@@ -449,7 +450,11 @@ def ensure_schema(
     for statement in keyspace_ddl(family.keyspace, replication):
         session.execute(statement)
     state = _table_meta(session, family.keyspace, STATE_TABLE)
-    for column, cql_type in (("last_sweep", "timestamp"), ("shards", "int")):
+    for column, cql_type in (
+        ("last_sweep", "timestamp"),
+        ("shards", "int"),
+        ("last_sweep_size", "int"),
+    ):
         if state is not None and column not in state.columns:  # from an older version
             table = f"{q(family.keyspace)}.{STATE_TABLE}"
             session.execute(f"ALTER TABLE {table} ADD {column} {cql_type}")

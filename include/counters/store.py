@@ -177,6 +177,9 @@ class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
     shards: int | None  # what the ledger was written with (None before it was recorded)
+    last_sweep_size: int | None = None
+    """Raw rows and counters the last sweep read (None: not recorded): a small one sweeps
+    every run (``Family.sweep_every_run_below``)."""
 
 
 @dataclass(frozen=True)
@@ -1564,7 +1567,8 @@ class Store:
         """The family's compacted epoch, when its last sweep (a full scan) started, and the
         shard count its ledger was written with."""
         statement = self.prepare(
-            "state_read", "SELECT epoch, last_sweep, shards FROM {state} WHERE family = ?"
+            "state_read",
+            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
         )
         row = self.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
@@ -1614,11 +1618,15 @@ class Store:
         return self.family_state().epoch
 
     def advance_family_epoch(
-        self, epoch: datetime, run_id: str, swept_at: datetime | None = None
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
     ) -> None:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
         newest epoch wins whatever order overlapping runs finish in. A sweep run also records
-        when it started."""
+        when it started and how much it read."""
         statement = self.prepare(
             "state_write",
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
@@ -1630,9 +1638,10 @@ class Store:
         )
         if swept_at is not None:
             sweep = self.prepare(
-                "state_sweep", "UPDATE {state} SET last_sweep = ? WHERE family = ?"
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
             )
-            self.session.execute(sweep, (swept_at, self.family.name))
+            self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def write_audit(self, record: dict[str, Any]) -> None:
         columns = list(record)

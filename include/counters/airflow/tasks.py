@@ -408,10 +408,10 @@ def record_audit(
     store = store_for(family)
     phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
     plan_ = _plan(family, run)
-    with phases.timed("finish"):
-        engine.finish_run(store, plan_)
-        now_at = store.family_epoch()
     tally = Tally.from_dict(dict(verified["tally"]))
+    with phases.timed("finish"):
+        engine.finish_run(store, plan_, tally)
+        now_at = store.family_epoch()
     tally.rows_deleted = cleaned["rows_deleted"]
     advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
     outcomes = [_outcome(c) for c in verified["checks"]] + [

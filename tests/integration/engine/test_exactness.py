@@ -506,3 +506,54 @@ def test_a_pending_sum_past_a_bigint_quarantines_its_counter_not_the_family(make
     assert [(q.counter, q.reason) for q in engine.quarantined(store)] == [(("big",), "overflow")]
     assert _values(client, ["big", "other"]) == {"big": half, "other": 20}
     assert rows_at_or_below(store, ("big",), later) == 2  # nothing of it deleted
+
+
+def test_rows_written_behind_a_rows_checkpoint_are_folded_by_the_next_sweep(
+    conn, engine_keyspace, make_family, t0
+):
+    """A rows family's value counts the business rows up to its checkpoint; a row written
+    behind it (a writer's clock behind by more than the lag) is folded by the next sweep,
+    every run by default for a rows family (discovery: scan), with no reconcile."""
+    table = f"orders_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (loc int, at timestamp, id int, "
+        "PRIMARY KEY ((loc), at, id))"
+    )
+    _family, store, client = make_family(
+        kind="rows", raw_table=table, columns={"key": "loc", "time": "at"}
+    )
+    insert = conn.session.prepare(
+        f"INSERT INTO {engine_keyspace}.{table} (loc, at, id) VALUES (?, ?, ?)"
+    )
+    for i in range(3):
+        conn.session.execute(insert, (1, t0 + timedelta(seconds=i), i))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    conn.session.execute(insert, (1, t0 + timedelta(seconds=30), 99))  # behind the checkpoint
+    conn.session.execute(insert, (1, epoch + timedelta(seconds=5), 100))
+    later = epoch + timedelta(minutes=1)
+    summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert summary.plan.sweep and summary.tally.late_rows == 1
+    assert client.read_many([(1,)])[0].value == 5
+    assert engine.reconcile(store) == []
+
+
+@pytest.mark.parametrize("below", [10_000, 0])
+def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0, below):
+    """Rows of a writer outside the write API (plain CQL, no mark) below a counter's epoch are
+    folded by the next run when the family's last sweep was small (``sweep_every_run_below``),
+    by the next interval's sweep otherwise."""
+    family, store, client = make_family(shards=1, sweep_interval="1d", sweep_every_run_below=below)
+    insert = (
+        f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
+        "increment) VALUES ('p', %s, 'cql', %s, %s)"
+    )
+    store.session.execute(insert, (t0 + timedelta(seconds=5), 1, 15))  # no mark: a sweep's
+    epoch = t0 + timedelta(minutes=1)
+    assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
+    assert store.family_state().last_sweep_size == 2  # one row, one counter
+    store.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
+    later = epoch + timedelta(minutes=1)
+    summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert summary.plan.sweep == bool(below)
+    assert _values(client, ["p"]) == {"p": 19 if below else 15}
