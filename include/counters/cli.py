@@ -390,6 +390,33 @@ def reset_command(
     )
 
 
+@cli.command("reshard")
+@click.option("--family", "name", required=True)
+@click.option("--shards", type=int, required=True, help="The new shard count (1..256).")
+@pass_context
+def reshard_command(obj: Context, name: str, shards: int) -> None:
+    """Move the family's checkpoints to another shard count, exactly.
+
+    Every counter's checkpoint, quarantine entry, index mark and record of counted keys moves to
+    its place under --shards; runs are refused meanwhile (pause the family's DAG first, or they
+    fail until it is done). Resumable: after a crash, run the same command again. Then set
+    'shards' in the YAML to the new count."""
+    from .reshard import reshard
+
+    family = obj.family(name)
+    with reported():
+        try:
+            done = reshard(Store(obj.conn, family), shards, progress=click.echo)
+        except engine.EngineError as exc:
+            raise Failure(str(exc), 2) from exc
+    click.echo(
+        f"{family.name}: {done.shards_before} -> {done.shards_after} shard(s): "
+        f"{done.checkpoints_moved} checkpoint(s), {done.records_moved} record(s) of counted keys, "
+        f"{done.quarantined_moved} quarantine entr(ies), {done.marks_moved} index mark(s) moved. "
+        f"Set 'shards: {done.shards_after}' in the YAML."
+    )
+
+
 @cli.command("reconcile")
 @click.option("--family", "name", required=True)
 @click.option("--repair", is_flag=True, help="Fix what can be fixed (see --help text).")

@@ -83,7 +83,7 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
-from .identity import check_family
+from .identity import check_family, check_partition
 from .rowkeys import CountedKeys
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
@@ -561,6 +561,7 @@ def _compact_bucket(
         if scan and not sweep:
             whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
         ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+        check_partition(store, ctx.shard, bucket, ledger)
         copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
         ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
@@ -1001,6 +1002,7 @@ def _refold(
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
     ledger = store.read_ledger(ctx.shard, bucket, counters)
+    check_partition(store, ctx.shard, bucket, ledger)
     copies = store.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)

@@ -34,7 +34,7 @@ from .core import (
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError
-from .identity import check_family
+from .identity import check_family, check_partition
 from .store import Quarantined, Store
 
 RESET_REPEAT_WINDOW = timedelta(hours=1)
@@ -62,6 +62,7 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
     ledger = store.read_ledger(shard, bucket, [counter])
+    check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
     if checkpoint is None:
         copy = store.read_copies(shard, bucket, [counter]).get(counter)
