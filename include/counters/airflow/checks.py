@@ -186,6 +186,8 @@ class SuiteReport:
     docs_index: Path | None = None
     docs_page: str | None = None
     statistics: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+    """the suite's fingerprint (``_suite_fingerprint``): audit rows name the suite with it"""
 
     def failure_lines(self) -> list[str]:
         return [
@@ -381,6 +383,7 @@ def validate_evidence(
         docs_index=index_page if index_page.exists() else None,
         docs_page=(pages[0].get("site_url") if pages else None),
         statistics=dict(validation.statistics),
+        fingerprint=_suite_fingerprint(the_rules),
     )
 
 
