@@ -232,6 +232,7 @@ class AuditLog:
         self,
         page_rows: int = PAGE_ROWS,
         after_page: Callable[[int], None] | None = None,
+        margin: timedelta = UPGRADE_MARGIN,
     ) -> int:
         """Move the family's rows of ``counters_audit`` (one partition per family, versions
         before) into the month partitions; returns how many rows this call moved.
@@ -240,9 +241,9 @@ class AuditLog:
         by column, and only then is the cursor (the page's last ``started_at``) saved, so a
         crash resumes at the cursor (rows at it are written again: the same key, the same
         row). When every row is moved, the legacy partition is deleted with a timestamp of the
-        move's start minus ``UPGRADE_MARGIN``: a row an older version wrote meanwhile stays
-        and the next call moves it. A family already moved costs two small reads.
-        ``after_page(moved)`` is called after each page (tests crash there)."""
+        move's start minus ``margin``: a row an older version wrote meanwhile (or in the
+        margin before) stays and the next call moves it. A family already moved costs two
+        small reads. ``after_page(moved)`` is called after each page (tests crash there)."""
         session = self.store.session
         keyspace = self.store.family.keyspace
         if not schema._has_table(session, keyspace, schema.LEGACY_AUDIT_TABLE):
@@ -253,7 +254,7 @@ class AuditLog:
                 if state is None:
                     self._save_upgrade_state(UpgradeState(None, None, 0, datetime.now(UTC)), True)
                 return 0
-            cut = int((datetime.now(UTC) - UPGRADE_MARGIN).timestamp() * 1_000_000)
+            cut = int((datetime.now(UTC) - margin).timestamp() * 1_000_000)
             state = UpgradeState(cut, None, 0, None)
             self._save_upgrade_state(state, started=True)
         select = self.store.prepare(
