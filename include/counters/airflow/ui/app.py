@@ -529,6 +529,7 @@ def register_files(app: FastAPI) -> None:
             status_code=307,
         )
 
+    @app.get("/family/{name}/datadocs/", response_class=HTMLResponse)
     @app.get("/family/{name}/datadocs/index.html", response_class=HTMLResponse)
     def docs_index(request: Request, user: User, name: str, limit: int = 200) -> HTMLResponse:
         family = family_for(user, name)

@@ -216,8 +216,10 @@ def rewrite(html: str, assets_url: str, site_url: str, back: tuple[str, str] | N
         html = html.replace(f'"{url}"', f'"{assets_url}/{package.folder}/{path}"')
     html = REMOTE_LOGO.sub(lambda m: f"{site_url}/static/images/{m.group(1)}", html)
     html = SITE_RELATIVE.sub(
-        lambda m: f"{m.group(1)}{site_url}/"
-        + (m.group(2) if m.group(2).startswith("static/") else "index.html"),
+        lambda m: (
+            f"{m.group(1)}{site_url}/"
+            + (m.group(2) if m.group(2).startswith("static/") else "index.html")
+        ),
         html,
     )
     if back:
