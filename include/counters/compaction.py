@@ -80,8 +80,8 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .identity import check_identity
 from .rowkeys import CountedKeys
-from .schema import SchemaError
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
 log = logging.getLogger(__name__)
@@ -314,14 +314,8 @@ _EPOCH0 = datetime(1970, 1, 1)
 
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
-    epoch_before, last_sweep, shards = store.family_state()
-    if shards is not None and shards != store.family.shards:
-        raise SchemaError(
-            f"family {store.family.name!r}: field 'shards' is {store.family.shards} in the YAML "
-            f"but the family's ledger was written with {shards} shards (a counter's ledger row "
-            f"depends on it, so its checkpoints would not be found and its totals would be "
-            f"wrong); set 'shards: {shards}' back. Nothing was read or deleted."
-        )
+    check_identity(store, record=False, run_id=run_id)
+    epoch_before, last_sweep, _shards = store.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
@@ -408,6 +402,7 @@ def compact_shard(
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    check_identity(store, record=not dry_run, run_id=run_id)  # before any write
     holding = False
     if use_lease and not dry_run:
         holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
@@ -564,12 +559,12 @@ def _compact_bucket(
     ctx.fault("read_raw")
     if windowed:
         ctx.tally.add_windowed(list(windowed))
-    checkpoints, recopy, tampered = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
-    if tampered:  # another run's commit and copy can land between the two reads: look again
+    checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    if suspects:  # another run's commit and copy can land between the two reads: look again
         with phases.timed("read_compact", store):
-            fresh = store.read_ledger(ctx.shard, bucket, list(tampered)).checkpoints
-        tampered = _bases(fresh, copies, {c: [] for c in tampered}, ctx.quarantined)[2]
-    _quarantine(ctx, [(c, "tampered", d) for c, d in tampered.items()], rows)
+            fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+        suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
+    _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
     with phases.timed("read_compact", store):
         lost = _load_pending(ctx, bucket, checkpoints, rows)
     _quarantine(ctx, lost, rows)
@@ -649,38 +644,51 @@ def _bases(
     copies: dict[Key, Copy],
     rows: dict[Key, list[Row]],
     quarantined: set[Key],
-) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, str]]:
-    """Each counter's checkpoint (the ledger's; a compact row from before the ledger counts as
-    one), the counters whose copy is behind their ledger row (a crash between commit and copy),
-    and those whose copy was changed by someone else since the last commit (tampered; a
+) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, tuple[str, str]]]:
+    """Each counter's checkpoint (the ledger's; a compact row that names no commit, from
+    before the ledger or written by hand for a new counter, counts as one), the counters whose
+    copy is behind their ledger row (a crash between commit and copy), and the suspects with
+    their reason: a copy changed by someone else since the last commit (``tampered``; a
     suspect whose ledger row, read again after the copies, holds the copy's commit is not:
     another run committed between the reads, and the fold on the older row loses its
-    compare-and-set and is folded again)."""
+    compare-and-set and is folded again), or a copy naming a commit the ledger does not hold
+    at the counter's place (``unknown_commit``: the ledger was truncated, the shard or bucket
+    count changed, another family wrote it). A suspect is never a base: adopting an unknown
+    commit's copy would count its rows again."""
     bases: dict[Key, Checkpoint] = {}
     recopy: list[Key] = []
-    tampered: dict[Key, str] = {}
+    suspects: dict[Key, tuple[str, str]] = {}
     for counter in set(rows) | set(ledger):
         if counter in quarantined:
             continue
         cp = ledger.get(counter)
         copy = copies.get(counter)
         if cp is None:
-            bases[counter] = (
-                EMPTY_CHECKPOINT
-                if copy is None
-                else Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
-            )
+            if copy is None:
+                bases[counter] = EMPTY_CHECKPOINT
+            elif copy.commit_id is None:
+                bases[counter] = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            else:
+                suspects[counter] = (
+                    "unknown_commit",
+                    f"{format_key(counter)}: its compact row (value {copy.value}, epoch "
+                    f"{copy.epoch_ms}) names commit {copy.commit_id}, which the ledger does not "
+                    "hold at its shard and bucket (a truncated ledger, a changed shard or bucket "
+                    "count, another family's write): taking it as a base would count its rows "
+                    "again. Its rows are kept; find where its commit went, then release it",
+                )
             continue
         bases[counter] = cp
         if copy is None or (copy.writetime or 0) < (cp.version or 0):
             recopy.append(counter)
         elif (copy.value, copy.epoch_ms, copy.commit_id) != (cp.value, cp.epoch_ms, cp.commit_id):
-            tampered[counter] = (
+            suspects[counter] = (
+                "tampered",
                 f"{format_key(counter)}: compact value {copy.value} (epoch {copy.epoch_ms}) "
                 f"differs from its last commit {cp.value} (epoch {cp.epoch_ms}): changed "
-                "outside the engine"
+                "outside the engine",
             )
-    return {c: b for c, b in bases.items() if c in rows}, recopy, tampered
+    return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
 
 
 def _load_pending(

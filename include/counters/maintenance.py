@@ -37,6 +37,7 @@ from .core import (
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError
+from .identity import check_identity
 from .store import Quarantined, Store
 
 
@@ -52,12 +53,21 @@ class ResetResult:
 
 def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     """(shard, bucket, head, checkpoint) of one counter, read from its ledger partition (a
-    counter compacted before the ledger existed: from its compact row)."""
+    counter compacted before the ledger existed: from its compact row, if that names no
+    commit; a copy naming a commit the ledger does not hold is refused, as a run quarantines
+    it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
     ledger = store.read_ledger(shard, bucket, [counter])
     checkpoint = ledger.checkpoints.get(counter)
     if checkpoint is None:
         copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        if copy is not None and copy.commit_id is not None:
+            raise EngineError(
+                f"family {store.family.name!r} counter {format_key(counter)}: its compact row "
+                f"names commit {copy.commit_id}, which the ledger does not hold at shard "
+                f"{shard} bucket {bucket}; refusing to build on it (its rows would be counted "
+                "again). Nothing was changed"
+            )
         checkpoint = (
             EMPTY_CHECKPOINT
             if copy is None
@@ -100,6 +110,7 @@ def reset_counter(
     at = truncate_ms(utc_naive(at))
     at_ms = to_millis(at)
     reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    check_identity(store, record=True, run_id=reset_id)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
     for _attempt in range(MAX_ATTEMPTS):
@@ -181,6 +192,7 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
             "family's rows; an increments family's folded rows are deleted (late rows are "
             "reported by every compaction instead)"
         )
+    check_identity(store, record=repair, run_id="reconcile")
     found: list[Discrepancy] = []
     for shard in range(family.shards):
         if family.kind is Kind.UNIQUE:
@@ -288,6 +300,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     """Let a quarantined counter back into compaction, its readers' copy restored from the
     ledger (the engine's record of every commit). Fix its raw rows first if that was the
     reason (a NULL increment); the next run folds it."""
+    check_identity(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
     entry = store.read_quarantine(shard).get(counter)
     if entry is None:

@@ -61,6 +61,9 @@ AUDIT_UPGRADE_TABLE = "counters_audit_upgrade"
 """Per family, how far the move from ``counters_audit`` got (a resumable cursor)."""
 LEASE_TABLE = "counters_lease"
 STATE_TABLE = "counters_family_state"
+TABLES_TABLE = "counters_tables"
+"""Which family owns each raw and compact table of the keyspace, and the family's identity
+(tables, kind, shards, buckets, columns) as recorded at its first commit."""
 
 
 class SchemaError(ValueError):
@@ -203,6 +206,7 @@ def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
         (AUDIT_MONTHS_TABLE, rw),
         (LEASE_TABLE, rw),
         (STATE_TABLE, rw),
+        (TABLES_TABLE, rw),
     ]
     return tables
 
@@ -245,6 +249,8 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
         "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int)",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{TABLES_TABLE} (table_name text PRIMARY KEY, "
+        "family text, identity text, recorded_at timestamp, recorded_by text)",
     ]
 
 

@@ -168,6 +168,15 @@ class Ledger:
     population: int | None = None
 
 
+class TableOwner(NamedTuple):
+    """The family recorded as a table's owner, with its identity (JSON) when it was recorded."""
+
+    family: str
+    identity: str
+    recorded_at: datetime | None
+    recorded_by: str | None
+
+
 class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
@@ -252,6 +261,8 @@ class Store:
         self.batch_bytes = BATCH_BYTES
         """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
+        self._read_hints: dict[Key, tuple[float, Any]] = {}
+        """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
         self.provenance: Provenance | None = None
         """Who started the changes this store makes (written into its audit rows)."""
 
@@ -296,6 +307,7 @@ class Store:
             "audit_upgrade": f"{ks}.{schema.AUDIT_UPGRADE_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
+            "tables": f"{ks}.{schema.TABLES_TABLE}",
             "key": ", ".join(q(c.name) for c in lay.key),
             "key_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key),
             "key_marks": ", ".join("?" for _ in lay.key),
@@ -1522,6 +1534,47 @@ class Store:
         row = self.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
 
+    def table_owners(self) -> dict[str, TableOwner]:
+        """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
+        statement = self.prepare(
+            "tables_read",
+            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
+            "WHERE table_name IN ?",
+        )
+        self.requests[self.phase] += 1
+        rows = self.session.execute(statement, (list(self.family.tables),))
+        return {r[0]: TableOwner(*r[1:]) for r in rows}
+
+    def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
+        """Record the family as ``table``'s owner with its identity, unless an owner is recorded
+        (a lightweight transaction: of two first commits, one records). None when this call
+        recorded it, else the owner that is recorded."""
+        statement = self.prepare(
+            "tables_claim",
+            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
+            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
+            serial=True,
+        )
+        self.requests[self.phase] += 1
+        result = self.session.execute(statement, (table, self.family.name, identity, run_id))
+        if result.was_applied:
+            return None
+        row = result.one()
+        return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+
+    def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
+        """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
+        where the ledger holds some counters, to check it against the shard count."""
+        statement = self.prepare(
+            "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
+        )
+        self.requests[self.phase] += 1
+        return [
+            (r[0], r[1], tuple(r[2:]))
+            for r in self.session.execute(statement, (limit,))
+            if all(v is not None for v in r[2:])  # a partition holding only its head
+        ]
+
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
 
@@ -1621,20 +1674,89 @@ class Store:
     # --- read API -------------------------------------------------------------------------
 
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
-        """The seed's read rule for many counters: (compact value, epoch, newer rows' sum; their
-        count for a rows family; their distinct members for a unique family)."""
+        """The seed's read rule for many counters, exact while runs copy and delete: (compact
+        value, epoch, newer rows' sum; their count for a rows family; their distinct members for
+        a unique family).
+
+        A run deletes a counter's rows only after the copy that counts them was written and
+        read back. So the rows after an epoch, read before a read of the copy that finds that
+        same epoch, are every row after it (none was deleted before the raw read), and the
+        value is that copy's plus those rows. A copy that moved in between (a run committed
+        meanwhile) is read against again, at its new epoch. The epoch a counter was last read
+        at is kept a minute (``READ_HINT_S``) as the next read's first bound: epochs only move
+        forward, so a repeated read takes the raw read and the copy's, as the rule itself does.
+        A family that keeps its rows deletes nothing, and one pass is exact."""
+        keys = list(dict.fromkeys(counters))
+        if self.family.folds_by_slice:
+            bases = self._read_bases(keys)
+            newer = self._read_newer(keys, {c: b.epoch for c, b in bases.items()})
+            return {c: self._read_value(c, b, newer[c]) for c, b in bases.items()}
+        now = time.monotonic()
+        bounds: dict[Key, Any] = {}
+        cold: list[Key] = []
+        for counter in keys:
+            hint = self._read_hints.get(counter)
+            if hint is not None and now - hint[0] < READ_HINT_S:
+                bounds[counter] = hint[1]
+            else:
+                cold.append(counter)
+        bounds.update((c, b.epoch) for c, b in self._read_bases(cold).items())
+        out: dict[Key, tuple[int, datetime | None, int]] = {}
+        todo = keys
+        for _attempt in range(READ_ATTEMPTS):
+            newer = self._read_newer(todo, bounds)
+            for counter, base in self._read_bases(todo).items():
+                if self.epoch_ms_of(base.epoch) == self.epoch_ms_of(bounds[counter]):
+                    out[counter] = self._read_value(counter, base, newer[counter])
+                    self._hint(counter, base.epoch)
+                else:
+                    bounds[counter] = base.epoch
+            todo = [c for c in todo if c not in out]
+            if not todo:
+                return out
+        raise EngineError(
+            f"family {self.family.name!r}: the compact rows of {len(todo)} counter(s) moved at "
+            f"each of {READ_ATTEMPTS} reads (e.g. {todo[0]}): too many runs at once; read again"
+        )
+
+    def _hint(self, counter: Key, epoch: Any) -> None:
+        if len(self._read_hints) >= READ_HINTS:
+            self._read_hints.clear()  # rare; a cleared hint costs one read of the copy
+        self._read_hints[counter] = (time.monotonic(), epoch)
+
+    def _read_value(
+        self, counter: Key, base: ReadBase, newer: Any
+    ) -> tuple[int, datetime | None, int]:
+        return base.value, self.epoch_time(base.epoch), base.measure(newer, self, counter)
+
+    def _read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
+        """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
+        family the members it already counts); an empty base where there is none."""
         unique = self.family.kind is Kind.UNIQUE
-        compact = (
-            self.prepare(
+        if unique:
+            statement = self.prepare(
                 "compact_value_pending",
                 "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
             )
-            if unique
-            else self.prepare(
+        else:
+            statement = self.prepare(
                 "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
             )
-        )
-        if unique:  # members, counted distinct below: a clock-behind winner leaves two rows
+        out: dict[Key, ReadBase] = {}
+        for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
+            row = result.one()
+            if row is None:
+                out[counter] = EMPTY_READ_BASE
+                continue
+            members = frozenset(key[1] for key in (row[2] or ())) if unique else frozenset()
+            out[counter] = ReadBase(row[0] or 0, row[1], members)  # (first_time, member) keys
+        return out
+
+    def _read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
+        """What each counter's rows after its base's epoch add: their sum (varint: an int column
+        cannot wrap), their count for a rows family, their members for a unique family."""
+        unique = self.family.kind is Kind.UNIQUE
+        if unique:  # members, counted distinct: a clock-behind winner leaves two rows
             measure = "{member}"
         elif self.layout.increment is None:
             measure = "count(*)"
@@ -1644,39 +1766,44 @@ class Store:
             "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
         everything = self.prepare("raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}")
+        requests = [
+            (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
+        ]
+        out: dict[Key, Any] = {}
+        for counter, result in zip(counters, self._run(requests), strict=True):
+            out[counter] = {r[0] for r in result} if unique else result.one()[0] or 0
+        return out
 
-        bases = self._concurrent(compact, counters)
-        checkpoints = []
-        counted: dict[Key, set[Any]] = {}
-        for counter, result in zip(counters, bases, strict=True):
-            row = result.one()
-            checkpoints.append((row[0] or 0, row[1]) if row else (0, None))  # stored form
-            if unique and row is not None:
-                counted[counter] = {key[1] for key in (row[2] or ())}  # (first_time, member)
 
-        def measured(counter: Key, result: Any) -> int:
-            if not unique:
-                return result.one()[0] or 0
-            # a member counts once: not if the compact row already counts it (pending) or an
-            # earlier cleanup marked it (its first row is gone, a clock-behind duplicate is not)
-            members = {row[0] for row in result} - counted.get(counter, set())
-            return len(members - self.counted_members(counter, sorted(members, key=repr)))
+READ_ATTEMPTS = 8
+"""Rounds a read takes at most while runs keep moving its counters' copies (a run moves a
+counter's copy once; a read round takes milliseconds)."""
+READ_HINT_S = 60.0
+"""How long the epoch a counter was read at serves as the next read's first bound: the raw read
+after a stale bound also reads the rows (or tombstones) of the folds since."""
+READ_HINTS = 100_000
+"""Counters whose last read epoch a store keeps."""
 
-        with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
-        without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
-        sums: dict[Key, int] = {}
-        for (counter, _cp), result in zip(
-            with_epoch,
-            self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
-            strict=True,
-        ):
-            sums[counter] = measured(counter, result)
-        for counter, result in zip(without, self._concurrent(everything, without), strict=True):
-            sums[counter] = measured(counter, result)
-        return {
-            c: (cp[0], self.epoch_time(cp[1]), sums[c])
-            for c, cp in zip(counters, checkpoints, strict=True)
-        }
+
+class ReadBase(NamedTuple):
+    """A reader's base: a counter's compact row as read (its epoch as stored)."""
+
+    value: int
+    epoch: Any
+    counted: frozenset[Any] = frozenset()
+    """A unique family's members the copy counts already (its ``pending``)."""
+
+    def measure(self, newer: Any, store: Store, counter: Key) -> int:
+        """The rows after the epoch as the read rule adds them: a number as read, or for a
+        unique family the members not counted yet (not in the copy's ``pending``, and not marked
+        counted by an earlier cleanup: its first row is gone, a clock-behind duplicate not)."""
+        if not isinstance(newer, set):
+            return newer
+        members = newer - self.counted
+        return len(members - store.counted_members(counter, sorted(members, key=repr)))
+
+
+EMPTY_READ_BASE = ReadBase(0, None)
 
 
 def _parse_value(cql_type: str, column: str, text: str) -> Any:

@@ -6,7 +6,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from cassandra.query import ValueSequence
 from counters.core import LEDGER_STATE, STATE_FIELDS
+from counters.schema import TABLES_TABLE
 from counters.store import Store
 
 
@@ -91,3 +93,14 @@ def state_with(state: bytes, **changes: Any) -> bytes:
     fields = state_fields(state) | changes
     run_id = fields.pop("run_id")
     return LEDGER_STATE.pack(*fields.values()) + run_id.encode()
+
+
+def forget_table_owners(store: Store) -> None:
+    """Forget which family owns the family's tables, as if they were new: tests that give
+    many short-lived families one set of tables (a new set each would exhaust the node's
+    heap)."""
+    f = store.family
+    store.session.execute(
+        f"DELETE FROM {f.keyspace}.{TABLES_TABLE} WHERE table_name IN %s",
+        (ValueSequence(f.tables),),
+    )

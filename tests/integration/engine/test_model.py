@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from .conftest import Crash
-from .helpers import rows_at_or_below
+from .helpers import forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -208,6 +208,7 @@ def run_model(make_family, t0, adapter_class):
             self.family, self.store, self.client = self.adapter.family(
                 make_family, f"m_{adapter_class.kind}_{example}", shards
             )
+            forget_table_owners(self.store)  # the tables are shared, the family is new
             self.clock: datetime = t0
             self.counters = [f"{c}{example}" for c in COUNTERS]
             self.oracle = dict.fromkeys(self.counters, 0)

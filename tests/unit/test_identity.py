@@ -1,0 +1,65 @@
+"""A family's identity and why a run is refused by the one its tables recorded."""
+
+from datetime import datetime
+
+import pytest
+from counters.config import Family
+from counters.identity import differences, encode, family_identity, refusal, written_shards
+from counters.store import TableOwner
+
+pytestmark = pytest.mark.unit
+
+
+def family(**changes: object) -> Family:
+    fields = {"name": "orders", "keyspace": "ks", "raw_table": "raw", "compact_table": "c"}
+    return Family.model_validate({**fields, "lag": "1m", **changes})
+
+
+def owner(recorded: Family, name: str | None = None) -> TableOwner:
+    identity = encode(family_identity(recorded))
+    return TableOwner(name or recorded.name, identity, datetime(2026, 11, 1, 12, 0), "run-1")
+
+
+def test_settings_that_do_not_touch_the_checkpoints_may_change():
+    before = family(kind="rows")
+    after = family(kind="rows", lag="5m", schedule="*/5 * * * *", consistency="QUORUM")
+    assert refusal(after, "c", owner(before), family_identity(after)) == ""
+
+
+def test_a_kind_change_is_refused_naming_the_field_and_the_fix():
+    rows = family(kind="rows")
+    increments = family()
+    reason = refusal(increments, "c", owner(rows), family_identity(increments))
+    assert 'field \'kind\' is "increments" in the YAML but "rows" since the first commit' in reason
+    assert "field 'retention' is \"delete\"" in reason  # a rows family keeps its rows
+    assert (
+        "set 'kind: rows' back" in reason and "(recorded 2026-11-01 12:00 UTC by run-1)" in reason
+    )
+
+
+def test_a_shard_change_points_at_reshard():
+    reason = refusal(
+        family(shards=8), "c", owner(family(shards=2)), family_identity(family(shards=8))
+    )
+    assert "field 'shards' is 8 in the YAML but 2" in reason
+    assert "`counterctl reshard --family orders --shards 8`" in reason
+
+
+def test_another_familys_table_is_refused():
+    reason = refusal(family(), "c", owner(family(), "trades"), family_identity(family()))
+    assert reason.startswith("family 'orders': table ks.c belongs to family 'trades'")
+
+
+def test_a_record_of_an_older_version_is_compared_on_its_own_fields():
+    recorded = {"kind": "increments", "shards": 4}  # no columns recorded then
+    assert differences(recorded, family_identity(family())) == []
+    assert differences(recorded, family_identity(family(shards=2))) == ["shards"]
+
+
+def test_the_shard_count_a_ledger_was_written_with_is_found_from_positions():
+    from counters.core import bucket_of
+
+    tokens = [-(2**63) + 7, -5, 3 * 2**60, 2**63 - 11]
+    positions = [(*bucket_of(t, 6), t) for t in tokens]
+    assert written_shards(positions) == 6
+    assert written_shards([(0, 0, 2**62)]) is None  # no count puts it there
