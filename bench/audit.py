@@ -13,11 +13,13 @@ the trail, through the functions the UI and the CLI call:
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -171,8 +173,6 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
         f"INSERT INTO {q(keyspace)}.{LEGACY_TABLE} ({', '.join(LEGACY_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in LEGACY_COLUMNS)})"
     )
-    import json
-
     store._run(
         [
             (
@@ -185,6 +185,7 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
             for r in rows
         ]
     )
+    rows_by_month = Counter(r["month"] for r in rows)
     del rows
     flushed = flush_tables(keyspace, [AUDIT_TABLE, LEGACY_TABLE], bench.local_instance)
     now = end + timedelta(minutes=1)
@@ -234,5 +235,6 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
         "family_page_newest": newest,
         "family_page_six_months_back": older,
         "month_exported": month,
+        "month_rows": rows_by_month[month],
         "export": exports,
     }

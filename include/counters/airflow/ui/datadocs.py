@@ -1,10 +1,12 @@
 """GX Data Docs, readable offline: the pages served by the plugin with their CDN assets local.
 
-GX writes each family's Data Docs (``checks.validate_evidence``) as HTML that loads Bootstrap,
-jQuery, Font Awesome, bootstrap-table and Vega from five CDNs; without internet the pages render
-unstyled. ``make setup`` fetches exactly those files once, from the npm registry with ``npm pack``
-(integrity pinned below), into ``.cache/datadocs-assets/``; the plugin serves them and rewrites
-each page's CDN addresses to them as it serves the page. The files on disk stay as GX wrote them.
+GX writes each run's Data Docs page (``checks.validate_evidence``, copied to the results store
+by ``evidence.keep``) as HTML that loads Bootstrap, jQuery, Font Awesome, bootstrap-table and
+Vega from five CDNs; without internet the pages render unstyled. ``make setup`` fetches exactly
+those files once, from the npm registry with ``npm pack`` (integrity pinned below), into
+``.cache/datadocs-assets/``; the plugin serves them and rewrites each page's CDN addresses (and
+its links into the GX site it was rendered in) as it serves the page. The stored files stay as
+GX wrote them.
 
     python -m counters.airflow.ui.datadocs fetch [DEST]
 """
