@@ -20,7 +20,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +57,10 @@ CHECKS = {
 DURATIONS = {"plan": 0.021, "compact": 0.412, "verify": 0.301, "cleanup": 0.088, "finish": 0.01}
 
 
-def synthetic_rows(family: Any, end: datetime, minutes: int) -> list[dict[str, Any]]:
-    """A row a minute up to ``end``, as a scheduled family's runs write them."""
+def synthetic_rows(family: Any, end: datetime, minutes: int) -> Iterator[dict[str, Any]]:
+    """A row a minute up to ``end``, as a scheduled family's runs write them (made as they are
+    written: a year of them held at once took ~3 GB)."""
     start = end - timedelta(minutes=minutes)
-    rows = []
     for i in range(minutes):
         at = start + timedelta(minutes=i, seconds=1, microseconds=617_000)
         run_id = f"scheduled__{(at - timedelta(seconds=1)).isoformat(timespec='minutes')}+00:00"
@@ -87,15 +89,30 @@ def synthetic_rows(family: Any, end: datetime, minutes: int) -> list[dict[str, A
             "gx_result": f"s3://audit-evidence/counters/{family.name}/{at:%Y-%m-%d}/"
             f"{at:%Y%m%dT%H%M%S.%fZ}__{run_id.replace(':', '_').replace('+', '_')}",
         }
-        rows.append(
-            stamped(
-                record,
-                family,
-                Provenance("scheduled", None, {"dag_id": family.dag_id, "dag_run_id": run_id}),
-                "compactor",
-            )
+        yield stamped(
+            record,
+            family,
+            Provenance("scheduled", None, {"dag_id": family.dag_id, "dag_run_id": run_id}),
+            "compactor",
         )
-    return rows
+
+
+def write_all(store: Store, statements: Iterable[tuple[Any, Any]], chunk: int = 5_000) -> int:
+    """Write (statement, values) pairs ``chunk`` at a time; a request that timed out (a node
+    busy with the one-partition table's writes) is sent again, up to three times."""
+    written = 0
+    pairs = iter(statements)
+    while part := list(islice(pairs, chunk)):
+        todo = part
+        for _attempt in range(3):
+            results = store._run(todo, raise_first=False)
+            todo = [s for s, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
+            if not todo:
+                break
+        else:
+            raise RuntimeError(f"{len(todo)} audit row(s) still failing after 3 attempts")
+        written += len(part)
+    return written
 
 
 def tablestats(instance: str | None, keyspace: str, table: str) -> dict[str, Any]:
@@ -153,11 +170,17 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
     keyspace = bench.keyspace
     end = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
     bench.say(f"audit: writing {minutes:,} synthetic audit rows (a row a minute)")
-    rows = synthetic_rows(family, end, minutes)
-    for month in sorted({r["month"] for r in rows}):
-        store.audit_log._add_month(month)
+    rows_by_month: Counter[str] = Counter()
+
+    def months_counted() -> Iterator[dict[str, Any]]:
+        for row in synthetic_rows(family, end, minutes):
+            if row["month"] not in rows_by_month:
+                store.audit_log._add_month(row["month"])
+            rows_by_month[row["month"]] += 1
+            yield row
+
     with Meter(bench.server) as write:
-        store._run([store.audit_log._insert(row) for row in rows])
+        write_all(store, (store.audit_log._insert(row) for row in months_counted()))
     bench.say("audit: the same rows in one partition per family (the layout before)")
     session = store.session
     session.execute(
@@ -173,8 +196,9 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
         f"INSERT INTO {q(keyspace)}.{LEGACY_TABLE} ({', '.join(LEGACY_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in LEGACY_COLUMNS)})"
     )
-    store._run(
-        [
+    write_all(
+        store,
+        (
             (
                 legacy,
                 [
@@ -182,11 +206,9 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
                     for c in LEGACY_COLUMNS
                 ],
             )
-            for r in rows
-        ]
+            for r in synthetic_rows(family, end, minutes)
+        ),
     )
-    rows_by_month = Counter(r["month"] for r in rows)
-    del rows
     flushed = flush_tables(keyspace, [AUDIT_TABLE, LEGACY_TABLE], bench.local_instance)
     now = end + timedelta(minutes=1)
 
