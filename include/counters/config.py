@@ -163,10 +163,18 @@ class Family(_Strict):
     retention: Retention | None = None
     shards: int = Field(default=4, ge=1, le=256)
     consistency: Consistency = Consistency.LOCAL_QUORUM
+    compaction_dc: str | None = None
+    """The one data center whose workers compact this family, required when its consistency
+    is ``LOCAL_*`` and its keyspace is replicated to several: ``LOCAL_SERIAL`` serialises the
+    commits of one data center only."""
     discovery: Discovery = Discovery.INDEX
     sweep_interval: timedelta = timedelta(minutes=15)
     """With ``discovery: index``: how often a run also scans the whole raw table, so rows
     written without the write API (plain CQL ``INSERT``) are folded within this bound."""
+    sweep_every_run_below: int = Field(default=10_000, ge=0)
+    """With ``discovery: index``: a family whose last sweep read fewer raw rows and counters
+    than this sweeps every run, so rows of any writer are folded within a run, not within
+    ``sweep_interval``; a larger one sweeps every ``sweep_interval``. 0: always by interval."""
     sweep_offset: timedelta | None = None
     """Where in each ``sweep_interval`` (counted from 1970-01-01 UTC) the sweep falls, e.g.
     ``3h`` with a ``1d`` interval: the first run after 03:00 UTC. Default: a stable offset

@@ -28,7 +28,7 @@ from .compaction import (
     verify_run,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
-from .identity import IdentityMismatch, check_identity
+from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
     ResetResult,
@@ -58,7 +58,7 @@ __all__ = [
     "ShardReport",
     "Verification",
     "audit_record",
-    "check_identity",
+    "check_family",
     "cleanup_failure_message",
     "cleanup_shard",
     "compact_shard",

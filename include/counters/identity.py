@@ -20,7 +20,7 @@ from cassandra import InvalidRequest
 
 from .config import Family
 from .core import BUCKETS, bucket_of
-from .schema import TABLES_TABLE, SchemaError
+from .schema import TABLES_TABLE, SchemaError, check_table_options
 from .store import Store, TableOwner
 
 IDENTITY_FIELDS = (
@@ -109,6 +109,78 @@ def refusal(family: Family, table: str, owner: TableOwner, current: dict[str, An
         f"family {family.name!r}: its tables were first committed with another configuration"
         f"{when}: " + "; ".join(parts) + ". Nothing was read or changed."
     )
+
+
+def check_family(store: Store, *, record: bool, run_id: str = "") -> None:
+    """Everything that must hold before a step reads or writes a family's checkpoints: its
+    tables' options (``schema.option_problems``), that its commits are serialised wherever they
+    run (``serial_problem``), and its identity (``check_identity``). ``record``: the caller may
+    commit (its first commit records the identity)."""
+    session = store.session
+    check_table_options(session, store.family)
+    problem = serial_problem(
+        store.family, replication_dcs(session, store.family.keyspace), local_dc(session)
+    )
+    if problem:
+        raise SchemaError(problem)
+    check_identity(store, record=record, run_id=run_id)
+
+
+def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | None:
+    """Why the family's commits would not be serialised, or None. Pure. A ``LOCAL_*``
+    consistency commits with ``LOCAL_SERIAL``, a Paxos round among one data center's replicas:
+    compactors in two data centers could both win a compare-and-set on the same bucket. So a
+    keyspace replicated to several data centers needs the one that compacts named
+    (``compaction_dc``), and only processes in it may compact."""
+    if not family.consistency.value.startswith("LOCAL_") or len(dcs) <= 1:
+        return None
+    where = ", ".join(sorted(dcs))
+    if family.compaction_dc is None:
+        return (
+            f"family {family.name!r}: consistency {family.consistency.value} commits with "
+            f"LOCAL_SERIAL, which does not serialise compactors in different data centers, and "
+            f"keyspace {family.keyspace} is replicated to {where}: set 'compaction_dc' to the "
+            "one data center whose workers compact it, or use consistency QUORUM or EACH_QUORUM "
+            "(commits with SERIAL across data centers). Nothing was read or changed."
+        )
+    if family.compaction_dc not in dcs:
+        return (
+            f"family {family.name!r}: compaction_dc is {family.compaction_dc!r}, which keyspace "
+            f"{family.keyspace} is not replicated to ({where}). Nothing was read or changed."
+        )
+    if here != family.compaction_dc:
+        return (
+            f"family {family.name!r} compacts in data center {family.compaction_dc!r} "
+            f"(compaction_dc) and this process's local data center is {here!r}: run it on a "
+            f"worker in {family.compaction_dc!r} (CASSANDRA_LOCAL_DC, or the connection's "
+            "local_dc). Nothing was read or changed."
+        )
+    return None
+
+
+def replication_dcs(session: Any, keyspace: str) -> set[str]:
+    """The data centers a keyspace's replicas are in (every data center of the cluster for a
+    ``SimpleStrategy``, which places replicas around the ring whatever their data center)."""
+    meta = session.cluster.metadata
+    keyspace_meta = meta.keyspaces.get(keyspace)
+    factors = getattr(
+        getattr(keyspace_meta, "replication_strategy", None), "dc_replication_factors", None
+    )
+    if factors:
+        return {dc for dc, rf in factors.items() if int(rf) > 0}
+    return {host.datacenter for host in meta.all_hosts() if host.datacenter}
+
+
+def local_dc(session: Any) -> str | None:
+    """The data center the driver treats as local (its DC-aware policy's)."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    policy = session.cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].load_balancing_policy
+    while policy is not None:
+        if getattr(policy, "local_dc", None):
+            return policy.local_dc
+        policy = getattr(policy, "_child_policy", None)
+    return None
 
 
 def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:

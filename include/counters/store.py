@@ -181,6 +181,9 @@ class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
     shards: int | None  # what the ledger was written with (None before it was recorded)
+    last_sweep_size: int | None = None
+    """Raw rows and counters the last sweep read (None: not recorded): a small one sweeps
+    every run (``Family.sweep_every_run_below``)."""
 
 
 @dataclass(frozen=True)
@@ -1036,11 +1039,11 @@ class Store:
 
     _LEDGER_COLUMNS = (
         "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
-        "pending_low_ms"
+        "pending_low_ms, origin_ms"
     )
     _LEDGER_VALUES = (
         "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
-        "pending_rows, pending_low_ms"
+        "pending_rows, pending_low_ms, origin_ms"
     )
     """The read-back of committed values, without a legacy ``pending`` list."""
 
@@ -1050,10 +1053,11 @@ class Store:
         Its pending keys are in the run log (``keys`` of the commit's record), loaded only when
         needed (``load_pending``); a row written before that (``pending`` as a JSON list in the
         ledger itself) carries them inline."""
-        commit_id, state = row[0], row[1]
+        commit_id, state, origin_ms = row[0], row[1], row[-1]
         if commit_id is not None and state_commit(state) == commit_id.bytes:
-            return unpack_state(state, commit_id)
-        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:]
+            checkpoint = unpack_state(state, commit_id)
+            return checkpoint if origin_ms is None else replace(checkpoint, origin_ms=origin_ms)
+        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:-1]
         inline = bool(pending) and with_pending
         keys: frozenset[Packed] = (
             frozenset(map(tuple, json.loads(pending))) if inline else frozenset()
@@ -1070,6 +1074,7 @@ class Store:
             pending_rows=count or 0,
             low_ms=low_ms,
             pending_loaded=inline or not count,
+            origin_ms=origin_ms,
         )
 
     def read_ledger(
@@ -1182,6 +1187,12 @@ class Store:
             consistency_level=_consistency(self.family),
             serial_consistency_level=_serial(self.family),
         )
+        reset_row = self.prepare(
+            "ledger_state_write_origin",
+            "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? "
+            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
+            serial=True,
+        )
         batch.add(
             bind(
                 head_cas,
@@ -1204,7 +1215,20 @@ class Store:
                 now_ms,
                 run_id,
             )
-            batch.add(bind(row, (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)))
+            if f.origin_ms is None:
+                params = (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)
+                batch.add(bind(row, params))
+            else:  # a reset: the point its value counts from
+                params = (
+                    state,
+                    commit_id,
+                    f.origin_ms,
+                    shard,
+                    bucket,
+                    *f.counter,
+                    f.base.commit_id,
+                )
+                batch.add(bind(reset_row, params))
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
 
@@ -1330,9 +1354,9 @@ class Store:
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
-        exactly these rows once the commit is marked applied (``mark_applied``), and a later
+        exactly these rows once an execution verified the commit (``mark_verified``), and a later
         fold reads them if any is still present. A record of a commit that did not apply is
-        never used: it is not marked, and no ledger row names its commit id. A kept family's
+        never used: it is never verified, and no ledger row names its commit id. A kept family's
         records name only the counters (its rows are not deleted): the look-up's history."""
         statement = self.prepare(
             "runs_keys",
@@ -1342,39 +1366,62 @@ class Store:
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
-    def mark_applied(self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any]) -> None:
-        """Mark a bucket's commits as applied (after their conditional batches did): what
-        cleanup deletes. One single-partition batch."""
-        if self.family.folds_by_slice or not commit_ids:
+    def mark_verified(
+        self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
+    ) -> None:
+        """Mark a bucket's commits as verified by ``execution`` (one attempt of the shard's
+        compact step), after their copies were read back and their rows recounted: what that
+        execution's cleanup may delete, and a copy found missing later was removed by someone
+        (not a crash between commit and copy). One single-partition batch."""
+        if not commit_ids:
             return
         statement = self.prepare(
-            "runs_applied",
-            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "runs_verified",
+            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        params = [(run_id, shard, bucket, c) for c in commit_ids]
+        params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
         self._run([(self._batch(statement, params), None)])
 
-    def read_run_commits(self, run_id: str, shard: int) -> dict[int, list[CommitRecord]]:
-        """The records of the run's applied commits in a shard, by bucket. A commit that lost
-        its compare-and-set, or whose mark a crash prevented, is left out: its rows, if
-        counted, are counted again as present by the next fold and deleted then."""
+    def read_run_commits(
+        self, run_id: str, shard: int, executions: Sequence[str]
+    ) -> dict[int, list[CommitRecord]]:
+        """The records of the run's commits in a shard that one of ``executions`` verified, by
+        bucket. A commit no such execution verified is left out, whoever made it (a zombie
+        attempt, a run that reused the run id, a task marked successful by hand): its rows,
+        if counted, stay counted (its checkpoint's pending), and a later fold commits them
+        again as present and deletes them then."""
         statement = self.prepare(
             "runs_read",
-            "SELECT bucket, commit_id, keys, applied FROM {runs} WHERE run_id = ? AND shard = ?",
+            "SELECT bucket, commit_id, keys, verified_by FROM {runs} "
+            "WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
         self.requests[self.phase] += 1
+        wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for bucket, commit_id, blob, applied in self.session.execute(
+        for bucket, commit_id, blob, verified_by in self.session.execute(
             bound, execution_profile=BULK_PROFILE
         ):
-            if blob is None or not applied:
+            if blob is None or verified_by not in wanted:
                 continue
             out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec))
         return out
+
+    def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
+        """Whether an execution verified this commit (its copy was read back equal to it), as
+        far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
+        verified: any run that read the counter since would have copied it again)."""
+        statement = self.prepare(
+            "runs_verified_read",
+            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        return row is None or row[0] is not None
 
     def load_pending(
         self, shard: int, bucket: int, checkpoints: dict[Key, Checkpoint], counters: Iterable[Key]
@@ -1529,7 +1576,8 @@ class Store:
         """The family's compacted epoch, when its last sweep (a full scan) started, and the
         shard count its ledger was written with."""
         statement = self.prepare(
-            "state_read", "SELECT epoch, last_sweep, shards FROM {state} WHERE family = ?"
+            "state_read",
+            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
         )
         row = self.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
@@ -1579,11 +1627,15 @@ class Store:
         return self.family_state().epoch
 
     def advance_family_epoch(
-        self, epoch: datetime, run_id: str, swept_at: datetime | None = None
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
     ) -> None:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
         newest epoch wins whatever order overlapping runs finish in. A sweep run also records
-        when it started."""
+        when it started and how much it read."""
         statement = self.prepare(
             "state_write",
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
@@ -1595,9 +1647,10 @@ class Store:
         )
         if swept_at is not None:
             sweep = self.prepare(
-                "state_sweep", "UPDATE {state} SET last_sweep = ? WHERE family = ?"
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
             )
-            self.session.execute(sweep, (swept_at, self.family.name))
+            self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     @cached_property
     def audit_log(self) -> AuditLog:

@@ -63,3 +63,43 @@ def test_the_shard_count_a_ledger_was_written_with_is_found_from_positions():
     positions = [(*bucket_of(t, 6), t) for t in tokens]
     assert written_shards(positions) == 6
     assert written_shards([(0, 0, 2**62)]) is None  # no count puts it there
+
+
+def test_local_serial_across_data_centers_needs_the_one_that_compacts():
+    from counters.identity import serial_problem
+
+    local = family(consistency="LOCAL_QUORUM")
+    assert serial_problem(local, {"dc1"}, "dc1") is None
+    assert "set 'compaction_dc'" in serial_problem(local, {"dc1", "dc2"}, "dc1")
+    named = family(consistency="LOCAL_QUORUM", compaction_dc="dc1")
+    assert serial_problem(named, {"dc1", "dc2"}, "dc1") is None
+    assert "this process's local data center is 'dc2'" in serial_problem(
+        named, {"dc1", "dc2"}, "dc2"
+    )
+    assert "not replicated to" in serial_problem(
+        family(consistency="LOCAL_QUORUM", compaction_dc="dc9"), {"dc1", "dc2"}, "dc9"
+    )
+    assert serial_problem(family(consistency="QUORUM"), {"dc1", "dc2"}, "dc2") is None
+
+
+def test_table_options_that_break_totals_are_named_with_their_fix():
+    from counters.schema import option_problems
+
+    fam = family()
+    assert (
+        option_problems(fam, {"raw": {"gc_grace_seconds": 10800, "default_time_to_live": 0}}) == []
+    )
+    problems = option_problems(
+        fam,
+        {
+            "raw": {"gc_grace_seconds": 60, "default_time_to_live": 0},
+            "c": {"gc_grace_seconds": 864000, "default_time_to_live": 3600},
+            "c_ledger": {"default_time_to_live": 60},
+        },
+    )
+    assert len(problems) == 3
+    assert "ks.c has default_time_to_live = 3600" in problems[0]
+    assert "ks.c_ledger has default_time_to_live = 60" in problems[1]
+    assert "ks.raw has gc_grace_seconds = 60, under 10800" in problems[2]
+    kept = family(kind="rows")  # deletes nothing: its tombstones do not matter
+    assert option_problems(kept, {"raw": {"gc_grace_seconds": 60}}) == []
