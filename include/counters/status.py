@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from .store import Quarantined, Store
 
 MAX_PAGE = 1000
-"""The most audit rows one request reads (a page of the family page, an export)."""
-MAX_EXPORT = 10_000
-"""The most audit rows one export returns (``counterctl audit --limit`` has the same cap)."""
+"""The most audit rows one request reads (a page of the family page, a page of an export,
+which streams any number of them)."""
 WINDOW = timedelta(hours=1)
 """The overview's totals cover the runs of this last stretch of time."""
 WINDOW_LIMIT = 500
