@@ -1639,7 +1639,12 @@ def audit_record(
     dry_run: bool = False,
     message: str = "",
     started_at: datetime | None = None,
+    gx_suite: str | None = None,
+    gx_result: str | None = None,
 ) -> dict[str, Any]:
+    """A run's audit row (``Store.write_audit`` adds who ran it, the code version and the
+    configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
+    run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
     return {
         "family": family.name,
         "started_at": started_at or datetime.now(UTC),
@@ -1647,6 +1652,9 @@ def audit_record(
         "kind": family.kind.value,
         "outcome": outcome,
         "dry_run": dry_run,
+        "sweep": plan.sweep,
+        "gx_suite": gx_suite,
+        "gx_result": gx_result,
         "epoch_before": plan.epoch_before,
         "epoch_after": plan.epoch
         if outcome in ("success", "partial", "reset", "idle") and not dry_run

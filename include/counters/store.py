@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cassandra import (
     ConsistencyLevel,
@@ -72,6 +72,10 @@ from .core import (
 from .errors import EngineError
 from .rowkeys import CountedKeys, Encoded, KeyCodec
 from .schema import RawLayout, q
+
+if TYPE_CHECKING:
+    from .audit import Provenance
+    from .auditlog import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +273,8 @@ class Store:
         self._local = threading.local()
         self._read_hints: dict[Key, tuple[float, Any]] = {}
         """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
+        self.provenance: Provenance | None = None
+        """Who started the changes this store makes (written into its audit rows)."""
 
     @property
     def phase(self) -> str:
@@ -306,6 +312,9 @@ class Store:
             "runs": f"{ks}.{q(schema.runs_table(f))}",
             "quarantine": f"{ks}.{q(schema.quarantine_table(f))}",
             "audit": f"{ks}.{schema.AUDIT_TABLE}",
+            "audit_months": f"{ks}.{schema.AUDIT_MONTHS_TABLE}",
+            "audit_legacy": f"{ks}.{schema.LEGACY_AUDIT_TABLE}",
+            "audit_upgrade": f"{ks}.{schema.AUDIT_UPGRADE_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
             "tables": f"{ks}.{schema.TABLES_TABLE}",
@@ -1873,21 +1882,20 @@ class Store:
             )
             self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
+    @cached_property
+    def audit_log(self) -> AuditLog:
+        """The family's audit trail (month partitions; ``auditlog``)."""
+        from .auditlog import AuditLog
+
+        return AuditLog(self)
+
     def write_audit(self, record: dict[str, Any]) -> None:
-        columns = list(record)
-        statement = self.prepare(
-            "audit_write:" + ",".join(columns),
-            f"INSERT INTO {{audit}} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})",
-        )
-        values = [
-            json.dumps(v, default=str) if isinstance(v, dict | list) else v for v in record.values()
-        ]
-        self.session.execute(statement, values)
+        """One audit row, stamped with ``provenance`` (who started the change)."""
+        self.audit_log.write(record)
 
     def read_audit(self, limit: int) -> list[dict[str, Any]]:
-        statement = self.prepare("audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?")
-        return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
+        """The newest ``limit`` audit rows, across month partitions."""
+        return self.audit_log.page(limit)
 
     # --- bounded reads for the UI (nothing here writes) -----------------------------------
 
@@ -1895,19 +1903,9 @@ class Store:
         self, limit: int, since: datetime | None = None, before: datetime | None = None
     ) -> list[dict[str, Any]]:
         """Audit rows with ``since <= started_at < before`` (naive UTC; open ends when None),
-        newest first, at most ``limit``: one slice of the family's partition. The next page
-        is ``before`` = the last row's ``started_at``."""
-        statement = self.prepare(
-            "audit_range",
-            "SELECT * FROM {audit} WHERE family = ? AND started_at >= ? AND started_at < ? LIMIT ?",
-        )
-        low = since or datetime(1970, 1, 1)
-        high = before or datetime(9999, 12, 31)
-        self.requests[self.phase] += 1
-        return [
-            row._asdict()
-            for row in self.session.execute(statement, (self.family.name, low, high, limit))
-        ]
+        newest first, at most ``limit``: a slice of each month partition until ``limit`` is
+        met. The next page is ``before`` = the last row's ``started_at``."""
+        return self.audit_log.page(limit, since, before)
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
