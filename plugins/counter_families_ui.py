@@ -22,6 +22,7 @@ if INCLUDE not in sys.path:
     sys.path.insert(0, INCLUDE)
 
 from airflow.plugins_manager import AirflowPlugin  # noqa: E402
+from counters.airflow.pool import PoolListener  # noqa: E402
 from counters.airflow.ui.app import create_app  # noqa: E402
 
 URL_PREFIX = "/counters"
@@ -29,6 +30,8 @@ URL_PREFIX = "/counters"
 
 class CounterFamiliesPlugin(AirflowPlugin):
     name = "counter_families"
+    # creates the pool `cassandra_compaction` when a scheduler starts and it is missing
+    listeners = [PoolListener()]  # noqa: RUF012
     fastapi_apps = [  # noqa: RUF012 (Airflow's plugin interface: class attributes)
         {"app": create_app(URL_PREFIX), "url_prefix": URL_PREFIX, "name": "Counter families"}
     ]

@@ -9,7 +9,6 @@ error naming every broken entry.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
@@ -21,13 +20,12 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
 from . import checks
 from .notifiers import Channels, CountersAlertNotifier
+from .pool import pool_name
 
 log = logging.getLogger(__name__)
 
 FRESHNESS_DAG_ID = "counters_freshness"
 FRESHNESS_SCHEDULE = "*/5 * * * *"
-POOL_ENV = "COUNTERS_POOL"
-DEFAULT_POOL = "cassandra_compaction"
 
 Run = dict[str, Any]
 """``counters.airflow.tasks.Run``: the plan ``run`` pushes (XCom ``run``), passed to every later
@@ -84,7 +82,8 @@ RETRY_POLICY = ExceptionRetryPolicy(
 
 
 def pool() -> str:
-    return os.environ.get(POOL_ENV) or DEFAULT_POOL
+    """The pool of ``run``, ``compact`` and ``cleanup`` (created if missing: ``pool.py``)."""
+    return pool_name()
 
 
 def _start_date(family: Family) -> datetime:
