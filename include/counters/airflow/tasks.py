@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from .. import engine
+from .. import engine, metrics
 from ..config import Family
 from ..core import CheckOutcome, Tally, epoch_for, utc_naive
 from ..core import parse_epoch as core_parse_epoch
@@ -149,6 +149,7 @@ def _audit(
     )
     store_for(family).write_audit(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
+    metrics.emit_run(record, tally.counters_quarantined)
 
 
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
@@ -476,6 +477,7 @@ def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
     family's ``freshness``; skip a family that was never compacted."""
     now = utc_naive(now or datetime.now(UTC))
     epoch = store_for(family).family_epoch()
+    metrics.emit_lag(family.name, epoch, now)
     if epoch is None:
         raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
     expected = now - family.lag
