@@ -21,7 +21,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
 from . import assets, checks
-from .notifiers import Channels, CountersAlertNotifier
+from .alerting import FAILING, STALE
+from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
 
 log = logging.getLogger(__name__)
@@ -239,18 +240,23 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             dag_run = context["dag_run"]
             params = context["params"]
             ti = context["ti"]
-            run = _tasks().plan(
-                family,
-                run_id=dag_run.run_id,
-                scheduled=_tasks().scheduled_time(dag_run),
-                epoch=params.get("epoch"),
-                dry_run=bool(params.get("dry_run")),
-            )
+            try:
+                run = _tasks().plan(
+                    family,
+                    run_id=dag_run.run_id,
+                    scheduled=_tasks().scheduled_time(dag_run),
+                    epoch=params.get("epoch"),
+                    dry_run=bool(params.get("dry_run")),
+                )
+            except AirflowSkipException:  # noop or idle: the run ended without failing
+                notify_recovery(family.name, channels, FAILING, context)
+                raise
             ti.xcom_push("run", run)
             if not run["whole"]:
                 return run["groups"]
             summary = _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
             ti.xcom_push("summary", summary)
+            notify_recovery(family.name, channels, FAILING, context)
             if assets.committed(summary):
                 context["outlet_events"][alias].add(compacted, extra=assets.event_extra(summary))
             return []
@@ -281,10 +287,12 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             run: Run, verified: dict[str, Any], cleaned: dict[str, Any]
         ) -> dict[str, Any]:
             """Audits the run; skipped (no asset event) when it committed nothing."""
+            context = get_current_context()
             summary = _tasks().record_audit(family, run, verified, cleaned)
+            notify_recovery(family.name, channels, FAILING, context)
             if not assets.committed(summary):
                 raise AirflowSkipException("the run committed nothing: no compact-table event")
-            get_current_context()["outlet_events"][compacted].extra = assets.event_extra(summary)
+            context["outlet_events"][compacted].extra = assets.event_extra(summary)
             return summary
 
         groups = run_()
@@ -335,11 +343,13 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
             @task(
                 task_id=family.name,
                 owner=family.owner,
-                on_failure_callback=[CountersAlertNotifier(family.name, channels)],
+                on_failure_callback=[CountersAlertNotifier(family.name, channels, STALE)],
                 retry_policy=RETRY_POLICY,
             )
-            def check(family: Family = family) -> dict[str, Any]:
-                return _tasks().freshness(family)
+            def check(family: Family = family, channels: Channels = channels) -> dict[str, Any]:
+                state = _tasks().freshness(family)
+                notify_recovery(family.name, channels, STALE, get_current_context())
+                return state
 
             check()
     return dag
