@@ -91,6 +91,21 @@ def failure(exc: BaseException) -> tuple[str, int]:
     return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
 
 
+def configure_logging(verbose: int) -> None:
+    """Warnings to stderr (-v info, -vv debug). Run again after importing Airflow, which sends
+    every log line to stdout, where the commands' output (JSON among it) goes."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
+        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 EXIT_UNHEALTHY = 8
 """``counterctl health``: a family is past its freshness limit, or was never compacted."""
 
@@ -117,9 +132,10 @@ def airflow_connection_settings(conn_id: str) -> ConnectionSettings:
 
 
 class Context:
-    def __init__(self, config: str | None, conn_id: str | None = None):
+    def __init__(self, config: str | None, conn_id: str | None = None, verbose: int = 0):
         self.config_path = config
         self.conn_id = conn_id
+        self.verbose = verbose
         self._catalog: Catalog | None = None
         self._conn: Connection | None = None
 
@@ -140,7 +156,10 @@ class Context:
         ``CASSANDRA_*`` environment."""
         if self._conn is None:
             with reported():
-                settings = airflow_connection_settings(self.conn_id) if self.conn_id else None
+                settings = None
+                if self.conn_id:
+                    settings = airflow_connection_settings(self.conn_id)
+                    configure_logging(self.verbose)  # Airflow's import took over the logging
                 self._conn = connect(settings)
         return self._conn
 
@@ -180,12 +199,8 @@ def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: in
     set), compact and health send the DAGs' metrics through Airflow's StatsD/OpenTelemetry
     settings.
     """
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
-        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    ctx.obj = Context(config, conn_id)
+    configure_logging(verbose)
+    ctx.obj = Context(config, conn_id, verbose)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -313,6 +328,7 @@ def compact_command(
         """The run's metrics, as the DAG sends them (whatever the outcome)."""
         audited.append(record["outcome"])
         metrics.emit_run(record, tally.counters_quarantined)
+        configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
 
     try:
         with reported():
@@ -329,6 +345,7 @@ def compact_command(
         if not audited:  # failed before (or while) writing its audit row: still count it
             failed = {"family": family.name, "outcome": "failed", "started_at": started}
             metrics.emit_run(failed, 0)
+            configure_logging(obj.verbose)
         raise
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
@@ -594,6 +611,7 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         lags = health.read_lags((Store(obj.conn, f) for f in families), now)
     for lag in lags:
         metrics.emit_lag(lag.family.name, lag.epoch, now)
+    configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
     bad = health.unhealthy(lags)
     if as_json:
         click.echo(json.dumps([lag.as_dict() for lag in lags], indent=2))

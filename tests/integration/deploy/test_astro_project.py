@@ -61,9 +61,21 @@ def pip_version() -> str:
 
 
 def base_python() -> str:
-    """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has it."""
-    chosen = os.environ.get("COUNTERS_DEPLOY_PYTHON") or shutil.which("python3.12")
-    return chosen or sys.executable
+    """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has one that
+    runs (a pyenv shim may name a version that is not selected); else this interpreter.
+    ``COUNTERS_DEPLOY_PYTHON`` picks another."""
+    for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12"):
+        if not candidate or not shutil.which(candidate):
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys, venv; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if probe.returncode == 0:
+            return probe.stdout.strip()
+    return sys.executable
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT_S, check: bool = True):
