@@ -4,7 +4,7 @@
 ``CASSANDRA_TLS_CA_FILE``); each node gets ``<address>.pem``: its private key and certificate
 (an IP address subject alternative name, so clients can check the host they dialled). The CA's
 key stays in ``ca-key.pem`` so ``write_client_cert`` can issue client certificates (mutual TLS:
-the nodes trust ``ca.pem`` for clients too).
+the nodes trust ``ca.pem`` for clients too); ``client.pem`` is one, key and chain in one file.
 """
 
 from __future__ import annotations
@@ -92,6 +92,10 @@ def write_test_pki(folder: Path, addresses: Sequence[str], days: int = 7) -> Pat
         node_pem = folder / f"{address}.pem"
         node_pem.touch(mode=0o600)
         node_pem.write_bytes(_key_pem(key) + cert.public_bytes(serialization.Encoding.PEM))
+    cert_path, key_path = write_client_cert(folder, "client", days)
+    client_pem = folder / "client.pem"  # key and chain in one file, as the launcher takes it
+    client_pem.touch(mode=0o600)
+    client_pem.write_bytes(key_path.read_bytes() + cert_path.read_bytes())
     return folder
 
 

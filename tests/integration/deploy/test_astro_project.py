@@ -62,9 +62,10 @@ def pip_version() -> str:
 
 def base_python() -> str:
     """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has one that
-    runs (a pyenv shim may name a version that is not selected); else this interpreter.
-    ``COUNTERS_DEPLOY_PYTHON`` picks another."""
-    for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12"):
+    runs (on the PATH, or installed by pyenv: its shim may name a version that is not
+    selected); else this interpreter. ``COUNTERS_DEPLOY_PYTHON`` picks another."""
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
+    for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12", *map(str, pyenv)):
         if not candidate or not shutil.which(candidate):
             continue
         probe = subprocess.run(
