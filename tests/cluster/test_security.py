@@ -29,7 +29,7 @@ def test_connections_need_tls_a_trusted_certificate_and_a_login(local_cluster, t
     admin = local_cluster.settings(*local_cluster.admin)
     with Connection(admin) as conn:  # the baseline: TLS, the cluster's CA, a login
         assert conn.session.execute("SELECT release_version FROM system.local").one()
-    with pytest.raises(CassandraUnavailable, match=r"127\.0\.0\.1:9342"):
+    with pytest.raises(CassandraUnavailable, match=rf"127\.0\.0\.1:{local_cluster.port}"):
         Connection(replace(admin, tls=False, tls_ca_file=None))  # plain text: refused
     stranger = write_test_pki(tmp_path / "other-ca", ["127.0.0.1"]) / "ca.pem"
     with pytest.raises(CassandraUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
