@@ -171,7 +171,7 @@ are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 
 **Backfill.** `airflow backfill create --dag-id {family.dag_id} --from-date 2026-11-22T09:00
 --to-date 2026-11-22T09:10 --max-active-runs 1`: each run takes its epoch from its own logical
-date, in order; runs whose epoch is already compacted are recorded no-ops (README, "Backfills").
+date, in order; runs whose epoch is already compacted are recorded no-ops (docs/airflow.md, "Backfills").
 """
 
 
