@@ -130,7 +130,7 @@ def test_two_nodes_down_runs_fail_clearly_delete_nothing_then_complete(
             f"Error: cannot reach Cassandra at {COMPACTOR}@127.0.0.1,127.0.0.2,127.0.0.3:"
         ), failed.stderr
         assert "Cannot achieve consistency level LOCAL_QUORUM" in failed.stderr
-        assert "127.0.0.2:9342 refused the connection (down?)" in failed.stderr
+        assert f"127.0.0.2:{local_cluster.port} refused the connection (down?)" in failed.stderr
     finally:
         local_cluster.start()
     # nothing was deleted or committed while down (even the admin could not read then: its
