@@ -229,6 +229,21 @@ def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroH
     assert ui[0]["source"] == "$PLUGINS_FOLDER/counter_families_ui.py", ui
     assert ui[0]["listeners"], "the pool listener is not registered"
 
+    # each file imports on its own too (a platform that runs no airflow_local_settings, which
+    # otherwise puts include/ on the path for the whole process first)
+    entries = [
+        *(astro_home.home / "dags").glob("*.py"),
+        *(astro_home.home / "plugins").glob("*.py"),
+    ]
+    for entry in sorted(entries):
+        probe = (
+            f"import runpy; runpy.run_path({str(entry)!r}); "
+            "import counters; print(counters.__file__)"
+        )
+        done = run([str(venv.bin / "python"), "-c", probe], astro_home.env(), check=False)
+        assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
+        assert done.stdout.strip().endswith("include/counters/__init__.py"), (entry, done.stdout)
+
     # counterctl from that environment: python -m counters, through the Airflow connection
     init = astro_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
     assert init.returncode == 0, init.stdout + init.stderr
