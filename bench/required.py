@@ -78,7 +78,7 @@ def required_work(
             head = result[0]
             applied.append(head)
             done.extend((f, *result) for f in chunk)
-        scratch.mark_applied(run_id, shard, bucket, applied)
+        scratch.mark_verified(run_id, shard, bucket, applied, run_id)
         commits[shard, bucket] = done
 
     def copy(shard: int, bucket: int) -> None:
@@ -103,7 +103,7 @@ def required_work(
     each("copy", copy)
     read_back = each("read_back", lambda s, b: scratch.read_copies(s, b, None))
     shards = [(s,) for s in range(main.family.shards)]
-    found_logs = each("log", lambda s: scratch.read_run_commits(run_id, s), shards)
+    found_logs = each("log", lambda s: scratch.read_run_commits(run_id, s, [run_id]), shards)
     logs.update(enumerate(found_logs))
     deleted = each("delete", delete)
     out["rows_read"] = sum(len(r) for by_counter in rows.values() for r in by_counter.values())

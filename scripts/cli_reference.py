@@ -49,7 +49,7 @@ from counters.client import CounterClient
 family = load_catalog().get("trades")
 with connect() as conn:  # CASSANDRA_* environment
     client = CounterClient(conn, family)
-    client.increment("IBM", 500, identity=("P1", 2))  # the event's identity: retry freely
+    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))  # a retry is the same row
     client.read("IBM")  # compact value + newer increments
 ```
 """

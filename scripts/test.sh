@@ -12,14 +12,15 @@ cd "$PROJECT_ROOT"
 
 # The browser test drives Debian's chromium (tests/integration/airflow/test_ui_browser.py).
 # Installed here when missing on Debian as root, so CI's fresh machine runs that test too
-# (about a minute, once); elsewhere the test is skipped and says why.
+# (about a minute, once); elsewhere the test is skipped and says why, except under CI (CI set),
+# where it fails.
 if [[ ! -x /usr/bin/chromium && -f /etc/debian_version && "$(id -u)" == 0 ]]; then
   t=$(now)
   log "installing Debian's chromium for the browser test (apt-get)"
   if apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; then
     log "chromium installed in $(since "$t") s: $(/usr/bin/chromium --version 2>/dev/null)"
   else
-    log "WARNING: apt-get could not install chromium; the browser test will be skipped"
+    log "WARNING: apt-get could not install chromium; the browser test will be skipped (failed under CI)"
   fi
 fi
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from cassandra.auth import PlainTextAuthProvider
@@ -32,6 +32,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests without a tier marker (unit, integration, airflow or cluster): "
             + ", ".join(unmarked)
+        )
+
+
+CLUSTER_NODES = pytest.StashKey[Callable[[], list[int]]]()
+"""Set by tests/cluster's ``local_cluster`` while its nodes may run: their live pids."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The first test after the cluster tests fails if a node of theirs still runs: the local
+    cluster is stopped when the last cluster test ends, not left to idle through the rest of
+    the suite (three JVMs on a 2-core machine)."""
+    live_pids = item.config.stash.get(CLUSTER_NODES, None)
+    if live_pids is None or item.get_closest_marker("cluster"):
+        return
+    del item.config.stash[CLUSTER_NODES]  # checked once
+    left = live_pids()
+    if left:
+        pytest.fail(
+            f"the local cluster's nodes (pids {left}) outlived the cluster tests", pytrace=False
         )
 
 

@@ -17,9 +17,11 @@ def sweep_offset_clear_of(moment: datetime, interval: timedelta) -> timedelta:
 
 def with_sweep_offset(entry: dict[str, Any], moment: datetime) -> dict[str, Any]:
     """``entry`` (a family's YAML fields) with a ``sweep_offset`` clear of ``moment``, unless it
-    names one."""
+    names one, and sweeping by interval only (not every run after a small sweep), unless it
+    names ``sweep_every_run_below``."""
     from counters.config import Family
 
+    entry = {"sweep_every_run_below": 0, **entry}
     if "sweep_offset" not in entry:
         interval = Family.model_validate(entry).sweep_interval
         offset = sweep_offset_clear_of(moment, interval)

@@ -442,17 +442,23 @@ def _split_counter(family: Family, text: str) -> list[str]:
 
 @cli.command("reset")
 @click.option("--family", "name", required=True)
-@click.option("--at", "at", help="Reset point (ISO 8601; default: now). Later increments count.")
+@click.option(
+    "--at",
+    "at",
+    help="Reset point (ISO 8601, not in the future). Later increments count. Default: now, "
+    "unless the counter was reset within the last hour: then that reset is taken for this one "
+    "(repeating the command after an unknown outcome resets once); pass --at to reset again.",
+)
 @click.option("--reset-id", help="Idempotency id (default: derived from counter and point).")
 @click.argument("counter")
 @pass_context
 def reset_command(
     obj: Context, name: str, at: str | None, reset_id: str | None, counter: str
 ) -> None:
-    """Set COUNTER back to zero; retrying the same reset is one reset (recorded in the audit)."""
+    """Set COUNTER back to zero; repeating the command is one reset (recorded in the audit)."""
     family = obj.family(name)
     store = Store(obj.conn, family)
-    moment = _parse_epoch(at) or datetime.now(UTC)
+    moment = _parse_epoch(at)
     with reported():
         try:
             key = store.parse_key(_split_counter(family, counter))

@@ -60,14 +60,31 @@ class CounterClient:
         version: int | None = None,
         identity: tuple[object, ...] | None = None,
     ) -> Increment:
-        """Record one increment; returns what was written (retry by recording that again).
+        """Record one increment; returns what was written.
 
-        Without ``identity`` (or ``actor``/``version`` for the seed's layout) each call gets a
-        fresh random identity: two increments in the same millisecond are two rows, never one.
-        A caller that may retry passes the identity of its event (order id and version), so
-        the retry writes the very same row."""
+        Without ``identity`` (or ``actor`` and ``version`` for the seed's layout) each call
+        gets a fresh random identity: two increments in the same millisecond are two rows,
+        never one, and a retried call is a second increment. A caller that may retry passes
+        its event's own time (``at``) and identity (order id and version): the row's key is
+        (time, identity), so every retry writes the very same row, and a retry after the row
+        was folded and deleted stays deleted. An identity without ``at`` is refused: the call's
+        time would make each retry a row of its own."""
         if identity is None and (actor is not None or version is not None):
-            identity = (actor or "", version or 0)
+            if actor is None or version is None:
+                raise ValueError(
+                    f"family {self.family.name!r}: pass actor= and version= together (got "
+                    f"actor={actor!r}, version={version!r}): two events of one actor at the same "
+                    "time are told apart by their version, and a missing one would merge them "
+                    "into one row"
+                )
+            identity = (actor, version)
+        if identity is not None and at is None:
+            raise ValueError(
+                f"family {self.family.name!r}: an increment with identity {identity!r} needs "
+                "its event's time too (at=...): the row's key is "
+                "(time, identity), and without at= each retry would take the time of its own "
+                "call and be counted again"
+            )
         event = Increment(
             counter=as_key(counter),
             increment=amount,

@@ -46,6 +46,8 @@ from cassandra import DriverException, OperationTimedOut, ReadFailure, ReadTimeo
 
 from .config import Discovery, Family, Kind
 from .core import (
+    BIGINT_MAX,
+    BIGINT_MIN,
     BUCKETS,
     EMPTY_CHECKPOINT,
     WHOLE_BUCKET_SHARE,
@@ -62,6 +64,7 @@ from .core import (
     counted_rows_gone,
     evaluate_evidence,
     fold_counter,
+    fold_recount,
     fold_row_limit,
     fold_slice,
     format_key,
@@ -80,8 +83,8 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .identity import check_family
 from .rowkeys import CountedKeys
-from .schema import SchemaError
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
 log = logging.getLogger(__name__)
@@ -187,9 +190,13 @@ class ShardReport:
     requests: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
     peak_rss_mib: float = 0.0
+    execution: str = field(default_factory=lambda: secrets.token_hex(8))
+    """This attempt of the shard's compact step: its cleanup deletes only the commits it
+    verified, never another attempt's (a zombie, a reused run id, a task marked successful)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "execution": self.execution,
             "peak_rss_mib": self.peak_rss_mib,
             "shard": self.shard,
             "tally": self.tally.as_dict(),
@@ -211,6 +218,7 @@ class ShardReport:
             dict(data.get("requests", {})),
             bool(data.get("dry_run")),
             float(data.get("peak_rss_mib", 0.0)),
+            str(data.get("execution", "")),
         )
 
 
@@ -256,6 +264,7 @@ def decide_plan(
     last_sweep: datetime | None = None,
     anything_touched: bool = True,
     touched: int | None = None,
+    last_sweep_size: int | None = None,
 ) -> RunPlan:
     """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
 
@@ -278,9 +287,15 @@ def decide_plan(
             f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
             f"{utc_naive(epoch_before).isoformat()}: nothing to do"
         )
-    sweep = family.discovery is Discovery.SCAN or sweep_due(family, now, last_sweep)
+    sweep = family.discovery is Discovery.SCAN or sweep_due(
+        family, now, last_sweep, last_sweep_size
+    )
     idle = reason is None and not sweep and not anything_touched
-    small = not sweep and touched is not None and touched < SMALL_RUN_COUNTERS
+    small = (
+        (not sweep or cheap_sweep(family, last_sweep_size))
+        and touched is not None
+        and touched < SMALL_RUN_COUNTERS
+    )
     return RunPlan(
         family.name,
         run_id,
@@ -295,14 +310,17 @@ def decide_plan(
     )
 
 
-def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> bool:
-    """Whether a run at ``now`` sweeps: on the family's first run, then once per
-    ``sweep_interval`` at the family's own phase (the first run after each point
+def sweep_due(
+    family: Family, now: datetime, last_sweep: datetime | None, last_size: int | None = None
+) -> bool:
+    """Whether a run at ``now`` sweeps: on the family's first run; on every run while its last
+    sweep was small (``cheap_sweep``: rows of any writer are then folded within a run); else
+    once per ``sweep_interval`` at the family's own phase (the first run after each point
     ``k * sweep_interval + family.sweep_phase``). Two sweeps are never more than an interval (and a
     run) apart, so rows of writers outside the API are folded within the bound; and families
     deployed together do not all sweep in the same minute (50 of them did: a burst of 400
     task instances every 15 minutes that the machine could not absorb)."""
-    if last_sweep is None:
+    if last_sweep is None or cheap_sweep(family, last_size):
         return True
     interval = family.sweep_interval
     since_point = (utc_naive(now) - _EPOCH0 - family.sweep_phase) % interval
@@ -312,26 +330,40 @@ def sweep_due(family: Family, now: datetime, last_sweep: datetime | None) -> boo
 _EPOCH0 = datetime(1970, 1, 1)
 
 
+def cheap_sweep(family: Family, last_size: int | None) -> bool:
+    """Whether the family's last sweep was small enough to sweep every run."""
+    return last_size is not None and last_size < family.sweep_every_run_below
+
+
+def foreign_rows_bound(family: Family, last_size: int | None) -> timedelta:
+    """How long after it is written a row of a writer outside the write API (plain CQL, no
+    mark) is folded at the latest: a run (its schedule's period and the lag) when the family
+    sweeps every run, else ``sweep_interval`` more."""
+    from croniter import croniter
+
+    ticks = croniter(family.schedule, datetime(2001, 1, 1))
+    first = ticks.get_next(datetime)
+    period = ticks.get_next(datetime) - first
+    if family.discovery is Discovery.SCAN or cheap_sweep(family, last_size):
+        return family.lag + period
+    return family.lag + period + family.sweep_interval
+
+
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
-    epoch_before, last_sweep, shards = store.family_state()
-    if shards is not None and shards != store.family.shards:
-        raise SchemaError(
-            f"family {store.family.name!r}: field 'shards' is {store.family.shards} in the YAML "
-            f"but the family's ledger was written with {shards} shards (a counter's ledger row "
-            f"depends on it, so its checkpoints would not be found and its totals would be "
-            f"wrong); set 'shards: {shards}' back. Nothing was read or deleted."
-        )
+    check_family(store, record=False, run_id=run_id)
+    state = store.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
         run_id,
         epoch,
-        epoch_before,
+        state.epoch,
         now,
-        last_sweep,
+        state.last_sweep,
         touched > 0 or store.anything_quarantined(),
         touched,
+        state.last_sweep_size,
     )
     if plan.idle:
         finish_run(store, plan)
@@ -356,6 +388,10 @@ class _Context:
     commit_chunk: int = COMMIT_CHUNK
     index_read_at: int = 0
     """When the shard's index marks were read (µs): the base of the forget horizon."""
+    sweep: bool = False
+    execution: str = ""
+    """This attempt of the shard's compact step: the commits it verified are what its
+    cleanup deletes (``ShardReport.execution``)."""
 
 
 STEP_GC_THRESHOLD = 100_000
@@ -408,6 +444,7 @@ def compact_shard(
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    check_family(store, record=not dry_run, run_id=run_id)  # before any write
     holding = False
     if use_lease and not dry_run:
         holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
@@ -434,6 +471,8 @@ def compact_shard(
             report,
             commit_chunk,
             index_read_at=index_read_at,
+            sweep=sweep,
+            execution=report.execution,
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
@@ -562,19 +601,32 @@ def _compact_bucket(
         if not sweep:
             rows = {c: rows.get(c, []) for c in marked}
     ctx.fault("read_raw")
+    ctx.tally.rows_read += sum(map(len, rows.values()))
     if windowed:
         ctx.tally.add_windowed(list(windowed))
-    checkpoints, recopy, tampered = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
-    if tampered:  # another run's commit and copy can land between the two reads: look again
+    checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    if suspects:  # another run's commit and copy can land between the two reads: look again
         with phases.timed("read_compact", store):
-            fresh = store.read_ledger(ctx.shard, bucket, list(tampered)).checkpoints
-        tampered = _bases(fresh, copies, {c: [] for c in tampered}, ctx.quarantined)[2]
-    _quarantine(ctx, [(c, "tampered", d) for c, d in tampered.items()], rows)
+            fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+        suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
+    _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
+    missing = [c for c in recopy if _absent(copies.get(c))]
+    recopy = [c for c in recopy if not _absent(copies.get(c))]  # behind: copied again as it is
+    removed: list[Key] = []
+    if missing and not ctx.dry_run:
+        for counter in missing:  # restored by a commit (below), whatever rows it has
+            rows.setdefault(counter, [])
+            checkpoints[counter] = ledger.checkpoints[counter]
+        with phases.timed("read_compact", store):
+            removed = [c for c in missing if _copy_was_verified(ctx, bucket, c, ledger)]
     with phases.timed("read_compact", store):
         lost = _load_pending(ctx, bucket, checkpoints, rows)
     _quarantine(ctx, lost, rows)
     with phases.timed("plan", store):
         folds = _fold(ctx, rows, checkpoints)
+    if missing and not ctx.dry_run:
+        restore = set(missing)
+        folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
     bad = [
         (f.counter, "bad_rows" if f.bad_rows else "overflow", _refusal(f))
         for f in folds
@@ -602,10 +654,41 @@ def _compact_bucket(
     ctx.fault("copy")
     with phases.timed("verify", store):
         _verify_bucket(ctx, bucket, committed, whole)
+    with phases.timed("log", store):  # what this execution's cleanup deletes
+        commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
+        store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
+    _quarantine(ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows)
     ctx.fault("verify")
     with phases.timed("forget", store):
         _forget(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
+
+
+def _absent(copy: Copy | None) -> bool:
+    """A copy readers cannot use: no row, or a row whose value expired (a TTL) or was deleted."""
+    return copy is None or copy.writetime is None
+
+
+def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:
+    """Whether a counter's missing copy had been written: its commit was verified (its copy
+    read back), so someone deleted it or let it expire. Otherwise a crash came between the
+    commit and its copy, and restoring it is the run's ordinary work."""
+    cp = ledger.checkpoints[counter]
+    return ctx.store.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
+
+
+def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -> str:
+    restored = committed.get(counter)
+    how = (
+        f"restored from the ledger by commit {restored[1].commit_id} (value {restored[1].value})"
+        if restored
+        else "not restored yet (its commit did not apply: the next run restores it)"
+    )
+    return (
+        f"{format_key(counter)}: its compact row was gone (deleted, or expired by a TTL) while "
+        f"the ledger holds its last commit: readers read it as 0 plus the newer rows. It was "
+        f"{how}; find who removed it, then release the counter"
+    )
 
 
 def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
@@ -641,7 +724,12 @@ def _refusal(fold: Fold) -> str:
         return (
             f"{name}: {len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
         )
-    return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+    if not BIGINT_MIN <= fold.value <= BIGINT_MAX:
+        return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+    return (
+        f"{name}: the sums its checkpoint keeps would overflow a bigint (folded "
+        f"{fold.folded_sum}, counted rows not yet deleted {fold.pending_sum}; value {fold.value})"
+    )
 
 
 def _bases(
@@ -649,38 +737,51 @@ def _bases(
     copies: dict[Key, Copy],
     rows: dict[Key, list[Row]],
     quarantined: set[Key],
-) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, str]]:
-    """Each counter's checkpoint (the ledger's; a compact row from before the ledger counts as
-    one), the counters whose copy is behind their ledger row (a crash between commit and copy),
-    and those whose copy was changed by someone else since the last commit (tampered; a
+) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, tuple[str, str]]]:
+    """Each counter's checkpoint (the ledger's; a compact row that names no commit, from
+    before the ledger or written by hand for a new counter, counts as one), the counters whose
+    copy is behind their ledger row (a crash between commit and copy), and the suspects with
+    their reason: a copy changed by someone else since the last commit (``tampered``; a
     suspect whose ledger row, read again after the copies, holds the copy's commit is not:
     another run committed between the reads, and the fold on the older row loses its
-    compare-and-set and is folded again)."""
+    compare-and-set and is folded again), or a copy naming a commit the ledger does not hold
+    at the counter's place (``unknown_commit``: the ledger was truncated, the shard or bucket
+    count changed, another family wrote it). A suspect is never a base: adopting an unknown
+    commit's copy would count its rows again."""
     bases: dict[Key, Checkpoint] = {}
     recopy: list[Key] = []
-    tampered: dict[Key, str] = {}
+    suspects: dict[Key, tuple[str, str]] = {}
     for counter in set(rows) | set(ledger):
         if counter in quarantined:
             continue
         cp = ledger.get(counter)
         copy = copies.get(counter)
         if cp is None:
-            bases[counter] = (
-                EMPTY_CHECKPOINT
-                if copy is None
-                else Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
-            )
+            if copy is None:
+                bases[counter] = EMPTY_CHECKPOINT
+            elif copy.commit_id is None:
+                bases[counter] = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            else:
+                suspects[counter] = (
+                    "unknown_commit",
+                    f"{format_key(counter)}: its compact row (value {copy.value}, epoch "
+                    f"{copy.epoch_ms}) names commit {copy.commit_id}, which the ledger does not "
+                    "hold at its shard and bucket (a truncated ledger, a changed shard or bucket "
+                    "count, another family's write): taking it as a base would count its rows "
+                    "again. Its rows are kept; find where its commit went, then release it",
+                )
             continue
         bases[counter] = cp
         if copy is None or (copy.writetime or 0) < (cp.version or 0):
             recopy.append(counter)
         elif (copy.value, copy.epoch_ms, copy.commit_id) != (cp.value, cp.epoch_ms, cp.commit_id):
-            tampered[counter] = (
+            suspects[counter] = (
+                "tampered",
                 f"{format_key(counter)}: compact value {copy.value} (epoch {copy.epoch_ms}) "
                 f"differs from its last commit {cp.value} (epoch {cp.epoch_ms}): changed "
-                "outside the engine"
+                "outside the engine",
             )
-    return {c: b for c, b in bases.items() if c in rows}, recopy, tampered
+    return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
 
 
 def _load_pending(
@@ -726,7 +827,13 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
         slices = store.read_slices(counters, bases, ctx.epoch_ms)
-        return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+        if not ctx.sweep:
+            return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+        # a sweep also recounts what each value counts (after its reset point): rows written
+        # behind a checkpoint (a writer's clock behind by more than the lag) are folded now
+        origins = {c: Checkpoint(epoch_ms=bases[c].origin_ms) for c in counters}
+        full = store.read_slices(counters, origins, ctx.epoch_ms)
+        return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
     for counter, found in rows.items():
@@ -766,7 +873,6 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
-        applied: list[Any] = []
         for chunk, keys in _keyed_chunks(ctx, todo):
             grown = grown_population(population, chunk)
             with ctx.phases.timed("commit", store):
@@ -777,13 +883,10 @@ def _commit(
                 lost.extend(chunk)
                 continue
             head, population = done[0], grown
-            applied.append(head)
             for f in chunk:
                 ctx.tally.add_fold(f)
                 committed[f.counter] = (f, committed_checkpoint(f, *done, ctx.run_id))
         ctx.fault("commit")
-        with ctx.phases.timed("log", store):  # what cleanup deletes
-            store.mark_applied(ctx.run_id, ctx.shard, bucket, applied)
         if not lost:
             return committed
         ctx.tally.conflicts += len(lost)
@@ -888,6 +991,7 @@ def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: st
         run_id,
         pending_rows=len(fold.pending),
         low_ms=fold.low_ms,
+        origin_ms=fold.base.origin_ms if fold.origin_ms is None else fold.origin_ms,
     )
 
 
@@ -998,6 +1102,14 @@ def _verify_bucket(
         evidence["pending_sum"] += record.pending_sum
         evidence["recount_rows"] += rows - late
         evidence["recount_sum"] += total - (_late_sum(store, counter, fold, floor) if late else 0)
+    if failures:  # a rival may have committed on top meanwhile and cleaned the rows up
+        again = store.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
+        failures = [
+            (c, reason, detail)
+            for c, reason, detail in failures
+            if c not in again.checkpoints
+            or again.checkpoints[c].commit_id == committed[c][1].commit_id
+        ]
     _quarantine(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 
@@ -1242,6 +1354,9 @@ class Verification:
     outcomes: list[CheckOutcome]
     evidence: list[Evidence]
     tally: Tally
+    executions: dict[int, list[str]] = field(default_factory=dict)
+    """Per shard, the executions whose verified commits the cleanup may delete: the ones
+    whose reports these checks passed, nothing else."""
 
     @property
     def passed(self) -> bool:
@@ -1262,10 +1377,12 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
     tally = Tally()
     evidence: list[Evidence] = []
     failures: list[str] = []
+    executions: dict[int, list[str]] = {}
     for report in reports:
         tally = tally.merge(report.tally)
         evidence.extend(report.evidence)
         failures.extend(report.failures)
+        executions.setdefault(report.shard, []).append(report.execution)
     outcomes = evaluate_evidence(evidence)
     outcomes.append(
         CheckOutcome(
@@ -1280,7 +1397,7 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
         )
     )
     outcomes += hot_counter_outcomes(tally)
-    return Verification(outcomes, evidence, tally)
+    return Verification(outcomes, evidence, tally, executions)
 
 
 def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
@@ -1331,18 +1448,20 @@ def cleanup_shard(
     store: Store,
     shard: int,
     run_id: str,
+    executions: Sequence[str],
     *,
     now: datetime | None = None,
     fault: Fault = _no_fault,
 ) -> CleanupReport:
-    """Delete the raw rows the run's applied commits counted, exactly those (keys read from
-    the run log, not the ledger); quarantined counters keep their rows. Then count, on the
-    server, what is left at or below each epoch of a sample: a counted row still there is a
-    failure, any other row a late write (folded by the next run)."""
+    """Delete the raw rows counted by the run's commits that ``executions`` verified (the
+    attempts whose reports passed the family's checks), exactly those (keys read from the run
+    log, not the ledger); quarantined counters keep their rows. Then count, on the server, what
+    is left at or below each epoch of a sample: a counted row still there is a failure, any
+    other row a late write (folded by the next run)."""
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
-    runs = store.read_run_commits(run_id, shard)
+    runs = store.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
@@ -1355,7 +1474,7 @@ def cleanup_shard(
     def one(bucket: int) -> CleanupReport:
         store.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
-        # every applied commit's keys are counted for good (a later commit builds on it, a
+        # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
         mine: dict[Key, tuple[int, CountedKeys]] = {}
         for record in runs[bucket]:
@@ -1495,10 +1614,16 @@ def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> 
 # --- finish ------------------------------------------------------------------------------
 
 
-def finish_run(store: Store, plan: RunPlan) -> None:
+def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
-    run records when it started)."""
-    store.advance_family_epoch(plan.epoch, plan.run_id, plan.started_at if plan.sweep else None)
+    run records when it started and how much it read: ``tally``'s rows and counters)."""
+    size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
+    store.advance_family_epoch(
+        plan.epoch,
+        plan.run_id,
+        plan.started_at if plan.sweep else None,
+        size if plan.sweep else None,
+    )
 
 
 def audit_record(
@@ -1602,7 +1727,9 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
     """One shard's compact or cleanup in a worker process (its own connection)."""
     from .connection import Connection
 
-    step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now = args
+    (step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now) = args[
+        :11
+    ]
     try:
         with Connection(settings) as conn:
             store = Store(conn, family, layout)
@@ -1610,7 +1737,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
                 return compact_shard(
                     store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
                 )
-            return cleanup_shard(store, shard, run_id, now=now)
+            return cleanup_shard(store, shard, run_id, args[11], now=now)
     except BaseException as exc:
         portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
         if portable is exc:
@@ -1683,7 +1810,8 @@ def run_family(
         else None
     )
 
-    def each_shard(step: str) -> list[Any]:
+    def each_shard(step: str, executions: dict[int, list[str]] | None = None) -> list[Any]:
+        verified = executions or {}
         if pool is None:
             if step == "compact":
                 return [
@@ -1700,7 +1828,10 @@ def run_family(
                     )
                     for s in plan.shards
                 ]
-            return [cleanup_shard(store, s, run_id, now=now, fault=fault) for s in plan.shards]
+            return [
+                cleanup_shard(store, s, run_id, verified.get(s, []), now=now, fault=fault)
+                for s in plan.shards
+            ]
         args = [
             (
                 step,
@@ -1714,6 +1845,7 @@ def run_family(
                 dry_run,
                 use_lease,
                 now,
+                verified.get(s, []),
             )
             for s in plan.shards
         ]
@@ -1740,7 +1872,7 @@ def run_family(
             raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
         say("cleaning up")
         with phases.timed("cleanup", store):
-            cleanups: list[CleanupReport] = each_shard("cleanup")
+            cleanups: list[CleanupReport] = each_shard("cleanup", verification.executions)
         for cleanup in cleanups:
             peak = max(peak, cleanup.peak_rss_mib)
             tally.rows_deleted += cleanup.rows_deleted
@@ -1751,7 +1883,7 @@ def run_family(
         if not after.success:
             raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
         with phases.timed("finish", store):
-            finish_run(store, plan)
+            finish_run(store, plan, tally)
         fault("finish")
     except (EngineError, DriverException) as exc:
         try:  # a driver error (timeout, tombstone overload) still leaves its audit row

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -171,10 +171,18 @@ class Family(_Strict):
     retention: Retention | None = None
     shards: int = Field(default=4, ge=1, le=256)
     consistency: Consistency = Consistency.LOCAL_QUORUM
+    compaction_dc: str | None = None
+    """The one data center whose workers compact this family, required when its consistency
+    is ``LOCAL_*`` and its keyspace is replicated to several: ``LOCAL_SERIAL`` serialises the
+    commits of one data center only."""
     discovery: Discovery = Discovery.INDEX
     sweep_interval: timedelta = timedelta(minutes=15)
     """With ``discovery: index``: how often a run also scans the whole raw table, so rows
     written without the write API (plain CQL ``INSERT``) are folded within this bound."""
+    sweep_every_run_below: int = Field(default=10_000, ge=0)
+    """With ``discovery: index``: a family whose last sweep read fewer raw rows and counters
+    than this sweeps every run, so rows of any writer are folded within a run, not within
+    ``sweep_interval``; a larger one sweeps every ``sweep_interval``. 0: always by interval."""
     sweep_offset: timedelta | None = None
     """Where in each ``sweep_interval`` (counted from 1970-01-01 UTC) the sweep falls, e.g.
     ``3h`` with a ``1d`` interval: the first run after 03:00 UTC. Default: a stable offset
@@ -311,6 +319,28 @@ class Family(_Strict):
     def dag_id(self) -> str:
         return f"compact_{self.name}"
 
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The tables this family reads rows from or writes totals to (the engine's own tables
+        are named after them): no other family may use one of them."""
+        return tuple(dict.fromkeys((self.raw_table, self.fold_table, self.compact_table)))
+
+
+def shared_table(families: Sequence[Family], family: Family) -> str | None:
+    """A message naming the table ``family`` shares with one of ``families``, else None: two
+    families on one table would each count its rows (and delete what the other counts)."""
+    for other in families:
+        if other.name == family.name or other.keyspace != family.keyspace:
+            continue
+        for table in family.tables:
+            if table in other.tables:
+                return (
+                    f"family {family.name!r} uses table {family.keyspace}.{table}, which family "
+                    f"{other.name!r} uses too: each would count its rows (and delete the rows "
+                    "the other counts); give each family its own raw and compact tables"
+                )
+    return None
+
 
 class _File(_Strict):
     families: tuple[Family, ...]
@@ -318,10 +348,13 @@ class _File(_Strict):
     @model_validator(mode="after")
     def _unique_names(self) -> _File:
         seen: set[str] = set()
-        for family in self.families:
+        for index, family in enumerate(self.families):
             if family.name in seen:
                 raise ValueError(f"family name {family.name!r} is declared twice")
             seen.add(family.name)
+            shared = shared_table(self.families[:index], family)
+            if shared:
+                raise ValueError(shared)
         return self
 
 
@@ -430,6 +463,10 @@ def load_families_leniently(
             errors[f"{family.name}#{index}"] = (
                 f"{resolved}: {label}: family name {family.name!r} is declared twice"
             )
+            continue
+        shared = shared_table(good, family)
+        if shared:
+            errors[family.name] = f"{resolved}: {label}: {shared}"
             continue
         seen.add(family.name)
         good.append(family)

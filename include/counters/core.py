@@ -202,6 +202,9 @@ class Checkpoint:
     """Whether ``pending`` holds the keys. The ledger keeps only their count and sum; the keys
     live in the commit's record of the run log and are read only for a counter that still has
     rows at or below its epoch (``needs_pending``), which is rare once cleanups succeed."""
+    origin_ms: int | None = None
+    """The point the value counts from: the last reset's (None: the counter's first row). A
+    recount of what the value counts starts after it."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()
@@ -325,13 +328,19 @@ class Fold:
     low_ms: int | None = None
     """The time (ms) of the earliest row in ``pending`` (None: not known): every row the
     commit counts lies in (low_ms - 1, epoch_ms], all a recount of it has to read."""
+    origin_ms: int | None = None
+    """Set by a reset: the point the counter's value counts from from now on (kept in the
+    ledger beside the checkpoint; every later commit leaves it as it is)."""
+    restore: bool = False
+    """Committed even if it changes nothing: its counter's copy is missing (deleted, expired),
+    and only a commit's newer version writes a copy that wins over the tombstone."""
 
     @property
     def commit(self) -> bool:
-        """Folds new rows, drops duplicates, or re-commits counted rows still present (so they
-        are verified again before a cleanup deletes them)."""
+        """Folds new rows, drops duplicates, re-commits counted rows still present (so they
+        are verified again before a cleanup deletes them), or restores a missing copy."""
         return (
-            self.folded_rows > 0 or self.duplicates > 0 or self.counted_present > 0
+            self.folded_rows > 0 or self.duplicates > 0 or self.counted_present > 0 or self.restore
         ) and not self.refused
 
     @property
@@ -340,7 +349,12 @@ class Fold:
 
     @property
     def overflow(self) -> bool:
-        return not (BIGINT_MIN <= self.value <= BIGINT_MAX)
+        """A value, or a sum the checkpoint keeps (of its pending rows, of what it folded), past
+        a bigint: the ledger could not hold it (the counter is quarantined, not the family
+        stopped)."""
+        return not all(
+            BIGINT_MIN <= n <= BIGINT_MAX for n in (self.value, self.pending_sum, self.folded_sum)
+        )
 
 
 def key_bytes(key: Packed) -> int:
@@ -484,6 +498,18 @@ def fold_slice(counter: Key, base: Checkpoint, rows: int, total: int, epoch_ms: 
     )
 
 
+def fold_recount(counter: Key, base: Checkpoint, rows: int, all_rows: int, epoch_ms: int) -> Fold:
+    """Fold a rows counter (its value is a row count) from a recount of what it counts:
+    ``all_rows`` rows after its reset point and at or below ``epoch_ms``, of which ``rows`` are
+    after its checkpoint. Rows the recount finds at or below the checkpoint beyond its value
+    were written behind it (a writer's clock behind by more than the lag): late rows, folded
+    now. Fewer (business rows deleted since) are not taken away here: ``reconcile`` reports
+    them."""
+    late = max(all_rows - rows - base.value, 0)
+    fold = fold_slice(counter, base, rows + late, rows + late, epoch_ms)
+    return replace(fold, late_rows=late, late_sum=late)
+
+
 # --- how a bucket is read ------------------------------------------------------------------
 
 WHOLE_BUCKET_SHARE = 4
@@ -562,6 +588,7 @@ def lowest_floor(floors: Iterable[int | None]) -> int | None:
 # --- run summaries and checks --------------------------------------------------------------
 
 _TALLY_SUMS = (
+    "rows_read",
     "counters_seen",
     "counters_committed",
     "counters_refused",
@@ -584,6 +611,8 @@ NAMED_MAX = 20
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards."""
 
+    rows_read: int = 0
+    """Raw rows the run read (a sweep's size, with ``counters_seen``)."""
     counters_seen: int = 0
     counters_committed: int = 0
     counters_refused: int = 0

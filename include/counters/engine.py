@@ -28,6 +28,7 @@ from .compaction import (
     verify_run,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
     ResetResult,
@@ -48,6 +49,7 @@ __all__ = [
     "EngineError",
     "EpochInFuture",
     "Fault",
+    "IdentityMismatch",
     "LeaseHeld",
     "Phases",
     "ResetResult",
@@ -56,6 +58,7 @@ __all__ = [
     "ShardReport",
     "Verification",
     "audit_record",
+    "check_family",
     "cleanup_failure_message",
     "cleanup_shard",
     "compact_shard",

@@ -8,7 +8,7 @@ reset or repair a run's commit: whichever commits second re-reads and re-plans.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .compaction import (
@@ -28,12 +28,21 @@ from .core import (
     Key,
     Tally,
     format_key,
+    from_millis,
     to_millis,
     truncate_ms,
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError
+from .identity import check_family
 from .store import Quarantined, Store
+
+RESET_REPEAT_WINDOW = timedelta(hours=1)
+"""How long after a counter's reset a reset without a point is taken for a repeat of it."""
+
+
+def _window_ms() -> int:
+    return int(RESET_REPEAT_WINDOW.total_seconds() * 1000)
 
 
 @dataclass(frozen=True)
@@ -48,12 +57,21 @@ class ResetResult:
 
 def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     """(shard, bucket, head, checkpoint) of one counter, read from its ledger partition (a
-    counter compacted before the ledger existed: from its compact row)."""
+    counter compacted before the ledger existed: from its compact row, if that names no
+    commit; a copy naming a commit the ledger does not hold is refused, as a run quarantines
+    it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
     ledger = store.read_ledger(shard, bucket, [counter])
     checkpoint = ledger.checkpoints.get(counter)
     if checkpoint is None:
         copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        if copy is not None and copy.commit_id is not None:
+            raise EngineError(
+                f"family {store.family.name!r} counter {format_key(counter)}: its compact row "
+                f"names commit {copy.commit_id}, which the ledger does not hold at shard "
+                f"{shard} bucket {bucket}; refusing to build on it (its rows would be counted "
+                "again). Nothing was changed"
+            )
         checkpoint = (
             EMPTY_CHECKPOINT
             if copy is None
@@ -72,19 +90,25 @@ def commit_counter(
         return None
     checkpoint = committed_checkpoint(fold, *done, run_id)
     store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
+    copy = store.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
+    if copy is not None and copy.commit_id == checkpoint.commit_id:  # a copy gone later: tampering
+        store.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
     return checkpoint
 
 
 def reset_counter(
     store: Store,
     counter: Key,
-    at: datetime,
+    at: datetime | None = None,
     reset_id: str | None = None,
     now: datetime | None = None,
 ) -> ResetResult:
     """Set a counter back to zero at ``at``: increments after ``at`` count, the ones at or
-    before it are consumed (deleted, for a deleting family). A retry with the same reset id
-    (default: derived from counter and time) finds its own commit and does nothing.
+    before it are consumed (deleted, for a deleting family). Retry-safe: a reset whose point the
+    counter was already reset at finds it and does nothing, and so does a reset without ``at``
+    (the point is now) within ``RESET_REPEAT_WINDOW`` of the counter's last reset: an operator
+    repeating the command after an unknown outcome resets once. Pass ``at`` to reset again. A
+    point in the future is refused: readers would not see the rows before it until a fold.
     """
     family = store.family
     if family.kind is Kind.UNIQUE:
@@ -93,14 +117,36 @@ def reset_counter(
             "with timestamps near Long.MAX (first write wins), so no delete can remove them "
             "without also shadowing every later write of the same member"
         )
-    at = truncate_ms(utc_naive(at))
-    at_ms = to_millis(at)
-    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    current = truncate_ms(utc_naive(now or datetime.now(UTC)))
+    if at is not None and truncate_ms(utc_naive(at)) > current:
+        raise EngineError(
+            f"family {family.name!r} counter {format_key(counter)}: reset point "
+            f"{utc_naive(at).isoformat()} is in the future (now {current.isoformat()}): readers "
+            "would not see the increments before it until a run folds them; choose a point at "
+            "or before now"
+        )
+    check_family(store, record=True, run_id=reset_id or "reset")
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
+    if at is None:
+        origin = _base(store, counter)[3].origin_ms
+        if origin is not None and to_millis(current) - origin < _window_ms():
+            point = from_millis(origin)
+            store.mark_touched([counter])  # the next run finishes what the reset left
+            return ResetResult(
+                counter,
+                reset_id or f"reset:{format_key(counter)}@{point.isoformat()}",
+                point,
+                value_before,
+                already_done=True,
+            )
+    at = current if at is None else truncate_ms(utc_naive(at))
+    at_ms = to_millis(at)
+    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
     for _attempt in range(MAX_ATTEMPTS):
         shard, bucket, head, base = _base(store, counter)
-        if base.run_id == reset_id:
+        if base.run_id == reset_id or base.origin_ms == at_ms:
+            store.mark_touched([counter])  # the next run finishes what the reset left
             return ResetResult(counter, reset_id, at, value_before, already_done=True)
         if base.epoch_ms is not None and at_ms < base.epoch_ms:
             raise EngineError(
@@ -115,7 +161,9 @@ def reset_counter(
                 if time_ms <= at_ms:
                     consumed.append(key)
                     consumed_sum += increment or 0
-        fold = Fold(counter, base, at_ms, 0, tuple(consumed), consumed_sum, 0, -base.value)
+        fold = Fold(
+            counter, base, at_ms, 0, tuple(consumed), consumed_sum, 0, -base.value, origin_ms=at_ms
+        )
         committed = commit_counter(store, shard, bucket, head, fold, reset_id)
         if committed is not None:
             break
@@ -177,6 +225,7 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
             "family's rows; an increments family's folded rows are deleted (late rows are "
             "reported by every compaction instead)"
         )
+    check_family(store, record=repair, run_id="reconcile")
     found: list[Discrepancy] = []
     for shard in range(family.shards):
         if family.kind is Kind.UNIQUE:
@@ -212,9 +261,8 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
             _shard, bucket, head, base = _base(store, counter)
             if base.epoch_ms is None:
                 break
-            rows, _total = store.read_slices([counter], {counter: EMPTY_CHECKPOINT}, base.epoch_ms)[
-                counter
-            ]
+            origin = Checkpoint(epoch_ms=base.origin_ms)  # a reset's value counts after it
+            rows, _total = store.read_slices([counter], {counter: origin}, base.epoch_ms)[counter]
             if rows == base.value:
                 break
             repaired = False
@@ -254,6 +302,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     """Let a quarantined counter back into compaction, its readers' copy restored from the
     ledger (the engine's record of every commit). Fix its raw rows first if that was the
     reason (a NULL increment); the next run folds it."""
+    check_family(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
     if counter not in store.read_quarantine(shard):
         raise EngineError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy (SchemaError)
     from cassandra.cluster import Session
@@ -52,6 +52,9 @@ LEDGER_OPTIONS = (
 AUDIT_TABLE = "counters_audit"
 LEASE_TABLE = "counters_lease"
 STATE_TABLE = "counters_family_state"
+TABLES_TABLE = "counters_tables"
+"""Which family owns each raw and compact table of the keyspace, and the family's identity
+(tables, kind, shards, buckets, columns) as recorded at its first commit."""
 
 
 class SchemaError(ValueError):
@@ -158,12 +161,13 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
         "base_value bigint, "
-        "folded_sum bigint, version bigint, updated_at timestamp, state blob, "
+        "folded_sum bigint, version bigint, updated_at timestamp, state blob, origin_ms bigint, "
         f"PRIMARY KEY ((shard, bucket), {key_list})) WITH {LEDGER_OPTIONS}",
         # per commit, the keys of the rows each of its counters counted (written before the
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
         "bucket int, commit_id timeuuid, counters text, keys blob, applied boolean, "
+        "verified_by text, "
         f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
@@ -193,6 +197,7 @@ def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
         (AUDIT_TABLE, rw),
         (LEASE_TABLE, rw),
         (STATE_TABLE, rw),
+        (TABLES_TABLE, rw),
     ]
     return tables
 
@@ -226,8 +231,70 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
-        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int)",
+        "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int, "
+        "last_sweep_size int)",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{TABLES_TABLE} (table_name text PRIMARY KEY, "
+        "family text, identity text, recorded_at timestamp, recorded_by text)",
     ]
+
+
+MIN_GC_GRACE_S = 10_800
+"""The least ``gc_grace_seconds`` of a raw table whose rows the engine deletes: its tombstones
+must outlive the hint window (3 h by default) and the repairs, or a replica that missed a delete
+brings the row back and the next run counts it again; and they are what keep a write API retry
+of a deleted row deleted."""
+
+
+def option_problems(family: Family, options: dict[str, dict[str, Any]]) -> list[str]:
+    """What is wrong with the options of the tables a family's totals depend on, each naming the
+    table, the option, its value and the fix. Pure: ``options`` is each table's options as the
+    driver's schema metadata holds them (tables it does not name are not checked)."""
+    ks = family.keyspace
+    problems: list[str] = []
+
+    def ttl(table: str, what: str) -> None:
+        value = (options.get(table) or {}).get("default_time_to_live") or 0
+        if value:
+            problems.append(
+                f"table {ks}.{table} has default_time_to_live = {value}: {what}; run "
+                f"ALTER TABLE {ks}.{table} WITH default_time_to_live = 0"
+            )
+
+    deletes = not family.folds_by_slice
+    ttl(family.fold_table, "rows expire whether counted or not (a quarantined counter's too)")
+    if family.raw_table != family.fold_table:
+        ttl(family.raw_table, "members expire and would count again when written again")
+    ttl(family.compact_table, "the readers' totals expire (read as 0 plus the newer rows)")
+    ttl(ledger_table(family), "the checkpoints expire and every counted row would count again")
+    grace = (options.get(family.fold_table) or {}).get("gc_grace_seconds")
+    if deletes and grace is not None and grace < MIN_GC_GRACE_S:
+        problems.append(
+            f"table {ks}.{family.fold_table} has gc_grace_seconds = {grace}, under "
+            f"{MIN_GC_GRACE_S} (3 h): a replica that missed a delete brings the row back after "
+            "its tombstone is purged, and the next run counts it again; run ALTER TABLE "
+            f"{ks}.{family.fold_table} WITH gc_grace_seconds = {MIN_GC_GRACE_S}"
+        )
+    return problems
+
+
+def table_options(session: Session, family: Family) -> dict[str, dict[str, Any]]:
+    """The options of the family's tables, from the driver's schema metadata (no request)."""
+    tables = {family.fold_table, family.raw_table, family.compact_table, ledger_table(family)}
+    out: dict[str, dict[str, Any]] = {}
+    for table in tables:
+        meta = _table_meta(session, family.keyspace, table)
+        if meta is not None:
+            out[table] = dict(meta.options)
+    return out
+
+
+def check_table_options(session: Session, family: Family) -> None:
+    """Refuse (``SchemaError``) a family whose tables' options break its totals."""
+    problems = option_problems(family, table_options(session, family))
+    if problems:
+        raise SchemaError(
+            f"family {family.name!r}: " + "; ".join(problems) + ". Nothing was read or changed."
+        )
 
 
 def _table_meta(session: Session, keyspace: str, table: str):
@@ -383,7 +450,11 @@ def ensure_schema(
     for statement in keyspace_ddl(family.keyspace, replication):
         session.execute(statement)
     state = _table_meta(session, family.keyspace, STATE_TABLE)
-    for column, cql_type in (("last_sweep", "timestamp"), ("shards", "int")):
+    for column, cql_type in (
+        ("last_sweep", "timestamp"),
+        ("shards", "int"),
+        ("last_sweep_size", "int"),
+    ):
         if state is not None and column not in state.columns:  # from an older version
             table = f"{q(family.keyspace)}.{STATE_TABLE}"
             session.execute(f"ALTER TABLE {table} ADD {column} {cql_type}")
@@ -400,7 +471,7 @@ def ensure_schema(
     for statement in bookkeeping_ddl(family, layout):
         session.execute(statement)
     runs = _table_meta(session, family.keyspace, runs_table(family))
-    for column, cql_type in (("keys", "blob"), ("applied", "boolean")):
+    for column, cql_type in (("keys", "blob"), ("applied", "boolean"), ("verified_by", "text")):
         if runs is not None and column not in runs.columns:  # a run log from before keys moved
             session.execute(
                 f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"
@@ -410,6 +481,7 @@ def ensure_schema(
         ("population", "int static"),
         ("pending_low_ms", "bigint"),
         ("state", "blob"),
+        ("origin_ms", "bigint"),
     ):
         if ledger is not None and column not in ledger.columns:  # a ledger from before it
             session.execute(
@@ -428,4 +500,5 @@ def ensure_schema(
             "compaction with `discovery: scan` find the counters it marked"
         )
     session.cluster.refresh_schema_metadata()
+    check_table_options(session, family)
     return layout

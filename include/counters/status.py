@@ -318,6 +318,9 @@ class FamilyHealth:
     family: Family
     epoch: datetime | None
     last_sweep: datetime | None
+    foreign_rows_within: timedelta
+    """How long after it is written a row of any writer (plain CQL too) is folded at the
+    latest: a run when the family sweeps every run, else its sweep interval more."""
     lag: Lag
     last_run: AuditRow | None
     window: Totals
@@ -339,7 +342,11 @@ def family_health(
     quarantine_limit: int = QUARANTINE_LIMIT,
 ) -> FamilyHealth:
     """The family's state, its latest run and its last hour: three bounded reads."""
-    epoch, last_sweep, _shards = store.family_state()
+    from .compaction import foreign_rows_bound
+
+    state = store.family_state()
+    epoch, last_sweep = state.epoch, state.last_sweep
+    within = foreign_rows_bound(store.family, state.last_sweep_size)
     rows = [
         AuditRow.from_record(r)
         for r in store.read_audit_range(window_limit, since=utc_naive(now) - window)
@@ -349,6 +356,7 @@ def family_health(
         family=store.family,
         epoch=epoch,
         last_sweep=last_sweep,
+        foreign_rows_within=within,
         lag=freshness(epoch, now, store.family),
         last_run=last,
         window=totals(rows, truncated=len(rows) >= window_limit),

@@ -164,10 +164,22 @@ class Ledger:
     population: int | None = None
 
 
+class TableOwner(NamedTuple):
+    """The family recorded as a table's owner, with its identity (JSON) when it was recorded."""
+
+    family: str
+    identity: str
+    recorded_at: datetime | None
+    recorded_by: str | None
+
+
 class FamilyState(NamedTuple):
     epoch: datetime | None
     last_sweep: datetime | None
     shards: int | None  # what the ledger was written with (None before it was recorded)
+    last_sweep_size: int | None = None
+    """Raw rows and counters the last sweep read (None: not recorded): a small one sweeps
+    every run (``Family.sweep_every_run_below``)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +260,8 @@ class Store:
         self.batch_bytes = BATCH_BYTES
         """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
+        self._read_hints: dict[Key, tuple[float, Any]] = {}
+        """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
 
     @property
     def phase(self) -> str:
@@ -287,6 +301,7 @@ class Store:
             "audit": f"{ks}.{schema.AUDIT_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
+            "tables": f"{ks}.{schema.TABLES_TABLE}",
             "key": ", ".join(q(c.name) for c in lay.key),
             "key_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key),
             "key_marks": ", ".join("?" for _ in lay.key),
@@ -1015,11 +1030,11 @@ class Store:
 
     _LEDGER_COLUMNS = (
         "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
-        "pending_low_ms"
+        "pending_low_ms, origin_ms"
     )
     _LEDGER_VALUES = (
         "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
-        "pending_rows, pending_low_ms"
+        "pending_rows, pending_low_ms, origin_ms"
     )
     """The read-back of committed values, without a legacy ``pending`` list."""
 
@@ -1029,10 +1044,11 @@ class Store:
         Its pending keys are in the run log (``keys`` of the commit's record), loaded only when
         needed (``load_pending``); a row written before that (``pending`` as a JSON list in the
         ledger itself) carries them inline."""
-        commit_id, state = row[0], row[1]
+        commit_id, state, origin_ms = row[0], row[1], row[-1]
         if commit_id is not None and state_commit(state) == commit_id.bytes:
-            return unpack_state(state, commit_id)
-        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:]
+            checkpoint = unpack_state(state, commit_id)
+            return checkpoint if origin_ms is None else replace(checkpoint, origin_ms=origin_ms)
+        (value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, low_ms) = row[2:-1]
         inline = bool(pending) and with_pending
         keys: frozenset[Packed] = (
             frozenset(map(tuple, json.loads(pending))) if inline else frozenset()
@@ -1049,6 +1065,7 @@ class Store:
             pending_rows=count or 0,
             low_ms=low_ms,
             pending_loaded=inline or not count,
+            origin_ms=origin_ms,
         )
 
     def read_ledger(
@@ -1161,6 +1178,12 @@ class Store:
             consistency_level=_consistency(self.family),
             serial_consistency_level=_serial(self.family),
         )
+        reset_row = self.prepare(
+            "ledger_state_write_origin",
+            "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? "
+            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
+            serial=True,
+        )
         batch.add(
             bind(
                 head_cas,
@@ -1183,7 +1206,20 @@ class Store:
                 now_ms,
                 run_id,
             )
-            batch.add(bind(row, (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)))
+            if f.origin_ms is None:
+                params = (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)
+                batch.add(bind(row, params))
+            else:  # a reset: the point its value counts from
+                params = (
+                    state,
+                    commit_id,
+                    f.origin_ms,
+                    shard,
+                    bucket,
+                    *f.counter,
+                    f.base.commit_id,
+                )
+                batch.add(bind(reset_row, params))
         self.requests[self.phase] += 1
         return self.session.execute(batch).was_applied
 
@@ -1309,9 +1345,9 @@ class Store:
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
-        exactly these rows once the commit is marked applied (``mark_applied``), and a later
+        exactly these rows once an execution verified the commit (``mark_verified``), and a later
         fold reads them if any is still present. A record of a commit that did not apply is
-        never used: it is not marked, and no ledger row names its commit id. A kept family's
+        never used: it is never verified, and no ledger row names its commit id. A kept family's
         records name only the counters (its rows are not deleted): the look-up's history."""
         statement = self.prepare(
             "runs_keys",
@@ -1321,39 +1357,62 @@ class Store:
         self.requests[self.phase] += 1
         self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
 
-    def mark_applied(self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any]) -> None:
-        """Mark a bucket's commits as applied (after their conditional batches did): what
-        cleanup deletes. One single-partition batch."""
-        if self.family.folds_by_slice or not commit_ids:
+    def mark_verified(
+        self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
+    ) -> None:
+        """Mark a bucket's commits as verified by ``execution`` (one attempt of the shard's
+        compact step), after their copies were read back and their rows recounted: what that
+        execution's cleanup may delete, and a copy found missing later was removed by someone
+        (not a crash between commit and copy). One single-partition batch."""
+        if not commit_ids:
             return
         statement = self.prepare(
-            "runs_applied",
-            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "runs_verified",
+            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        params = [(run_id, shard, bucket, c) for c in commit_ids]
+        params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
         self._run([(self._batch(statement, params), None)])
 
-    def read_run_commits(self, run_id: str, shard: int) -> dict[int, list[CommitRecord]]:
-        """The records of the run's applied commits in a shard, by bucket. A commit that lost
-        its compare-and-set, or whose mark a crash prevented, is left out: its rows, if
-        counted, are counted again as present by the next fold and deleted then."""
+    def read_run_commits(
+        self, run_id: str, shard: int, executions: Sequence[str]
+    ) -> dict[int, list[CommitRecord]]:
+        """The records of the run's commits in a shard that one of ``executions`` verified, by
+        bucket. A commit no such execution verified is left out, whoever made it (a zombie
+        attempt, a run that reused the run id, a task marked successful by hand): its rows,
+        if counted, stay counted (its checkpoint's pending), and a later fold commits them
+        again as present and deletes them then."""
         statement = self.prepare(
             "runs_read",
-            "SELECT bucket, commit_id, keys, applied FROM {runs} WHERE run_id = ? AND shard = ?",
+            "SELECT bucket, commit_id, keys, verified_by FROM {runs} "
+            "WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
         self.requests[self.phase] += 1
+        wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for bucket, commit_id, blob, applied in self.session.execute(
+        for bucket, commit_id, blob, verified_by in self.session.execute(
             bound, execution_profile=BULK_PROFILE
         ):
-            if blob is None or not applied:
+            if blob is None or verified_by not in wanted:
                 continue
             out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec))
         return out
+
+    def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
+        """Whether an execution verified this commit (its copy was read back equal to it), as
+        far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
+        verified: any run that read the counter since would have copied it again)."""
+        statement = self.prepare(
+            "runs_verified_read",
+            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        return row is None or row[0] is not None
 
     def load_pending(
         self, shard: int, bucket: int, checkpoints: dict[Key, Checkpoint], counters: Iterable[Key]
@@ -1508,20 +1567,66 @@ class Store:
         """The family's compacted epoch, when its last sweep (a full scan) started, and the
         shard count its ledger was written with."""
         statement = self.prepare(
-            "state_read", "SELECT epoch, last_sweep, shards FROM {state} WHERE family = ?"
+            "state_read",
+            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
         )
         row = self.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
+
+    def table_owners(self) -> dict[str, TableOwner]:
+        """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
+        statement = self.prepare(
+            "tables_read",
+            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
+            "WHERE table_name IN ?",
+        )
+        self.requests[self.phase] += 1
+        rows = self.session.execute(statement, (list(self.family.tables),))
+        return {r[0]: TableOwner(*r[1:]) for r in rows}
+
+    def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
+        """Record the family as ``table``'s owner with its identity, unless an owner is recorded
+        (a lightweight transaction: of two first commits, one records). None when this call
+        recorded it, else the owner that is recorded."""
+        statement = self.prepare(
+            "tables_claim",
+            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
+            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
+            serial=True,
+        )
+        self.requests[self.phase] += 1
+        result = self.session.execute(statement, (table, self.family.name, identity, run_id))
+        if result.was_applied:
+            return None
+        row = result.one()
+        return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+
+    def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
+        """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
+        where the ledger holds some counters, to check it against the shard count."""
+        statement = self.prepare(
+            "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
+        )
+        self.requests[self.phase] += 1
+        return [
+            (r[0], r[1], tuple(r[2:]))
+            for r in self.session.execute(statement, (limit,))
+            if all(v is not None for v in r[2:])  # a partition holding only its head
+        ]
 
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
 
     def advance_family_epoch(
-        self, epoch: datetime, run_id: str, swept_at: datetime | None = None
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
     ) -> None:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
         newest epoch wins whatever order overlapping runs finish in. A sweep run also records
-        when it started."""
+        when it started and how much it read."""
         statement = self.prepare(
             "state_write",
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
@@ -1533,9 +1638,10 @@ class Store:
         )
         if swept_at is not None:
             sweep = self.prepare(
-                "state_sweep", "UPDATE {state} SET last_sweep = ? WHERE family = ?"
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
             )
-            self.session.execute(sweep, (swept_at, self.family.name))
+            self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def write_audit(self, record: dict[str, Any]) -> None:
         columns = list(record)
@@ -1623,20 +1729,89 @@ class Store:
     # --- read API -------------------------------------------------------------------------
 
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
-        """The seed's read rule for many counters: (compact value, epoch, newer rows' sum; their
-        count for a rows family; their distinct members for a unique family)."""
+        """The seed's read rule for many counters, exact while runs copy and delete: (compact
+        value, epoch, newer rows' sum; their count for a rows family; their distinct members for
+        a unique family).
+
+        A run deletes a counter's rows only after the copy that counts them was written and
+        read back. So the rows after an epoch, read before a read of the copy that finds that
+        same epoch, are every row after it (none was deleted before the raw read), and the
+        value is that copy's plus those rows. A copy that moved in between (a run committed
+        meanwhile) is read against again, at its new epoch. The epoch a counter was last read
+        at is kept a minute (``READ_HINT_S``) as the next read's first bound: epochs only move
+        forward, so a repeated read takes the raw read and the copy's, as the rule itself does.
+        A family that keeps its rows deletes nothing, and one pass is exact."""
+        keys = list(dict.fromkeys(counters))
+        if self.family.folds_by_slice:
+            bases = self._read_bases(keys)
+            newer = self._read_newer(keys, {c: b.epoch for c, b in bases.items()})
+            return {c: self._read_value(c, b, newer[c]) for c, b in bases.items()}
+        now = time.monotonic()
+        bounds: dict[Key, Any] = {}
+        cold: list[Key] = []
+        for counter in keys:
+            hint = self._read_hints.get(counter)
+            if hint is not None and now - hint[0] < READ_HINT_S:
+                bounds[counter] = hint[1]
+            else:
+                cold.append(counter)
+        bounds.update((c, b.epoch) for c, b in self._read_bases(cold).items())
+        out: dict[Key, tuple[int, datetime | None, int]] = {}
+        todo = keys
+        for _attempt in range(READ_ATTEMPTS):
+            newer = self._read_newer(todo, bounds)
+            for counter, base in self._read_bases(todo).items():
+                if self.epoch_ms_of(base.epoch) == self.epoch_ms_of(bounds[counter]):
+                    out[counter] = self._read_value(counter, base, newer[counter])
+                    self._hint(counter, base.epoch)
+                else:
+                    bounds[counter] = base.epoch
+            todo = [c for c in todo if c not in out]
+            if not todo:
+                return out
+        raise EngineError(
+            f"family {self.family.name!r}: the compact rows of {len(todo)} counter(s) moved at "
+            f"each of {READ_ATTEMPTS} reads (e.g. {todo[0]}): too many runs at once; read again"
+        )
+
+    def _hint(self, counter: Key, epoch: Any) -> None:
+        if len(self._read_hints) >= READ_HINTS:
+            self._read_hints.clear()  # rare; a cleared hint costs one read of the copy
+        self._read_hints[counter] = (time.monotonic(), epoch)
+
+    def _read_value(
+        self, counter: Key, base: ReadBase, newer: Any
+    ) -> tuple[int, datetime | None, int]:
+        return base.value, self.epoch_time(base.epoch), base.measure(newer, self, counter)
+
+    def _read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
+        """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
+        family the members it already counts); an empty base where there is none."""
         unique = self.family.kind is Kind.UNIQUE
-        compact = (
-            self.prepare(
+        if unique:
+            statement = self.prepare(
                 "compact_value_pending",
                 "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
             )
-            if unique
-            else self.prepare(
+        else:
+            statement = self.prepare(
                 "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
             )
-        )
-        if unique:  # members, counted distinct below: a clock-behind winner leaves two rows
+        out: dict[Key, ReadBase] = {}
+        for counter, result in zip(counters, self._concurrent(statement, counters), strict=True):
+            row = result.one()
+            if row is None:
+                out[counter] = EMPTY_READ_BASE
+                continue
+            members = frozenset(key[1] for key in (row[2] or ())) if unique else frozenset()
+            out[counter] = ReadBase(row[0] or 0, row[1], members)  # (first_time, member) keys
+        return out
+
+    def _read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
+        """What each counter's rows after its base's epoch add: their sum (varint: an int column
+        cannot wrap), their count for a rows family, their members for a unique family."""
+        unique = self.family.kind is Kind.UNIQUE
+        if unique:  # members, counted distinct: a clock-behind winner leaves two rows
             measure = "{member}"
         elif self.layout.increment is None:
             measure = "count(*)"
@@ -1646,39 +1821,44 @@ class Store:
             "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
         everything = self.prepare("raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}")
+        requests = [
+            (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
+        ]
+        out: dict[Key, Any] = {}
+        for counter, result in zip(counters, self._run(requests), strict=True):
+            out[counter] = {r[0] for r in result} if unique else result.one()[0] or 0
+        return out
 
-        bases = self._concurrent(compact, counters)
-        checkpoints = []
-        counted: dict[Key, set[Any]] = {}
-        for counter, result in zip(counters, bases, strict=True):
-            row = result.one()
-            checkpoints.append((row[0] or 0, row[1]) if row else (0, None))  # stored form
-            if unique and row is not None:
-                counted[counter] = {key[1] for key in (row[2] or ())}  # (first_time, member)
 
-        def measured(counter: Key, result: Any) -> int:
-            if not unique:
-                return result.one()[0] or 0
-            # a member counts once: not if the compact row already counts it (pending) or an
-            # earlier cleanup marked it (its first row is gone, a clock-behind duplicate is not)
-            members = {row[0] for row in result} - counted.get(counter, set())
-            return len(members - self.counted_members(counter, sorted(members, key=repr)))
+READ_ATTEMPTS = 8
+"""Rounds a read takes at most while runs keep moving its counters' copies (a run moves a
+counter's copy once; a read round takes milliseconds)."""
+READ_HINT_S = 60.0
+"""How long the epoch a counter was read at serves as the next read's first bound: the raw read
+after a stale bound also reads the rows (or tombstones) of the folds since."""
+READ_HINTS = 100_000
+"""Counters whose last read epoch a store keeps."""
 
-        with_epoch = [(c, cp) for c, cp in zip(counters, checkpoints, strict=True) if cp[1]]
-        without = [c for c, cp in zip(counters, checkpoints, strict=True) if not cp[1]]
-        sums: dict[Key, int] = {}
-        for (counter, _cp), result in zip(
-            with_epoch,
-            self._concurrent(newer, [(*c, cp[1]) for c, cp in with_epoch]),
-            strict=True,
-        ):
-            sums[counter] = measured(counter, result)
-        for counter, result in zip(without, self._concurrent(everything, without), strict=True):
-            sums[counter] = measured(counter, result)
-        return {
-            c: (cp[0], self.epoch_time(cp[1]), sums[c])
-            for c, cp in zip(counters, checkpoints, strict=True)
-        }
+
+class ReadBase(NamedTuple):
+    """A reader's base: a counter's compact row as read (its epoch as stored)."""
+
+    value: int
+    epoch: Any
+    counted: frozenset[Any] = frozenset()
+    """A unique family's members the copy counts already (its ``pending``)."""
+
+    def measure(self, newer: Any, store: Store, counter: Key) -> int:
+        """The rows after the epoch as the read rule adds them: a number as read, or for a
+        unique family the members not counted yet (not in the copy's ``pending``, and not marked
+        counted by an earlier cleanup: its first row is gone, a clock-behind duplicate not)."""
+        if not isinstance(newer, set):
+            return newer
+        members = newer - self.counted
+        return len(members - store.counted_members(counter, sorted(members, key=repr)))
+
+
+EMPTY_READ_BASE = ReadBase(0, None)
 
 
 def _parse_value(cql_type: str, column: str, text: str) -> Any:

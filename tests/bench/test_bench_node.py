@@ -9,10 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from bench.ops import flush_tables, node_background_tasks, wait_for_quiet_node
+from bench.ops import (
+    _BACKGROUND_POOLS,
+    flush_tables,
+    node_background_tasks,
+    wait_for_quiet_node,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
@@ -53,8 +59,38 @@ def test_a_flush_that_fails_says_so_and_why(keyspace, local_instance):
     assert flush_tables(keyspace, ["t"], None).startswith("not flushed: no local instance")
 
 
+LEFT_OVER_WORK_POOLS = ("CompactionExecutor", "MemtableFlushWriter", "MemtablePostFlush")
+"""The node's pools of compactions and flushes, by the names Cassandra 5.0 gives them."""
+
+
+class _Recorded:
+    """The real session, keeping what each query answered (to recount it here)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = self
+        self._real = session
+        self.answers: dict[str, list[Any]] = {}
+
+    def execute(self, query: str) -> list[Any]:
+        rows = list(self._real.execute(query))
+        self.answers[query] = rows
+        return rows
+
+
 def test_the_quiet_wait_reads_the_nodes_pools(cassandra_session):
-    node = SimpleNamespace(session=cassandra_session)
-    assert node_background_tasks(node) >= 0
+    """The count is the node's own compaction and flush pools plus its SSTable tasks: each pool
+    it sums is one the node has (a misspelt or renamed pool would count as idle for ever, and
+    every wait end at once), and the count is what the node answered, recounted here."""
+    listed = cassandra_session.execute("SELECT name FROM system_views.thread_pools")
+    pools = {r.name for r in listed}
+    assert set(LEFT_OVER_WORK_POOLS) | set(_BACKGROUND_POOLS) <= pools, sorted(pools)
+    node = _Recorded(cassandra_session)
+    count = node_background_tasks(node)
+    [pool_rows] = [rows for q, rows in node.answers.items() if "thread_pools" in q]
+    [task_rows] = [rows for q, rows in node.answers.items() if "sstable_tasks" in q]
+    assert {r.name for r in pool_rows} == pools
+    work = [r.active_tasks + r.pending_tasks for r in pool_rows if r.name in LEFT_OVER_WORK_POOLS]
+    assert count == sum(work) + len(task_rows)
     # the wait ends before its bound only when the node answered that nothing is under way
-    assert wait_for_quiet_node(node, most_s=30, poll_s=0.2) < 30
+    quiet = wait_for_quiet_node(SimpleNamespace(session=cassandra_session), most_s=30, poll_s=0.2)
+    assert quiet < 30

@@ -1,4 +1,5 @@
-"""The local 3-node cluster the fault and security tests run against, started once per session.
+"""The local 3-node cluster the fault and security tests run against, started once for the
+tests of this folder and stopped when the last of them ends.
 
 Nodes on 127.0.0.1..3 (``scripts/cassandra_node.py up --cluster``), native port 9342, storage
 7400, JMX 7401-7403 (``CASSANDRA_CLUSTER_PORT``, ``CASSANDRA_CLUSTER_STORAGE_PORT``,
@@ -37,6 +38,7 @@ from counters.connection import Connection, ConnectionSettings
 from counters.schema import ensure_schema
 from counters.store import Store
 
+from tests.conftest import CLUSTER_NODES
 from tests.integration.airflow.conftest import Inbox, receivers  # noqa: F401 (a fixture)
 from tests.sweeps import with_sweep_offset
 
@@ -83,6 +85,10 @@ class LocalCluster:
 
     def pid(self, node: int) -> int | None:
         return self.status()["nodes"][node - 1]["pid"]
+
+    def live_pids(self) -> list[int]:
+        """The pids of the nodes running now (a restarted node has a new one)."""
+        return [n["pid"] for n in self.status()["nodes"] if n["pid"] and _alive(n["pid"])]
 
     def kill(self, node: int) -> None:
         """SIGKILL one node's JVM (a crash), and wait until it is gone."""
@@ -166,10 +172,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A fresh 3-node cluster with authentication and client TLS (a new test CA), stopped at
-    the end of the session."""
+@pytest.fixture(scope="package")
+def local_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """A fresh 3-node cluster with authentication and client TLS (a new test CA), stopped when
+    the last test of tests/cluster ends: three JVMs must not idle through the rest of the
+    suite. The launcher stops each node by its pid; the pids read just before are checked gone
+    here, and ``tests/conftest.py`` fails the next test if a node still runs."""
     addresses = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
     tls = write_test_pki(tmp_path_factory.mktemp("cluster-tls"), addresses)
     if (PROJECT / "var" / "cassandra" / CLUSTER / "cluster.json").exists():
@@ -182,20 +192,25 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     print(f"\n[cluster] up in {time.monotonic() - started:.1f} s\n{up.stdout}", file=sys.stderr)
     status = json.loads(launcher("status", "--cluster", CLUSTER, "--json").stdout)
     admin = json.loads(Path(status["admin_credentials"]).read_text())
+    cluster = LocalCluster(
+        name=CLUSTER,
+        addresses=addresses,
+        port=status["native_port"],
+        ca_file=tls / "ca.pem",
+        admin=(admin["username"], admin["password"]),
+        client_pem=tls / "client.pem",
+    )
+    request.config.stash[CLUSTER_NODES] = cluster.live_pids
     try:
-        yield LocalCluster(
-            name=CLUSTER,
-            addresses=addresses,
-            port=status["native_port"],
-            ca_file=tls / "ca.pem",
-            admin=(admin["username"], admin["password"]),
-            client_pem=tls / "client.pem",
-        )
+        yield cluster
     finally:
+        pids = cluster.live_pids()
         launcher("down", "--cluster", CLUSTER)
+        left = [pid for pid in pids if _alive(pid)]
+        assert not left, f"cluster nodes still running after `down`: pids {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def admin_conn(local_cluster: LocalCluster) -> Iterator[Connection]:
     """The superuser the launcher created: makes keyspaces, tables, roles; writes and checks."""
     connection = Connection(local_cluster.settings(*local_cluster.admin))
@@ -203,7 +218,7 @@ def admin_conn(local_cluster: LocalCluster) -> Iterator[Connection]:
     connection.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster_keyspace(admin_conn: Connection) -> str:
     name = f"t_cluster_{secrets.token_hex(3)}"
     admin_conn.session.execute(
@@ -212,7 +227,7 @@ def cluster_keyspace(admin_conn: Connection) -> str:
     return name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def compactor_password(admin_conn: Connection) -> str:
     """The compactor role's password: distinctive, so a test can grep outputs for it."""
     password = f"pw-{secrets.token_hex(12)}-@:/+"
@@ -222,7 +237,7 @@ def compactor_password(admin_conn: Connection) -> str:
     return password
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def compactor_conn(local_cluster: LocalCluster, compactor_password: str) -> Iterator[Connection]:
     connection = Connection(local_cluster.settings(COMPACTOR, compactor_password))
     yield connection

@@ -22,6 +22,8 @@ from counters import engine
 from counters.client import Increment
 from counters.store import Store
 
+from tests.integration.engine.helpers import StalledRun
+
 from .conftest import COMPACTOR, ClusterFamily, assert_exact, pinned, rows_at_or_below
 
 pytestmark = pytest.mark.cluster
@@ -211,52 +213,46 @@ def test_missed_deletes_and_a_node_down_for_a_whole_run_count_nothing_twice(
 def test_overlapping_runs_through_different_coordinators_stay_exact(
     local_cluster, cluster_family, compactor_password, t0
 ):
-    """Run A (coordinated by node 1) stalls after reading its counters while run B (node 2)
-    commits the same buckets and run C (node 3) runs alongside; no leases. A's commits, made
-    through another coordinator than B's, must lose their compare-and-set and re-fold."""
+    """Run A (coordinated by node 1) stalls after reading a bucket's rows while run B (node 2)
+    commits the same buckets and run C (node 3) runs alongside; no leases. A waits there until
+    both are done; its commit in that bucket, made through another coordinator than B's, must
+    lose its compare-and-set and re-fold, and A ends as a success."""
     cf = cluster_family(shards=1)
     counters = [f"o{i}" for i in range(40)]
     expected = load(cf, t0, counters)
     settings = local_cluster.settings(COMPACTOR, compactor_password)
     conns = [pinned(settings, address) for address in local_cluster.addresses]
     stores = [Store(c, cf.family, cf.admin.layout) for c in conns]
-    paused, resume = threading.Event(), threading.Event()
     summaries: dict[str, engine.RunSummary] = {}
     errors: dict[str, BaseException] = {}
 
-    def stall(point: str) -> None:
-        if point == "read_raw" and not paused.is_set():
-            paused.set()
-            resume.wait(60)
-
-    def go(name: str, store: Store, minutes: int, **kw) -> None:
+    def go(name: str, store: Store, minutes: int) -> None:
         try:
-            summaries[name] = run(
-                store, t0 + timedelta(minutes=minutes), name, use_lease=False, **kw
-            )
-        except engine.EngineError as exc:  # a superseded or no-op run: allowed
+            summaries[name] = run(store, t0 + timedelta(minutes=minutes), name, use_lease=False)
+        except Exception as exc:  # asserted on below, with the other runs' outcomes
             errors[name] = exc
-        finally:
-            paused.set()
+
+    def run_a(fault) -> engine.RunSummary:
+        return run(stores[0], t0 + timedelta(minutes=10), "A", use_lease=False, fault=fault)
 
     try:
-        a = threading.Thread(target=go, args=("A", stores[0], 10), kwargs={"fault": stall})
-        a.start()
-        assert paused.wait(60)
-        late = load(cf, t0, counters, minute=2, version=500)  # late rows, behind every epoch
-        c = threading.Thread(target=go, args=("C", stores[2], 12))
-        c.start()
-        go("B", stores[1], 11)
-        resume.set()
-        a.join(120)
-        c.join(120)
-        assert not a.is_alive() and not c.is_alive()
-        assert "B" in summaries, errors
+        with StalledRun("read_raw", run_a, bound_s=600) as a:
+            assert a.start(), f"run A ended without reaching read_raw: {a.outcome()}"
+            late = load(cf, t0, counters, minute=2, version=500)  # late rows, behind every epoch
+            c = threading.Thread(target=go, args=("C", stores[2], 12))
+            c.start()
+            go("B", stores[1], 11)
+            c.join(300)
+            assert not c.is_alive(), "run C did not end"
+            assert a.waiting, f"run A did not wait at read_raw while B and C ran: {a.outcome()}"
+            a.release(300)
+        assert a.overlapped and a.error is None, a.outcome()
+        assert set(summaries) == {"B", "C"}, errors
+        assert [summaries[n].outcome for n in "BC"] == ["success", "success"]
+        assert a.summary.outcome == "success" and a.summary.tally.conflicts >= 1, a.outcome()
         final = t0 + timedelta(minutes=13)
         assert run(stores[0], final, "D").outcome == "success"
         assert_exact(cf, add(expected, late), final)
-        if "A" in summaries:
-            assert summaries["A"].tally.conflicts >= 1, summaries["A"].tally
     finally:
         for conn in conns:
             conn.close()

@@ -170,3 +170,20 @@ def test_lenient_load_keeps_good_families(tmp_path):
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1m", 60), ("2h", 7200), (30, 30)])
 def test_durations(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+SHARED = """
+families:
+  - {name: trades, keyspace: ks, raw_table: raw, compact_table: totals, lag: 1m}
+  - {name: fills, keyspace: ks, raw_table: raw, compact_table: fill_totals, lag: 1m}
+  - {name: other, keyspace: ks2, raw_table: raw, compact_table: totals, lag: 1m}
+"""
+
+
+def test_two_families_on_one_table_are_refused_at_load(tmp_path):
+    path = write(tmp_path, SHARED)
+    with pytest.raises(ConfigError, match=r"family 'fills' uses table ks\.raw, which family "):
+        load_catalog(path)
+    good, errors = load_families_leniently(path)
+    assert [f.name for f in good] == ["trades", "other"]  # another keyspace's tables
+    assert list(errors) == ["fills"] and "each would count its rows" in errors["fills"]

@@ -35,12 +35,14 @@ def sweeps(f: Family, start: datetime, minutes: int) -> list[datetime]:
 
 def test_a_family_sweeps_first_then_once_per_interval_at_its_own_phase():
     f = family("trades")
+    # pinned, not compared with this process's own value: the name's CRC-32 modulo the
+    # interval, the same in every process (a per-process hash, e.g. Python's hash() of a str,
+    # would move every family's sweeps at each restart of the scheduler)
+    assert f.sweep_phase == timedelta(seconds=541)
     done = sweeps(f, T0, 120)
-    assert done[0] == T0
+    # the first run, then the first run after each 12:09:01 + k * 15 min (T0 is 12:00)
+    assert done == [T0 + timedelta(minutes=m) for m in (0, 10, 25, 40, 55, 70, 85, 100, 115)]
     assert all(b - a == f.sweep_interval for a, b in pairwise(done[1:]))
-    assert done[1] - done[0] <= f.sweep_interval
-    phase = f.sweep_phase
-    assert timedelta(0) <= phase < f.sweep_interval and phase == family("trades").sweep_phase
     assert not sweep_due(f, done[1] + timedelta(minutes=1), done[1])
 
 
@@ -77,3 +79,19 @@ def test_a_sweep_offset_puts_the_sweeps_where_the_user_wants_them():
     done = sweeps(f, datetime(2026, 11, 23, 0, 0), 2 * 24 * 60)
     assert done == [datetime(2026, 11, 23, 0, 0), datetime(2026, 11, 23, 3, 0),
                     datetime(2026, 11, 24, 3, 0)]  # fmt: skip
+
+
+def test_a_family_whose_last_sweep_was_small_sweeps_every_run_in_one_task():
+    from counters.compaction import foreign_rows_bound
+
+    f = family("tiny")  # sweep_every_run_below: 10,000 rows and counters by default
+    at = T0 + timedelta(minutes=7)
+    small = decide_plan(f, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=9_999)
+    assert small.sweep and small.small  # one task does it all
+    large = decide_plan(f, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=10_000)
+    assert not large.sweep and large.small
+    assert foreign_rows_bound(f, 9_999) == timedelta(minutes=2)  # the lag and one run
+    assert foreign_rows_bound(f, 10_000) == timedelta(minutes=17)  # and the sweep interval
+    assert foreign_rows_bound(f, None) == timedelta(minutes=17)  # not known yet
+    off = family("tiny", sweep_every_run_below="0")
+    assert not decide_plan(off, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=1).sweep

@@ -179,6 +179,7 @@ def test_compactor_tables_follow_the_kind():
         "counters_audit",
         "counters_lease",
         "counters_family_state",
+        "counters_tables",
     }
     rows = dict(compactor_tables(family(kind="rows")))
     assert rows["raw"] == ("SELECT",)  # business data: read only

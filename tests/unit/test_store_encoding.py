@@ -14,6 +14,25 @@ def _codec():
     return KeyCodec(("timestamp", "text", "bigint"))
 
 
+def _drivers_in_value(keys: list[tuple]) -> bytes:
+    """What the driver itself binds to ``(modify_time, actor, version) IN ?`` for these keys
+    (a CQL list of tuples: the count, then each tuple behind its length): the reference the
+    codec's bytes are checked against, not the codec."""
+    from cassandra.cqltypes import DateType, ListType, LongType, TupleType, UTF8Type
+
+    key = TupleType.apply_parameters([DateType, UTF8Type, LongType])
+    return ListType.apply_parameters([key]).serialize(keys, 5)
+
+
+# two keys (ms, "w", n) as the IN value the cleanup binds, pinned: the count, then per key its
+# length (29) and fields, each behind its own length: 8-byte ms, 1-byte text, 8-byte bigint
+TWO_KEYS_IN_VALUE = bytes.fromhex(
+    "00000002"
+    "0000001d" "00000008" "0000018bcfe56800" "00000001" "77" "00000008" "0000000000000001"
+    "0000001d" "00000008" "0000018bcfe56801" "00000001" "77" "00000008" "0000000000000002"
+)  # fmt: skip
+
+
 def test_commit_keys_round_trip():
     entries = [
         (["IBM"], 1_700_000_060_000, ((1_700_000_000_000, "w", 1), (1_700_000_060_000, "w", 2))),
@@ -26,6 +45,8 @@ def test_commit_keys_round_trip():
         (["AAPL", 3], 1_700_000_060_000, [], 0),
         (["ü-ß"], 5, [(1, "a\u00e9", -5)], 1),
     ]
+    for _counter, _epoch, keys in found:  # the bytes the driver would bind, count first
+        assert len(keys).to_bytes(4, "big") + keys.body == _drivers_in_value(keys.keys)
 
 
 def test_a_record_from_before_the_key_bytes_is_still_read():
@@ -39,7 +60,9 @@ def test_a_record_from_before_the_key_bytes_is_still_read():
         7,
         [(1_700_000_000_000, "w", 1), (1_700_000_000_001, "w", 2)],
     )
-    assert keys.body == _codec().encode(keys.keys)  # bound as a new record's keys are
+    # bound as a new record's keys are: the driver's bytes for those keys, pinned
+    assert keys.in_values(500) == [(2, TWO_KEYS_IN_VALUE)]
+    assert _drivers_in_value(keys.keys) == TWO_KEYS_IN_VALUE
 
 
 def test_commit_keys_are_compressed():

@@ -171,7 +171,8 @@ are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 
 **Backfill.** `airflow backfill create --dag-id {family.dag_id} --from-date 2026-11-22T09:00
 --to-date 2026-11-22T09:10 --max-active-runs 1`: each run takes its epoch from its own logical
-date, in order; runs whose epoch is already compacted are recorded no-ops (docs/airflow.md, "Backfills").
+date, in order; runs whose epoch is already compacted are recorded no-ops (docs/airflow.md,
+"Backfills").
 """
 
 
@@ -272,9 +273,9 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             return _tasks().verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-        def cleanup(run: Run, shards: list[int]) -> list[dict[str, Any]]:
+        def cleanup(run: Run, verified: dict[str, Any], shards: list[int]) -> list[dict[str, Any]]:
             get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            return _tasks().cleanup(family, run, shards)
+            return _tasks().cleanup(family, run, verified, shards)
 
         @task
         def verify_cleanup(
@@ -299,8 +300,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         run = groups["run"]
         reports = compact.partial(run=run).expand(shards=groups)
         verified = verify(run, reports)
-        cleanups = cleanup.partial(run=run).expand(shards=groups)
-        verified >> cleanups
+        cleanups = cleanup.partial(run=run, verified=verified).expand(shards=groups)
         cleaned = verify_cleanup(run, verified, cleanups)
         record_audit(run, verified, cleaned)
     return dag

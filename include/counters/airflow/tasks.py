@@ -347,19 +347,26 @@ def verify(
     return {
         "tally": tally.as_dict(),
         "seconds": dict(phases.seconds),
+        "executions": {str(k): v for k, v in verification.executions.items()},
         "checks": [_outcome_dict(o) for o in outcomes],
         "data_docs": str(suite.docs_index) if suite.docs_index else None,
         "data_docs_page": suite.docs_page,
     }
 
 
-def cleanup(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, Any]]:
-    """Delete the raw rows the shards' verified commits counted (exactly those rows), then
-    count what is left."""
+def cleanup(
+    family: Family, run: Run, verified: Mapping[str, Any], shards: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Delete the raw rows counted by the commits of the compact attempts whose reports passed
+    ``verify`` (exactly those rows), then count what is left. A shard whose report did not
+    reach ``verify`` (its task marked successful by hand, say) deletes nothing."""
     store = store_for(family)
+    executions = {int(k): v for k, v in verified.get("executions", {}).items()}
     reports = []
     for shard in shards:
-        report = engine.cleanup_shard(store, shard, run["run_id"], fault=_fault)
+        report = engine.cleanup_shard(
+            store, shard, run["run_id"], executions.get(shard, []), fault=_fault
+        )
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
             shard,
@@ -402,10 +409,10 @@ def record_audit(
     store = store_for(family)
     phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
     plan_ = _plan(family, run)
-    with phases.timed("finish"):
-        engine.finish_run(store, plan_)
-        now_at = store.family_epoch()
     tally = Tally.from_dict(dict(verified["tally"]))
+    with phases.timed("finish"):
+        engine.finish_run(store, plan_, tally)
+        now_at = store.family_epoch()
     tally.rows_deleted = cleaned["rows_deleted"]
     advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
     outcomes = [_outcome(c) for c in verified["checks"]] + [
@@ -460,7 +467,7 @@ def whole_run(
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     shards = run["shards"]
     verified = verify(family, run, compact(family, run, shards), push=push)
-    cleaned = verify_cleanup(family, run, verified, cleanup(family, run, shards))
+    cleaned = verify_cleanup(family, run, verified, cleanup(family, run, verified, shards))
     summary = record_audit(family, run, verified, cleaned)
     summary["phases"] = {
         "compact": "success",

@@ -5,7 +5,9 @@ checks the families, a family page, a counter's value and the Data Docs, and sav
 in ``var/screenshots/``.
 
 ``make test`` installs chromium with apt-get on Debian as root; elsewhere this test is skipped
-and says why. About a minute: the standalone starts while the history is written.
+and says why, except under CI (``CI`` set, as ``.ci/run`` runs), where a missing browser fails
+it: a skip there would hide that the UI went untested. About a minute: the standalone starts
+while the history is written.
 """
 
 from __future__ import annotations
@@ -97,10 +99,22 @@ class Standalone:
                 self.proc.wait(10)
 
 
+def under_ci() -> bool:
+    """Whether this is a CI run: ``CI`` set and not false (CI systems set ``CI=true``;
+    ``scripts/setup.sh`` reads it too)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 @pytest.fixture
 def chromium() -> None:
-    """Skips the test, saying why, where the browser cannot run (before Airflow is started)."""
+    """Skips the test, saying why, where the browser cannot run (before Airflow is started);
+    fails it instead under CI, whose ``make test`` installs chromium and playwright."""
     problem = browser_missing()
+    if problem and under_ci():
+        pytest.fail(
+            f"the browser test must run under CI (CI={os.environ['CI']}): {problem}",
+            pytrace=False,
+        )
     if problem:
         pytest.skip(problem)
 

@@ -97,7 +97,7 @@ def compact_as_the_dag_does(family: Family, run_id: str, scheduled: datetime, no
             shards = run["shards"]
             verified = tasks.verify(family, run, tasks.compact(family, run, shards))
             cleaned = tasks.verify_cleanup(
-                family, run, verified, tasks.cleanup(family, run, shards)
+                family, run, verified, tasks.cleanup(family, run, verified, shards)
             )
             tasks.record_audit(family, run, verified, cleaned)
     except AirflowSkipException:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from cassandra.query import ValueSequence
 from counters.core import LEDGER_STATE, STATE_FIELDS
+from counters.schema import TABLES_TABLE
 from counters.store import Store
 
 
@@ -91,3 +95,101 @@ def state_with(state: bytes, **changes: Any) -> bytes:
     fields = state_fields(state) | changes
     run_id = fields.pop("run_id")
     return LEDGER_STATE.pack(*fields.values()) + run_id.encode()
+
+
+class StalledRun:
+    """A run in its own thread that stalls the first time it reaches ``point`` (a fault point,
+    ``engine.FAULT_POINTS``) until the test releases it: what an overlap test needs to prove
+    that it overlapped. It records whether the run reached the point (only the stall sets
+    that, never the run's end), whether the test released it (not its wait's bound running
+    out while the rival ran), and how the run ended (its summary or its exception), so a test
+    can assert on each instead of passing when the run never stalled.
+
+    ``run(fault)`` starts the run with ``fault`` as its fault hook and returns its summary."""
+
+    def __init__(
+        self, point: str, run: Callable[[Callable[[str], None]], Any], bound_s: float = 300.0
+    ) -> None:
+        self.point = point
+        self.bound_s = bound_s
+        self.reached = threading.Event()
+        self.ended = threading.Event()
+        self.released: bool | None = None
+        """True: let go by :meth:`release`; False: the bound ran out first; None: not stalled."""
+        self.summary: Any = None
+        self.error: BaseException | None = None
+        self._run = run
+        self._resume = threading.Event()
+        self._changed = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._body, name=f"stalled-at-{point}")
+
+    def _stall(self, point: str) -> None:
+        if point != self.point:
+            return
+        with self._lock:  # buckets run in threads: only the first to arrive stalls
+            if self.reached.is_set():
+                return
+            self.reached.set()
+        self._changed.set()
+        self.released = self._resume.wait(self.bound_s)
+
+    def _body(self) -> None:
+        try:
+            self.summary = self._run(self._stall)
+        except BaseException as exc:  # kept for the test to assert on
+            self.error = exc
+        finally:
+            self.ended.set()
+            self._changed.set()
+
+    def start(self, within_s: float = 120.0) -> bool:
+        """Start the run and wait until it stalls at its point: True; False if it ended
+        without reaching the point."""
+        self._thread.start()
+        assert self._changed.wait(within_s), f"the run neither stalled nor ended in {within_s} s"
+        return self.reached.is_set()
+
+    @property
+    def waiting(self) -> bool:
+        """Stalled at its point right now (reached, not let go, not ended)."""
+        return self.reached.is_set() and self.released is None and not self.ended.is_set()
+
+    def release(self, within_s: float = 120.0) -> None:
+        """Let the run go on and wait for its end (an error if it is still running after)."""
+        self._resume.set()
+        self._thread.join(within_s)
+        assert not self._thread.is_alive(), f"the run stalled at {self.point} did not end"
+
+    def __enter__(self) -> StalledRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Whatever failed meanwhile, the run is let go and its thread waited for."""
+        self._resume.set()
+        if self._thread.is_alive():
+            self._thread.join(self.bound_s)
+
+    @property
+    def overlapped(self) -> bool:
+        """It stalled at its point and stayed there until the test let it go."""
+        return self.reached.is_set() and self.released is True
+
+    def outcome(self) -> str:
+        """How the run ended, for messages: its outcome and tally, or its exception."""
+        if self.error is not None:
+            return f"{type(self.error).__name__}: {self.error}"
+        if self.summary is None:
+            return "not ended"
+        return f"{self.summary.outcome} {self.summary.tally}"
+
+
+def forget_table_owners(store: Store) -> None:
+    """Forget which family owns the family's tables, as if they were new: tests that give
+    many short-lived families one set of tables (a new set each would exhaust the node's
+    heap)."""
+    f = store.family
+    store.session.execute(
+        f"DELETE FROM {f.keyspace}.{TABLES_TABLE} WHERE table_name IN %s",
+        (ValueSequence(f.tables),),
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +15,7 @@ from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
 from .conftest import Crash
-from .helpers import compact_row, raw_rows, rows_at_or_below, state_with
+from .helpers import StalledRun, compact_row, raw_rows, rows_at_or_below, state_with
 
 pytestmark = pytest.mark.integration
 
@@ -234,7 +233,7 @@ def test_a_changed_shard_count_is_refused_before_anything_is_read_or_deleted(mak
     run(store, t0 + timedelta(minutes=5))
     resharded = Store(store.conn, family.model_copy(update={"shards": 4}), store.layout)
     epoch = t0 + timedelta(minutes=10)
-    with pytest.raises(SchemaError, match=r"'shards' is 4 in the YAML .* written with 2 shards"):
+    with pytest.raises(SchemaError, match=r"'shards' is 4 in the YAML but 2 since the first"):
         run(resharded, epoch)
     assert rows_at_or_below(store, ("IBM",), epoch) == 4  # nothing deleted (4 of 10 left)
     assert [r["outcome"] for r in store.read_audit(10)] == ["success"]
@@ -487,47 +486,53 @@ def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family,
     assert sorted(inc for _t, inc in raw_rows(store, (a,))) == [7, 9]
 
 
+A_COMMITS_FIRST = ("commit", "copy", "verify", "forget", "cleanup_delete")
+"""Points a run reaches after its commit applied: a rival builds on that commit."""
+
+
 @pytest.mark.parametrize(
-    "point", ["read_compact", "read_raw", "commit", "copy", "verify", "forget", "cleanup_delete"]
+    "point",
+    ["read_compact", "read_raw", "keys", "commit", "copy", "verify", "forget", "cleanup_delete"],
 )
 def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     """Run A stalls at ``point`` while run B (a stale lease holder's rival) runs to the end.
 
     The counters share one bucket (one ledger partition), and no run sweeps, so A's stall is in
-    the very bucket B commits to."""
+    the very bucket B commits to. The test proves the overlap (A waited at ``point`` for all of
+    B's run) and what each run then did: a commit A made first is built on by B (B counts its
+    rows as present, not again); a commit A had still to make loses its compare-and-set to B's
+    and adds nothing (B folded those rows); a stall before the raw read finds them deleted."""
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, 4)
     store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
-    load(client, t0, counters=counters, before=4, after=1)
+    load(client, t0, counters=counters, before=4, after=1)  # 1+2+3+4 at or below A's epoch
     expected = {c: 10 + 100 for c in counters}
-    paused, resume = threading.Event(), threading.Event()
 
-    def stall(p):
-        if p == point and not paused.is_set():
-            paused.set()
-            resume.wait(30)
+    def run_a(fault):
+        return run(store, t0 + timedelta(minutes=10), use_lease=False, fault=fault, run_id="A")
 
-    errors = []
-
-    def run_a():
-        try:
-            run(store, t0 + timedelta(minutes=10), use_lease=False, fault=stall, run_id="A")
-        except engine.EngineError as exc:  # e.g. a no-op or superseded run: allowed
-            errors.append(exc)
-        finally:
-            paused.set()
-
-    thread = threading.Thread(target=run_a)
-    thread.start()
-    assert paused.wait(30)
-    client.record([inc(c, 1, t0 + timedelta(minutes=3), "late", 7) for c in counters])
-    expected = {c: v + 1 for c, v in expected.items()}
-    run(store, t0 + timedelta(minutes=11), use_lease=False, run_id="B")
-    resume.set()
-    thread.join(60)
+    with StalledRun(point, run_a) as a:
+        assert a.start(), f"run A ended without reaching {point}: {a.outcome()}"
+        client.record([inc(c, 1, t0 + timedelta(minutes=3), "late", 7) for c in counters])
+        expected = {c: v + 1 for c, v in expected.items()}
+        b = run(store, t0 + timedelta(minutes=11), use_lease=False, run_id="B")
+        assert a.waiting, f"run A did not wait at {point} while B ran: {a.outcome()}"
+        a.release()
+    assert a.overlapped and a.error is None, a.outcome()
+    assert a.summary.outcome == b.outcome == "success", (a.outcome(), b.message)
+    mine, rival = a.summary.tally, b.tally
+    if point in A_COMMITS_FIRST:  # B folds only the late and newer rows on A's commit
+        assert (mine.counters_committed, mine.rows_folded, mine.conflicts) == (4, 16, 0), mine
+        assert (rival.rows_folded, rival.late_rows) == (8, 4), rival
+        # A's counted rows are still there for B to see unless A's cleanup deleted them
+        assert rival.counted_present == (0 if point == "cleanup_delete" else 16), rival
+    else:  # B folds everything; A's commit, if it had one to make, lost to B's
+        assert (rival.rows_folded, rival.counted_present) == (24, 0), rival
+        # read before B's cleanup, A's rows make a commit that conflicts; read after, none
+        lost = 0 if point == "read_compact" else 4
+        assert (mine.counters_committed, mine.rows_folded, mine.conflicts) == (0, 0, lost), mine
     run(store, t0 + timedelta(minutes=12), use_lease=False, run_id="C")
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == expected
-    assert all(isinstance(e, engine.EngineError) for e in errors)
 
 
 def _second_fold_of_one_bucket(make_family, t0, n=40):

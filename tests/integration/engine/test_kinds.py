@@ -338,3 +338,48 @@ def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, 
     assert (found.expected, found.counted) == (2, 1)
     compact_all(store, t0)
     assert client.read("m1") == 2
+
+
+def test_reconcile_of_a_reset_rows_counter_recounts_from_the_reset_point(orders, t0):
+    """A rows family's value counts from its last reset: reconcile recounts after that point,
+    so a reset is no difference to report, and --repair never puts the old rows back."""
+    _family, store, client, add = orders
+    for i in range(5):
+        add(1, t0 + timedelta(minutes=i), i)
+    engine.run_family(store, t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
+    engine.reset_counter(store, (1, DAY), t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
+    for i in range(2):
+        add(1, t0 + timedelta(minutes=6, seconds=i), 10 + i)
+    engine.run_family(store, t0 + timedelta(minutes=7), now=t0 + timedelta(minutes=8))
+    assert client.read_many([(1, DAY)])[0].value == 2
+    assert engine.reconcile(store) == []
+    assert engine.reconcile(store, repair=True) == []
+    assert client.read_many([(1, DAY)])[0].value == 2 and business_rows(store) == 7
+
+
+def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):
+    from counters.client import Increment
+
+    _family, store, client = make_family()
+    now = t0 + timedelta(minutes=10)
+    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(3)])
+    first = engine.reset_counter(store, ("IBM",), now=now)
+    assert (first.value_before, first.already_done, first.at) == (30, False, now)
+    client.record([Increment(("IBM",), 3, now + timedelta(seconds=30), ("w", 9))])
+    later = now + timedelta(minutes=5)
+    again = engine.reset_counter(store, ("IBM",), now=later)  # the operator repeats it
+    assert again.already_done and again.at == now
+    assert client.read("IBM") == 3  # the increment after the first reset still counts
+    explicit = engine.reset_counter(store, ("IBM",), later, now=later)  # a point: a new reset
+    assert not explicit.already_done and client.read("IBM") == 0
+
+
+def test_a_reset_point_in_the_future_is_refused(make_family, t0):
+    from counters.client import Increment
+
+    _family, store, client = make_family()
+    client.record([Increment(("IBM",), 10, t0, ("w", 1))])
+    now = t0 + timedelta(minutes=5)
+    with pytest.raises(engine.EngineError, match="is in the future"):
+        engine.reset_counter(store, ("IBM",), now + timedelta(hours=1), now=now)
+    assert client.read("IBM") == 10

@@ -1,4 +1,5 @@
-"""A real process, killed with SIGKILL at random moments mid-run, then retried: totals exact."""
+"""A real process, killed with SIGKILL mid-run (once after a commit of its own, then at random
+moments), then retried: totals exact."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from counters.client import CounterClient, Increment
-from counters.config import load_catalog
-from counters.schema import STATE_TABLE
+from counters.config import Family, load_catalog
+from counters.connection import Connection
+from counters.schema import STATE_TABLE, ledger_table
 from counters.store import Store
 
 from .helpers import rows_at_or_below
@@ -52,15 +55,26 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
     epoch = (base + timedelta(minutes=30)).isoformat()
     rng = random.Random(7)
     run = [*cmd, "compact", "--family", family.name, "--epoch", epoch, "--run-id", "run-1"]
-    kills = 0
-    for _attempt in range(4):  # killed at random moments (startup alone takes about 1 s)
+    attempts: list[Attempt] = []
+    for attempt in range(4):  # killed at random moments (startup alone takes about 1 s)
+        before = committed_counters(conn, family)
         process = subprocess.Popen(run, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(1.0, 2.5))
-        if process.poll() is None:
+        if attempt == 0:  # one kill at least lands after a commit of the run: wait for one
+            while committed_counters(conn, family) == before and process.poll() is None:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 0.5))
+        else:
+            time.sleep(rng.uniform(1.0, 2.5))
+        killed = process.poll() is None
+        if killed:
             process.send_signal(signal.SIGKILL)
-            kills += 1
         process.wait()
-    assert kills >= 1, "no run was killed mid-way: the test proved nothing"
+        attempts.append(Attempt(killed, before, committed_counters(conn, family)))
+    assert any(a.killed for a in attempts), "no run was killed mid-way: the test proved nothing"
+    # the retry meets what a killed run committed (counted, maybe not copied or deleted)
+    assert any(a.killed and a.committed_after > a.committed_before for a in attempts), (
+        f"no killed run had committed anything: {attempts}"
+    )
     final = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stdout + final.stderr
     values = {v.counter[0]: v.value for v in client.read_many(counters)}
@@ -78,6 +92,22 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
     assert outcomes and set(outcomes) <= {"success", "noop"}, outcomes
     time.sleep(1)  # the kernel's parent-death signal is immediate; give the reaper a moment
     assert processes_marked(marker) == [], "shard workers outlived the killed run"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of the run: whether it was killed, and the family's committed counters
+    before it started and after it ended."""
+
+    killed: bool
+    committed_before: int
+    committed_after: int
+
+
+def committed_counters(conn: Connection, family: Family) -> int:
+    """Counters with a commit in the family's ledger (rows of its compare-and-set commits)."""
+    table = f'{family.keyspace}."{ledger_table(family)}"'
+    return conn.session.execute(f"SELECT count(commit_id) FROM {table}").one()[0]
 
 
 def processes_marked(marker: str) -> list[int]:

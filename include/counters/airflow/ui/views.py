@@ -106,6 +106,7 @@ def health_dict(health: FamilyHealth, now: datetime) -> dict[str, Any]:
         "dag_id": family.dag_id,
         "epoch": iso(health.epoch),
         "last_sweep": iso(health.last_sweep),
+        "foreign_rows_within": span(health.foreign_rows_within),
         "lag": {
             "state": health.lag.state.value,
             "behind_s": None if health.lag.behind is None else health.lag.behind.total_seconds(),

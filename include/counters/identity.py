@@ -1,0 +1,252 @@
+"""A family's identity: what its tables were first committed with, recorded once, checked by
+every step that reads or writes its checkpoints.
+
+A counter's checkpoint is found by its position (the shard and bucket of its token) and read
+by what the YAML says the tables are (kind, retention, columns). A YAML that changed after the
+first commit (shards, kind, tables), a worker whose YAML differs from the scheduler's, or a
+second family on the same tables would read checkpoints at the wrong place or by the wrong
+rule: counters would be folded again from a base that does not count what was counted. So the
+first commit records, per table, the family that owns it and its identity (a lightweight
+transaction: of two first commits one records), and every run, on every shard, and every
+operator command that commits is refused while its family's identity differs, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cassandra import InvalidRequest
+
+from .config import Family
+from .core import BUCKETS, bucket_of
+from .schema import TABLES_TABLE, SchemaError, check_table_options
+from .store import Store, TableOwner
+
+IDENTITY_FIELDS = (
+    "kind",
+    "retention",
+    "raw_table",
+    "fold_table",
+    "compact_table",
+    "shards",
+    "buckets",
+    "columns",
+    "compact_columns",
+)
+"""What the checkpoints depend on. Everything else (lag, schedule, consistency, discovery,
+sweeps, alerts) may change between runs."""
+LEDGER_SAMPLE = 256
+"""Ledger rows whose positions are checked against the shard count of a family whose identity
+was never recorded (committed by a version before it)."""
+
+
+class IdentityMismatch(SchemaError):
+    """The YAML differs from what the family's tables were first committed with."""
+
+
+def family_identity(family: Family) -> dict[str, Any]:
+    """The identity a family's YAML gives it (``IDENTITY_FIELDS``), as JSON values."""
+    return {
+        "family": family.name,
+        "keyspace": family.keyspace,
+        "kind": family.kind.value,
+        "retention": family.effective_retention.value,
+        "raw_table": family.raw_table,
+        "fold_table": family.fold_table,
+        "compact_table": family.compact_table,
+        "shards": family.shards,
+        "buckets": BUCKETS,
+        "columns": family.columns.model_dump(mode="json"),
+        "compact_columns": family.compact_columns.model_dump(mode="json"),
+    }
+
+
+def encode(identity: dict[str, Any]) -> str:
+    return json.dumps(identity, sort_keys=True, separators=(",", ":"))
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The identity fields whose values differ (a field the record lacks is not compared)."""
+    return [f for f in IDENTITY_FIELDS if f in recorded and recorded[f] != current.get(f)]
+
+
+def _fix(field: str, recorded: Any, family: Family) -> str:
+    if field == "shards":
+        return (
+            f"set 'shards: {recorded}' back, or move the ledger with `counterctl reshard "
+            f"--family {family.name} --shards {family.shards}`"
+        )
+    shown = json.dumps(recorded) if isinstance(recorded, dict | list) else recorded
+    return (
+        f"set '{field}: {shown}' back; it cannot change once counters were committed (declare "
+        "a new family with new tables instead)"
+    )
+
+
+def refusal(family: Family, table: str, owner: TableOwner, current: dict[str, Any]) -> str:
+    """Why a run of ``family`` is refused by the recorded owner of ``table`` ('' if it is not)."""
+    where = f"{family.keyspace}.{table}"
+    when = f" (recorded {owner.recorded_at:%Y-%m-%d %H:%M} UTC by {owner.recorded_by})"
+    if owner.recorded_at is None:
+        when = ""
+    if owner.family != family.name:
+        return (
+            f"family {family.name!r}: table {where} belongs to family {owner.family!r}{when}: "
+            "two families on one table would each count its rows; give this family its own "
+            "tables. Nothing was read or changed."
+        )
+    recorded = json.loads(owner.identity)
+    diffs = differences(recorded, current)
+    if not diffs:
+        return ""
+    parts = [
+        f"field '{f}' is {json.dumps(current.get(f))} in the YAML but "
+        f"{json.dumps(recorded[f])} since the first commit ({_fix(f, recorded[f], family)})"
+        for f in diffs
+    ]
+    return (
+        f"family {family.name!r}: its tables were first committed with another configuration"
+        f"{when}: " + "; ".join(parts) + ". Nothing was read or changed."
+    )
+
+
+def check_family(store: Store, *, record: bool, run_id: str = "") -> None:
+    """Everything that must hold before a step reads or writes a family's checkpoints: its
+    tables' options (``schema.option_problems``), that its commits are serialised wherever they
+    run (``serial_problem``), and its identity (``check_identity``). ``record``: the caller may
+    commit (its first commit records the identity)."""
+    session = store.session
+    check_table_options(session, store.family)
+    problem = serial_problem(
+        store.family, replication_dcs(session, store.family.keyspace), local_dc(session)
+    )
+    if problem:
+        raise SchemaError(problem)
+    check_identity(store, record=record, run_id=run_id)
+
+
+def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | None:
+    """Why the family's commits would not be serialised, or None. Pure. A ``LOCAL_*``
+    consistency commits with ``LOCAL_SERIAL``, a Paxos round among one data center's replicas:
+    compactors in two data centers could both win a compare-and-set on the same bucket. So a
+    keyspace replicated to several data centers needs the one that compacts named
+    (``compaction_dc``), and only processes in it may compact."""
+    if not family.consistency.value.startswith("LOCAL_") or len(dcs) <= 1:
+        return None
+    where = ", ".join(sorted(dcs))
+    if family.compaction_dc is None:
+        return (
+            f"family {family.name!r}: consistency {family.consistency.value} commits with "
+            f"LOCAL_SERIAL, which does not serialise compactors in different data centers, and "
+            f"keyspace {family.keyspace} is replicated to {where}: set 'compaction_dc' to the "
+            "one data center whose workers compact it, or use consistency QUORUM or EACH_QUORUM "
+            "(commits with SERIAL across data centers). Nothing was read or changed."
+        )
+    if family.compaction_dc not in dcs:
+        return (
+            f"family {family.name!r}: compaction_dc is {family.compaction_dc!r}, which keyspace "
+            f"{family.keyspace} is not replicated to ({where}). Nothing was read or changed."
+        )
+    if here != family.compaction_dc:
+        return (
+            f"family {family.name!r} compacts in data center {family.compaction_dc!r} "
+            f"(compaction_dc) and this process's local data center is {here!r}: run it on a "
+            f"worker in {family.compaction_dc!r} (CASSANDRA_LOCAL_DC, or the connection's "
+            "local_dc). Nothing was read or changed."
+        )
+    return None
+
+
+def replication_dcs(session: Any, keyspace: str) -> set[str]:
+    """The data centers a keyspace's replicas are in (every data center of the cluster for a
+    ``SimpleStrategy``, which places replicas around the ring whatever their data center)."""
+    meta = session.cluster.metadata
+    keyspace_meta = meta.keyspaces.get(keyspace)
+    factors = getattr(
+        getattr(keyspace_meta, "replication_strategy", None), "dc_replication_factors", None
+    )
+    if factors:
+        return {dc for dc, rf in factors.items() if int(rf) > 0}
+    return {host.datacenter for host in meta.all_hosts() if host.datacenter}
+
+
+def local_dc(session: Any) -> str | None:
+    """The data center the driver treats as local (its DC-aware policy's)."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    policy = session.cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].load_balancing_policy
+    while policy is not None:
+        if getattr(policy, "local_dc", None):
+            return policy.local_dc
+        policy = getattr(policy, "_child_policy", None)
+    return None
+
+
+def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:
+    """Refuse (``IdentityMismatch``) a family whose YAML differs from what its tables were
+    first committed with, or whose tables another family owns. ``record``: the caller may
+    commit, and records the identity where none is yet (its first commit)."""
+    family = store.family
+    current = family_identity(family)
+    try:
+        owners = store.table_owners()
+    except InvalidRequest as exc:
+        if TABLES_TABLE not in str(exc):
+            raise
+        raise SchemaError(
+            f"family {family.name!r}: table {family.keyspace}.{TABLES_TABLE} is missing (this "
+            f"version records each family's identity there): run `counterctl init --family "
+            f"{family.name}`. Nothing was read or changed."
+        ) from None
+    for table, owner in owners.items():
+        reason = refusal(family, table, owner, current)
+        if reason:
+            raise IdentityMismatch(reason)
+    missing = [t for t in family.tables if t not in owners]
+    if not missing:
+        return
+    _check_unrecorded(store)
+    if not record:
+        return
+    for table in missing:
+        owner = store.claim_table(table, encode(current), run_id)
+        if owner is not None:  # another first commit recorded it meanwhile
+            reason = refusal(family, table, owner, current)
+            if reason:
+                raise IdentityMismatch(reason)
+
+
+def _check_unrecorded(store: Store) -> None:
+    """A family committed by a version that did not record identities: its shard count is
+    checked against what it left (the shard count of its first finished run, and where its
+    ledger holds counters)."""
+    family = store.family
+    shards = store.family_state().shards
+    if shards is not None and shards != family.shards:
+        raise IdentityMismatch(
+            f"family {family.name!r}: field 'shards' is {family.shards} in the YAML but the "
+            f"family's ledger was written with {shards} shards (a counter's checkpoint is found "
+            f"by its shard, so it would not be found and its rows would be counted again); "
+            f"{_fix('shards', shards, family)}. Nothing was read or changed."
+        )
+    positions = store.ledger_positions(LEDGER_SAMPLE)
+    tokens = [(shard, bucket, store.token(counter)) for shard, bucket, counter in positions]
+    if all(bucket_of(token, family.shards) == (s, b) for s, b, token in tokens):
+        return
+    written = written_shards(tokens)
+    said = f"{written} shards" if written else "another shard count"
+    raise IdentityMismatch(
+        f"family {family.name!r}: field 'shards' is {family.shards} in the YAML but the "
+        f"family's ledger was written with {said} (a counter's checkpoint is found by its "
+        f"shard, so it would not be found and its rows would be counted again); "
+        f"{_fix('shards', written or '<the earlier count>', family)}. Nothing was read or changed."
+    )
+
+
+def written_shards(tokens: list[tuple[int, int, int]], most: int = 256) -> int | None:
+    """The shard count that puts every ``(shard, bucket, token)`` where it was found."""
+    for shards in range(1, most + 1):
+        if all(bucket_of(token, shards) == (s, b) for s, b, token in tokens):
+            return shards
+    return None

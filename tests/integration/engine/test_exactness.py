@@ -1,0 +1,559 @@
+"""Exact at every moment and for every caller (issue #37), each against the real node."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from counters import engine
+from counters.client import CounterClient, Increment
+from counters.identity import written_shards
+from counters.schema import SchemaError
+from counters.store import Store
+
+from .conftest import Crash
+from .helpers import compact_row, forget_table_owners, rows_at_or_below
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_retried_increment_with_its_identity_and_time_is_one_row(make_family, t0):
+    _family, _store, client = make_family()
+    at = t0 + timedelta(seconds=3)
+    client.increment("r", 500, at=at, identity=("P1", 2))
+    client.increment("r", 500, at=at, identity=("P1", 2))  # the caller retries the call
+    assert client.read("r") == 500
+
+
+def test_an_identity_without_the_events_time_is_refused_and_writes_nothing(make_family):
+    _family, _store, client = make_family()
+    with pytest.raises(ValueError, match=r"identity \('P1', 2\) needs its event's time"):
+        client.increment("r", 500, identity=("P1", 2))
+    with pytest.raises(ValueError, match=r"needs its event's time too \(at=\.\.\.\)"):
+        client.increment("r", 500, actor="P1", version=2)
+    assert client.read("r") == 0
+
+
+def test_actor_without_version_is_refused_so_two_events_never_merge(make_family, t0):
+    _family, _store, client = make_family()
+    at = t0 + timedelta(seconds=1)
+    with pytest.raises(ValueError, match="pass actor= and version= together"):
+        client.increment("r", 5, at=at, actor="alice")
+    with pytest.raises(ValueError, match="pass actor= and version= together"):
+        client.increment("r", 5, at=at, version=3)
+    client.increment("r", 5, at=at, actor="alice", version=1)
+    client.increment("r", 7, at=at, actor="alice", version=2)
+    assert client.read("r") == 12
+
+
+def _events(counters, at, amount=15):
+    return [Increment((c,), amount, at, ("w", 1)) for c in counters]
+
+
+@pytest.mark.parametrize("reader", ["cold", "warm"])
+def test_a_run_that_copies_and_deletes_between_a_readers_reads_is_not_seen(
+    conn, make_family, t0, reader
+):
+    """The interleaving that lost 73 of 8,000 reads: a reader's first request, then a whole
+    run commits, copies and deletes, then the reader's next request. Forced here by running
+    the compaction inside the reader's first request: a cold reader's is the copies' read, a
+    warm one's (it read the counters before, and starts from the epoch it read them at) the
+    raw rows' read."""
+    family, store, client = make_family(shards=2)
+    counters = [f"c{i}" for i in range(60)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    engine.run_family(store, t0 + timedelta(minutes=1), now=t0 + timedelta(minutes=6))
+    client.record(_events(counters, t0 + timedelta(minutes=1, seconds=10), 5))
+    epoch = t0 + timedelta(minutes=2)
+    reading = CounterClient(conn, family, Store(conn, family, store.layout))
+    if reader == "warm":
+        assert {v.value for v in reading.read_many(counters)} == {20}
+    ran: list[str] = []
+
+    def after_first_request(method):
+        def wrapped(*args, **kwargs):
+            result = method(*args, **kwargs)
+            if result and not ran:  # the first request sent
+                ran.append(
+                    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).outcome
+                )
+            return result
+
+        return wrapped
+
+    reading.store._concurrent = after_first_request(reading.store._concurrent)
+    reading.store._run = after_first_request(reading.store._run)
+    values = reading.read_many(counters)
+    assert ran == ["success"]
+    assert rows_at_or_below(store, ("c0",), epoch) == 0  # the run did delete what it folded
+    assert {v.counter[0]: v.value for v in values} == dict.fromkeys(counters, 20)
+    assert {v.compact_value for v in values} == {20}  # read against the run's copies
+
+
+def test_readers_throughout_large_runs_read_every_value_exactly(conn, make_family, t0):
+    """Readers loop over random counters while runs of many shards and buckets (in worker
+    processes) fold, copy and delete; every value read is checked."""
+    family, store, client = make_family(shards=4)
+    counters = [f"q{i}" for i in range(12_000)]
+    expected = dict.fromkeys(counters, 0)
+    for minute in range(3):
+        at = t0 + timedelta(minutes=minute, seconds=5)
+        client.record(_events(counters, at, minute + 1))
+        for c in counters:
+            expected[c] += minute + 1
+    reader = CounterClient(conn, family, Store(conn, family, store.layout))
+    stop = threading.Event()
+    reads: list[tuple[float, int]] = []  # (when, wrong values in that read)
+    errors: list[BaseException] = []
+
+    def read_loop() -> None:
+        rng = random.Random(7)
+        try:
+            while not stop.is_set():
+                sample = rng.sample(counters, 500)
+                values = reader.read_many(sample)
+                wrong = sum(1 for v in values if v.value != expected[v.counter[0]])
+                reads.append((time.monotonic(), wrong))
+        except BaseException as exc:
+            errors.append(exc)
+
+    phases: list[tuple[float, str]] = []
+    thread = threading.Thread(target=read_loop, daemon=True)
+    thread.start()
+    try:
+        for minute in (1, 2, 3):
+            epoch = t0 + timedelta(minutes=minute)
+            summary = engine.run_family(
+                store,
+                epoch,
+                now=epoch + timedelta(minutes=5),
+                workers=2,
+                progress=lambda m: phases.append((time.monotonic(), m)),
+            )
+            assert summary.outcome == "success"
+            phases.append((time.monotonic(), "done"))
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive() and not errors, errors
+    cleanups = [t for t, m in phases if m == "cleaning up"]
+    ends = [t for t, m in phases if m == "done"]
+    during = [w for t, w in reads if any(a <= t <= b for a, b in zip(cleanups, ends, strict=True))]
+    assert during, "no read finished while a run was cleaning up"
+    assert sum(w for _t, w in reads) == 0, f"{sum(w for _t, w in reads)} wrong values"
+    assert rows_at_or_below(store, ("q0",), t0 + timedelta(minutes=3)) == 0
+
+
+# --- 4. the family's identity ------------------------------------------------------------
+
+
+def _crash_after_first_copies(store, epoch, **kw):
+    """A first run that commits and copies some counters, then dies before its cleanup."""
+    hits: list[str] = []
+
+    def crash(point: str) -> None:
+        if point == "verify" and not hits:
+            hits.append(point)
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash, **kw)
+
+
+def _values(client, counters):
+    return {v.counter[0]: v.value for v in client.read_many(counters)}
+
+
+def test_a_shard_count_changed_after_a_crashed_first_run_is_refused_everywhere(make_family, t0):
+    """The issue's case: the first run dies mid-way (nothing recorded a finished run), then
+    the YAML says 8 shards. The first commit recorded the family's identity: every step of a
+    run at 8 shards is refused, naming the field, and nothing is counted twice."""
+    family, store, client = make_family(shards=2)
+    counters = [f"k{i}" for i in range(80)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch, commit_chunk=5)
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    eight = Store(store.conn, family.model_copy(update={"shards": 8}), store.layout)
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"field 'shards' is 8 in the YAML but 2 "):
+        engine.run_family(eight, later, now=later + timedelta(minutes=5))
+    with pytest.raises(engine.IdentityMismatch, match="counterctl reshard"):  # a worker's YAML
+        engine.compact_shard(eight, 0, later, "worker-with-8")
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(1000)]
+    assert positions and written_shards(positions) == 2  # nothing committed at 8 shards
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    assert sum(rows_at_or_below(store, (c,), later) for c in counters) == 0
+
+
+def test_a_family_committed_before_identities_has_its_shards_checked_against_its_ledger(
+    make_family, t0
+):
+    """A family whose first commits came from a version that recorded no identity (and no
+    finished run): the ledger's own positions tell the shard count it was written with."""
+    family, store, client = make_family(shards=2)
+    counters = [f"u{i}" for i in range(40)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch, commit_chunk=5)
+    forget_table_owners(store)  # as an older version left it
+    four = Store(store.conn, family.model_copy(update={"shards": 4}), store.layout)
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"ledger was written with 2 shards"):
+        engine.run_family(four, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    assert store.table_owners() == {}  # a refused run records nothing
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert set(store.table_owners()) == set(family.tables)
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+
+
+def test_a_second_family_on_the_same_tables_is_refused(make_family, t0):
+    family, store, client = make_family()
+    client.record(_events(["a"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    twin = Store(store.conn, family.model_copy(update={"name": "twin"}), store.layout)
+    client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.IdentityMismatch, match=r"belongs to family 'f_"):
+        engine.run_family(twin, later, now=later + timedelta(minutes=5))
+    assert _values(client, ["a"]) == {"a": 17}
+
+
+def test_a_copy_naming_a_commit_the_ledger_lacks_is_quarantined_not_adopted(make_family, t0):
+    """A truncated ledger (or a changed bucket count, another family's write): the copies name
+    commits the ledger does not hold. Adopted as bases, the counted rows still present (the
+    run died before its cleanup) would be counted again; they are quarantined instead."""
+    family, store, client = make_family(shards=1)
+    counters = [f"t{i}" for i in range(30)]
+    client.record(_events(counters, t0 + timedelta(seconds=10)))
+    epoch = t0 + timedelta(minutes=1)
+    _crash_after_first_copies(store, epoch)
+    store.session.execute(f"TRUNCATE {family.keyspace}.{family.compact_table}_ledger")
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="quarantined"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 15)
+    held = engine.quarantined(store)
+    assert held and {q.reason for q in held} == {"unknown_commit"}
+    for q in held:  # the ones the crashed run copied: nothing of theirs deleted
+        assert rows_at_or_below(store, q.counter, later) == 1
+
+
+# --- 8. cleanup deletes what its execution verified -----------------------------------
+
+
+def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_family, t0):
+    """Two executions under one run id (a zombie and its retry, a reused --run-id): A sweeps,
+    commits a counter only it found (written by plain CQL, no mark) and stalls before copying
+    it; B runs the whole run meanwhile. B's cleanup must not delete the rows of A's commit,
+    whose copy nobody wrote or read back: readers would lose them."""
+    family, store, client = make_family(shards=1, sweep_interval="1d")
+    epoch1 = t0 + timedelta(minutes=1)
+    client.record(_events(["seen"], t0 + timedelta(seconds=5)))
+    engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=5))  # sweeps, once a day
+    f = family
+    for second in (10, 20):  # a foreign writer's rows: found by a sweep only
+        store.session.execute(
+            f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
+            "increment) VALUES ('foreign', %s, 'x', 1, 7)",
+            (epoch1 + timedelta(seconds=second),),
+        )
+    client.record(_events(["seen"], epoch1 + timedelta(seconds=5)))  # marked: B's work
+    epoch2 = epoch1 + timedelta(minutes=1)
+    stalled, resume, outcome = threading.Event(), threading.Event(), []
+    a_store = Store(conn, family, store.layout)
+    copy = a_store.copy_compact
+
+    def stalling_copy(commits, *args, **kwargs):
+        if any(counter == ("foreign",) for counter, _cp in commits):
+            stalled.set()  # its commit applied; its copy not written
+            assert resume.wait(60)
+        return copy(commits, *args, **kwargs)
+
+    a_store.copy_compact = stalling_copy
+
+    def execution_a() -> None:
+        outcome.append(
+            engine.compact_shard(a_store, 0, epoch2, "X", sweep=True, use_lease=False).tally
+        )
+
+    thread = threading.Thread(target=execution_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "execution A never reached its copy"
+        assert _values(client, ["foreign"]) == {"foreign": 14}  # A committed, copied nothing
+        b = engine.run_family(
+            Store(conn, family, store.layout),
+            epoch2,
+            run_id="X",
+            use_lease=False,
+            now=epoch2 + timedelta(minutes=5),
+        )
+        assert b.outcome == "success" and not b.plan.sweep
+        assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+        assert rows_at_or_below(store, ("foreign",), epoch2) == 2  # A's rows: not B's to delete
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and outcome and outcome[0].counters_committed >= 1
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    later = epoch2 + timedelta(minutes=1)
+    store.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
+    engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    assert rows_at_or_below(store, ("foreign",), later) == 0
+
+
+# --- 5. a copy removed by hand -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["deleted", "expired"])
+@pytest.mark.parametrize("found_by", ["mark", "sweep"])
+def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family, t0, how, found_by):
+    """A compact row deleted by hand (or written with a TTL that ran out): readers read the
+    counter as 0. The next run that reads the counter restores the copy from the ledger with a
+    commit whose version wins over the tombstone, and quarantines and alerts."""
+    family, store, client = make_family(
+        shards=1, sweep_interval="1d" if found_by == "mark" else "1m"
+    )
+    client.record(_events(["v", "w"], t0 + timedelta(seconds=5)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    f = family
+    if how == "deleted":
+        store.session.execute(f"DELETE FROM {f.keyspace}.{f.compact_table} WHERE type = 'v'")
+    else:
+        row = compact_row(store, ("v",))
+        store.session.execute(
+            f"UPDATE {f.keyspace}.{f.compact_table} USING TTL 1 SET value = %s, epoch = %s, "
+            "commit_id = %s, run_id = %s WHERE type = 'v'",
+            (row.value, row.epoch, row.commit_id, row.run_id),
+        )
+        time.sleep(2.5)
+    assert _values(client, ["v"]) == {"v": 0}  # what readers get until a run restores it
+    if found_by == "mark":
+        store.mark_touched([("v",)])
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="quarantined") as failed:
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert "its compact row was gone" in str(failed.value) or any(
+        "its compact row was gone" in "; ".join(o.counters) for o in failed.value.outcomes
+    )
+    assert _values(client, ["v", "w"]) == {"v": 15, "w": 15}
+    assert [(q.counter, q.reason) for q in engine.quarantined(store)] == [(("v",), "copy_missing")]
+    engine.release(store, ("v",))
+    last = later + timedelta(minutes=1)
+    assert engine.run_family(store, last, now=last + timedelta(minutes=5)).outcome in (
+        "success",
+        "idle",
+    )
+    assert _values(client, ["v", "w"]) == {"v": 15, "w": 15}
+
+
+def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0):
+    """The first commit of a counter applied, the run died before its copy: the next run
+    writes the copy as its ordinary work, quarantining nothing."""
+    _family, store, client = make_family(shards=1)
+    # no sweep due: only the counter's bucket is worked (a crash in another one would come first)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    client.record(_events(["n"], t0 + timedelta(seconds=5)))
+    epoch = t0 + timedelta(minutes=1)
+    hits: list[str] = []
+
+    def crash(point: str) -> None:
+        if point == "commit" and not hits:
+            hits.append(point)
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
+    assert compact_row(store, ("n",)) is None and _values(client, ["n"]) == {"n": 15}
+    store.mark_touched([("n",)])
+    later = epoch + timedelta(minutes=1)
+    assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
+    assert compact_row(store, ("n",)).value == 15 and not engine.quarantined(store)
+    assert _values(client, ["n"]) == {"n": 15}
+
+
+def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_failure(
+    conn, make_family, t0
+):
+    """Run A commits; a late row makes its recount find more rows, so it looks row by row; in
+    between, run B commits on top of A's commit (counting A's rows as present) and deletes
+    them. A's commit was right and is superseded: nothing to quarantine."""
+    family, store, client = make_family(shards=1)
+    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    names = [f"s{i}" for i in range(4)]
+    client.record(
+        [
+            Increment((c,), i + 1, t0 + timedelta(seconds=10 * i), ("w", i))
+            for c in names
+            for i in range(4)
+        ]
+    )
+    epoch = t0 + timedelta(minutes=1)
+    a_store = Store(conn, family, store.layout)
+    stalled, resume, ended = threading.Event(), threading.Event(), []
+    read_rows = a_store.read_rows
+
+    def stalling_read_rows(*args, **kwargs):
+        if a_store.phase == "verify" and not stalled.is_set():
+            stalled.set()
+            assert resume.wait(60)
+        return read_rows(*args, **kwargs)
+
+    a_store.read_rows = stalling_read_rows
+
+    def late_rows(point: str) -> None:
+        if point == "commit":
+            client.record(_events(names, t0 + timedelta(seconds=45), 100))
+
+    def run_a() -> None:
+        try:
+            ended.append(
+                engine.run_family(
+                    a_store,
+                    epoch,
+                    now=epoch + timedelta(minutes=5),
+                    fault=late_rows,
+                    use_lease=False,
+                )
+            )
+        except BaseException as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "run A never looked at its rows one by one"
+        later = epoch + timedelta(minutes=1)
+        b = engine.run_family(store, later, now=later + timedelta(minutes=5), use_lease=False)
+        assert b.outcome == "success" and b.tally.counted_present >= 16
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and len(ended) == 1
+    assert not isinstance(ended[0], BaseException), ended[0]
+    assert not engine.quarantined(store)
+    assert _values(client, names) == dict.fromkeys(names, 110)
+
+
+# --- 6. options of adopted tables ------------------------------------------------------
+
+
+def test_a_raw_table_with_a_short_gc_grace_is_refused_by_init(conn, engine_keyspace, make_family):
+    table = f"raw_grace_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (type text, modify_time timestamp, actor text, "
+        "version bigint, increment bigint, PRIMARY KEY ((type), modify_time, actor, version)) "
+        "WITH gc_grace_seconds = 600"
+    )
+    with pytest.raises(SchemaError) as refused:
+        make_family(raw_table=table)
+    assert f"table {engine_keyspace}.{table} has gc_grace_seconds = 600, under 10800" in str(
+        refused.value
+    )
+    assert f"ALTER TABLE {engine_keyspace}.{table} WITH gc_grace_seconds = 10800" in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize("table", ["raw", "compact"])
+def test_a_table_given_a_ttl_after_init_refuses_every_run(make_family, t0, table):
+    family, store, client = make_family()
+    client.record(_events(["a"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    name = family.raw_table if table == "raw" else family.compact_table
+    store.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
+    store.session.cluster.refresh_schema_metadata()
+    client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(SchemaError, match=rf"{name} has default_time_to_live = 86400"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert rows_at_or_below(store, ("a",), later) == 1  # nothing folded or deleted
+    assert _values(client, ["a"]) == {"a": 17}
+
+
+# --- 9. settings that cannot hold their promise ------------------------------------------
+
+
+def test_a_pending_sum_past_a_bigint_quarantines_its_counter_not_the_family(make_family, t0):
+    """A value that fits, with a sum of rows that does not: the ledger keeps the sum of the
+    counted rows and of what a fold added, 64-bit both. The counter is quarantined; the rest
+    of the family is compacted."""
+    _family, store, client = make_family(shards=1)
+    half = 2**62
+    client.record([Increment(("big",), -half, t0 + timedelta(seconds=1), ("w", 1))])
+    client.record(_events(["other"], t0 + timedelta(seconds=1)))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    client.record(
+        [Increment(("big",), half, epoch + timedelta(seconds=s), ("w", s)) for s in (1, 2)]
+        + _events(["other"], epoch + timedelta(seconds=1), 5)
+    )
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="would overflow a bigint"):
+        engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert [(q.counter, q.reason) for q in engine.quarantined(store)] == [(("big",), "overflow")]
+    assert _values(client, ["big", "other"]) == {"big": half, "other": 20}
+    assert rows_at_or_below(store, ("big",), later) == 2  # nothing of it deleted
+
+
+def test_rows_written_behind_a_rows_checkpoint_are_folded_by_the_next_sweep(
+    conn, engine_keyspace, make_family, t0
+):
+    """A rows family's value counts the business rows up to its checkpoint; a row written
+    behind it (a writer's clock behind by more than the lag) is folded by the next sweep,
+    every run by default for a rows family (discovery: scan), with no reconcile."""
+    table = f"orders_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (loc int, at timestamp, id int, "
+        "PRIMARY KEY ((loc), at, id))"
+    )
+    _family, store, client = make_family(
+        kind="rows", raw_table=table, columns={"key": "loc", "time": "at"}
+    )
+    insert = conn.session.prepare(
+        f"INSERT INTO {engine_keyspace}.{table} (loc, at, id) VALUES (?, ?, ?)"
+    )
+    for i in range(3):
+        conn.session.execute(insert, (1, t0 + timedelta(seconds=i), i))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    conn.session.execute(insert, (1, t0 + timedelta(seconds=30), 99))  # behind the checkpoint
+    conn.session.execute(insert, (1, epoch + timedelta(seconds=5), 100))
+    later = epoch + timedelta(minutes=1)
+    summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert summary.plan.sweep and summary.tally.late_rows == 1
+    assert client.read_many([(1,)])[0].value == 5
+    assert engine.reconcile(store) == []
+
+
+@pytest.mark.parametrize("below", [10_000, 0])
+def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0, below):
+    """Rows of a writer outside the write API (plain CQL, no mark) below a counter's epoch are
+    folded by the next run when the family's last sweep was small (``sweep_every_run_below``),
+    by the next interval's sweep otherwise."""
+    family, store, client = make_family(shards=1, sweep_interval="1d", sweep_every_run_below=below)
+    insert = (
+        f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
+        "increment) VALUES ('p', %s, 'cql', %s, %s)"
+    )
+    store.session.execute(insert, (t0 + timedelta(seconds=5), 1, 15))  # no mark: a sweep's
+    epoch = t0 + timedelta(minutes=1)
+    assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
+    assert store.family_state().last_sweep_size == 2  # one row, one counter
+    store.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
+    later = epoch + timedelta(minutes=1)
+    summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
+    assert summary.plan.sweep == bool(below)
+    assert _values(client, ["p"]) == {"p": 19 if below else 15}
