@@ -106,13 +106,18 @@ _configured: tuple[Any, ...] | None = None
 
 
 def _stats() -> Any:
-    """Airflow's metrics module, set up from Airflow's ``[metrics]`` configuration as the task
-    runner sets it up (again when that configuration changed: a test, a long-lived process)."""
+    """Airflow's metrics module. In a task process the task runner has set it up from
+    ``[metrics]``: used as it is (a second StatsD client or OpenTelemetry meter provider would
+    be wasteful, or refused). Elsewhere (``counterctl``, ``dag.test()``) this sets it up the
+    same way, again when that configuration changed (a test, a long-lived process)."""
     global _configured
+    from airflow.sdk._shared.observability.metrics import stats as facade
     from airflow.sdk.configuration import conf
     from airflow.sdk.observability import stats
     from airflow.sdk.observability.metrics import stats_utils
 
+    if _configured is None and getattr(facade, "_factory", None) is not None:
+        return stats
     config = tuple(conf.get("metrics", key, fallback=None) for key in _CONFIG_KEYS)
     if config != _configured:
         stats.initialize(
