@@ -6,7 +6,7 @@ is shared and noisy). The JSON report (``--out``) holds every figure; a table go
 All tables live in one throw-away keyspace that is dropped at the end (``--keep`` keeps it).
 
 Sections (``--only`` picks some): scan, naive, compaction, idle, reads, limits, probes, dags,
-kinds.
+kinds, audit (``bench.audit``: the audit trail after a year of minute runs).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from counters.schema import (
 )
 from counters.store import Store
 
+from . import audit as bench_audit
 from . import dags as bench_dags
 from .kinds import KINDS, KindContext
 from .nodeprofile import Recording, sampled_cpu_s, summarize
@@ -87,6 +88,7 @@ SECTIONS = (
     "probes",
     "dags",
     "kinds",
+    "audit",
 )
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,6 +132,8 @@ class Params:
     kinds: tuple[str, ...] = ()
     steady_counters: int = 20_000
     steady_rounds: int = 20
+    audit_minutes: int = 525_600
+    """Audit rows of the ``audit`` section: a row a minute for a year."""
     warmup_counters: int | None = None
     """Counters (x ``rows_per_counter``) of the warm-up compaction before the measured one
     (None: as many as the measured one; 0: none; see ``Bench.warm_up``)."""
@@ -175,6 +179,9 @@ def parse_args(argv: list[str] | None) -> Params:
         "--scale", help="counters per scaling run, comma separated (10000,100000,300000)"
     )
     p.add_argument("--kind", action="append", choices=sorted(KINDS), help="kind lines to run (all)")
+    p.add_argument(
+        "--audit-minutes", type=int, help="audit rows of 'audit', a minute each (525600)"
+    )
     a = p.parse_args(argv)
     params = Params()
     if a.smoke:
@@ -197,6 +204,7 @@ def parse_args(argv: list[str] | None) -> Params:
             warmup_counters=0,
             steady_counters=100,
             steady_rounds=3,
+            audit_minutes=3000,
         )
     for name in (
         "counters",
@@ -208,6 +216,7 @@ def parse_args(argv: list[str] | None) -> Params:
         "hot_rows",
         "steady_counters",
         "steady_rounds",
+        "audit_minutes",
         "out",
         "scan_ranges",
         "scan_concurrency",
@@ -1022,6 +1031,11 @@ class Bench:
                     f"{type(exc).__name__}: {exc}"
                 )
 
+    def audit_trail(self) -> None:
+        self.results["audit"] = bench_audit.run(
+            self, self.p.audit_minutes, 1 if self.p.smoke else 5
+        )
+
     # --- the run --------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -1050,6 +1064,7 @@ class Bench:
             ("probes", self.probes),
             ("dags", self.dags),
             ("kinds", self.kinds),
+            ("audit", self.audit_trail),
         ):
             if name in only:
                 steps.append((name, func))
@@ -1420,6 +1435,28 @@ def table(report: dict[str, Any]) -> str:
                 f"ratio {_fmt(k['p99_compacted_over_fresh'])}",
                 f"exact={k['exact']}",
                 k["note"],
+            )
+    if "audit" in r:
+        a = r["audit"]
+        for layout, stats in a["tablestats"].items():
+            row(
+                f"8. audit, {a['rows']:,} rows: {layout}",
+                f"{_fmt(stats.get('partitions'))} partition(s)",
+                f"max {_fmt(stats.get('partition_max_bytes'), ' B')}",
+                f"mean {_fmt(stats.get('partition_mean_bytes'), ' B')}",
+            )
+        row(
+            "8. audit family page (health + 60 rows)",
+            f"newest {_fmt(a['family_page_newest']['median_s'], ' s')}",
+            f"6 months back {_fmt(a['family_page_six_months_back']['median_s'], ' s')}",
+        )
+        for fmt, e in a["export"].items():
+            row(
+                f"8. audit export of {a['month_exported']} ({fmt})",
+                _fmt(e["median_s"], " s"),
+                f"{e['result']['rows']:,} rows",
+                f"{_fmt(e['rows_per_s'], ' rows/s')}",
+                f"{e['result']['bytes']:,} B",
             )
     lines.append("ratios and targets:")
     for name, t in report["targets"].items():

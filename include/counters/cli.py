@@ -25,7 +25,9 @@ import click
 from cassandra import DriverException, Unauthorized
 from cassandra.cluster import NoHostAvailable
 
-from . import engine, health, metrics
+from . import audit_export, engine, health, metrics
+from .audit import Provenance, config_fingerprint
+from .auditlog import AuditUpgradeError
 from .config import Catalog, ConfigError, Family, load_catalog
 from .connection import (
     CassandraUnavailable,
@@ -35,7 +37,15 @@ from .connection import (
     connect,
 )
 from .core import Tally, epoch_for, format_key, parse_epoch
-from .schema import COMPACTOR_ROLE, SchemaError, compactor_grants, ensure_schema
+from .schema import (
+    AUDIT_TABLE,
+    COMPACTOR_ROLE,
+    LEGACY_AUDIT_TABLE,
+    SchemaError,
+    compactor_grants,
+    ensure_schema,
+)
+from .status import AuditRow
 from .store import Store
 
 EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches wins
@@ -205,14 +215,20 @@ def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: in
 
 
 @cli.command("families")
+@click.option(
+    "--hashes",
+    is_flag=True,
+    help="Also print each family's configuration hash (the audit rows' config_hash).",
+)
 @pass_context
-def families_command(obj: Context) -> None:
+def families_command(obj: Context, hashes: bool) -> None:
     """List the families of the config file."""
     for family in obj.catalog.families:
-        click.echo(
+        line = (
             f"{family.name}\t{family.kind.value}\t{family.keyspace}.{family.raw_table} -> "
             f"{family.keyspace}.{family.compact_table}\tlag={family.lag}\tschedule='{family.schedule}'"
         )
+        click.echo(f"{line}\t{config_fingerprint(family)}" if hashes else line)
 
 
 @cli.command("init")
@@ -268,10 +284,19 @@ def init_command(
     for family in families:
         with reported():
             layout = ensure_schema(obj.conn.session, family, replication)
+            try:
+                moved = Store(obj.conn, family, layout).audit_log.upgrade()
+            except AuditUpgradeError as exc:
+                raise Failure(str(exc), 1) from exc
         click.echo(
             f"{family.name}: ready ({family.keyspace}.{family.raw_table}: key "
             f"{[c.name for c in layout.key]}, clustering {[c.name for c in layout.clustering]})"
         )
+        if moved:
+            click.echo(
+                f"{family.name}: {moved} audit row(s) moved from {family.keyspace}."
+                f"{LEGACY_AUDIT_TABLE} into month partitions ({family.keyspace}.{AUDIT_TABLE})"
+            )
 
 
 def _print_grants(families: list[Family], role: str) -> None:
@@ -319,6 +344,7 @@ def compact_command(
     family = obj.family(name)
     at = _parse_epoch(epoch) or epoch_for(datetime.now(UTC), family.lag)
     store = Store(obj.conn, family)
+    store.provenance = _by_cli(epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers)
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     started = datetime.now(UTC)
@@ -351,6 +377,12 @@ def compact_command(
         click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
     else:
         _print_summary(summary)
+
+
+def _by_cli(**parameters: object) -> Provenance:
+    """Who runs this command (the OS user, the host and the Cassandra role are added to every
+    audit row it writes) and the options it was given."""
+    return Provenance("cli", None, {k: v for k, v in parameters.items() if v is not None})
 
 
 def _progress() -> Callable[[str], None]:
@@ -458,6 +490,7 @@ def reset_command(
     """Set COUNTER back to zero; repeating the command is one reset (recorded in the audit)."""
     family = obj.family(name)
     store = Store(obj.conn, family)
+    store.provenance = _by_cli()
     moment = _parse_epoch(at)
     with reported():
         try:
@@ -472,6 +505,33 @@ def reset_command(
     click.echo(
         f"{family.name}: {format_key(result.counter)} reset to 0 at {result.at.isoformat()} "
         f"({state}; {result.rows_deleted} raw row(s) consumed; id {result.reset_id})"
+    )
+
+
+@cli.command("reshard")
+@click.option("--family", "name", required=True)
+@click.option("--shards", type=int, required=True, help="The new shard count (1..256).")
+@pass_context
+def reshard_command(obj: Context, name: str, shards: int) -> None:
+    """Move the family's checkpoints to another shard count, exactly.
+
+    Every counter's checkpoint, quarantine entry, index mark and record of counted keys moves to
+    its place under --shards; runs are refused meanwhile (pause the family's DAG first, or they
+    fail until it is done). Resumable: after a crash, run the same command again. Then set
+    'shards' in the YAML to the new count."""
+    from .reshard import reshard
+
+    family = obj.family(name)
+    with reported():
+        try:
+            done = reshard(Store(obj.conn, family), shards, progress=click.echo)
+        except engine.EngineError as exc:
+            raise Failure(str(exc), 2) from exc
+    click.echo(
+        f"{family.name}: {done.shards_before} -> {done.shards_after} shard(s): "
+        f"{done.checkpoints_moved} checkpoint(s), {done.records_moved} record(s) of counted keys, "
+        f"{done.quarantined_moved} quarantine entr(ies), {done.marks_moved} index mark(s) moved. "
+        f"Set 'shards: {done.shards_after}' in the YAML."
     )
 
 
@@ -491,8 +551,10 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
     Exit code 0 when everything matches (or was repaired), 7 when differences remain.
     """
     family = obj.family(name)
+    store = Store(obj.conn, family)
+    store.provenance = _by_cli()
     with reported():
-        found = engine.reconcile(Store(obj.conn, family), repair=repair)
+        found = engine.reconcile(store, repair=repair)
     if as_json:
         click.echo(
             json.dumps(
@@ -537,6 +599,7 @@ def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_js
     check, a compact row changed outside the engine), or release some."""
     family = obj.family(name)
     store = Store(obj.conn, family)
+    store.provenance = _by_cli()
     with reported():
         for text in releases:
             try:
@@ -572,26 +635,96 @@ def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_js
 
 @cli.command("audit")
 @click.option("--family", "name", required=True)
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10000))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--since", help="Rows started at or after this time (ISO 8601, UTC if no offset).")
+@click.option("--until", help="Rows started before this time (ISO 8601, UTC if no offset).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="At most this many rows, newest first (default: 20 for the table, every row of the "
+    "range for --format).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", *audit_export.FORMATS]),
+    default="table",
+    show_default=True,
+    help="csv, json and parquet stream every row of the range (a page at a time) with every "
+    "column: who, parameters, code version, configuration hash, GX suite and result.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default="-",
+    help="Write the export to this file (default: standard output; parquet needs a file "
+    "unless standard output is redirected).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @pass_context
-def audit_command(obj: Context, name: str, limit: int, as_json: bool) -> None:
-    """Print the family's audit rows, newest first."""
+def audit_command(
+    obj: Context,
+    name: str,
+    since: str | None,
+    until: str | None,
+    limit: int | None,
+    fmt: str,
+    output: str,
+    as_json: bool,
+) -> None:
+    """Print or export the family's audit rows, newest first.
+
+    \b
+    Every run and every operator action (reset, reconcile --repair, quarantine --release,
+    a manual compact) has a row naming who did it. Examples:
+      counterctl audit --family trades
+      counterctl audit --family trades --since 2026-11-01 --until 2026-12-01 \\
+          --format parquet -o trades-2026-11.parquet
+    """
+    from itertools import islice
+
+    from .status import audit_stream
+
     family = obj.family(name)
+    fmt = "json" if as_json else fmt
+    low, high = _parse_time(since, "--since"), _parse_time(until, "--until")
+    if low and high and low >= high:
+        raise Failure(f"--since ({since}) must be before --until ({until})", 2)
+    if fmt == "parquet" and output == "-" and sys.stdout.isatty():
+        raise Failure("--format parquet writes binary: give --output FILE or redirect", 2)
+    store = Store(obj.conn, family)
     with reported():
-        rows = Store(obj.conn, family).read_audit(limit)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
-        return
+        rows = audit_stream(store, low, high)
+        if limit is not None or fmt == "table":
+            rows = islice(rows, limit or 20)
+        if fmt == "table":
+            _print_audit_table(list(rows))
+            return
+        with click.open_file(output, "wb") as sink:
+            for chunk in audit_export.chunks(fmt, rows, family.name, low, high):
+                sink.write(chunk)
+
+
+def _parse_time(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_epoch(value)
+    except ValueError as exc:
+        raise Failure(f"{option}: {exc}", 2) from exc
+
+
+def _print_audit_table(rows: list[AuditRow]) -> None:
     click.echo(
-        "started_at\trun_id\toutcome\tepoch_after\tcounters\trows_folded\tsum_folded\t"
-        "late_rows\trows_deleted"
+        "started_at\trun_id\taction\toutcome\tepoch_after\tcounters\trows_folded\t"
+        "sum_folded\tlate_rows\trows_deleted\twho"
     )
     for r in rows:
+        who = r.airflow_user or (f"{r.os_user}@{r.host}" if r.os_user else "-")
         click.echo(
-            f"{r['started_at']:%Y-%m-%d %H:%M:%S}\t{r['run_id']}\t{r['outcome']}\t"
-            f"{r['epoch_after']}\t{r['counters']}\t{r['rows_folded']}\t{r['sum_folded']}\t"
-            f"{r['late_rows']}\t{r['rows_deleted']}"
+            f"{r.started_at:%Y-%m-%d %H:%M:%S}\t{r.run_id}\t{r.action}\t{r.outcome}\t"
+            f"{r.epoch_after}\t{r.counters}\t{r.rows_folded}\t{r.sum_folded}\t"
+            f"{r.late_rows}\t{r.rows_deleted}\t{who} ({r.triggered_by or '-'})"
         )
 
 

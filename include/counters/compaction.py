@@ -83,7 +83,7 @@ from .core import (
     whole_bucket,
 )
 from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
-from .identity import check_family
+from .identity import check_family, check_partition
 from .rowkeys import CountedKeys
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
 
@@ -561,6 +561,7 @@ def _compact_bucket(
         if scan and not sweep:
             whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
         ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+        check_partition(store, ctx.shard, bucket, ledger)
         copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
         ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
@@ -1001,6 +1002,7 @@ def _refold(
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
     ledger = store.read_ledger(ctx.shard, bucket, counters)
+    check_partition(store, ctx.shard, bucket, ledger)
     copies = store.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
@@ -1637,7 +1639,12 @@ def audit_record(
     dry_run: bool = False,
     message: str = "",
     started_at: datetime | None = None,
+    gx_suite: str | None = None,
+    gx_result: str | None = None,
 ) -> dict[str, Any]:
+    """A run's audit row (``Store.write_audit`` adds who ran it, the code version and the
+    configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
+    run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
     return {
         "family": family.name,
         "started_at": started_at or datetime.now(UTC),
@@ -1645,6 +1652,9 @@ def audit_record(
         "kind": family.kind.value,
         "outcome": outcome,
         "dry_run": dry_run,
+        "sweep": plan.sweep,
+        "gx_suite": gx_suite,
+        "gx_result": gx_result,
         "epoch_before": plan.epoch_before,
         "epoch_after": plan.epoch
         if outcome in ("success", "partial", "reset", "idle") and not dry_run

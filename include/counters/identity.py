@@ -21,7 +21,7 @@ from cassandra import InvalidRequest
 from .config import Family
 from .core import BUCKETS, bucket_of
 from .schema import TABLES_TABLE, SchemaError, check_table_options
-from .store import Store, TableOwner
+from .store import MOVING, Ledger, Store, TableOwner
 
 IDENTITY_FIELDS = (
     "kind",
@@ -97,6 +97,13 @@ def refusal(family: Family, table: str, owner: TableOwner, current: dict[str, An
             "tables. Nothing was read or changed."
         )
     recorded = json.loads(owner.identity)
+    under_way = recorded.get("resharding")
+    if under_way:
+        return (
+            f"family {family.name!r}: a reshard from {under_way['from']} to {under_way['to']} "
+            f"shards is under way; finish it with `counterctl reshard --family {family.name} "
+            f"--shards {under_way['to']}`. Nothing was read or changed."
+        )
     diffs = differences(recorded, current)
     if not diffs:
         return ""
@@ -181,6 +188,25 @@ def local_dc(session: Any) -> str | None:
             return policy.local_dc
         policy = getattr(policy, "_child_policy", None)
     return None
+
+
+def check_partition(store: Store, shard: int, bucket: int, ledger: Ledger) -> None:
+    """Refuse to work a ledger partition committed under another shard count, or fenced by a
+    reshard under way (its commits would not apply: say why instead of retrying)."""
+    family = store.family
+    if ledger.shards is None or ledger.shards == family.shards:
+        return
+    if ledger.shards == MOVING:
+        raise IdentityMismatch(
+            f"family {family.name!r}: ledger partition {shard}/{bucket} is being moved by a "
+            f"reshard under way; finish it with `counterctl reshard --family {family.name} "
+            "--shards N`. Nothing more was changed."
+        )
+    raise IdentityMismatch(
+        f"family {family.name!r}: ledger partition {shard}/{bucket} belongs to "
+        f"{ledger.shards} shards and the YAML says {family.shards}: "
+        f"{_fix('shards', ledger.shards, family)}. Nothing more was changed."
+    )
 
 
 def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:

@@ -7,10 +7,12 @@ reset or repair a run's commit: whichever commits second re-reads and re-plans.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .audit import Action, operator_record
 from .compaction import (
     MAX_ATTEMPTS,
     Phases,
@@ -19,8 +21,9 @@ from .compaction import (
     audit_record,
     commit_folds,
     committed_checkpoint,
+    new_run_id,
 )
-from .config import Kind
+from .config import Family, Kind
 from .core import (
     EMPTY_CHECKPOINT,
     Checkpoint,
@@ -34,7 +37,7 @@ from .core import (
     utc_naive,
 )
 from .errors import ChecksFailed, EngineError
-from .identity import check_family
+from .identity import check_family, check_partition
 from .store import Quarantined, Store
 
 RESET_REPEAT_WINDOW = timedelta(hours=1)
@@ -62,6 +65,7 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
     ledger = store.read_ledger(shard, bucket, [counter])
+    check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
     if checkpoint is None:
         copy = store.read_copies(shard, bucket, [counter]).get(counter)
@@ -177,17 +181,17 @@ def reset_counter(
         ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
         deleted = store.delete_rows([(counter, list(committed.pending))], ts)
     plan = RunPlan(family.name, reset_id, at, None, ())
-    store.write_audit(
-        audit_record(
-            family,
-            plan,
-            outcome="reset",
-            tally=Tally(counters_committed=1, rows_deleted=deleted),
-            phases=Phases(),
-            message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
-            f"{at.isoformat()} ({deleted} raw row(s) consumed)",
-        )
+    record = audit_record(
+        family,
+        plan,
+        outcome="reset",
+        tally=Tally(counters_committed=1, rows_deleted=deleted),
+        phases=Phases(),
+        message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
+        f"{at.isoformat()} ({deleted} raw row(s) consumed)",
     )
+    parameters = {"counter": format_key(counter), "at": at.isoformat(), "reset_id": reset_id}
+    store.write_audit({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
     )
@@ -232,7 +236,37 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
             found += _reconcile_unique(store, shard, repair)
         else:
             found += _reconcile_rows(store, shard, repair)
+    if repair:
+        store.write_audit(repair_record(family, found))
     return found
+
+
+def repair_record(family: Family, found: Sequence[Discrepancy]) -> dict[str, Any]:
+    """The audit row of ``reconcile --repair``: what it repaired, counter by counter (the
+    first 50 in the message)."""
+    repaired = [d for d in found if d.repaired]
+    named = "; ".join(
+        f"{format_key(d.counter)}: expected {d.expected}, counted {d.counted} ({d.difference:+d})"
+        for d in repaired[:50]
+    )
+    how = (
+        "derived rows of the uncounted members rewritten (the next run counts them)"
+        if family.kind is Kind.UNIQUE
+        else "differences folded in with conditional commits"
+    )
+    return operator_record(
+        family,
+        action=Action.RECONCILE_REPAIR,
+        outcome="repaired" if repaired else "nothing to repair",
+        run_id=new_run_id("reconcile"),
+        counters=len(repaired),
+        sum_folded=0 if family.kind is Kind.UNIQUE else sum(d.difference for d in repaired),
+        message=f"{len(repaired)} counter(s) repaired, {len(found) - len(repaired)} left; "
+        f"{how}: {named}"
+        if repaired
+        else f"every counter matched; {len(found)} difference(s) left",
+        parameters={"repair": True},
+    )
 
 
 def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepancy]:
@@ -304,7 +338,8 @@ def release(store: Store, counter: Key) -> Checkpoint:
     reason (a NULL increment); the next run folds it."""
     check_family(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
-    if counter not in store.read_quarantine(shard):
+    entry = store.read_quarantine(shard).get(counter)
+    if entry is None:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
@@ -325,4 +360,22 @@ def release(store: Store, counter: Key) -> Checkpoint:
         )
         store.copy_compact([(counter, restored)], checkpoint.run_id or "release", _micros())
     store.release(counter)
+    restored_text = (
+        f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
+        f"{from_millis(checkpoint.epoch_ms).isoformat() if checkpoint.epoch_ms else None}"
+        if checkpoint is not None
+        else "no ledger checkpoint (never committed)"
+    )
+    store.write_audit(
+        operator_record(
+            store.family,
+            action=Action.QUARANTINE_RELEASE,
+            outcome="released",
+            run_id=new_run_id("release"),
+            counters=1,
+            message=f"counter {format_key(counter)} released from quarantine (it was held for "
+            f"{entry.reason}: {entry.detail}, run {entry.run_id}); {restored_text}",
+            parameters={"counter": format_key(counter)},
+        )
+    )
     return checkpoint or EMPTY_CHECKPOINT

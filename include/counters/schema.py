@@ -49,7 +49,16 @@ LEDGER_OPTIONS = (
     "AND caching = {'keys': 'ALL', 'rows_per_partition': 'NONE'}"
 )
 
-AUDIT_TABLE = "counters_audit"
+AUDIT_TABLE = "counters_audit_by_month"
+"""One partition per family and month (``audit.month_of``): a row a minute is ~44,640 rows a
+month, a bounded partition however long the family runs."""
+AUDIT_MONTHS_TABLE = "counters_audit_months"
+"""Per family, the months that have audit rows: reads walk these partitions, newest first."""
+LEGACY_AUDIT_TABLE = "counters_audit"
+"""Versions before the month partitions kept a family's whole trail in one partition here;
+``counterctl init`` moves its rows (``auditlog.AuditLog.upgrade``)."""
+AUDIT_UPGRADE_TABLE = "counters_audit_upgrade"
+"""Per family, how far the move from ``counters_audit`` got (a resumable cursor)."""
 LEASE_TABLE = "counters_lease"
 STATE_TABLE = "counters_family_state"
 TABLES_TABLE = "counters_tables"
@@ -157,7 +166,8 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # one partition per token-range bucket: a conditional batch on its static head commits
         # many counters in one Paxos round
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(ledger_table(family))} (shard int, bucket int, "
-        f"head timeuuid static, population int static, {key_defs}, value bigint, "
+        f"head timeuuid static, population int static, shards int static, {key_defs}, "
+        "value bigint, "
         "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
         "base_value bigint, "
@@ -195,6 +205,7 @@ def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
         (runs_table(family), rw),
         (quarantine_table(family), rw),
         (AUDIT_TABLE, rw),
+        (AUDIT_MONTHS_TABLE, rw),
         (LEASE_TABLE, rw),
         (STATE_TABLE, rw),
         (TABLES_TABLE, rw),
@@ -221,13 +232,21 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
     ks = q(keyspace)
     return [
         f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}",
-        f"CREATE TABLE IF NOT EXISTS {ks}.{AUDIT_TABLE} (family text, started_at timestamp, "
-        "run_id text, kind text, outcome text, dry_run boolean, epoch_before timestamp, "
-        "epoch_after timestamp, counters int, rows_folded bigint, sum_folded bigint, "
-        "late_rows bigint, late_sum bigint, max_lateness_ms bigint, conflicts int, "
-        "rows_deleted bigint, checks text, durations text, message text, "
-        "PRIMARY KEY ((family), started_at, run_id)) "
+        f"CREATE TABLE IF NOT EXISTS {ks}.{AUDIT_TABLE} (family text, month text, "
+        "started_at timestamp, run_id text, action text, kind text, outcome text, "
+        "dry_run boolean, sweep boolean, epoch_before timestamp, epoch_after timestamp, "
+        "counters int, rows_folded bigint, sum_folded bigint, late_rows bigint, "
+        "late_sum bigint, max_lateness_ms bigint, conflicts int, rows_deleted bigint, "
+        "checks text, durations text, message text, triggered_by text, airflow_user text, "
+        "os_user text, host text, cassandra_role text, parameters text, code_version text, "
+        "config_hash text, gx_suite text, gx_result text, archive map<text, text>, "
+        "PRIMARY KEY ((family, month), started_at, run_id)) "
         "WITH CLUSTERING ORDER BY (started_at DESC, run_id ASC)",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{AUDIT_MONTHS_TABLE} (family text, month text, "
+        "PRIMARY KEY ((family), month)) WITH CLUSTERING ORDER BY (month DESC)",
+        f"CREATE TABLE IF NOT EXISTS {ks}.{AUDIT_UPGRADE_TABLE} (family text PRIMARY KEY, "
+        "cut_micros bigint, cursor timestamp, copied bigint, started_at timestamp, "
+        "finished_at timestamp)",
         f"CREATE TABLE IF NOT EXISTS {ks}.{LEASE_TABLE} (family text, shard int, owner text, "
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
@@ -482,6 +501,7 @@ def ensure_schema(
         ("pending_low_ms", "bigint"),
         ("state", "blob"),
         ("origin_ms", "bigint"),
+        ("shards", "int static"),
     ):
         if ledger is not None and column not in ledger.columns:  # a ledger from before it
             session.execute(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from .store import Quarantined, Store
 
 MAX_PAGE = 1000
-"""The most audit rows one request reads (a page of the family page, an export)."""
-MAX_EXPORT = 10_000
-"""The most audit rows one export returns (``counterctl audit --limit`` has the same cap)."""
+"""The most audit rows one request reads (a page of the family page, a page of an export,
+which streams any number of them)."""
 WINDOW = timedelta(hours=1)
 """The overview's totals cover the runs of this last stretch of time."""
 WINDOW_LIMIT = 500
@@ -85,9 +84,11 @@ def freshness(epoch: datetime | None, now: datetime, family: Family) -> Lag:
 AUDIT_COLUMNS = (
     "started_at",
     "run_id",
+    "action",
     "kind",
     "outcome",
     "dry_run",
+    "sweep",
     "epoch_before",
     "epoch_after",
     "counters",
@@ -102,8 +103,21 @@ AUDIT_COLUMNS = (
     "checks",
     "durations",
     "message",
+    "triggered_by",
+    "airflow_user",
+    "os_user",
+    "host",
+    "cassandra_role",
+    "parameters",
+    "code_version",
+    "config_hash",
+    "gx_suite",
+    "gx_result",
+    "archive",
 )
-"""The export's columns, in order (``checks`` and ``durations`` as JSON text in CSV)."""
+"""The export's columns, in order (``checks``, ``durations``, ``parameters`` and ``archive``
+as JSON text in CSV)."""
+JSON_COLUMNS = ("checks", "durations", "parameters", "archive")
 
 
 def _json_field(text: Any) -> dict[str, Any]:
@@ -150,6 +164,23 @@ class AuditRow:
     checks: dict[str, str] = field(default_factory=dict)
     durations: dict[str, float] = field(default_factory=dict)
     message: str = ""
+    action: str = "compact"
+    sweep: bool = False
+    triggered_by: str = ""
+    """``cli``, ``library``, or the DAG run's type (``scheduled``, ``manual``, ``backfill``)"""
+    airflow_user: str = ""
+    os_user: str = ""
+    host: str = ""
+    cassandra_role: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    code_version: str = ""
+    config_hash: str = ""
+    gx_suite: str = ""
+    """the fingerprint of the GX suite that validated the run ('' when GX did not)"""
+    gx_result: str = ""
+    """where the GX result and its Data Docs page are stored (``evidence``)"""
+    archive: dict[str, str] = field(default_factory=dict)
+    """the manifest of the raw rows the run archived before deleting them"""
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> AuditRow:
@@ -179,6 +210,19 @@ class AuditRow:
             checks={k: str(v) for k, v in _json_field(record.get("checks")).items()},
             durations=durations,
             message=record.get("message") or "",
+            action=record.get("action") or "compact",
+            sweep=bool(record.get("sweep")),
+            triggered_by=record.get("triggered_by") or "",
+            airflow_user=record.get("airflow_user") or "",
+            os_user=record.get("os_user") or "",
+            host=record.get("host") or "",
+            cassandra_role=record.get("cassandra_role") or "",
+            parameters=_json_field(record.get("parameters")),
+            code_version=record.get("code_version") or "",
+            config_hash=record.get("config_hash") or "",
+            gx_suite=record.get("gx_suite") or "",
+            gx_result=record.get("gx_result") or "",
+            archive={str(k): str(v) for k, v in (record.get("archive") or {}).items()},
         )
 
     @property
@@ -220,23 +264,41 @@ class AuditRow:
             "checks": dict(self.checks),
             "durations": dict(self.durations),
             "message": self.message,
+            "action": self.action,
+            "sweep": self.sweep,
+            "triggered_by": self.triggered_by,
+            "airflow_user": self.airflow_user,
+            "os_user": self.os_user,
+            "host": self.host,
+            "cassandra_role": self.cassandra_role,
+            "parameters": dict(self.parameters),
+            "code_version": self.code_version,
+            "config_hash": self.config_hash,
+            "gx_suite": self.gx_suite,
+            "gx_result": self.gx_result,
+            "archive": dict(self.archive),
         }
         return {column: values[column] for column in AUDIT_COLUMNS}
 
 
+def csv_cells(row: AuditRow) -> list[Any]:
+    """One CSV line's cells, in ``AUDIT_COLUMNS`` order (JSON columns as JSON text)."""
+    values = row.as_dict()
+    return [
+        json.dumps(values[c], sort_keys=True)
+        if c in JSON_COLUMNS
+        else ("" if values[c] is None else values[c])
+        for c in AUDIT_COLUMNS
+    ]
+
+
 def audit_csv(rows: Iterable[AuditRow]) -> str:
-    """The rows as CSV with a header (``checks`` and ``durations`` as JSON text)."""
+    """The rows as CSV with a header (the JSON columns as JSON text)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(AUDIT_COLUMNS)
     for row in rows:
-        values = row.as_dict()
-        writer.writerow(
-            json.dumps(values[c], sort_keys=True)
-            if c in ("checks", "durations")
-            else ("" if values[c] is None else values[c])
-            for c in AUDIT_COLUMNS
-        )
+        writer.writerow(csv_cells(row))
     return out.getvalue()
 
 
@@ -309,6 +371,22 @@ def audit_page(
     since = utc_naive(since) if since else None
     before = utc_naive(before) if before else None
     return [AuditRow.from_record(r) for r in store.read_audit_range(limit, since, before)]
+
+
+def audit_stream(
+    store: Store,
+    since: datetime | None = None,
+    before: datetime | None = None,
+    page_rows: int = MAX_PAGE,
+) -> Iterator[AuditRow]:
+    """Every audit row started in ``[since, before)``, newest first, read ``page_rows`` at a
+    time across the month partitions (the CLI's and the UI's export)."""
+    since = utc_naive(since) if since else None
+    before = utc_naive(before) if before else None
+    if since and before and since >= before:
+        raise ValueError(f"since ({_iso(since)}) must be before until ({_iso(before)})")
+    for record in store.audit_log.stream(since, before, page_rows):
+        yield AuditRow.from_record(record)
 
 
 @dataclass(frozen=True)

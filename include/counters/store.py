@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cassandra import (
     ConsistencyLevel,
@@ -72,6 +72,10 @@ from .core import (
 from .errors import EngineError
 from .rowkeys import CountedKeys, Encoded, KeyCodec
 from .schema import RawLayout, q
+
+if TYPE_CHECKING:
+    from .audit import Provenance
+    from .auditlog import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +166,13 @@ class Ledger:
     head: Any
     checkpoints: dict[Key, Checkpoint]
     population: int | None = None
+    shards: int | None = None
+    """The shard count the partition was committed under (None: before it was recorded;
+    ``MOVING``: a reshard is moving it). Every commit is conditioned on it."""
+
+
+MOVING = -1
+"""A ledger partition's ``shards`` while a reshard moves its checkpoints: no commit applies."""
 
 
 class TableOwner(NamedTuple):
@@ -262,6 +273,8 @@ class Store:
         self._local = threading.local()
         self._read_hints: dict[Key, tuple[float, Any]] = {}
         """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
+        self.provenance: Provenance | None = None
+        """Who started the changes this store makes (written into its audit rows)."""
 
     @property
     def phase(self) -> str:
@@ -299,6 +312,9 @@ class Store:
             "runs": f"{ks}.{q(schema.runs_table(f))}",
             "quarantine": f"{ks}.{q(schema.quarantine_table(f))}",
             "audit": f"{ks}.{schema.AUDIT_TABLE}",
+            "audit_months": f"{ks}.{schema.AUDIT_MONTHS_TABLE}",
+            "audit_legacy": f"{ks}.{schema.LEGACY_AUDIT_TABLE}",
+            "audit_upgrade": f"{ks}.{schema.AUDIT_UPGRADE_TABLE}",
             "lease": f"{ks}.{schema.LEASE_TABLE}",
             "state": f"{ks}.{schema.STATE_TABLE}",
             "tables": f"{ks}.{schema.TABLES_TABLE}",
@@ -1083,20 +1099,21 @@ class Store:
         if counters is None:
             statement = self.prepare(
                 "ledger_scan" + suffix,
-                f"SELECT head, {{key}}, {columns} FROM {{ledger}} WHERE shard = ? AND bucket = ?",
+                f"SELECT head, shards, {{key}}, {columns} FROM {{ledger}} "
+                "WHERE shard = ? AND bucket = ?",
             )
             self.requests[self.phase] += 1
             rows = list(
                 self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
             )
-            head = rows[0][0] if rows else None
+            head, shards = (rows[0][0], rows[0][1]) if rows else (None, None)
             checkpoints = {
-                tuple(r[1 : 1 + width]): self._checkpoint(r[1 + width :], with_pending)
+                tuple(r[2 : 2 + width]): self._checkpoint(r[2 + width :], with_pending)
                 for r in rows
-                if r[1] is not None
+                if r[2] is not None
             }
             # its population is counted by the caller, who reads the compact rows too
-            return Ledger(head, checkpoints, None)
+            return Ledger(head, checkpoints, None, shards)
         head_statement = self._head_statement()
         statement = self.prepare(
             "ledger_read" + suffix,
@@ -1109,7 +1126,7 @@ class Store:
             for group in chunks(list(counters), ROWS_PER_BATCH)
         ]
         results = self._run(requests)
-        head, population = self._head_of(results[0].one())
+        head, population, shards = self._head_of(results[0].one())
         asked = {_normal(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
             asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(
@@ -1118,7 +1135,7 @@ class Store:
             for result in results[1:]
             for r in result
         }
-        return Ledger(head, checkpoints, population)
+        return Ledger(head, checkpoints, population, shards)
 
     def population(self, shard: int, bucket: int) -> int | None:
         """A bucket's population alone: enough to choose how to read it."""
@@ -1128,13 +1145,13 @@ class Store:
     def _head_statement(self) -> PreparedStatement:
         return self.prepare(
             "ledger_head",
-            "SELECT head, population FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1",
+            "SELECT head, population, shards FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1",
         )
 
     @staticmethod
-    def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None]:
-        """(head, population) of a head read; None where the bucket was never counted."""
-        return (row[0], row[1]) if row is not None else (None, None)
+    def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None, int | None]:
+        """(head, population, shards) of a head read; None where never set."""
+        return (row[0], row[1], row[2]) if row is not None else (None, None, None)
 
     def commit_bucket(
         self,
@@ -1154,14 +1171,17 @@ class Store:
         and the rows are read in separate requests at a quorum, not serially: a read can meet
         a commit that is still landing on the replicas and see its head but not yet its rows,
         and only the rows' own conditions keep a fold on such a stale base out (it would set
-        the counter back one commit). All or nothing. ``population`` is the bucket's count
+        the counter back one commit). And only if the partition belongs to the family's shard
+        count (its ``shards`` static, written by every commit): a worker whose YAML says another
+        count, or a run that started before a reshard fenced the partition, commits nothing
+        (``MOVING`` matches no count). All or nothing. ``population`` is the bucket's count
         once this commit applies (``core.grown_population``); None leaves it as it is."""
         from .core import next_version
 
         head_cas = self.prepare(
             "ledger_head_cas",
-            "UPDATE {ledger} SET head = ?, population = ? WHERE shard = ? AND bucket = ? "
-            "IF head = ?",
+            "UPDATE {ledger} SET head = ?, population = ?, shards = ? "
+            "WHERE shard = ? AND bucket = ? IF head = ? AND shards IN (?, null)",
             serial=True,
         )
         # the checkpoint as one cell (``core.pack_state``); the keys are in the run log
@@ -1187,7 +1207,15 @@ class Store:
         batch.add(
             bind(
                 head_cas,
-                (commit_id, UNSET_VALUE if population is None else population, shard, bucket, head),
+                (
+                    commit_id,
+                    UNSET_VALUE if population is None else population,
+                    self.family.shards,
+                    shard,
+                    bucket,
+                    head,
+                    self.family.shards,
+                ),
             )
         )
         now_ms = now_micros // 1000
@@ -1614,6 +1642,217 @@ class Store:
             if all(v is not None for v in r[2:])  # a partition holding only its head
         ]
 
+    # --- reshard: moving the rows that depend on the shard count --------------------------
+
+    def with_shards(self, shards: int) -> Store:
+        """This store for the same family at another shard count (a reshard's old count)."""
+        family = self.family.model_copy(update={"shards": shards})
+        return Store(self.conn, family, self._layout, self.concurrency)
+
+    def replace_identity(
+        self, table: str, expected: dict[str, Any], identity: dict[str, Any]
+    ) -> bool:
+        """Replace ``table``'s recorded identity if it is still ``expected`` (a lightweight
+        transaction); whether it was."""
+        from .identity import encode
+
+        statement = self.prepare(
+            "tables_replace",
+            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
+            serial=True,
+        )
+        result = self.session.execute(statement, (encode(identity), table, encode(expected)))
+        return result.was_applied or encode(identity) == result.one().identity
+
+    def fence_bucket(self, shard: int, bucket: int) -> None:
+        """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
+        from then on no commit applies to it, whoever planned it."""
+        statement = self.prepare(
+            "ledger_fence",
+            "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?",
+            serial=True,
+        )
+        for _attempt in range(16):
+            head = self.head_serial(shard, bucket)
+            if self.session.execute(statement, (MOVING, shard, bucket, head)).was_applied:
+                return
+        raise EngineError(
+            f"family {self.family.name!r}: ledger partition {shard}/{bucket} kept changing "
+            "while a reshard fenced it; stop the family's runs (pause its DAG) and run it again"
+        )
+
+    def open_bucket(self, shard: int, bucket: int, shards: int) -> None:
+        """A ledger partition of the new shard count: its ``shards`` set, a fresh head (a
+        reader of the old one commits nothing), its population to be counted again."""
+        statement = self.prepare(
+            "ledger_open",
+            "UPDATE {ledger} SET shards = ?, head = ?, population = null "
+            "WHERE shard = ? AND bucket = ?",
+        )
+        self.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
+
+    def drop_bucket(self, shard: int, bucket: int) -> None:
+        """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
+        statement = self.prepare(
+            "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
+        )
+        self.session.execute(statement, (shard, bucket))
+
+    @cached_property
+    def _ledger_row_columns(self) -> list[str]:
+        """The ledger's columns a checkpoint's row holds (not its key, not the statics)."""
+        table = self.session.cluster.metadata.keyspaces[self.family.keyspace].tables[
+            schema.ledger_table(self.family)
+        ]
+        fixed = {c.name for c in (*table.partition_key, *table.clustering_key)}
+        return [
+            name
+            for name, column in table.columns.items()
+            if name not in fixed and not column.is_static
+        ]
+
+    def ledger_rows(self, shard: int, bucket: int) -> list[tuple[Key, dict[str, Any]]]:
+        """Every checkpoint row of a ledger partition, its columns as stored."""
+        columns = self._ledger_row_columns
+        statement = self.prepare(
+            "ledger_rows",
+            f"SELECT {{key}}, {', '.join(q(c) for c in columns)} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ?",
+        )
+        width = len(self.layout.key)
+        rows = self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
+        return [
+            (tuple(r[:width]), dict(zip(columns, r[width:], strict=True)))
+            for r in rows
+            if r[0] is not None
+        ]
+
+    def move_ledger_row(
+        self, counter: Key, row: dict[str, Any], old: tuple[int, int], new: tuple[int, int]
+    ) -> None:
+        """A checkpoint row at its new place and its deletion at the old one, in one logged
+        batch (both or neither, eventually)."""
+        columns = list(row)
+        insert = self.prepare(
+            "ledger_row_insert",
+            f"INSERT INTO {{ledger}} (shard, bucket, {{key}}, {', '.join(q(c) for c in columns)}) "
+            f"VALUES (?, ?, {{key_marks}}, {', '.join('?' for _ in columns)})",
+        )
+        delete = self.prepare(
+            "ledger_row_delete",
+            "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
+        )
+        batch = BatchStatement(
+            batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
+        )
+        batch.add(insert, (*new, *counter, *row.values()))
+        batch.add(delete, (*old, *counter))
+        self.session.execute(batch)
+
+    def copy_commit_record(
+        self, row: dict[str, Any], counter: Key, old: tuple[int, int], new: tuple[int, int]
+    ) -> bool:
+        """Copy the counter's entry of its last commit's record of counted keys to the
+        record at its new place (merged with the entries already copied there): a later fold
+        reads it there. False when there is none to copy (nothing counted is pending, or the
+        record expired)."""
+        cp = self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
+        if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
+            return False
+        read = self.prepare(
+            "runs_keys_read",
+            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        run_id = cp.run_id or ""
+        found = self.session.execute(read, (run_id, *old, cp.commit_id)).one()
+        if found is None or found[0] is None:
+            return False
+        encode, _decode = self._key_codec()
+        wanted = encode(counter)
+        entry = [e for e in unpack_commit_keys(found[0], self.key_codec) if e[0] == wanted]
+        if not entry:
+            return False
+        there = self.session.execute(read, (run_id, *new, cp.commit_id)).one()
+        entries = [
+            e
+            for e in (unpack_commit_keys(there[0], self.key_codec) if there and there[0] else [])
+            if e[0] != wanted
+        ]
+        blob = pack_commit_keys([*entries, *entry], self.key_codec)
+        write = self.prepare(
+            "runs_keys",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
+        )
+        self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+        return True
+
+    def move_quarantine(self, before: int, shards: int) -> int:
+        """Move quarantine entries to their shard under ``shards``; how many moved."""
+        read = self.prepare(
+            "quarantine_all",
+            "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?",
+        )
+        insert = self.prepare(
+            "quarantine_move",
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
+            "VALUES (?, {key_marks}, ?, ?, ?, ?)",
+        )
+        delete = self.prepare(
+            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
+        )
+        width = len(self.layout.key)
+        moved = 0
+        for shard in range(before):
+            for r in list(self.session.execute(read, (shard,))):
+                counter = tuple(r[:width])
+                to = shard_of(self.token(counter), shards)
+                if to == shard:
+                    continue
+                batch = BatchStatement(
+                    batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
+                )
+                batch.add(insert, (to, *counter, *r[width:]))
+                batch.add(delete, (shard, *counter))
+                self.session.execute(batch)
+                moved += 1
+        return moved
+
+    def move_marks(self, before: int, shards: int) -> int:
+        """Move the touched index's marks to their partition under ``shards``, each with its
+        server write time (the forget horizon compares it); how many moved."""
+        read = self.prepare(
+            "index_all",
+            "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
+        )
+        insert = self.prepare(
+            "index_move",
+            "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? "
+            "WHERE shard = ? AND slot = ? AND {key_where}",
+        )
+        delete = self.prepare(
+            "index_delete", "DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"
+        )
+        width = len(self.layout.key)
+        moved = 0
+        for shard in range(before):
+            for slot in range(BUCKETS):
+                for r in list(self.session.execute(read, (shard, slot))):
+                    counter = tuple(r[:width])
+                    to = bucket_of(self.token(counter), shards)
+                    if to == (shard, slot):
+                        continue
+                    minutes, written = r[width] or set(), r[width + 1]
+                    self.session.execute(insert, (written, minutes, *to, *counter))
+                    self.session.execute(delete, (shard, slot, *counter))
+                    moved += 1
+        return moved
+
+    def record_shards(self, shards: int) -> None:
+        """The family state's shard count after a reshard."""
+        statement = self.prepare("state_shards", "UPDATE {state} SET shards = ? WHERE family = ?")
+        self.session.execute(statement, (shards, self.family.name))
+
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
 
@@ -1643,21 +1882,20 @@ class Store:
             )
             self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
+    @cached_property
+    def audit_log(self) -> AuditLog:
+        """The family's audit trail (month partitions; ``auditlog``)."""
+        from .auditlog import AuditLog
+
+        return AuditLog(self)
+
     def write_audit(self, record: dict[str, Any]) -> None:
-        columns = list(record)
-        statement = self.prepare(
-            "audit_write:" + ",".join(columns),
-            f"INSERT INTO {{audit}} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})",
-        )
-        values = [
-            json.dumps(v, default=str) if isinstance(v, dict | list) else v for v in record.values()
-        ]
-        self.session.execute(statement, values)
+        """One audit row, stamped with ``provenance`` (who started the change)."""
+        self.audit_log.write(record)
 
     def read_audit(self, limit: int) -> list[dict[str, Any]]:
-        statement = self.prepare("audit_read", "SELECT * FROM {audit} WHERE family = ? LIMIT ?")
-        return [row._asdict() for row in self.session.execute(statement, (self.family.name, limit))]
+        """The newest ``limit`` audit rows, across month partitions."""
+        return self.audit_log.page(limit)
 
     # --- bounded reads for the UI (nothing here writes) -----------------------------------
 
@@ -1665,19 +1903,9 @@ class Store:
         self, limit: int, since: datetime | None = None, before: datetime | None = None
     ) -> list[dict[str, Any]]:
         """Audit rows with ``since <= started_at < before`` (naive UTC; open ends when None),
-        newest first, at most ``limit``: one slice of the family's partition. The next page
-        is ``before`` = the last row's ``started_at``."""
-        statement = self.prepare(
-            "audit_range",
-            "SELECT * FROM {audit} WHERE family = ? AND started_at >= ? AND started_at < ? LIMIT ?",
-        )
-        low = since or datetime(1970, 1, 1)
-        high = before or datetime(9999, 12, 31)
-        self.requests[self.phase] += 1
-        return [
-            row._asdict()
-            for row in self.session.execute(statement, (self.family.name, low, high, limit))
-        ]
+        newest first, at most ``limit``: a slice of each month partition until ``limit`` is
+        met. The next page is ``before`` = the last row's ``started_at``."""
+        return self.audit_log.page(limit, since, before)
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the

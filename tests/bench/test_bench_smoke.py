@@ -55,7 +55,7 @@ def test_report_structure(smoke):
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
         "load", "scan_floor", "required", "naive", "compaction", "scaling", "steady", "idle",
-        "read_latency", "limits", "probes", "dag_parse", "kinds",
+        "read_latency", "limits", "probes", "dag_parse", "kinds", "audit",
     ):  # fmt: skip
         assert section in report["results"], section
     assert set(report["ratios"]) >= {
@@ -221,3 +221,23 @@ def test_bench_keyspace_is_dropped(smoke, cassandra_session):
         (report["keyspace"],),
     ).one()
     assert row is None
+
+
+def test_audit_trail_read_and_exported_across_its_months(smoke):
+    report, stdout = smoke
+    trail = report["results"]["audit"]
+    assert trail["rows"] == 3000 and trail["months"] >= 1
+    for path in (
+        "family_page_newest.median_s",
+        "export.csv.median_s",
+        "export.parquet.median_s",
+        "export.csv.result.rows",
+        "export.parquet.result.bytes",
+        "tablestats.month_partitions.partition_max_bytes",
+        "tablestats.one_partition_per_family.partition_max_bytes",
+    ):
+        _positive(trail, path)
+    assert trail["family_page_newest"]["result"] == 60  # a full page: health and 60 rows
+    exported = trail["export"]["csv"]["result"]["rows"]
+    assert exported == trail["export"]["parquet"]["result"]["rows"] == trail["month_rows"]
+    assert "8. audit family page (health + 60 rows)" in stdout

@@ -149,7 +149,9 @@ def test_a_run_as_the_compactor_over_tls_leaks_its_password_nowhere(
         "counterctl -vv": verbose.stdout + verbose.stderr,
         "audit rows": "\n".join(
             repr(tuple(r))
-            for r in admin_conn.session.execute(f"SELECT * FROM {family.keyspace}.counters_audit")
+            for r in admin_conn.session.execute(
+                f"SELECT * FROM {family.keyspace}.counters_audit_by_month"
+            )
         ),
         "quarantine rows": "\n".join(
             repr(tuple(r))

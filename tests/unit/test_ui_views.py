@@ -184,29 +184,23 @@ def test_expect_the_back_link_right_after_the_body_tag() -> None:
     assert 'href="/f?a=1&amp;b">F &lt;1&gt;</a>' in html
 
 
-def test_expect_paths_outside_the_site_refused(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path))
-    site = datadocs.site_root("fam")
-    site.mkdir(parents=True)
-    (site / "index.html").write_text("<html></html>")
-    (tmp_path / "secret.txt").write_text("no")
-    assert datadocs.resolve("fam", "index.html") == (site / "index.html").resolve()
-    assert datadocs.resolve("fam", "../../../../../secret.txt") is None
-    assert datadocs.resolve("fam", str(tmp_path / "secret.txt")) is None
-    assert datadocs.resolve("fam", "missing.html") is None
+def test_expect_a_stored_pages_links_into_its_gx_site_to_point_at_the_plugin() -> None:
+    page = (
+        '<link rel="icon" href="../../../static/images/favicon.ico">'
+        '<a href="../../../../index.html">Home</a>'
+        "<a href='../../../../expectations/counters_fam.html'>suite</a>"
+    )
+    html = datadocs.rewrite(page, "/a", "/c/family/fam/datadocs")
+    assert 'href="/c/family/fam/datadocs/static/images/favicon.ico"' in html
+    assert 'href="/c/family/fam/datadocs/index.html">Home' in html
+    assert "href='/c/family/fam/datadocs/index.html'>suite" in html
+    assert "../" not in html
 
 
-def test_expect_the_newest_run_page_and_the_page_of_a_run(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path))
-    suite = datadocs.site_root("fam") / "validations" / "counters_fam"
-    for run, stamp in (("scheduled__b", "20261122T120100Z"), ("manual_a", "20261122T120200Z")):
-        page = suite / run / stamp / "counters-conservation_evidence.html"
-        page.parent.mkdir(parents=True)
-        page.write_text("x")
-    assert datadocs.latest_page("fam").parent.name == "20261122T120200Z"  # type: ignore[union-attr]
-    assert datadocs.run_page("fam", "manual:a").parent.parent.name == "manual_a"  # type: ignore[union-attr]
-    assert datadocs.run_page("fam", "other") is None
-    assert datadocs.latest_page("nothing") is None
+def test_expect_gx_static_files_served_from_the_package_and_nothing_outside() -> None:
+    assert datadocs.resolve_gx_static("images/logo-long.png") is not None
+    assert datadocs.resolve_gx_static("../__init__.py") is None
+    assert datadocs.resolve_gx_static("images/none.png") is None
 
 
 def test_expect_make_setup_to_have_fetched_every_asset_with_its_pinned_integrity() -> None:

@@ -186,6 +186,8 @@ class SuiteReport:
     docs_index: Path | None = None
     docs_page: str | None = None
     statistics: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+    """the suite's fingerprint (``_suite_fingerprint``): audit rows name the suite with it"""
 
     def failure_lines(self) -> list[str]:
         return [
@@ -349,6 +351,7 @@ def validate_evidence(
     every_s = float(os.environ.get(INDEX_EVERY_ENV) or DEFAULT_INDEX_EVERY_S)
     suite_name = f"counters_{family}"
     the_rules = rules()
+    fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
     index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     with _locked(root):
         context = gx.get_context(mode="file", project_root_dir=str(root))
@@ -381,6 +384,7 @@ def validate_evidence(
         docs_index=index_page if index_page.exists() else None,
         docs_page=(pages[0].get("site_url") if pages else None),
         statistics=dict(validation.statistics),
+        fingerprint=fingerprint,
     )
 
 

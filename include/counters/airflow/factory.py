@@ -248,6 +248,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
                     scheduled=_tasks().scheduled_time(dag_run),
                     epoch=params.get("epoch"),
                     dry_run=bool(params.get("dry_run")),
+                    started_by=_tasks().provenance(dag_run, params),
                 )
             except AirflowSkipException:  # noop or idle: the run ended without failing
                 notify_recovery(family.name, channels, FAILING, context)

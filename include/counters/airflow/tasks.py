@@ -21,11 +21,12 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from .. import engine, health, metrics
+from ..audit import Provenance
 from ..config import Family
 from ..core import CheckOutcome, Tally, epoch_for, utc_naive
 from ..core import parse_epoch as core_parse_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
-from . import checks
+from . import checks, evidence
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .runtime import store_for
 
@@ -126,6 +127,22 @@ def _shard_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[list[ShardRepo
     return parsed, phases
 
 
+def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Who started a DAG run, as its audit rows record it: the run's type (``scheduled``,
+    ``manual`` for a run triggered in the UI or the REST API, ``backfill``, ...), the Airflow
+    user who triggered it (None for the scheduler's), and its params."""
+    run_type = getattr(dag_run, "run_type", None)
+    return Provenance(
+        str(getattr(run_type, "value", run_type) or "airflow"),
+        getattr(dag_run, "triggering_user_name", None),
+        {
+            "dag_id": getattr(dag_run, "dag_id", None),
+            "dag_run_id": getattr(dag_run, "run_id", None),
+            **{k: v for k, v in (params or {}).items() if v is not None},
+        },
+    ).as_dict()
+
+
 def _audit(
     family: Family,
     run: Run,
@@ -135,7 +152,10 @@ def _audit(
     phases: Phases,
     checks_: Sequence[CheckOutcome] = (),
     message: str = "",
+    gx: Mapping[str, Any] | None = None,
 ) -> None:
+    """Write the run's audit row; ``gx``: the GX suite's fingerprint and where its result is
+    stored (``gx_suite``, ``gx_result``) when the suite validated the run."""
     record = engine.audit_record(
         family,
         _plan(family, run),
@@ -146,8 +166,12 @@ def _audit(
         dry_run=run["dry_run"],
         message=message,
         started_at=_time(run["started_at"]),
+        gx_suite=(gx or {}).get("gx_suite"),
+        gx_result=(gx or {}).get("gx_result"),
     )
-    store_for(family).write_audit(record)
+    store = store_for(family)
+    store.provenance = Provenance.from_dict(run.get("provenance"))
+    store.write_audit(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
     metrics.emit_run(record, tally.counters_quarantined)
 
@@ -181,6 +205,7 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
                 "dry_run": bool(params.get("dry_run")),
                 "started_at": _iso(datetime.now(UTC)),
                 "scheduled": _iso(scheduled),
+                "provenance": provenance(dag_run, params),
             }
         message = f"task {task} failed for good: {type(error).__name__}: {error}"
         _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=message)
@@ -201,9 +226,11 @@ def plan(
     epoch: str | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
+    started_by: Mapping[str, Any] | None = None,
 ) -> Run:
     """Decide the run's epoch and whether it sweeps; a run with nothing to do (epoch not newer,
-    or nothing touched and no sweep due) records its audit row here and skips the rest."""
+    or nothing touched and no sweep due) records its audit row here and skips the rest.
+    ``started_by``: who started the run (``provenance``), carried to every audit row."""
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     at = run_epoch(family, scheduled, epoch)
@@ -223,6 +250,7 @@ def plan(
         "dry_run": bool(dry_run),
         "started_at": _iso(now),
         "scheduled": _iso(scheduled),
+        "provenance": dict(started_by or Provenance("airflow").as_dict()),
     }
     phases = Phases({"plan": time.perf_counter() - started})
     if decided.noop or decided.idle:
@@ -311,6 +339,11 @@ def verify(
     )
     if push is not None:
         push("gx_result", suite.result)
+    gx = {
+        "gx_suite": suite.fingerprint,
+        "gx_result": evidence.keep(family.name, run["run_id"], suite),
+    }
+    log.info("GX result and page stored at %s", gx["gx_result"])
     outcomes = list(verification.outcomes) + [
         CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
         for o in suite.outcomes
@@ -327,7 +360,16 @@ def verify(
             f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
             f"{suite.docs_page or suite.docs_index}"
         )
-        _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
+        _audit(
+            family,
+            run,
+            "failed",
+            tally=tally,
+            phases=phases,
+            checks_=outcomes,
+            message=message,
+            gx=gx,
+        )
         raise CheckFailed(
             message,
             checks=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
@@ -351,6 +393,7 @@ def verify(
         "checks": [_outcome_dict(o) for o in outcomes],
         "data_docs": str(suite.docs_index) if suite.docs_index else None,
         "data_docs_page": suite.docs_page,
+        **gx,
     }
 
 
@@ -391,7 +434,16 @@ def verify_cleanup(
         phases = Phases(dict(verified["seconds"]))
         message = engine.cleanup_failure_message(family.name, run["run_id"], outcome)
         checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
-        _audit(family, run, "failed", tally=tally, phases=phases, checks_=checks_, message=message)
+        _audit(
+            family,
+            run,
+            "failed",
+            tally=tally,
+            phases=phases,
+            checks_=checks_,
+            message=message,
+            gx=verified,
+        )
         raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
     return {
         "check": _outcome_dict(outcome),
@@ -429,12 +481,28 @@ def record_audit(
             f"family {family.name!r} run {run['run_id']!r}: the compacted epoch is "
             f"{_iso(now_at)} after finishing, expected at least {run['epoch']}"
         )
-        _audit(family, run, "failed", tally=tally, phases=phases, checks_=outcomes, message=message)
+        _audit(
+            family,
+            run,
+            "failed",
+            tally=tally,
+            phases=phases,
+            checks_=outcomes,
+            message=message,
+            gx=verified,
+        )
         raise CheckFailed(message, checks=["family_epoch_advanced"], audited=True)
     if tally.counters_quarantined:
         message = engine.quarantine_message(family.name, run["run_id"], tally, outcomes)
         _audit(
-            family, run, "partial", tally=tally, phases=phases, checks_=outcomes, message=message
+            family,
+            run,
+            "partial",
+            tally=tally,
+            phases=phases,
+            checks_=outcomes,
+            message=message,
+            gx=verified,
         )
         named = next((o.counters for o in outcomes if o.name == "no_counter_quarantined"), ())
         raise CheckFailed(
@@ -443,7 +511,7 @@ def record_audit(
             counters=list(named or tally.quarantined),
             audited=True,
         )
-    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes)
+    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified)
     summary = {
         "family": family.name,
         "run_id": run["run_id"],

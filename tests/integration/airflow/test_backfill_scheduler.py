@@ -8,6 +8,7 @@ backfill's.
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import shutil
@@ -217,6 +218,10 @@ def test_backfill_create_runs_in_order_and_compacted_epochs_are_noops(
     assert [a["outcome"] for a in audit] == ["success", "success", "noop", "success"]
     assert [a["run_id"] for a in audit[:3]] == [run_id for run_id, _, _ in reversed(runs)]
     assert [a["epoch_after"] for a in audit] == [base + timedelta(minutes=m) for m in (8, 5, 2, 2)]
+    # who: the backfill's runs name the user who created it (`airflow backfill create`: the
+    # OS user), the run before it the library call that made it
+    assert [a["triggered_by"] for a in audit] == ["backfill"] * 3 + ["library"]
+    assert [a["airflow_user"] for a in audit[:3]] == [getpass.getuser()] * 3
     # in order: each run started after the previous one
     started_at = [a["started_at"] for a in reversed(audit[:3])]
     assert started_at == sorted(started_at)

@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from counters.airflow import tasks
+from counters.airflow import checks, tasks
+from counters.audit import config_fingerprint
 from counters.client import CounterClient, Increment
 from counters.schema import SchemaError
 from counters.store import Store
@@ -88,6 +89,17 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
     assert store.family_epoch() == epoch
     site = tmp_path / "gx" / family.name / "gx" / "uncommitted" / "data_docs" / "local_site"
     assert (site / "index.html").exists()
+    # who started it (dag.test() triggers as the user "dag_test"), under what, and its evidence
+    row = audit[0]
+    assert (row["triggered_by"], row["airflow_user"], row["sweep"]) == ("manual", "dag_test", True)
+    assert json.loads(row["parameters"])["dag_run_id"] == run.run_id
+    assert row["config_hash"] == config_fingerprint(family)
+    assert row["gx_suite"] and row["gx_suite"] == checks._suite_fingerprint(checks.rules())
+    stored = Path(row["gx_result"].removeprefix("file://"))
+    assert stored.is_relative_to(tmp_path / "gx-results" / family.name)
+    result = json.loads((stored / "result.json").read_text())
+    assert result["success"] and result["meta"]["run_id"]["run_name"] == checks.run_name(run.run_id)
+    assert "Expectation Validation Result" in (stored / "page.html").read_text()
     assert list((site / "validations").rglob("*.html")), "no validation page in the Data Docs"
 
 

@@ -4,6 +4,7 @@ simple auth manager's real password, against the real Cassandra node."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
@@ -342,10 +344,18 @@ def test_expect_the_audit_export_of_a_time_range_as_csv_and_json(
     monkeypatch.setattr(counters.status, "MAX_PAGE", 2)
     paged = ui.get(url, params={"limit": 5}).json()["rows"]
     assert [r["run_id"] for r in paged] == ["run-4", "run-3", "run-2", "run-1", "run-0"]
+    assert [r["run_id"] for r in ui.get(url, params={"limit": 2}).json()["rows"]] == [
+        "run-4",
+        "run-3",
+    ]
+    as_parquet = ui.get(url, params={"format": "parquet"})
+    assert as_parquet.headers["content-type"] == "application/vnd.apache.parquet"
+    table = pq.read_table(io.BytesIO(as_parquet.content))
+    assert table.column("run_id").to_pylist() == [f"run-{i}" for i in (4, 3, 2, 1, 0)]
 
     for params, message in (
-        ({"format": "xml"}, "format must be 'csv' or 'json'"),
-        ({"limit": 10_001}, "limit must be at most 10000"),
+        ({"format": "xml"}, "format must be one of csv, json, parquet"),
+        ({"limit": 0}, "limit"),
         ({"since": "tuesday"}, "since: not an ISO 8601 time"),
         ({"since": until[:-1], "until": since[:-1]}, "must be before until"),
         ({"limit": "many"}, "limit"),
@@ -371,7 +381,10 @@ def test_expect_data_docs_served_with_every_asset_local(
 
     latest = ui.get(f"{PREFIX}/family/{family.name}/datadocs/latest", follow_redirects=False)
     assert latest.status_code == 307
-    assert "/validations/counters_" in latest.headers["location"]
+    assert re.search(
+        r"/datadocs/\d{4}-\d\d-\d\d/\d{8}T[\d.]+Z__manual__docs/page\.html$",
+        latest.headers["location"],
+    )
     page = ui.get(latest.headers["location"])
 
     assert page.status_code == 200 and "Expectation Validation Result" in page.text
@@ -387,10 +400,113 @@ def test_expect_data_docs_served_with_every_asset_local(
         ui.get(f"{PREFIX}/family/{family.name}/datadocs/static/images/logo-long.png").status_code
         == 200
     )
-    escape = ui.get(f"{PREFIX}/family/{family.name}/datadocs/..%2F..%2F..%2F.lock")
-    assert escape.status_code == 404
+    for escape in ("..%2F..%2F..%2F.lock", "2026-01-01/..%2F..%2F/page.html", "x/y/page.html"):
+        assert ui.get(f"{PREFIX}/family/{family.name}/datadocs/{escape}").status_code == 404
+    result = ui.get(latest.headers["location"].removesuffix("page.html") + "result.json")
+    assert result.status_code == 200 and result.json()["success"] is True
     audit = ui.get(f"{PREFIX}/api/families/{family.name}").json()["audit"]
     assert audit[0]["data_docs"] == latest.headers["location"].split("/datadocs/", 1)[1]
+
+
+WORKER = """
+import json, sys
+from counters.config import Family
+from tests.integration.airflow.ui_seed import compact_as_the_dag_does
+from datetime import datetime
+family = Family.model_validate(json.loads(sys.argv[1]))
+at = datetime.fromisoformat(sys.argv[3])
+print(compact_as_the_dag_does(family, sys.argv[2], at, at))
+"""
+
+
+def test_expect_the_ui_to_read_the_results_every_worker_stored(
+    ui: Any, conn: Any, make_families: Any, t0: datetime, tmp_path: Path
+) -> None:
+    """Two task processes, each with its own GX working folder (two workers), validate a run
+    each; the UI process, whose own working folder stays empty, reads both from the store."""
+    import subprocess
+    import sys
+
+    families = make_families({"shards": 1})
+    family = families.family(families.entries[0]["name"])
+    client = CounterClient(conn, family)
+    done = []
+    for worker, minute in (("a", 2), ("b", 4)):
+        client.record(
+            [Increment(("IBM",), minute, t0 + timedelta(minutes=minute - 1), ("w", minute))]
+        )
+        at = t0 + timedelta(minutes=minute)
+        env = {**os.environ, "COUNTERS_GX_DIR": str(tmp_path / f"worker-{worker}")}
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                json.dumps(families.entries[0]),
+                f"run-{worker}",
+                at.isoformat(),
+            ],
+            env=env,
+            cwd=Path(__file__).resolve().parents[3],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0 and out.stdout.split()[-1] == "success", out.stderr[-3000:]
+        done.append(f"run-{worker}")
+    for worker in ("a", "b"):  # each worker kept only its own run locally
+        local = list((tmp_path / f"worker-{worker}").rglob("*.html"))
+        assert local and all(f"run-{worker}" in str(p) for p in local if "validations" in str(p))
+    assert not (tmp_path / "gx").exists()  # the UI process's own folder: nothing
+
+    rows = ui.get(f"{PREFIX}/api/families/{family.name}").json()["audit"]
+    assert [r["run_id"] for r in rows] == ["run-b", "run-a"]
+    for row in rows:
+        assert row["data_docs"] and row["gx_result"].startswith((tmp_path / "gx-results").as_uri())
+        page = ui.get(f"{PREFIX}/family/{family.name}/datadocs/{row['data_docs']}")
+        assert page.status_code == 200 and "Expectation Validation Result" in page.text
+        assert row["run_id"] in page.text
+    index = ui.get(f"{PREFIX}/family/{family.name}/datadocs/index.html")
+    assert index.text.index("run-b") < index.text.index("run-a")
+    latest = ui.get(f"{PREFIX}/family/{family.name}/datadocs/latest", follow_redirects=False)
+    assert latest.headers["location"].endswith(rows[0]["data_docs"])
+
+
+def test_expect_the_ui_export_to_stream_past_ten_thousand_rows(
+    ui: Any, conn: Any, make_families: Any
+) -> None:
+    from counters import audit
+
+    families = make_families({"shards": 1})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    start = datetime(2026, 8, 30)
+    rows = [
+        audit.stamped(
+            {
+                "family": family.name,
+                "started_at": start + timedelta(minutes=7 * i),
+                "run_id": f"run-{i:05d}",
+                "outcome": "success",
+            },
+            family,
+            audit.Provenance("scheduled"),
+            None,
+        )
+        for i in range(10_020)
+    ]
+    for month in {r["month"] for r in rows}:
+        store.audit_log._add_month(month)
+    store._run([store.audit_log._insert(row) for row in rows])
+    url = f"{PREFIX}/api/families/{family.name}/audit"
+
+    with ui.stream("GET", url, params={"format": "csv"}) as answer:
+        assert answer.status_code == 200
+        lines = b"".join(answer.iter_bytes()).decode().splitlines()
+
+    assert len(lines) == 1 + 10_020
+    assert [line.split(",")[1] for line in lines[1:4]] == ["run-10019", "run-10018", "run-10017"]
+    assert lines[-1].split(",")[1] == "run-00000"
 
 
 def test_expect_cassandra_down_explained_not_a_stack_trace(

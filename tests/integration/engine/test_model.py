@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -13,8 +14,10 @@ from datetime import date, datetime, timedelta
 import pytest
 from cassandra.util import uuid_from_time
 from counters import engine
-from counters.client import Increment
+from counters.client import CounterClient, Increment
 from counters.core import epoch_for
+from counters.reshard import reshard
+from counters.store import Store
 from hypothesis import HealthCheck, Phase, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -51,6 +54,7 @@ class Increments:
     overlap_points = tuple(p for p in OVERLAP_POINTS if p != "cleanup_mark")  # unique only
 
     def __init__(self, make_family, shards):
+        self.shards = shards
         self.base = make_family(shards=shards)[0]
 
     def family(self, make_family, name, shards):
@@ -105,7 +109,7 @@ class Rows:
     overlap_points = tuple(p for p in OVERLAP_POINTS if p not in ("cleanup_mark", "cleanup_delete"))
 
     def __init__(self, make_family, shards):
-        del shards
+        self.shards = shards
         self.table = f"orders_{secrets.token_hex(3)}"
         make_family.session.execute(
             f"CREATE TABLE {make_family.keyspace}.{self.table} (location text, day date, "
@@ -167,6 +171,7 @@ class Unique:
     overlap_points = OVERLAP_POINTS
 
     def __init__(self, make_family, shards):
+        self.shards = shards
         self.base = make_family(
             kind="unique",
             raw_table=f"set_{secrets.token_hex(3)}",
@@ -218,6 +223,59 @@ class Unique:
         assert engine.reconcile(machine.store) == []
 
 
+class Readers:
+    """Readers of the example's counters while a run goes on: one in a thread, looping, and one
+    at every point the run reaches (the fault hook). A run changes what a reader sees of a
+    counter at most once (its commit's copy), so every value read must be the one read before
+    the run or the one read after it: a read outside them is a wrong read."""
+
+    def __init__(self, machine, steps: Counter | None = None):
+        self.machine = machine
+        self.steps = steps if steps is not None else Counter()
+        self.client = CounterClient(machine.store.conn, machine.family, Store(
+            machine.store.conn, machine.family, machine.store.layout
+        ))  # fmt: skip
+        self.keys = [machine.adapter.key(c) for c in machine.counters]
+        self.seen: list[dict[str, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.errors: list[BaseException] = []
+
+    def read(self) -> dict[str, int]:
+        return {v.counter[0]: v.value for v in self.client.read_many(self.keys)}
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.seen.append(self.read())
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def __enter__(self) -> Readers:
+        self.before = self.read()
+        self.thread.start()
+        return self
+
+    def at_point(self, point: str) -> None:
+        del point
+        self.seen.append(self.read())
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive() and not self.errors, self.errors
+        after = self.read()
+        wrong = [
+            (counter, value, self.before[counter], after[counter])
+            for read in self.seen
+            for counter, value in read.items()
+            if value not in (self.before[counter], after[counter])
+        ]
+        event(f"reads during a run: {'some' if self.seen else 'none'}")
+        self.steps["reads during runs"] += len(self.seen)
+        assert not wrong, f"reads outside (before, after) during a run: {wrong[:5]}"
+
+
 class _Factory:
     """``make_family`` plus what the Rows adapter needs to create its business table."""
 
@@ -230,10 +288,11 @@ class _Factory:
         return self._make(**kw)
 
 
-def run_model(make_family, t0, adapter_class, overlaps: list[Overlap]):
+def run_model(make_family, t0, adapter_class, overlaps: list[Overlap], steps: Counter):
     """Examples share one set of tables per shard count (a fresh table set per example would
     exhaust the node's heap); each example gets its own family name and counters. Every step
-    of the overlap rule appends what it did to ``overlaps``."""
+    of the overlap rule appends what it did to ``overlaps``; ``steps`` counts the reads checked
+    during runs and the shard changes."""
     ids = itertools.count()
     adapters = {}
 
@@ -305,16 +364,21 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap]):
             run_id = f"r{next(ids)}"
             hits = []
 
-            def crash(p):
-                if p == point:
-                    hits.append(p)
-                    if len(hits) == nth:
-                        raise Crash(p)
+            with Readers(self, steps) as readers:
 
-            try:
-                self._run(epoch, run_id=run_id, commit_chunk=chunk, use_lease=lease, fault=crash)
-            except Crash:
-                self.crashed_runs.append((run_id, epoch))
+                def crash(p):
+                    readers.at_point(p)
+                    if p == point:
+                        hits.append(p)
+                        if len(hits) == nth:
+                            raise Crash(p)
+
+                try:
+                    self._run(
+                        epoch, run_id=run_id, commit_chunk=chunk, use_lease=lease, fault=crash
+                    )
+                except Crash:
+                    self.crashed_runs.append((run_id, epoch))
 
         @rule()
         def retry_crashed_run(self):
@@ -378,9 +442,51 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap]):
             # past "finish" A has moved the family's epoch: B at that same epoch has nothing to do
             assert step.rival == ("noop" if point == "finish" and not later else "success"), step
 
+        @rule(shards=st.integers(1, 3), die_after=st.none() | st.integers(0, 6))
+        def change_shards(self, shards, die_after):
+            """The YAML's shard count changes. A run at the new count without a reshard is
+            refused, changing nothing; `counterctl reshard` moves every checkpoint (dying part
+            way, then run again, if ``die_after`` says so), and runs go on at the new count."""
+            if shards == self.family.shards:
+                return
+            before = Readers(self).read()
+            epoch = epoch_for(self.clock, self.family.lag)
+            if self.store.table_owners():  # committed already: its count is recorded
+                with pytest.raises(engine.IdentityMismatch, match="shards"):
+                    engine.run_family(self.store.with_shards(shards), epoch, now=self.clock)
+            if die_after is not None:
+                dying = self.store.with_shards(self.family.shards)
+                move, moved = dying.move_ledger_row, []
+
+                def move_then_die(*args, **kwargs):
+                    if len(moved) == die_after:
+                        raise Crash("reshard")
+                    moved.append(1)
+                    return move(*args, **kwargs)
+
+                dying.move_ledger_row = move_then_die
+                try:
+                    reshard(dying, shards)
+                except Crash:
+                    event("reshard died part way")
+                    steps["reshards that died"] += 1
+            reshard(self.store, shards)
+            self._use_shards(shards)
+            assert Readers(self).read() == before  # a reshard changes no value
+            event("shards changed")
+            steps["reshards"] += 1
+
+        def _use_shards(self, shards):
+            self.store = self.store.with_shards(shards)
+            self.family = self.store.family
+            self.client = CounterClient(self.store.conn, self.family, self.store)
+
         def teardown(self):
             if not hasattr(self, "store"):
                 return
+            if self.family.shards != self.adapter.shards:  # later examples share these tables
+                reshard(self.store, self.adapter.shards)
+                self._use_shards(self.adapter.shards)
             self.clock += timedelta(hours=1)
             epoch = epoch_for(self.clock, self.family.lag)
             self.adapter.settle(self)
@@ -409,16 +515,20 @@ def test_model_exact_totals_under_crashes_retries_late_writes_and_overlap(
 ):
     factory = _Factory(make_family, conn.session, engine_keyspace)
     overlaps: list[Overlap] = []
-    machine = run_model(factory, t0, adapter, overlaps)
+    steps: Counter = Counter()
+    machine = run_model(factory, t0, adapter, overlaps, steps)
     machine.TestCase().runTest()
     # every overlap step asserted its own overlap; here: that enough of them ran, and where.
     # Hypothesis starts with short examples, so a handful of examples may hold none at all
     # (25 held 85 real overlaps of increments, every point drawn)
     per_point = Counter(o.point for o in overlaps if o.overlapped)
     print(f"\n{adapter.kind}: {len(overlaps)} overlap steps, real overlaps {dict(per_point)}")
+    print(f"{adapter.kind}: {dict(steps)}")
     examples = machine.TestCase.settings.max_examples
     wanted = examples // 5 if examples >= 10 else 0
     assert sum(per_point.values()) >= wanted, (
         f"{sum(per_point.values())} real overlaps in {examples} examples, wanted {wanted}",
         overlaps,
     )
+    if examples >= 10:  # the readers checked reads during runs, and shard counts changed
+        assert steps["reads during runs"] > 0 and steps["reshards"] > 0, steps

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
@@ -38,15 +39,16 @@ from fastapi.responses import (
     FileResponse,
     HTMLResponse,
     JSONResponse,
-    PlainTextResponse,
     RedirectResponse,
     Response,
+    StreamingResponse,
 )
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...config import ConfigError, Family, load_families_leniently
 from ...core import parse_epoch
+from .. import evidence
 from . import datadocs, views
 
 if TYPE_CHECKING:
@@ -327,10 +329,7 @@ def overview_data(user: Any) -> dict[str, Any]:
                     row = views.health_dict(family_health(Store(conn, family), now), now)
             except Problem as exc:
                 row["error"] = exc.message
-        latest = datadocs.latest_page(family.name)
-        row["data_docs"] = (
-            str(latest.relative_to(datadocs.site_root(family.name))) if latest else None
-        )
+        row["data_docs"] = latest_docs(family.name)
         rows.append(row)
     return {
         "families": rows,
@@ -354,17 +353,15 @@ def family_data(
     with reading(f"family {family.name!r}"):
         health = family_health(store, now)
         rows = audit_page(store, limit, before=until)
-    latest = datadocs.latest_page(family.name)
-    site = datadocs.site_root(family.name)
     audit = []
     for row in rows:
-        page = datadocs.run_page(family.name, row.run_id) if row.counters else None
+        stored = evidence.stored_of(family.name, row.gx_result)
         audit.append(
             {
                 **row.as_dict(),
                 "duration": views.span(row.duration_s),
                 "failed_checks": row.failed_checks,
-                "data_docs": str(page.relative_to(site)) if page else None,
+                "data_docs": f"{stored.relative}/{evidence.PAGE_FILE}" if stored else None,
             }
         )
     return {
@@ -375,9 +372,20 @@ def family_data(
         "late_writes": views.late_reports(rows),
         "audit": audit,
         "next_before": views.iso(rows[-1].started_at) if len(rows) == limit else None,
-        "data_docs": str(latest.relative_to(site)) if latest else None,
+        "data_docs": latest_docs(family.name),
         **({"charts": views.charts(rows, family)} if plots else {}),
     }
+
+
+def latest_docs(family: str) -> str | None:
+    """The newest stored Data Docs page of the family (relative to its ``datadocs/``), or
+    None when there is none or the results store cannot be listed (logged)."""
+    try:
+        latest = evidence.latest(family)
+    except Exception:
+        log.warning("counter families: cannot list the GX results of %s", family, exc_info=True)
+        return None
+    return f"{latest.relative}/{evidence.PAGE_FILE}" if latest else None
 
 
 def counter_data(user: Any, name: str, key: str) -> dict[str, Any]:
@@ -453,71 +461,111 @@ def register_api(app: FastAPI) -> None:
         name: str,
         since: str | None = None,
         until: str | None = None,
-        limit: Annotated[int, Query(ge=1)] = 1000,
+        limit: Annotated[int | None, Query(ge=1)] = None,
         format: str = "json",
     ) -> Response:
-        from ...status import MAX_EXPORT, MAX_PAGE, AuditRow, audit_csv, audit_page
+        """Every audit row started in ``[since, until)`` (or the newest ``limit``), streamed
+        as CSV, JSON or Parquet a page at a time: no row cap, one page in memory."""
+        from itertools import islice
+
+        from ... import audit_export
+        from ...status import audit_stream
 
         family = family_for(user, name)
-        if format not in ("json", "csv"):
-            raise Problem(400, f"format must be 'csv' or 'json', got {format!r}")
-        if limit > MAX_EXPORT:
-            raise Problem(400, f"limit must be at most {MAX_EXPORT}, got {limit}")
+        if format not in audit_export.FORMATS:
+            raise Problem(
+                400, f"format must be one of {', '.join(audit_export.FORMATS)}, got {format!r}"
+            )
         low, high = moment(since, "since"), moment(until, "until")
         if low and high and low >= high:
             raise Problem(400, f"since ({since}) must be before until ({until})")
         store = store_for(family)
-        rows: list[AuditRow] = []
-        cursor = high
-        with reading(f"the audit of family {family.name!r}"):
-            while len(rows) < limit:  # pages of at most MAX_PAGE rows, newest first
-                asked = min(limit - len(rows), MAX_PAGE)
-                page = audit_page(store, asked, before=cursor, since=low)
-                rows.extend(page)
-                if len(page) < asked:
-                    break
-                cursor = page[-1].started_at
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        filename = f"audit_{family.name}_{stamp}.{format}"
-        headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-        if format == "csv":
-            return PlainTextResponse(audit_csv(rows), media_type="text/csv", headers=headers)
-        return JSONResponse(
-            {
-                "family": family.name,
-                "since": views.iso(low),
-                "until": views.iso(high),
-                "rows": [row.as_dict() for row in rows],
-            },
-            headers=headers,
+        what = f"the audit of family {family.name!r}"
+        with reading(what):
+            rows = audit_stream(store, low, high)
+            first = list(islice(rows, 1))  # Cassandra's errors before the response starts
+        if limit is not None:
+            rows = islice(rows, max(limit - len(first), 0))
+        chunks = audit_export.chunks(format, chain(first, rows), family.name, low, high)
+        headers = {
+            "Content-Disposition": "attachment; "
+            f'filename="{audit_export.filename(family.name, format)}"'
+        }
+        return StreamingResponse(
+            _logged(chunks, what), media_type=audit_export.MEDIA_TYPES[format], headers=headers
         )
 
 
+def _logged(chunks: Iterator[bytes], what: str) -> Iterator[bytes]:
+    """The export's chunks; an error once the response has started cannot become an error
+    page any more: it is logged and the response ends short (the client sees a cut file)."""
+    try:
+        yield from chunks
+    except Exception:
+        log.exception("counter families: streaming %s failed", what)
+        raise
+
+
 def register_files(app: FastAPI) -> None:
+    """The family's GX results and Data Docs pages, read from the results store
+    (``evidence``: where the verify steps of every worker copy them)."""
+
+    def no_docs(family: Family) -> Problem:
+        return Problem(
+            404,
+            f"family {family.name!r} has no Data Docs yet: they are written by the "
+            f"{family.dag_id} DAG's verify step when a run folds rows (results store: "
+            f"{evidence.results_root()})",
+        )
+
     @app.get("/family/{name}/datadocs/latest")
-    def latest_docs(request: Request, user: User, name: str) -> Response:
+    def latest_docs_page(request: Request, user: User, name: str) -> Response:
         family = family_for(user, name)
-        page = datadocs.latest_page(family.name)
-        if page is None:
-            raise Problem(
-                404,
-                f"family {family.name!r} has no Data Docs yet: they are written by the "
-                f"{family.dag_id} DAG's verify step when a run folds rows",
-            )
-        relative = page.relative_to(datadocs.site_root(family.name))
+        relative = latest_docs(family.name)
+        if relative is None:
+            raise no_docs(family)
         return RedirectResponse(
             f"{Page.of(request).base}/family/{quote(family.name)}/datadocs/{relative}",
             status_code=307,
         )
 
-    @app.get("/family/{name}/datadocs/{path:path}")
-    def docs_file(request: Request, user: User, name: str, path: str) -> Response:
+    @app.get("/family/{name}/datadocs/", response_class=HTMLResponse)
+    @app.get("/family/{name}/datadocs/index.html", response_class=HTMLResponse)
+    def docs_index(request: Request, user: User, name: str, limit: int = 200) -> HTMLResponse:
         family = family_for(user, name)
-        target = datadocs.resolve(family.name, path or "index.html")
+        if not 1 <= limit <= 1000:
+            raise Problem(400, f"limit must be between 1 and 1000, got {limit}")
+        stored = evidence.runs(family.name, limit)
+        return render(
+            request,
+            "results.html",
+            family=family.name,
+            runs=stored,
+            limit=limit,
+            keep_days=evidence.keep_days(),
+            store=str(evidence.family_root(family.name)),
+        )
+
+    @app.get("/family/{name}/datadocs/static/{path:path}")
+    def docs_static(user: User, name: str, path: str) -> Response:
+        family_for(user, name)
+        target = datadocs.resolve_gx_static(path)
         if target is None:
-            raise Problem(404, f"no Data Docs file {path!r} for family {family.name!r}")
-        if target.suffix != ".html":
-            return FileResponse(target)
+            raise Problem(404, f"no GX static file {path!r}")
+        return FileResponse(target, headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/family/{name}/datadocs/{day}/{folder}/{file}")
+    def docs_file(
+        request: Request, user: User, name: str, day: str, folder: str, file: str
+    ) -> Response:
+        family = family_for(user, name)
+        target = evidence.open_file(family.name, day, folder, file)
+        if target is None:
+            raise Problem(
+                404, f"no stored GX file {day}/{folder}/{file} for family {family.name!r}"
+            )
+        if file == evidence.RESULT_FILE:
+            return Response(target.read_bytes(), media_type="application/json")
         base = Page.of(request).base
         html = datadocs.rewrite(
             target.read_text(encoding="utf-8"),

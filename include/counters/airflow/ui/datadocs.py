@@ -1,10 +1,12 @@
 """GX Data Docs, readable offline: the pages served by the plugin with their CDN assets local.
 
-GX writes each family's Data Docs (``checks.validate_evidence``) as HTML that loads Bootstrap,
-jQuery, Font Awesome, bootstrap-table and Vega from five CDNs; without internet the pages render
-unstyled. ``make setup`` fetches exactly those files once, from the npm registry with ``npm pack``
-(integrity pinned below), into ``.cache/datadocs-assets/``; the plugin serves them and rewrites
-each page's CDN addresses to them as it serves the page. The files on disk stay as GX wrote them.
+GX writes each run's Data Docs page (``checks.validate_evidence``, copied to the results store
+by ``evidence.keep``) as HTML that loads Bootstrap, jQuery, Font Awesome, bootstrap-table and
+Vega from five CDNs; without internet the pages render unstyled. ``make setup`` fetches exactly
+those files once, from the npm registry with ``npm pack`` (integrity pinned below), into
+``.cache/datadocs-assets/``; the plugin serves them and rewrites each page's CDN addresses (and
+its links into the GX site it was rendered in) as it serves the page. The stored files stay as
+GX wrote them.
 
     python -m counters.airflow.ui.datadocs fetch [DEST]
 """
@@ -196,6 +198,9 @@ REMOTE_LOGO = re.compile(
 )
 """GX's header logo, loaded from S3 with a query string: GX ships the same file in the site's
 ``static/images``."""
+SITE_RELATIVE = re.compile(r"""(["'])(?:\.\./)+(static/[^"']*|index\.html|expectations/[^"']*)""")
+"""A page's links into the GX site it was rendered in (its static files, the index, the suite's
+page): the stored page is served without that site, so they point to the plugin's own."""
 BODY = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
 ASSET_REFERENCE = re.compile(r"""<(?:script|link|img)\b[^>]*?\b(?:src|href)=["']([^"']+)["']""")
 
@@ -204,18 +209,21 @@ def assets_root() -> Path:
     return Path(os.environ.get(ASSETS_ENV) or DEFAULT_ASSETS)
 
 
-def site_root(family: str) -> Path:
-    """The folder of a family's Data Docs site (``index.html``, ``validations/``, ...)."""
-    return checks.gx_root(family) / "gx" / "uncommitted" / "data_docs" / "local_site"
-
-
 def rewrite(html: str, assets_url: str, site_url: str, back: tuple[str, str] | None = None) -> str:
     """The page with every CDN address replaced by the local copy under ``assets_url``, the
-    remote logo by the site's own copy under ``site_url``, and, given ``back`` (address,
+    remote logo and the links into its GX site (static files; the index and the suite's page,
+    both to the list of stored results) by ``site_url``'s, and, given ``back`` (address,
     label), a line at the top linking back to the family's page (pure)."""
     for url, (package, path) in CDN.items():
         html = html.replace(f'"{url}"', f'"{assets_url}/{package.folder}/{path}"')
     html = REMOTE_LOGO.sub(lambda m: f"{site_url}/static/images/{m.group(1)}", html)
+    html = SITE_RELATIVE.sub(
+        lambda m: (
+            f"{m.group(1)}{site_url}/"
+            + (m.group(2) if m.group(2).startswith("static/") else "index.html")
+        ),
+        html,
+    )
     if back:
         address, label = back
         line = (
@@ -246,34 +254,22 @@ def missing_assets(root: Path | None = None) -> list[str]:
     ]
 
 
-# --- the family's pages ---------------------------------------------------------------------
+# --- GX's own static files --------------------------------------------------------------------
 
 
-def _run_pages(family: str, run_folder: str = "*") -> list[Path]:
-    suite = site_root(family) / "validations" / f"counters_{family}"
-    return sorted(
-        suite.glob(f"{run_folder}/*/*.html"),
-        key=lambda page: (page.parent.name, page.name),  # run time folder: 20261123T162829.39Z
-    )
+def gx_static_root() -> Path:
+    """GX's site assets (its logo, fonts, styles) as the installed package ships them: a
+    stored page names them relative to a Data Docs site, which the store does not keep."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("great_expectations")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("great_expectations is not installed")
+    return Path(spec.origin).parent / "render" / "view" / "static"
 
 
-def latest_page(family: str) -> Path | None:
-    """The newest validation page (at most ``COUNTERS_GX_KEEP`` runs are kept, 200)."""
-    pages = _run_pages(family)
-    return pages[-1] if pages else None
-
-
-def run_page(family: str, run_id: str) -> Path | None:
-    """The validation page of one run, if GX validated it (runs that folded nothing are not
-    validated)."""
-    pages = _run_pages(family, checks.run_name(run_id))
-    return pages[-1] if pages else None
-
-
-def resolve(family: str, relative: str) -> Path | None:
-    """A file of the family's site, or None when it does not exist or lies outside the site
-    (``..`` and absolute paths are refused)."""
-    root = site_root(family).resolve()
+def resolve_gx_static(relative: str) -> Path | None:
+    root = gx_static_root().resolve()
     target = (root / relative).resolve()
     if not target.is_relative_to(root) or not target.is_file():
         return None

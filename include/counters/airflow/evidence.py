@@ -1,0 +1,216 @@
+"""Check results that outlive the worker: each run's GX validation result and Data Docs page,
+kept at a configurable location through Airflow's ``ObjectStoragePath``, pruned by age.
+
+GX works in a per-worker folder (``checks.gx_root``, ``$COUNTERS_GX_DIR``): its suite, its
+validation definition and a count-bounded cache of results. Under Celery or Kubernetes that
+folder is on whichever worker ran the task, and the UI cannot see it. So after each validation
+the ``verify`` step copies the result (``result.json``) and its page (``page.html``) to
+
+    $COUNTERS_GX_RESULTS/<family>/<YYYY-MM-DD>/<run time>__<run name>/
+
+(a local folder by default, ``var/gx-results``; ``file:///shared/...`` on a shared volume,
+``s3://bucket/prefix`` or ``gs://...`` in a deployment, with the Airflow connection
+``$COUNTERS_GX_RESULTS_CONN_ID`` for credentials), records that folder in the run's audit row
+(``gx_result``), and deletes the day folders older than ``$COUNTERS_GX_KEEP_DAYS`` (90). The UI
+reads pages and results from there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import checks
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+log = logging.getLogger(__name__)
+
+RESULTS_ENV = "COUNTERS_GX_RESULTS"
+RESULTS_CONN_ENV = "COUNTERS_GX_RESULTS_CONN_ID"
+KEEP_DAYS_ENV = "COUNTERS_GX_KEEP_DAYS"
+DEFAULT_KEEP_DAYS = 90
+DEFAULT_RESULTS = checks.PROJECT_ROOT / "var" / "gx-results"
+RESULT_FILE = "result.json"
+PAGE_FILE = "page.html"
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+FOLDER = re.compile(r"^\d{8}T\d{6}\.\d{6}Z__[A-Za-z0-9_.-]+$")
+FILES = (RESULT_FILE, PAGE_FILE)
+
+
+class EvidenceConfigError(ValueError):
+    """A setting of the results store that cannot be used (names the variable and value)."""
+
+
+def keep_days(env: dict[str, str] | None = None) -> int:
+    raw = (env if env is not None else os.environ).get(KEEP_DAYS_ENV)
+    if not raw:
+        return DEFAULT_KEEP_DAYS
+    try:
+        days = int(raw)
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise EvidenceConfigError(
+            f"{KEEP_DAYS_ENV} must be a whole number of days >= 1, got {raw!r}"
+        )
+    return days
+
+
+def results_root(location: str | os.PathLike[str] | None = None) -> ObjectStoragePath:
+    """The store's root: ``location``, else ``$COUNTERS_GX_RESULTS``, else ``var/gx-results``.
+    A plain path (no ``scheme://``) is a local folder."""
+    from airflow.sdk import ObjectStoragePath
+
+    raw = str(location or os.environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
+    if "://" not in raw:
+        raw = Path(raw).expanduser().resolve().as_uri()
+    conn_id = os.environ.get(RESULTS_CONN_ENV) or None
+    return ObjectStoragePath(raw, conn_id=conn_id) if conn_id else ObjectStoragePath(raw)
+
+
+def family_root(family: str, location: str | os.PathLike[str] | None = None) -> ObjectStoragePath:
+    return results_root(location) / family
+
+
+def folder_name(run_time: datetime, run_id: str) -> str:
+    """``<run time>__<run name>``: sorts by time; names the run (``checks.run_name``)."""
+    stamp = run_time.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{stamp}__{checks.run_name(run_id)}"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One run's stored evidence: ``<day>/<folder>`` under the family's root."""
+
+    day: str
+    folder: str
+
+    @property
+    def relative(self) -> str:
+        return f"{self.day}/{self.folder}"
+
+    @property
+    def run_name(self) -> str:
+        return self.folder.split("__", 1)[1]
+
+    @property
+    def run_time(self) -> datetime:
+        return datetime.strptime(self.folder.split("__", 1)[0], "%Y%m%dT%H%M%S.%fZ")
+
+
+def keep(
+    family: str,
+    run_id: str,
+    report: checks.SuiteReport,
+    *,
+    now: datetime | None = None,
+    location: str | os.PathLike[str] | None = None,
+) -> str:
+    """Copy a validation's result and page to the store; returns the folder's URL (the audit
+    row's ``gx_result``). Then prunes the family's days older than the kept age."""
+    now = now or datetime.now(UTC)
+    root = family_root(family, location)
+    target = root / now.astimezone(UTC).strftime("%Y-%m-%d") / folder_name(now, run_id)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / RESULT_FILE).write_text(json.dumps(report.result, default=str, sort_keys=True))
+    page = _local_page(report.docs_page)
+    if page is not None:
+        (target / PAGE_FILE).write_bytes(page.read_bytes())
+    removed = prune(family, now=now, location=location)
+    if removed:
+        log.info("GX results of family %s: %d day(s) older than kept removed", family, removed)
+    return str(target)
+
+
+def _local_page(url: str | None) -> Path | None:
+    if not url:
+        return None
+    path = Path(url.removeprefix("file://"))
+    return path if path.is_file() else None
+
+
+def days(family: str, location: str | os.PathLike[str] | None = None) -> list[str]:
+    """The family's day folders, newest first."""
+    root = family_root(family, location)
+    if not root.exists():
+        return []
+    return sorted((p.name for p in root.iterdir() if DAY.match(p.name)), reverse=True)
+
+
+def prune(
+    family: str,
+    *,
+    now: datetime | None = None,
+    days_kept: int | None = None,
+    location: str | os.PathLike[str] | None = None,
+) -> int:
+    """Delete the family's day folders older than ``days_kept`` (``$COUNTERS_GX_KEEP_DAYS``,
+    90) before ``now``; returns how many. One listing of the family's folder."""
+    days_kept = days_kept if days_kept is not None else keep_days()
+    cutoff = ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=days_kept)).date()
+    root = family_root(family, location)
+    removed = 0
+    for day in days(family, location):
+        if date.fromisoformat(day) < cutoff:
+            (root / day).rmdir(recursive=True)
+            removed += 1
+    return removed
+
+
+def runs(
+    family: str, limit: int = 200, location: str | os.PathLike[str] | None = None
+) -> list[Stored]:
+    """The newest ``limit`` stored runs, newest first (lists day folders until it has them)."""
+    root = family_root(family, location)
+    found: list[Stored] = []
+    for day in days(family, location):
+        folders = sorted(
+            (p.name for p in (root / day).iterdir() if FOLDER.match(p.name)), reverse=True
+        )
+        found += [Stored(day, folder) for folder in folders[: limit - len(found)]]
+        if len(found) >= limit:
+            break
+    return found
+
+
+def latest(family: str, location: str | os.PathLike[str] | None = None) -> Stored | None:
+    newest = runs(family, 1, location)
+    return newest[0] if newest else None
+
+
+def stored_of(
+    family: str, url: str | None, location: str | os.PathLike[str] | None = None
+) -> Stored | None:
+    """The stored run an audit row's ``gx_result`` names, if it lies in this store."""
+    if not url:
+        return None
+    root = str(family_root(family, location)).rstrip("/") + "/"
+    if not url.startswith(root):
+        return None
+    parts = url[len(root) :].strip("/").split("/")
+    if len(parts) != 2 or not DAY.match(parts[0]) or not FOLDER.match(parts[1]):
+        return None
+    return Stored(*parts)
+
+
+def open_file(
+    family: str, day: str, folder: str, name: str, location: str | os.PathLike[str] | None = None
+) -> ObjectStoragePath | None:
+    """A stored file, or None when a part is not a name the store writes (no ``..``, no other
+    file) or the file does not exist."""
+    if not (DAY.match(day) and FOLDER.match(folder) and name in FILES):
+        return None
+    target = family_root(family, location) / day / folder / name
+    return target if target.exists() else None
+
+
+def read_json(path: ObjectStoragePath) -> dict[str, Any]:
+    return json.loads(path.read_text())

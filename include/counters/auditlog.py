@@ -1,0 +1,336 @@
+"""The audit trail's reads and writes: a family's rows in month partitions, read across them.
+
+``counters_audit_by_month`` keeps a family's rows in one partition per month
+(``PRIMARY KEY ((family, month), started_at, run_id)``), so a row a minute stays at ~44,640
+rows a partition however many years the family runs. ``counters_audit_months`` lists the months
+a family has rows in; every read walks those partitions newest first with the same limits as
+before (``status.MAX_PAGE`` rows a request), and an export streams them page by page.
+
+Versions before kept a family's whole trail in one partition of ``counters_audit``;
+``upgrade`` moves those rows (``counterctl init`` calls it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cassandra.query import UNSET_VALUE
+
+from . import schema
+from .audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
+from .core import utc_naive
+
+if TYPE_CHECKING:
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+PAGE_ROWS = 1000
+"""Rows per request when a read streams (the driver's page) or the upgrade copies."""
+EARLIEST = datetime(1970, 1, 1)
+LATEST = datetime(9999, 12, 31)
+UPGRADE_MARGIN = timedelta(seconds=60)
+"""The upgrade deletes the legacy rows written before its start minus this margin (a write
+still in flight that long has timed out): a row an older version writes during the move
+survives the delete and is moved by the next ``counterctl init``."""
+LEGACY_COLUMNS = (
+    "family",
+    "started_at",
+    "run_id",
+    "kind",
+    "outcome",
+    "dry_run",
+    "epoch_before",
+    "epoch_after",
+    "counters",
+    "rows_folded",
+    "sum_folded",
+    "late_rows",
+    "late_sum",
+    "max_lateness_ms",
+    "conflicts",
+    "rows_deleted",
+    "checks",
+    "durations",
+    "message",
+)
+"""The columns of ``counters_audit`` as versions before the month partitions wrote them."""
+
+
+class AuditUpgradeError(RuntimeError):
+    """A moved row did not read back as it was: the move stops, nothing is deleted."""
+
+
+def _encode(column: str, value: Any) -> Any:
+    import json
+
+    if column not in MAP_COLUMNS and isinstance(value, dict | list):
+        return json.dumps(value, default=str, sort_keys=True)
+    return value
+
+
+@dataclass(frozen=True)
+class UpgradeState:
+    cut_micros: int | None
+    cursor: datetime | None
+    copied: int
+    finished_at: datetime | None
+
+
+class AuditLog:
+    """A family's audit trail (cheap to create; statements are prepared once per ``Store``)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._months_written: set[str] = set()
+
+    @property
+    def family_name(self) -> str:
+        return self.store.family.name
+
+    def _execute(self, statement: Any, params: Sequence[Any] | None = None) -> Any:
+        self.store.requests[self.store.phase] += 1
+        return self.store.session.execute(statement, params)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _add_month(self, month: str) -> None:
+        """List the month before its first row, so a reader walking the months finds every
+        row; once per process and month."""
+        if month in self._months_written:
+            return
+        statement = self.store.prepare(
+            "audit_month_add", "INSERT INTO {audit_months} (family, month) VALUES (?, ?)"
+        )
+        self._execute(statement, (self.family_name, month))
+        self._months_written.add(month)
+
+    def _insert(self, row: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+        """The INSERT of a row; a None column is left unset (no tombstone)."""
+        columns = list(row)
+        statement = self.store.prepare(
+            "audit_write:" + ",".join(columns),
+            f"INSERT INTO {{audit}} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' for _ in columns)})",
+        )
+        return statement, [UNSET_VALUE if v is None else _encode(c, v) for c, v in row.items()]
+
+    def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one row (``compaction.audit_record`` or ``audit.operator_record``), stamped
+        with who wrote it (``Store.provenance``), the code version and the configuration hash;
+        returns it as written."""
+        row = stamped(
+            record, self.store.family, self.store.provenance, self.store.conn.settings.username
+        )
+        self._add_month(row["month"])
+        self._execute(*self._insert(row))
+        return row
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def months(self, since: datetime | None = None, before: datetime | None = None) -> list[str]:
+        """The family's months (``YYYY-MM``) that hold any time of ``[since, before)``, newest
+        first: one small partition."""
+        statement = self.store.prepare(
+            "audit_months", "SELECT month FROM {audit_months} WHERE family = ?"
+        )
+        return [
+            row.month
+            for row in self._execute(statement, (self.family_name,))
+            if month_overlaps(row.month, since, before)
+        ]
+
+    def _range_statement(self, limited: bool) -> Any:
+        cql = (
+            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
+            "AND started_at >= ? AND started_at < ?"
+        )
+        if limited:
+            return self.store.prepare("audit_range", cql + " LIMIT ?")
+        return self.store.prepare("audit_stream", cql)
+
+    def page(
+        self, limit: int, since: datetime | None = None, before: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` rows with ``since <= started_at < before`` (naive UTC; open ends
+        when None), newest first: one request per month partition until ``limit`` is met."""
+        low, high = utc_naive(since) if since else EARLIEST, utc_naive(before) if before else LATEST
+        statement = self._range_statement(limited=True)
+        rows: list[dict[str, Any]] = []
+        for month in self.months(since, before):
+            if len(rows) >= limit:
+                break
+            found = self._execute(
+                statement, (self.family_name, month, low, high, limit - len(rows))
+            )
+            rows.extend(row._asdict() for row in found)
+        return rows
+
+    def stream(
+        self,
+        since: datetime | None = None,
+        before: datetime | None = None,
+        page_rows: int = PAGE_ROWS,
+    ) -> Iterator[dict[str, Any]]:
+        """Every row of ``[since, before)``, newest first, read ``page_rows`` at a time (the
+        driver's paging within a month partition): an export of any length holds one page in
+        memory."""
+        if page_rows < 1:
+            raise ValueError(f"page_rows must be at least 1, got {page_rows}")
+        low, high = utc_naive(since) if since else EARLIEST, utc_naive(before) if before else LATEST
+        statement = self._range_statement(limited=False)
+        for month in self.months(since, before):
+            bound = statement.bind((self.family_name, month, low, high))
+            bound.fetch_size = page_rows
+            result = self._execute(bound)
+            while True:
+                for row in result.current_rows:
+                    yield row._asdict()
+                if not result.has_more_pages:
+                    break
+                self.store.requests[self.store.phase] += 1
+                result.fetch_next_page()
+
+    # --- the upgrade from one partition per family ----------------------------------------
+
+    def _upgrade_state(self) -> UpgradeState | None:
+        statement = self.store.prepare(
+            "audit_upgrade_read",
+            "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?",
+        )
+        row = self._execute(statement, (self.family_name,)).one()
+        return None if row is None else UpgradeState(*row[:2], int(row[2] or 0), row[3])
+
+    def _save_upgrade_state(self, state: UpgradeState, started: bool = False) -> None:
+        statement = self.store.prepare(
+            "audit_upgrade_write",
+            "UPDATE {audit_upgrade} SET cut_micros = ?, cursor = ?, copied = ?, finished_at = ? "
+            "WHERE family = ?",
+        )
+        self._execute(
+            statement,
+            (state.cut_micros, state.cursor, state.copied, state.finished_at, self.family_name),
+        )
+        if started:
+            begun = self.store.prepare(
+                "audit_upgrade_begin", "UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"
+            )
+            self._execute(begun, (datetime.now(UTC), self.family_name))
+
+    def _legacy_rows_left(self) -> bool:
+        statement = self.store.prepare(
+            "audit_legacy_any", "SELECT started_at FROM {audit_legacy} WHERE family = ? LIMIT 1"
+        )
+        return self._execute(statement, (self.family_name,)).one() is not None
+
+    def upgrade(
+        self,
+        page_rows: int = PAGE_ROWS,
+        after_page: Callable[[int], None] | None = None,
+        margin: timedelta = UPGRADE_MARGIN,
+    ) -> int:
+        """Move the family's rows of ``counters_audit`` (one partition per family, versions
+        before) into the month partitions; returns how many rows this call moved.
+
+        Oldest first, a page at a time: each page is written, read back and compared column
+        by column, and only then is the cursor (the page's last ``started_at``) saved, so a
+        crash resumes at the cursor (rows at it are written again: the same key, the same
+        row). When every row is moved, the legacy partition is deleted with a timestamp of the
+        move's start minus ``margin``: a row an older version wrote meanwhile (or in the
+        margin before) stays and the next call moves it. A family already moved costs two
+        small reads. ``after_page(moved)`` is called after each page (tests crash there)."""
+        session = self.store.session
+        keyspace = self.store.family.keyspace
+        if not schema._has_table(session, keyspace, schema.LEGACY_AUDIT_TABLE):
+            return 0
+        state = self._upgrade_state()
+        if state is None or state.finished_at is not None:
+            if not self._legacy_rows_left():
+                if state is None:
+                    self._save_upgrade_state(UpgradeState(None, None, 0, datetime.now(UTC)), True)
+                return 0
+            cut = int((datetime.now(UTC) - margin).timestamp() * 1_000_000)
+            state = UpgradeState(cut, None, 0, None)
+            self._save_upgrade_state(state, started=True)
+        select = self.store.prepare(
+            "audit_legacy_scan",
+            "SELECT * FROM {audit_legacy} WHERE family = ? AND started_at >= ? "
+            "ORDER BY started_at ASC",
+        )
+        bound = select.bind((self.family_name, state.cursor or EARLIEST))
+        bound.fetch_size = page_rows
+        result = self._execute(bound)
+        moved = 0
+        while True:
+            page = [row._asdict() for row in result.current_rows]
+            if page:
+                self._move_page(page)
+                cursor = max(utc_naive(row["started_at"]) for row in page)
+                state = UpgradeState(state.cut_micros, cursor, state.copied + len(page), None)
+                self._save_upgrade_state(state)
+                moved += len(page)
+                if after_page is not None:
+                    after_page(moved)
+            if not result.has_more_pages:
+                break
+            self.store.requests[self.store.phase] += 1
+            result.fetch_next_page()
+        delete = self.store.prepare(
+            "audit_legacy_delete", "DELETE FROM {audit_legacy} USING TIMESTAMP ? WHERE family = ?"
+        )
+        self._execute(delete, (state.cut_micros, self.family_name))
+        self._save_upgrade_state(
+            UpgradeState(state.cut_micros, state.cursor, state.copied, datetime.now(UTC))
+        )
+        log.info(
+            "family %s: %d audit row(s) moved from %s (%d in all)",
+            self.family_name,
+            moved,
+            schema.LEGACY_AUDIT_TABLE,
+            state.copied,
+        )
+        return moved
+
+    def _move_page(self, page: list[dict[str, Any]]) -> None:
+        """Write a page of legacy rows into their months and check each reads back equal."""
+        by_month: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in page:
+            by_month[month_of(row["started_at"])].append(row)
+        for month in by_month:
+            self._add_month(month)
+        writes = []
+        for month, rows in by_month.items():
+            for row in rows:
+                legacy = {c: row.get(c) for c in LEGACY_COLUMNS}
+                action = Action.RESET if legacy["outcome"] == "reset" else Action.COMPACT
+                writes.append(self._insert({**legacy, "month": month, "action": action.value}))
+        self.store._run(writes)
+        check = self.store.prepare(
+            "audit_upgrade_check",
+            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
+            "AND started_at >= ? AND started_at <= ?",
+        )
+        for month, rows in by_month.items():
+            low = min(utc_naive(r["started_at"]) for r in rows)
+            high = max(utc_naive(r["started_at"]) for r in rows)
+            found = {
+                (utc_naive(r.started_at), r.run_id): r._asdict()
+                for r in self._execute(check, (self.family_name, month, low, high))
+            }
+            for row in rows:
+                copy = found.get((utc_naive(row["started_at"]), row["run_id"]))
+                different = (
+                    [c for c in LEGACY_COLUMNS if copy.get(c) != row.get(c)] if copy else ["row"]
+                )
+                if different:
+                    raise AuditUpgradeError(
+                        f"family {self.family_name!r}: audit row {row['run_id']!r} started at "
+                        f"{row['started_at']} did not read back from {schema.AUDIT_TABLE} "
+                        f"(month {month}; differs in {different}); nothing of "
+                        f"{schema.LEGACY_AUDIT_TABLE} was deleted, run `counterctl init` again"
+                    )

@@ -1,0 +1,149 @@
+"""counterctl reshard: another shard count, every checkpoint moved exactly (issue #37, item 4)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from counters import engine
+from counters.client import Increment
+from counters.reshard import reshard
+from counters.store import Store
+
+from .conftest import Crash
+from .helpers import rows_at_or_below
+
+pytestmark = pytest.mark.integration
+
+
+def _events(counters, at, amount):
+    return [Increment((c,), amount, at, ("w", amount)) for c in counters]
+
+
+def _values(client, counters):
+    return {v.counter[0]: v.value for v in client.read_many(counters)}
+
+
+def _crashed_first_run(store, client, counters, t0):
+    """Rows of two minutes; a first run that commits some counters and dies before its cleanup
+    (counted rows still present: their keys are in the run log at their old place)."""
+    client.record(_events(counters, t0 + timedelta(seconds=10), 5))
+    client.record(_events(counters, t0 + timedelta(minutes=1, seconds=10), 7))
+    epoch = t0 + timedelta(minutes=1)
+    hits: list[str] = []
+
+    def crash(point: str) -> None:
+        if point == "verify" and len(hits) < 3:
+            hits.append(point)
+            if len(hits) == 3:
+                raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 8), (4, 1)])
+def test_a_reshard_moves_every_checkpoint_and_the_next_runs_stay_exact(
+    make_family, t0, before, after
+):
+    family, store, client = make_family(shards=before)
+    counters = [f"r{i}" for i in range(120)]
+    _crashed_first_run(store, client, counters, t0)
+    store.quarantine("by-hand", [(("r7",), "bad_rows", "r7: held for the test")])
+    expected = dict.fromkeys(counters, 12)
+    assert _values(client, counters) == expected
+    moved = reshard(store, after)
+    assert moved.shards_before == before and moved.checkpoints_moved > 0
+    assert moved.records_moved > 0  # counted rows still present: their keys moved too
+    resharded = Store(store.conn, family.model_copy(update={"shards": after}), store.layout)
+    with pytest.raises(engine.IdentityMismatch, match=rf"field 'shards' is {before} in the YAML"):
+        engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=7))
+    assert [q.counter for q in engine.quarantined(resharded)] == [("r7",)]
+    later = t0 + timedelta(minutes=2)
+    with pytest.raises(engine.ChecksFailed, match=r"1 counter.s. quarantined .* r7"):
+        engine.run_family(resharded, later, now=later + timedelta(minutes=5))  # r7 held still
+    assert _values(client, counters) == expected
+    assert sum(rows_at_or_below(store, (c,), later) for c in counters if c != "r7") == 0
+    engine.release(resharded, ("r7",))
+    last = later + timedelta(minutes=1)
+    engine.run_family(resharded, last, now=last + timedelta(minutes=5))
+    assert _values(client, counters) == expected
+
+
+def test_a_reshard_that_dies_is_finished_by_running_it_again_and_refuses_runs_meanwhile(
+    make_family, t0
+):
+    _family, store, client = make_family(shards=2)
+    counters = [f"d{i}" for i in range(80)]
+    _crashed_first_run(store, client, counters, t0)
+    dying = store.with_shards(2)
+    move = dying.move_ledger_row
+    done: list[int] = []
+
+    def move_then_die(*args, **kwargs):
+        if len(done) == 5:
+            raise Crash("reshard")
+        done.append(1)
+        return move(*args, **kwargs)
+
+    dying.move_ledger_row = move_then_die
+    with pytest.raises(Crash):
+        reshard(dying, 4)
+    later = t0 + timedelta(minutes=2)
+    for shards in (2, 4):
+        with pytest.raises(engine.IdentityMismatch, match="reshard from 2 to 4 shards is under"):
+            engine.run_family(store.with_shards(shards), later, now=later + timedelta(minutes=5))
+    with pytest.raises(engine.IdentityMismatch, match="under way"):  # another count: no
+        reshard(store, 8)
+    assert _values(client, counters) == dict.fromkeys(counters, 12)
+    finished = reshard(store, 4)
+    assert finished.shards_before == 2
+    four = store.with_shards(4)
+    engine.run_family(four, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 12)
+    assert sum(rows_at_or_below(store, (c,), later) for c in counters) == 0
+
+
+def test_a_run_planned_before_a_reshard_commits_nothing_after_it(conn, make_family, t0):
+    """A run that read the ledger at the old count and stalled before its commits (every
+    bucket of its one shard): the reshard fences every old partition first and opens the new
+    ones with the new count, so no commit of it lands where no run will look; it is refused."""
+    family, store, client = make_family(shards=1)
+    counters = [f"s{i}" for i in range(40)]
+    client.record(_events(counters, t0 + timedelta(seconds=10), 5))
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    client.record(_events(counters, epoch + timedelta(seconds=10), 7))
+    stalled, resume, ended = threading.Event(), threading.Event(), []
+
+    def stall(point: str) -> None:
+        if point == "keys":  # every bucket's first commit waits
+            stalled.set()
+            assert resume.wait(60)
+
+    later = epoch + timedelta(minutes=1)
+    old = Store(conn, family, store.layout)
+
+    def stale_run() -> None:
+        try:
+            ended.append(
+                engine.run_family(old, later, now=later + timedelta(minutes=5), fault=stall)
+            )
+        except BaseException as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=stale_run, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "the stale run never reached its commit"
+        reshard(store, 4)
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and len(ended) == 1
+    assert isinstance(ended[0], engine.IdentityMismatch), ended[0]
+    four = store.with_shards(4)
+    engine.run_family(four, later, now=later + timedelta(minutes=5))
+    assert _values(client, counters) == dict.fromkeys(counters, 12)
+    assert sum(rows_at_or_below(store, (c,), later) for c in counters) == 0

@@ -1,0 +1,199 @@
+"""The audit row's pure parts: month partitions, provenance, fingerprints; the GX results
+store's layout and pruning (a local folder through ``ObjectStoragePath``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from counters import audit
+from counters.airflow import checks, evidence
+from counters.config import Family
+
+pytestmark = pytest.mark.unit
+
+
+def family(**fields: object) -> Family:
+    values: dict[str, object] = {
+        "name": "trades",
+        "keyspace": "ks",
+        "raw_table": "raw",
+        "compact_table": "compact",
+        "lag": "1m",
+    }
+    values.update(fields)
+    return Family.model_validate(values)
+
+
+def test_expect_a_row_in_the_utc_month_it_started() -> None:
+    assert audit.month_of(datetime(2026, 12, 31, 23, 59)) == "2026-12"
+    in_tokyo = datetime(2027, 1, 1, 8, 0, tzinfo=UTC) + timedelta(hours=0)
+    assert audit.month_of(in_tokyo) == "2027-01"
+    assert audit.next_month("2026-12") == "2027-01"
+    assert audit.next_month("2027-01") == "2027-02"
+    with pytest.raises(ValueError, match="audit month '2026-13x' is not YYYY-MM"):
+        audit.month_start("2026-13x")
+
+
+@pytest.mark.parametrize(
+    ("since", "before", "expected"),
+    [
+        (None, None, True),
+        (datetime(2026, 11, 30, 23, 59), None, True),
+        (datetime(2026, 12, 1), None, False),  # the month ends where since starts
+        (None, datetime(2026, 11, 1), False),  # before is exclusive
+        (None, datetime(2026, 11, 1, 0, 0, 0, 1000), True),
+        (datetime(2026, 10, 1), datetime(2027, 1, 1), True),
+    ],
+)
+def test_expect_a_month_read_only_when_it_overlaps_the_range(
+    since: datetime | None, before: datetime | None, expected: bool
+) -> None:
+    assert audit.month_overlaps("2026-11", since, before) is expected
+
+
+def test_expect_every_row_stamped_with_who_code_and_configuration() -> None:
+    fam = family()
+    record = {
+        "family": "trades",
+        "started_at": datetime(2026, 11, 30, 23, 59, 59),
+        "run_id": "r1",
+        "parameters": {"counter": "IBM"},
+    }
+    started_by = audit.Provenance("manual", "alice", {"dag_run_id": "manual__x", "counter": "X"})
+
+    row = audit.stamped(record, fam, started_by, None)
+
+    assert row["month"] == "2026-11" and row["action"] == "compact"
+    assert (row["triggered_by"], row["airflow_user"]) == ("manual", "alice")
+    assert row["cassandra_role"] == "anonymous"  # no authentication: Cassandra's name for it
+    assert row["parameters"] == {"dag_run_id": "manual__x", "counter": "IBM"}  # the record's win
+    assert (row["os_user"], row["host"]) == audit.machine()
+    assert row["code_version"] == audit.code_version() and row["code_version"]
+    assert row["config_hash"] == audit.config_fingerprint(fam)
+    assert audit.stamped(record, fam, None, "compactor")["cassandra_role"] == "compactor"
+    assert audit.stamped(record, fam, None, None)["triggered_by"] == "library"
+
+
+def test_expect_the_configuration_hash_to_change_with_any_field() -> None:
+    base = audit.config_fingerprint(family())
+    assert base.startswith("sha256:") and len(base) == len("sha256:") + 64
+    assert audit.config_fingerprint(family()) == base
+    assert audit.config_fingerprint(family(lag="2m")) != base
+    assert audit.config_fingerprint(family(shards=8)) != base
+
+
+def test_expect_the_code_version_from_the_environment_first(monkeypatch) -> None:
+    audit.code_version.cache_clear()
+    monkeypatch.setenv(audit.CODE_VERSION_ENV, "1.2.3+image.42")
+    try:
+        assert audit.code_version() == "1.2.3+image.42"
+    finally:
+        audit.code_version.cache_clear()
+    monkeypatch.delenv(audit.CODE_VERSION_ENV)
+    assert "+git." in audit.code_version()  # a checkout: the commit it runs
+
+
+def test_expect_provenance_to_survive_xcom() -> None:
+    started_by = audit.Provenance("backfill", "bob", {"epoch": "2026-11-22T09:00:00"})
+    assert audit.Provenance.from_dict(json.loads(json.dumps(started_by.as_dict()))) == started_by
+    assert audit.Provenance.from_dict(None) == audit.Provenance()
+
+
+# --- the GX results store ------------------------------------------------------------------
+
+
+def suite_report(page: Path | None = None) -> checks.SuiteReport:
+    return checks.SuiteReport(
+        success=True,
+        outcomes=[],
+        result={"success": True, "statistics": {"evaluated_expectations": 3}},
+        docs_page=page.as_uri() if page else None,
+        fingerprint="abc",
+    )
+
+
+def test_expect_a_result_and_its_page_stored_and_found_again(tmp_path: Path) -> None:
+    page = tmp_path / "local" / "page.html"
+    page.parent.mkdir()
+    page.write_text("<html>the page</html>")
+    store = tmp_path / "store"
+    at = datetime(2026, 11, 25, 16, 10, 14, 130283, tzinfo=UTC)
+
+    url = evidence.keep("fam", "manual__2026:x", suite_report(page), now=at, location=store)
+
+    assert url == f"{store.as_uri()}/fam/2026-11-25/20261125T161014.130283Z__manual__2026_x"
+    stored = evidence.stored_of("fam", url, location=store)
+    assert stored is not None and stored.run_name == "manual__2026_x"
+    assert stored.run_time == datetime(2026, 11, 25, 16, 10, 14, 130283)
+    result = evidence.open_file("fam", stored.day, stored.folder, "result.json", location=store)
+    assert (
+        result is not None
+        and evidence.read_json(result)["statistics"]["evaluated_expectations"] == 3
+    )
+    html = evidence.open_file("fam", stored.day, stored.folder, "page.html", location=store)
+    assert html is not None and html.read_text() == "<html>the page</html>"
+    assert evidence.latest("fam", location=store) == stored
+    assert evidence.stored_of("other", url, location=store) is None
+    assert evidence.stored_of("fam", "s3://elsewhere/fam/2026-11-25/x", location=store) is None
+
+
+def test_expect_nothing_outside_the_stored_files_served(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    url = evidence.keep("fam", "r", suite_report(), now=at, location=store)
+    stored = evidence.stored_of("fam", url, location=store)
+    assert stored is not None
+    (tmp_path / "secret.txt").write_text("no")
+    for day, folder, name in (
+        ("..", "..", "secret.txt"),
+        (stored.day, stored.folder, "../../../secret.txt"),
+        (stored.day, "..", "result.json"),
+        ("2026-11-25", stored.folder, "other.json"),
+        (stored.day, stored.folder, "page.html"),  # no page was rendered for this one
+    ):
+        assert evidence.open_file("fam", day, folder, name, location=store) is None
+
+
+def test_expect_results_kept_by_age_and_listed_newest_first(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    for days_ago, run in (
+        (0, "today"),
+        (89, "kept"),
+        (90, "kept-last"),
+        (91, "old"),
+        (400, "older"),
+    ):
+        evidence.keep(
+            "fam", run, suite_report(), now=now - timedelta(days=days_ago), location=store
+        )
+    evidence.keep("other", "x", suite_report(), now=now - timedelta(days=400), location=store)
+
+    removed = evidence.prune("fam", now=now, days_kept=90, location=store)
+
+    assert removed == 2
+    assert [r.run_name for r in evidence.runs("fam", location=store)] == [
+        "today",
+        "kept",
+        "kept-last",
+    ]
+    assert [r.run_name for r in evidence.runs("fam", 2, location=store)] == ["today", "kept"]
+    assert evidence.runs("other", location=store)  # another family's age is its own
+    assert evidence.runs("nothing", location=store) == []
+
+
+def test_expect_keep_to_prune_with_the_configured_age(tmp_path: Path, monkeypatch) -> None:
+    store = tmp_path / "store"
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    evidence.keep("fam", "old", suite_report(), now=now - timedelta(days=10), location=store)
+    monkeypatch.setenv(evidence.KEEP_DAYS_ENV, "7")
+    evidence.keep("fam", "new", suite_report(), now=now, location=store)
+    assert [r.run_name for r in evidence.runs("fam", location=store)] == ["new"]
+    monkeypatch.setenv(evidence.KEEP_DAYS_ENV, "a week")
+    with pytest.raises(
+        evidence.EvidenceConfigError, match=r"COUNTERS_GX_KEEP_DAYS must be .* 'a week'"
+    ):
+        evidence.keep("fam", "x", suite_report(), now=now, location=store)
