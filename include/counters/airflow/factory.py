@@ -52,6 +52,9 @@ FIRST_TASK = "run"
 small run (most minutes) start to end itself; a larger run goes on in the mapped tasks."""
 
 RETRIES = 3
+RETRIES_ENV = "COUNTERS_TASK_RETRIES"
+"""How many times a task that failed on a transient error (a Cassandra timeout) is tried
+again; default ``RETRIES``."""
 RETRY_DELAY = timedelta(seconds=20)
 RETRY_BACKOFF = 2.0
 MAX_RETRY_DELAY = timedelta(minutes=5)
@@ -87,6 +90,16 @@ RETRY_POLICY = ExceptionRetryPolicy(
 def pool() -> str:
     """The pool of ``run``, ``compact`` and ``cleanup`` (created if missing: ``pool.py``)."""
     return pool_name()
+
+
+def retries() -> int:
+    """The tasks' retries (``COUNTERS_TASK_RETRIES``, else ``RETRIES``)."""
+    text = os.environ.get(RETRIES_ENV)
+    if text is None or not text.strip():
+        return RETRIES
+    if not text.strip().isdigit():
+        raise ValueError(f"{RETRIES_ENV} must be a whole number of retries, got {text!r}")
+    return int(text)
 
 
 def _start_date(family: Family) -> datetime:
@@ -183,7 +196,7 @@ def default_args(family: Family, channels: Channels) -> dict[str, Any]:
 
     return {
         "owner": family.owner,
-        "retries": RETRIES,
+        "retries": retries(),
         "retry_delay": RETRY_DELAY,
         "retry_exponential_backoff": RETRY_BACKOFF,
         "max_retry_delay": MAX_RETRY_DELAY,
