@@ -1768,9 +1768,11 @@ def run_family(
     fault: Fault = _no_fault,
     progress: Callable[[str], None] | None = None,
     now: datetime | None = None,
+    on_audit: Callable[[dict[str, Any], Tally], None] | None = None,
 ) -> RunSummary:
     """Every step of a run (what ``counterctl compact`` does); ``workers`` > 1 runs the shards
-    in that many processes (both cores: the client's CPU is the bound, not Cassandra's)."""
+    in that many processes (both cores: the client's CPU is the bound, not Cassandra's).
+    ``on_audit(record, tally)`` is called with the run's audit row once written (metrics)."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
     store.requests.clear()
@@ -1785,19 +1787,20 @@ def run_family(
 
     def finish(outcome: str, message: str = "") -> RunSummary:
         """Every run leaves one audit row, whatever its outcome."""
-        store.write_audit(
-            audit_record(
-                store.family,
-                plan,
-                outcome=outcome,
-                tally=tally,
-                phases=phases,
-                checks=checks,
-                dry_run=dry_run,
-                message=message,
-                started_at=started,
-            )
+        record = audit_record(
+            store.family,
+            plan,
+            outcome=outcome,
+            tally=tally,
+            phases=phases,
+            checks=checks,
+            dry_run=dry_run,
+            message=message,
+            started_at=started,
         )
+        store.write_audit(record)
+        if on_audit is not None:
+            on_audit(record, tally)
         _merge_requests(requests, store.requests)
         return RunSummary(plan, outcome, tally, phases, checks, message, requests, peak)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from .. import engine
+from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..core import CheckOutcome, Tally, epoch_for, utc_naive
@@ -173,6 +173,7 @@ def _audit(
     store.provenance = Provenance.from_dict(run.get("provenance"))
     store.write_audit(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
+    metrics.emit_run(record, tally.counters_quarantined)
 
 
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
@@ -551,18 +552,21 @@ def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
     family's ``freshness``; skip a family that was never compacted."""
     now = utc_naive(now or datetime.now(UTC))
     epoch = store_for(family).family_epoch()
+    metrics.emit_lag(family.name, epoch, now)
     if epoch is None:
         raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
+    lag = health.family_lag(family, epoch, now)  # the rule `counterctl health` applies
     expected = now - family.lag
-    behind = expected - utc_naive(epoch)
+    behind = lag.behind or expected - utc_naive(epoch)
     state = {
         "family": family.name,
         "epoch": _iso(epoch),
         "expected": _iso(expected),
         "behind_s": behind.total_seconds(),
         "threshold_s": family.freshness.total_seconds(),
+        "state": lag.state.value,
     }
-    if behind > family.freshness:
+    if not lag.healthy:
         raise FamilyStale(
             f"family {family.name!r} is stale: compacted epoch {_iso(epoch)} is {behind} behind "
             f"now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
