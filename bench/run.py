@@ -168,7 +168,9 @@ def parse_args(argv: list[str] | None) -> Params:
     )
     p.add_argument("--scan-ranges", type=int)
     p.add_argument("--scan-concurrency", type=int)
-    p.add_argument("--no-wait", action="store_true", help="do not let index marks age (see README)")
+    p.add_argument(
+        "--no-wait", action="store_true", help="do not let index marks age (docs/benchmarks.md)"
+    )
     p.add_argument("--workers", type=int, help="shard processes of each compaction (2)")
     p.add_argument(
         "--warmup-counters",
