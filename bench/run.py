@@ -39,6 +39,7 @@ from counters.core import BUCKETS, to_millis, truncate_ms, utc_naive, write_time
 from counters.schema import (
     LEASE_TABLE,
     STATE_TABLE,
+    TABLES_TABLE,
     ensure_schema,
     index_table,
     ledger_table,
@@ -296,6 +297,9 @@ class Bench:
             "compact_table": f"{name}_compact",
             "lag": "1m",
             "shards": 4,
+            # a minute's run after a sweep is what the bench measures: the smoke's small data
+            # would otherwise sweep every run (sweep_every_run_below)
+            "sweep_every_run_below": 0,
             **fields,
         }
         family = Family.model_validate(values)
@@ -311,6 +315,10 @@ class Bench:
         self.conn.session.execute(
             f"DELETE FROM {ks}.{STATE_TABLE} WHERE family = %s", (family.name,)
         )
+        for table in family.tables:  # new tables: no identity recorded yet
+            self.conn.session.execute(
+                f"DELETE FROM {ks}.{TABLES_TABLE} WHERE table_name = %s", (table,)
+            )
         for shard in range(family.shards):
             self.conn.session.execute(
                 f"DELETE FROM {ks}.{LEASE_TABLE} WHERE family = %s AND shard = %s",
