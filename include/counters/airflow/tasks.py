@@ -322,10 +322,7 @@ def verify(
         verification = engine.verify_run(shard_reports)
     tally = verification.tally
     if run["dry_run"]:
-        message = (
-            f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
-            f"row(s) (sum {tally.sum_folded}); nothing written, verified or deleted"
-        )
+        message = engine.dry_run_message(tally)
         _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
         raise AirflowSkipException(message)
     with phases.timed("verify_gx"):
@@ -460,57 +457,24 @@ def record_audit(
     run alerts; the rest of the family was compacted)."""
     store = store_for(family)
     phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
-    plan_ = _plan(family, run)
     tally = Tally.from_dict(dict(verified["tally"]))
-    with phases.timed("finish"):
-        engine.finish_run(store, plan_, tally)
-        now_at = store.family_epoch()
     tally.rows_deleted = cleaned["rows_deleted"]
-    advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
-    outcomes = [_outcome(c) for c in verified["checks"]] + [
-        _outcome(cleaned["check"]),
-        CheckOutcome(
-            "family_epoch_advanced",
-            advanced,
-            True,
-            f"compacted epoch {run['epoch_before']} -> {_iso(now_at)} (run epoch {run['epoch']})",
-        ),
-    ]
-    if not advanced:
-        message = (
-            f"family {family.name!r} run {run['run_id']!r}: the compacted epoch is "
-            f"{_iso(now_at)} after finishing, expected at least {run['epoch']}"
-        )
+    checks_ = [_outcome(c) for c in verified["checks"]] + [_outcome(cleaned["check"])]
+    with phases.timed("finish"):
+        ended = engine.conclude_run(store, _plan(family, run), tally, checks_)
+    outcomes = ended.checks
+    if ended.outcome != "success":
         _audit(
             family,
             run,
-            "failed",
+            ended.outcome,
             tally=tally,
             phases=phases,
             checks_=outcomes,
-            message=message,
+            message=ended.message,
             gx=verified,
         )
-        raise CheckFailed(message, checks=["family_epoch_advanced"], audited=True)
-    if tally.counters_quarantined:
-        message = engine.quarantine_message(family.name, run["run_id"], tally, outcomes)
-        _audit(
-            family,
-            run,
-            "partial",
-            tally=tally,
-            phases=phases,
-            checks_=outcomes,
-            message=message,
-            gx=verified,
-        )
-        named = next((o.counters for o in outcomes if o.name == "no_counter_quarantined"), ())
-        raise CheckFailed(
-            message,
-            checks=["no_counter_quarantined"],
-            counters=list(named or tally.quarantined),
-            audited=True,
-        )
+        raise CheckFailed(ended.message, checks=ended.failed, counters=ended.counters, audited=True)
     _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified)
     summary = {
         "family": family.name,
