@@ -22,9 +22,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from counters.compaction import collector_relaxed, commit_folds, committed_checkpoint, new_run_id
 from counters.core import BUCKETS, EMPTY_CHECKPOINT, Fold, fold_counter, write_timestamp
-from counters.store import COMMIT_CHUNK, Store
+from counters.engine import (
+    COMMIT_CHUNK,
+    collector_relaxed,
+    commit_folds,
+    committed_checkpoint,
+    new_run_id,
+)
+from counters.store import Store
 
 from .ops import Meter, chunked, utc_now
 

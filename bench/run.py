@@ -32,10 +32,10 @@ from typing import Any
 
 from counters import engine
 from counters.client import CounterClient, Increment
-from counters.compaction import BUCKET_THREADS
 from counters.config import Family
 from counters.connection import Connection, connect
 from counters.core import BUCKETS, to_millis, truncate_ms, utc_naive, write_timestamp
+from counters.engine import BUCKET_THREADS
 from counters.schema import (
     LEASE_TABLE,
     STATE_TABLE,

@@ -1,7 +1,9 @@
 """The engine's public surface: compaction (``compaction``) and per-counter maintenance
-(``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here."""
+(``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here
+(the benchmark's "required work" section also commits folds itself: ``commit_folds``)."""
 
 from .compaction import (
+    BUCKET_THREADS,
     FAULT_POINTS,
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
@@ -17,6 +19,9 @@ from .compaction import (
     audit_record,
     cleanup_failure_message,
     cleanup_shard,
+    collector_relaxed,
+    commit_folds,
+    committed_checkpoint,
     compact_shard,
     conclude_run,
     conclusion,
@@ -40,8 +45,11 @@ from .maintenance import (
     release,
     reset_counter,
 )
+from .store import COMMIT_CHUNK
 
 __all__ = [
+    "BUCKET_THREADS",
+    "COMMIT_CHUNK",
     "FAULT_POINTS",
     "FORGET_MARGIN",
     "HOT_LATE_WINDOW",
@@ -65,6 +73,9 @@ __all__ = [
     "check_family",
     "cleanup_failure_message",
     "cleanup_shard",
+    "collector_relaxed",
+    "commit_folds",
+    "committed_checkpoint",
     "compact_shard",
     "conclude_run",
     "conclusion",
