@@ -536,19 +536,6 @@ class Store:
         )
         return self._scan_distinct(statement, shard)
 
-    def recount_slices(
-        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint]
-    ) -> dict[Key, int]:
-        """A rows family's full recount up to each counter's checkpoint (reconciliation)."""
-        statement = self.prepare(
-            "raw_recount", "SELECT count(*) FROM {raw} WHERE {key_where} AND {time} <= ?"
-        )
-        params = [(*c, self.epoch_value(checkpoints[c].epoch)) for c in counters]
-        return {
-            c: r.one()[0]
-            for c, r in zip(counters, self._concurrent(statement, params), strict=True)
-        }
-
     def count_members(self, counters: Sequence[Key]) -> dict[Key, int]:
         """Recount a unique family's set (reconciliation)."""
         statement = self.prepare("set_count", "SELECT count(*) FROM {set} WHERE {key_where}")
