@@ -441,7 +441,7 @@ class Store:
             "WHERE shard = ? AND slot = ? AND {key_where}",
         )
         minutes = minutes or {}
-        requests = [
+        requests: list[tuple[Any, tuple[Any, ...]]] = [
             (timed, (minutes[c], *self.bucket(c), *c))
             if minutes.get(c)
             else (plain, (*self.bucket(c), *c))
@@ -846,7 +846,7 @@ class Store:
         exprs = self._packing[0]
         return ", ".join([*exprs, self._names["increment"] or exprs[0]])
 
-    def _parse_rows(self, rows: Iterable[Sequence[Any]], width: int) -> dict[Key, list[Row]]:
+    def _parse_rows(self, rows: Iterable[tuple[Any, ...]], width: int) -> dict[Key, list[Row]]:
         """``(key..., clustering..., [time ms], increment)`` rows grouped by counter as
         ``(time ms, packed clustering, increment)``. ``width``: key columns in the row (0 when
         the caller knows the counter)."""
@@ -1006,6 +1006,7 @@ class Store:
         int column cannot wrap."""
         measure = f"count(*), sum(CAST({self._names['increment']} AS varint))"
         bound = self._time_bound(epoch_ms)
+        params: tuple[Any, ...]
         where, params, name = "AND {time} <= ?", (bound,), "raw_recount_below"
         if after_ms is not None:
             where = "AND {time} > ? AND {time} <= ?"
