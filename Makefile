@@ -36,6 +36,7 @@ bench-airflow:
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 format: setup
 	.venv/bin/ruff format .

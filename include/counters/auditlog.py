@@ -204,7 +204,7 @@ class AuditLog:
             "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?",
         )
         row = self._execute(statement, (self.family_name,)).one()
-        return None if row is None else UpgradeState(*row[:2], int(row[2] or 0), row[3])
+        return None if row is None else UpgradeState(row[0], row[1], int(row[2] or 0), row[3])
 
     def _save_upgrade_state(self, state: UpgradeState, started: bool = False) -> None:
         statement = self.store.prepare(

@@ -67,7 +67,8 @@ class Failure(click.ClickException):
 
     def __init__(self, message: str, code: int):
         super().__init__(message)
-        self.exit_code = code
+        # click types exit_code as a ClassVar, yet reads it from the instance (e.exit_code)
+        self.exit_code = code  # type: ignore[misc]
 
 
 @contextmanager

@@ -576,7 +576,7 @@ def _compact_bucket(
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
             found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
-            rows = {c: [] for c in found}
+            rows: dict[Key, list[Row]] = {c: [] for c in found}
         elif scan:
             floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
             try:
@@ -1140,8 +1140,7 @@ def _recount_committed(
     the ledger has no such tombstones and is recounted whole."""
     store = ctx.store
     if store.family.folds_by_slice:
-        recount = {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}
-        return recount, {}
+        return {c: (len(cp.pending), cp.pending_sum) for c, (_f, cp) in committed.items()}, {}
     recount: dict[Key, tuple[int, int]] = {}
     used: dict[Key, int | None] = {}
     by_epoch: dict[int, list[Key]] = {}
@@ -1152,7 +1151,7 @@ def _recount_committed(
         whole = wanted is None and epoch_ms == ctx.epoch_ms
         folds = [committed[c][0] for c in group]
         if all(f.base.epoch_ms is None for f in folds):  # none folded before: no tombstones
-            parts = [(group, None, whole)]
+            parts: list[tuple[list[Key], int | None, bool]] = [(group, None, whole)]
         else:
             floors = {f.counter: None if f.low_ms is None else f.low_ms - 1 for f in folds}
             floor, inside, outside = shared_floor(floors)
@@ -1223,8 +1222,8 @@ def _look_closer(
     """The recount found more rows than the commit counted: fine if every counted row is there
     with the counted sum (the others are late rows, folded by the next run)."""
     present = _present_below(store, counter, fold, after_ms)
-    counted = [present.get(k) for k in fold.pending]
-    if any(r is None for r in counted) or sum(r[2] or 0 for r in counted) != fold.pending_sum:
+    counted = [r for r in (present.get(k) for k in fold.pending) if r is not None]
+    if len(counted) < len(fold.pending) or sum(r[2] or 0 for r in counted) != fold.pending_sum:
         return (
             f"{format_key(counter)}: the rows its commit counted are not all present as counted",
             0,

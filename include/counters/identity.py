@@ -236,9 +236,9 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:
     if not record:
         return
     for table in missing:
-        owner = store.claim_table(table, encode(current), run_id)
-        if owner is not None:  # another first commit recorded it meanwhile
-            reason = refusal(family, table, owner, current)
+        recorded = store.claim_table(table, encode(current), run_id)
+        if recorded is not None:  # another first commit recorded it meanwhile
+            reason = refusal(family, table, recorded, current)
             if reason:
                 raise IdentityMismatch(reason)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import call
+from typing import Any
 
 from cassandra.marshal import varint_pack, varint_unpack
 
@@ -22,23 +23,28 @@ from .core import Packed
 
 _INT32 = struct.Struct(">i")
 
+Encode = Callable[[Any], bytes]
+"""A clustering value to its length and bytes; the value's type is the column's CQL type, known
+only at run time (the codec is picked by name), so it is ``Any`` here."""
+Decode = Callable[[bytes], object]
+
 
 class Encoded(bytes):
     """A value already in the bytes the native protocol sends for it (``store.bind`` passes it
     through)."""
 
 
-def _fixed(fmt: str) -> tuple[Callable[[object], bytes], Callable[[bytes], object]]:
+def _fixed(fmt: str) -> tuple[Encode, Decode]:
     """A fixed-width type: its value with its length, one ``struct`` call; and back."""
     value = struct.Struct(">" + fmt)
     sized = struct.Struct(">i" + fmt)
     return partial(sized.pack, value.size), lambda b: value.unpack(b)[0]
 
 
-def _sized(encode: Callable[[object], bytes]) -> Callable[[object], bytes]:
+def _sized(encode: Callable[[Any], bytes]) -> Encode:
     """A variable-width type: its value's bytes behind their length."""
 
-    def sized(v: object) -> bytes:
+    def sized(v: Any) -> bytes:
         b = encode(v)
         return _INT32.pack(len(b)) + b
 
@@ -64,7 +70,7 @@ def _uuid_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-_CODECS: dict[str, tuple[Callable[[object], bytes], Callable[[bytes], object]]] = {
+_CODECS: dict[str, tuple[Encode, Decode]] = {
     # (value -> length + bytes, bytes -> value)
     "timestamp": _fixed("q"),  # packed as epoch ms
     "bigint": _fixed("q"),

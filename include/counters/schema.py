@@ -195,7 +195,7 @@ def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
     marked ``counted``."""
     rw = ("SELECT", "MODIFY")
     folded = ("SELECT",) if family.folds_by_slice else rw
-    tables = [(family.fold_table, folded)]
+    tables: list[tuple[str, tuple[str, ...]]] = [(family.fold_table, folded)]
     if family.kind is Kind.UNIQUE:
         tables.append((family.raw_table, rw))
     tables += [

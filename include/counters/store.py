@@ -441,7 +441,7 @@ class Store:
             "WHERE shard = ? AND slot = ? AND {key_where}",
         )
         minutes = minutes or {}
-        requests = [
+        requests: list[tuple[Any, tuple[Any, ...]]] = [
             (timed, (minutes[c], *self.bucket(c), *c))
             if minutes.get(c)
             else (plain, (*self.bucket(c), *c))
@@ -535,19 +535,6 @@ class Store:
             "set_distinct", "SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"
         )
         return self._scan_distinct(statement, shard)
-
-    def recount_slices(
-        self, counters: Sequence[Key], checkpoints: dict[Key, Checkpoint]
-    ) -> dict[Key, int]:
-        """A rows family's full recount up to each counter's checkpoint (reconciliation)."""
-        statement = self.prepare(
-            "raw_recount", "SELECT count(*) FROM {raw} WHERE {key_where} AND {time} <= ?"
-        )
-        params = [(*c, self.epoch_value(checkpoints[c].epoch)) for c in counters]
-        return {
-            c: r.one()[0]
-            for c, r in zip(counters, self._concurrent(statement, params), strict=True)
-        }
 
     def count_members(self, counters: Sequence[Key]) -> dict[Key, int]:
         """Recount a unique family's set (reconciliation)."""
@@ -859,7 +846,7 @@ class Store:
         exprs = self._packing[0]
         return ", ".join([*exprs, self._names["increment"] or exprs[0]])
 
-    def _parse_rows(self, rows: Iterable[Sequence[Any]], width: int) -> dict[Key, list[Row]]:
+    def _parse_rows(self, rows: Iterable[tuple[Any, ...]], width: int) -> dict[Key, list[Row]]:
         """``(key..., clustering..., [time ms], increment)`` rows grouped by counter as
         ``(time ms, packed clustering, increment)``. ``width``: key columns in the row (0 when
         the caller knows the counter)."""
@@ -1019,6 +1006,7 @@ class Store:
         int column cannot wrap."""
         measure = f"count(*), sum(CAST({self._names['increment']} AS varint))"
         bound = self._time_bound(epoch_ms)
+        params: tuple[Any, ...]
         where, params, name = "AND {time} <= ?", (bound,), "raw_recount_below"
         if after_ms is not None:
             where = "AND {time} > ? AND {time} <= ?"

@@ -26,16 +26,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Final, Literal
 
 from ..config import Family, parse_duration
 from ..core import utc_naive
 
 log = logging.getLogger(__name__)
 
-FAILING = "failing"
-STALE = "stale"
 StreakKind = Literal["failing", "stale"]
+FAILING: Final = "failing"
+STALE: Final = "stale"
 
 REMIND_ENV = "COUNTERS_ALERT_REMIND_EVERY"
 DEFAULT_REMIND_EVERY = timedelta(hours=1)

@@ -310,12 +310,14 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             context["outlet_events"][compacted].extra = assets.event_extra(summary)
             return summary
 
-        groups = run_()
+        # The wiring passes XComArgs where the task functions take values; Airflow types a
+        # TaskFlow call with the function's own parameters, so these references are Any.
+        groups: Any = run_()
         run = groups["run"]
-        reports = compact.partial(run=run).expand(shards=groups)
-        verified = verify(run, reports)
-        cleanups = cleanup.partial(run=run, verified=verified).expand(shards=groups)
-        cleaned = verify_cleanup(run, verified, cleanups)
+        reports: Any = compact.partial(run=run).expand(shards=groups)
+        verified: Any = verify(run, reports)
+        cleanups: Any = cleanup.partial(run=run, verified=verified).expand(shards=groups)
+        cleaned: Any = verify_cleanup(run, verified, cleanups)
         record_audit(run, verified, cleaned)
     return dag
 

@@ -222,8 +222,8 @@ def alert_from_context(family: str, context: Mapping[str, Any]) -> Alert:
         log_url = None
     return Alert(
         family=family,
-        dag_id=getattr(ti, "dag_id", None) or getattr(dag_run, "dag_id", "?"),
-        run_id=getattr(ti, "run_id", None) or getattr(dag_run, "run_id", "?"),
+        dag_id=str(getattr(ti, "dag_id", None) or getattr(dag_run, "dag_id", None) or "?"),
+        run_id=str(getattr(ti, "run_id", None) or getattr(dag_run, "run_id", None) or "?"),
         task=task,
         checks=tuple(checks),
         counters=tuple(getattr(error, "counters", ()) or ()),

@@ -95,7 +95,7 @@ def _plan(family: Family, run: Run) -> RunPlan:
     return RunPlan(
         family.name,
         run["run_id"],
-        _time(run["epoch"]),
+        datetime.fromisoformat(run["epoch"]),
         _time(run["epoch_before"]),
         tuple(run["shards"]),
         bool(run.get("sweep")),
@@ -281,7 +281,7 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
         report = engine.compact_shard(
             store,
             shard,
-            _time(run["epoch"]),
+            datetime.fromisoformat(run["epoch"]),
             run["run_id"],
             sweep=bool(run.get("sweep")),
             dry_run=run["dry_run"],

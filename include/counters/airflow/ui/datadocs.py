@@ -305,7 +305,10 @@ def _extract(tarball: Path, package: Package, dest: Path) -> None:
         for member in members:
             target = dest / member.name.removeprefix("package/")
             target.parent.mkdir(parents=True, exist_ok=True)
-            with archive.extractfile(member) as source, open(target, "wb") as out:  # type: ignore[union-attr]
+            source = archive.extractfile(member)
+            if source is None:  # not a regular file; isfile() above lets none through
+                continue
+            with source, open(target, "wb") as out:
                 shutil.copyfileobj(source, out)
     missing = [p for p in package.files if not p.endswith("/") and not (dest / p).is_file()]
     if missing:
