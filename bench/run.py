@@ -326,6 +326,15 @@ class Bench:
             )
         self.marks_at.pop(family.name, None)
 
+    def reuse_family(self, family: Family, section: str) -> tuple[Family, Store, CounterClient]:
+        """``family``'s tables, emptied, for another section under a name of its own: a family's
+        state row is written with its epoch as timestamp, so the delete of ``reset_family``
+        would hide the older epochs a later section writes under the same name."""
+        self.reset_family(family)
+        renamed = family.model_copy(update={"name": f"{family.name}_{section}"})
+        store = Store(self.conn, renamed, ensure_schema(self.conn.session, renamed))
+        return renamed, store, CounterClient(self.conn, renamed, store)
+
     @staticmethod
     def family_fields(family: Family) -> dict[str, Any]:
         data = family.model_dump(mode="json")
@@ -893,10 +902,9 @@ class Bench:
     def reads(self) -> None:
         p = self.p
         if hasattr(self, "main_family"):
-            family, store, client = self.main_family, self.main_store, self.main_client
-            self.reset_family(family)
+            _family, store, client = self.reuse_family(self.main_family, "reads")
         else:
-            family, store, client = self.make_family("bench_main")
+            _family, store, client = self.make_family("bench_main")
         now_min = utc_now().replace(second=0, microsecond=0)
         start = now_min - timedelta(minutes=p.history_minutes)
         history = [
@@ -956,8 +964,7 @@ class Bench:
         parts (``engine.read_hot_counter``) and say so (``windowed_reads``)."""
         p = self.p
         if hasattr(self, "main_family"):
-            family, store, client = self.main_family, self.main_store, self.main_client
-            self.reset_family(family)
+            family, store, client = self.reuse_family(self.main_family, "limits")
         else:
             family, store, client = self.make_family("bench_main")
         key = ("hot",)
