@@ -2,6 +2,7 @@
 (``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here."""
 
 from .compaction import (
+    ARCHIVE_FAULT_POINTS,
     FAULT_POINTS,
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
@@ -22,12 +23,13 @@ from .compaction import (
     hot_counter_outcomes,
     new_run_id,
     plan_run,
+    prune_archive,
     quarantine_message,
     run_family,
     verify_cleanup,
     verify_run,
 )
-from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .errors import ArchiveError, ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
@@ -39,10 +41,12 @@ from .maintenance import (
 )
 
 __all__ = [
+    "ARCHIVE_FAULT_POINTS",
     "FAULT_POINTS",
     "FORGET_MARGIN",
     "HOT_LATE_WINDOW",
     "MAX_FOLD_ROWS",
+    "ArchiveError",
     "ChecksFailed",
     "CleanupReport",
     "Discrepancy",
@@ -67,6 +71,7 @@ __all__ = [
     "hot_counter_outcomes",
     "new_run_id",
     "plan_run",
+    "prune_archive",
     "quarantine_message",
     "quarantined",
     "reconcile",

@@ -407,7 +407,12 @@ def cleanup(
     reports = []
     for shard in shards:
         report = engine.cleanup_shard(
-            store, shard, run["run_id"], executions.get(shard, []), fault=_fault
+            store,
+            shard,
+            run["run_id"],
+            executions.get(shard, []),
+            fault=_fault,
+            started_at=_time(run["started_at"]),
         )
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
@@ -415,6 +420,16 @@ def cleanup(
             report.rows_deleted,
             report.late_rows,
         )
+        if report.archive_files or report.archive_deferred:
+            log.info(
+                "shard %d: %d row(s) (sum %d) archived first to %s; %d commit(s) from before "
+                "the archive left for the next run",
+                shard,
+                report.archived_rows,
+                report.archived_sum,
+                ", ".join(report.archive_files) or "-",
+                report.archive_deferred,
+            )
         reports.append(report.as_dict())
     return reports
 
@@ -464,6 +479,7 @@ def record_audit(
     with phases.timed("finish"):
         engine.finish_run(store, plan_, tally)
         now_at = store.family_epoch()
+        engine.prune_archive(family)
     tally.rows_deleted = cleaned["rows_deleted"]
     advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
     outcomes = [_outcome(c) for c in verified["checks"]] + [
