@@ -188,7 +188,10 @@ def row_flags(fold: Fold) -> bytes:
 
 def built_on_zero(base: Checkpoint) -> bool:
     """Whether a checkpoint is zero with nothing counted behind it: a counter's first (no
-    commit) or a reset's (its value 0 at its own reset point)."""
+    commit) or a reset's (its value 0 at its own reset point); or one no archive holds that
+    was built on zero (a commit carrying its rows rests on zero too)."""
+    if base.unarchived_from_zero:
+        return True
     if base.value != 0:
         return False
     return base.commit_id is None or (

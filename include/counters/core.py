@@ -209,6 +209,10 @@ class Checkpoint:
     """For a family with an archive, the ``ROW_*`` flags of each ``pending`` key as its commit's
     record holds them (loaded with the keys): whether the row counts in the value, and whether
     an archive already holds it. None: not loaded (every key counted, none archived)."""
+    unarchived_from_zero: bool = field(default=False, compare=False)
+    """For a family with an archive, loaded with ``pending_flags``: no archive holds this
+    commit's rows and its record says it was built on zero (so is a commit that carries them:
+    the archive rebuilds its value from zero)."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()

@@ -335,7 +335,7 @@ def _last_commit(
     found = store.read_rows_at(counter, wanted) if wanted else []
     return replace(
         present,
-        first=bool(segment and segment.from_zero),
+        first=bool(segment and (segment.from_zero or segment.reset)),
         extra_rows=len(found),
         extra_sum=sum(r[2] or 0 for r in found),
     )

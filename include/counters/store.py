@@ -1558,11 +1558,17 @@ class Store:
             if keys is None:
                 missing.append(counter)
                 continue
-            flags = (
-                _pending_flags(archives.get(ref), encode(counter), keys.keys) if archived else None
+            flags, from_zero = (
+                _pending_flags(archives.get(ref), encode(counter), keys.keys)
+                if archived
+                else (None, False)
             )
             checkpoints[counter] = replace(
-                cp, pending=frozenset(keys.keys), pending_loaded=True, pending_flags=flags
+                cp,
+                pending=frozenset(keys.keys),
+                pending_loaded=True,
+                pending_flags=flags,
+                unarchived_from_zero=from_zero,
             )
         return missing
 
@@ -2206,25 +2212,30 @@ def _identity(value: Any) -> Any:
 
 def _pending_flags(
     archive: tuple[bytes | None, str | None] | None, counter: list[Any], keys: Sequence[Packed]
-) -> dict[Packed, int]:
+) -> tuple[dict[Packed, int], bool]:
     """The ``ROW_*`` flags of a counter's pending keys from its commit's archive record, each
     ``ROW_ARCHIVED`` when a cleanup archived the commit (and did not leave the counter out: a
-    quarantined one). A commit recorded before the family had an archive: every key counted,
-    none archived."""
+    quarantined one), and whether no archive holds the commit and it was built on zero. A
+    commit recorded before the family had an archive: every key counted, none archived."""
     from .archive import archived_skipped, unpack_record
     from .core import ROW_ARCHIVED, ROW_COUNTED
 
     blob, mark = archive or (None, None)
     flags: list[int] | None = None
+    from_zero = False
     if blob is not None:
-        flags = unpack_record(blob).flags_of(counter)
+        record = unpack_record(blob)
+        flags = record.flags_of(counter)
+        segment = next((s for s in record.segments if s.counter == tuple(counter)), None)
+        from_zero = bool(segment and segment.from_zero)
     if flags is None or len(flags) != len(keys):
         flags = [ROW_COUNTED] * len(keys)
     skipped = archived_skipped(mark)  # None: the commit is not archived
-    extra = ROW_ARCHIVED if skipped is not None and tuple(counter) not in skipped else 0
-    return {
-        key: (f | extra) & (ROW_COUNTED | ROW_ARCHIVED) for key, f in zip(keys, flags, strict=True)
-    }
+    archived = skipped is not None and tuple(counter) not in skipped
+    extra = ROW_ARCHIVED if archived else 0
+    kept = ROW_COUNTED | ROW_ARCHIVED
+    flagged = {k: (f | extra) & kept for k, f in zip(keys, flags, strict=True)}
+    return flagged, from_zero and not archived
 
 
 def _normal(key: Sequence[Any]) -> tuple[Any, ...]:
