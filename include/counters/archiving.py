@@ -140,7 +140,7 @@ def archive_commits(
         done.manifests.append(manifest)
         done.rows, done.sum = manifest.rows, manifest.sum
     skipped_by_commit = {
-        c.commit_id: [s.counter for s in c.record.segments if s.counter in held] for c in commits
+        c.commit_id: [counter for counter in c.record.counters if counter in held] for c in commits
     }
     for bucket, record, _r in records:
         mark = archived_mark(url, skipped_by_commit.get(str(record.commit_id), []))
@@ -160,32 +160,33 @@ def _commits(
     """Each commit with the rows its file keeps: not a quarantined counter's, not archived
     already, not a carried row that is gone, not a row an earlier commit of the same file
     holds (a counter committed twice by retries of the run). Vectorised over the rows; keys
-    are decoded only for the counters that need a look (carried rows, a counter twice)."""
+    are decoded only for the counters that need a look (carried rows, a counter twice), which
+    only crashes and retries leave."""
     _encode, decode = store._key_codec()
-    appears = Counter(s.counter for _b, _r, rec in records for s in rec.segments)
+    appears = Counter(c for _b, _r, rec in records for c in rec.counters)
     masks: list[Any] = []
     looks: list[dict[int, list[Any]]] = []  # per record: segment index -> its decoded keys
     carried: dict[tuple[Any, ...], list[Any]] = {}
     for _bucket, record, rec in records:
         flags = rec.rows.column("flags").to_numpy(zero_copy_only=False)
         mask = (flags & ROW_ARCHIVED) == 0
+        fresh_rows = (flags & (ROW_CARRIED | ROW_ARCHIVED)) == ROW_CARRIED
+        counters = rec.counters
+        look = [i for i, c in enumerate(counters) if c in held or appears[c] > 1]
         starts = rec.offsets()
-        wanted = {}
-        for i, segment in enumerate(rec.segments):
-            a, b = starts[i], starts[i + 1]
-            if segment.counter in held:
-                mask[a:b] = False
-                continue
-            fresh = (flags[a:b] & (ROW_CARRIED | ROW_ARCHIVED)) == ROW_CARRIED
-            if fresh.any() or appears[segment.counter] > 1:
-                wanted[i] = fresh
-        if wanted:
+        if fresh_rows.any():
+            look += [i for i in range(len(counters)) if fresh_rows[starts[i] : starts[i + 1]].any()]
+        found: dict[int, list[Any]] = {}
+        if look:
             keys_of = {tuple(c): keys for c, _e, keys in _entries(store, record)}
-            found = {}
-            for i, fresh in wanted.items():
-                counter = rec.segments[i].counter
+            for i in sorted(set(look)):
+                counter = counters[i]
+                a, b = starts[i], starts[i + 1]
+                if counter in held:
+                    mask[a:b] = False
+                    continue
                 keys = keys_of[counter].keys if counter in keys_of else []
-                if len(keys) != rec.segments[i].rows:
+                if len(keys) != b - a:
                     raise ArchiveError(
                         f"family {store.family.name!r} run {run_id!r} commit "
                         f"{record.commit_id}: its archive record and its keys differ for counter "
@@ -193,15 +194,14 @@ def _commits(
                     )
                 found[i] = keys
                 carried.setdefault(counter, []).extend(
-                    k for k, f in zip(keys, fresh, strict=True) if f
+                    k for k, f in zip(keys, fresh_rows[a:b], strict=True) if f
                 )
-            looks.append(found)
-        else:
-            looks.append({})
+        looks.append(found)
         masks.append(mask)
     present = {
         counter: {r[1] for r in store.read_rows_at(decode(list(counter)), keys)}
         for counter, keys in carried.items()
+        if keys
     }
     out: list[Commit] = []
     seen: dict[tuple[Any, ...], set[Any]] = {}
@@ -209,7 +209,7 @@ def _commits(
         starts = rec.offsets()
         flags = rec.rows.column("flags").to_numpy(zero_copy_only=False)
         for i, keys in found.items():
-            counter = rec.segments[i].counter
+            counter = rec.counters[i]
             earlier = seen.setdefault(counter, set())
             for j, key in enumerate(keys, start=starts[i]):
                 if not mask[j]:
