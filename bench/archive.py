@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +50,14 @@ def run(bench: Any, rounds: int) -> dict[str, Any]:
                 load_write_path(client, data)
                 bench.marks_at[family.name] = time.time()
             order = ("off", "on") if n % 2 == 0 else ("on", "off")
+            started = datetime.now(UTC)
             for side in order:
                 family, store, _client = sides[side]
                 label = f"archive {side} round {n}"
                 result = bench._checked_run(label, family, data.epoch, data.expected())
                 result["order"] = order.index(side)
                 if side == "on":
-                    result.update(_archived(family, store, data))
+                    result.update(_archived(family, store, data, started))
                 figures[side].append(result)
                 bench.say(
                     f"{label}: {result['seconds']:.1f} s, exact={result['exactness']['exact']}"
@@ -90,7 +91,7 @@ def _cpu(result: dict[str, Any]) -> float:
     return (result.get("client_cpu_s") or 0) + (result.get("server_cpu_s") or 0)
 
 
-def _archived(family: Any, store: Any, data: Dataset) -> dict[str, Any]:
+def _archived(family: Any, store: Any, data: Dataset, since: datetime) -> dict[str, Any]:
     """What the archived run left: its files, their rows (each once, all of them), and a sample
     of its counters recounted from them."""
     root = Path(family.archive) / family.name
@@ -103,7 +104,7 @@ def _archived(family: Any, store: Any, data: Dataset) -> dict[str, Any]:
         if len(keys) < 2_000_000:
             keys.update(zip(*(table.column(i).to_pylist() for i in range(3)), strict=True))
     sample = [data.key(i) for i in list(data.indexes())[:RECOUNT_SAMPLE]]
-    report = recount(store, sample)
+    report = recount(store, sample, since=since)  # this round's runs: earlier rounds' are gone
     return {
         "archive_files": len(paths),
         "archive_bytes": sum(p.stat().st_size for p in paths),

@@ -127,6 +127,10 @@ COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
 PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
+PLAIN_KEY_TYPES = frozenset(
+    {"text", "varchar", "ascii", "int", "bigint", "smallint", "tinyint", "varint", "boolean"}
+)
+"""Key column types whose values are their own JSON encoding (``_encode_value``)."""
 """Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
 
 
@@ -1412,6 +1416,8 @@ class Store:
         from .archive import pack_record
 
         encode, _decode = self._key_codec()
+        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.layout.key):
+            encode = list  # JSON as they are: the encoder's call per counter is not needed
         return pack_record(folds, encode, [c.cql_type for c in self.layout.clustering])
 
     def archive_layout(self) -> Any:
@@ -1851,10 +1857,12 @@ class Store:
         cp = self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
         if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
             return False
+        archived = self.family.archive is not None
         read = self.prepare(
-            "runs_keys_read",
-            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
+            "runs_record_read" if archived else "runs_keys_read",
+            "SELECT keys"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
         )
         run_id = cp.run_id or ""
         found = self.session.execute(read, (run_id, *old, cp.commit_id)).one()
@@ -1872,11 +1880,30 @@ class Store:
             if e[0] != wanted
         ]
         blob = pack_commit_keys([*entries, *entry], self.key_codec)
+        if not archived or found[1] is None:
+            write = self.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            return True
+        # the counter's part of the commit's archive record goes with its keys, in their order
+        from .archive import join_records, record_part, unpack_record
+
+        mine = tuple(wanted)
+        parts = []
+        if there is not None and there[1] is not None:
+            parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
+        parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
         write = self.prepare(
-            "runs_keys",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
+            "runs_keys_archive_moved",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
-        self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+        self.session.execute(
+            write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
+        )
         return True
 
     def move_quarantine(self, before: int, shards: int) -> int:

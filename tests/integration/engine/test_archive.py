@@ -578,3 +578,37 @@ def test_recount_refuses_a_family_without_an_archive(make_family):
     _family, store, _client = make_family()
     with pytest.raises(engine.ArchiveError, match="has no archive"):
         recount(store)
+
+
+def test_a_reshard_moves_the_archive_records_with_the_keys(archived_family, t0):
+    """A cleanup archives and crashes before its deletes; the family is resharded (its commits'
+    records move to the counters' new places); the next run carries the rows as archived:
+    deleted, not archived again, and the recount still proves every counter from zero."""
+    from counters.reshard import reshard
+    from counters.store import Store
+
+    family, store, client = archived_family(shards=2)
+    counters = [f"s{i}" for i in range(40)]
+    load(client, t0, counters=counters, before=3, after=0)
+    epoch = t0 + timedelta(minutes=10)
+    hits = []
+
+    def crash(point):
+        if point == "cleanup_archive" and not hits:
+            hits.append(point)
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        run(store, epoch, run_id="crashed", fault=crash, workers=1)
+    archived_before = len(archived_rows(family))
+    assert 0 < archived_before <= 120
+    moved = reshard(store, 3)
+    assert moved.records_moved > 0
+    resharded = Store(store.conn, family.model_copy(update={"shards": 3}), store.layout, 8)
+    later = run(resharded, epoch + timedelta(minutes=1), run_id="after-reshard")
+    assert later.outcome == "success", later.message
+    for c in counters:
+        assert rows_at_or_below(resharded, (c,), epoch) == 0
+    assert_each_row_archived_once(resharded, 120)
+    report = assert_recount_equal(resharded)
+    assert all(r.from_start for r in report.counters)
