@@ -162,6 +162,8 @@ class Segment:
     rows: int
     from_zero: bool = False
     """The commit was built on zero: the counter's first checkpoint, or a reset's."""
+    base_run: str | None = None
+    """The run id of ``base_commit`` (where the run log keeps its record)."""
 
 
 def row_flags(fold: Fold) -> bytes:
@@ -206,6 +208,7 @@ SEGMENT_FIELDS = (
     ("epoch_ms", pa.int64()),
     ("rows", pa.int64()),
     ("from_zero", pa.bool_()),
+    ("base_run", pa.string()),
 )
 """The columns of an archive record's segment table, after the counter's key parts (``c0``...)."""
 
@@ -247,6 +250,7 @@ def pack_record(
         epoch_ms=[f.epoch_ms for f in folds],
         rows=[len(f.pending) for f in folds],
         from_zero=[built_on_zero(b) for b in bases],
+        base_run=[b.run_id if b.commit_id is not None else None for b in bases],
     )
     for name, kind in SEGMENT_FIELDS:
         values = segment_columns[name]
@@ -315,6 +319,7 @@ class ArchiveRecord:
                     fields["epoch_ms"][i],
                     fields["rows"][i],
                     bool(fields["from_zero"][i]),
+                    fields["base_run"][i],
                 )
                 for i, counter in enumerate(self.counters)
             ]

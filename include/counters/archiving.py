@@ -7,9 +7,12 @@ retry or the next run archives no row twice):
 1. the rows: each commit's archive record from the run log (the fold's own values; nothing is
    read again), less the counters held in quarantine (not deleted), the rows an archive holds
    already (``ROW_ARCHIVED``: archived by a cleanup that crashed before its deletes, then
-   carried by a later fold), and the carried rows that are gone (deleted, so archived, by the
-   cleanup of the commit that counted them first: point reads, only of carried rows, which
-   only a crash leaves);
+   carried by a later fold), and the rows another cleanup archived: a carried row not flagged
+   archived is kept only if it is still there and its base commit is not marked archived now
+   (its cleanup may have run after this fold); a row of a counter a newer commit carried on
+   (this cleanup runs after a newer run's fold: the bucket's head is not this run's) only if
+   it is still there and the counter's current commit does not hold it archived. Point reads,
+   only of such rows, which only crashes and cleanups out of run order leave;
 2. one Parquet file per run and shard, written whole and read back (``archive_files``);
 3. its manifest (rows, sum, sha256) added to the run's audit row;
 4. the commits marked archived in the run log (a retry skips them; a later fold carries their
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,7 +46,7 @@ from .archive import (
     unpack_record,
 )
 from .archive_files import day_of, write_part
-from .core import ROW_ARCHIVED, Key
+from .core import ROW_ARCHIVED, Checkpoint, Key
 from .errors import ArchiveError
 from .store import CommitRecord, Store
 
@@ -118,7 +122,8 @@ def archive_commits(
     encode, _decode = store._key_codec()
     held = {tuple(encode(c)) for c in quarantined}
     records = [(bucket, record, unpack_record(record.archive_rows)) for bucket, record in todo]
-    commits = _commits(store, shard, run_id, records, held)
+    mine = {bucket: {r.commit_id for r in runs[bucket]} for bucket in runs}
+    commits = _commits(store, shard, run_id, records, held, mine)
     layout = store.archive_layout()
     table = table_of(commits, layout)
     url: str | None = None
@@ -156,29 +161,45 @@ def _commits(
     run_id: str,
     records: list[tuple[int, CommitRecord, ArchiveRecord]],
     held: set[tuple[Any, ...]],
+    mine: dict[int, set[Any]] | None = None,
 ) -> list[Commit]:
     """Each commit with the rows its file keeps: not a quarantined counter's, not archived
-    already, not a carried row that is gone, not a row an earlier commit of the same file
-    holds (a counter committed twice by retries of the run). Vectorised over the rows; keys
-    are decoded only for the counters that need a look (carried rows, a counter twice), which
-    only crashes and retries leave."""
+    already, not a row that is gone or that another commit's archive holds, not a row an
+    earlier commit of the same file holds (a counter committed twice by retries of the run).
+
+    A row another cleanup may have archived is looked at: a carried row not flagged archived
+    (its base's cleanup may have archived it since the fold: the base's mark is read now), and
+    any row of a counter that a later commit carried on (a bucket whose head is not one of the
+    run's ``mine`` commits: this cleanup runs after a newer run's fold; the counter's current
+    commit's mark and flags are read). Such a row is kept only if it is still there and
+    neither of those holds it archived. Vectorised over the rows; keys are decoded only for
+    the counters that need a look, which only crashes, retries and cleanups out of run order
+    leave."""
     _encode, decode = store._key_codec()
     appears = Counter(c for _b, _r, rec in records for c in rec.counters)
+    later = _later_commits(store, shard, records, mine or {})
     masks: list[Any] = []
     looks: list[dict[int, list[Any]]] = []  # per record: segment index -> its decoded keys
+    suspects: list[Any] = []
     carried: dict[tuple[Any, ...], list[Any]] = {}
-    for _bucket, record, rec in records:
+    bases: dict[tuple[Any, ...], set[tuple[int, str, str]]] = {}
+    for bucket, record, rec in records:
         flags = rec.rows.column("flags").to_numpy(zero_copy_only=False)
         mask = (flags & ROW_ARCHIVED) == 0
-        fresh_rows = (flags & (ROW_CARRIED | ROW_ARCHIVED)) == ROW_CARRIED
+        suspect = (flags & (ROW_CARRIED | ROW_ARCHIVED)) == ROW_CARRIED
         counters = rec.counters
-        look = [i for i, c in enumerate(counters) if c in held or appears[c] > 1]
         starts = rec.offsets()
-        if fresh_rows.any():
-            look += [i for i in range(len(counters)) if fresh_rows[starts[i] : starts[i + 1]].any()]
+        moved = later.get(record.commit_id, set())
+        for i, c in enumerate(counters):
+            if c in moved:
+                suspect[starts[i] : starts[i + 1]] |= mask[starts[i] : starts[i + 1]]
+        look = [i for i, c in enumerate(counters) if c in held or appears[c] > 1 or c in moved]
+        if suspect.any():
+            look += [i for i in range(len(counters)) if suspect[starts[i] : starts[i + 1]].any()]
         found: dict[int, list[Any]] = {}
         if look:
             keys_of = {tuple(c): keys for c, _e, keys in _entries(store, record)}
+            segments = rec.segments
             for i in sorted(set(look)):
                 counter = counters[i]
                 a, b = starts[i], starts[i + 1]
@@ -193,28 +214,35 @@ def _commits(
                         f"{list(counter)}; nothing was deleted"
                     )
                 found[i] = keys
-                carried.setdefault(counter, []).extend(
-                    k for k, f in zip(keys, fresh_rows[a:b], strict=True) if f
-                )
+                looked = [k for k, f in zip(keys, suspect[a:b], strict=True) if f]
+                carried.setdefault(counter, []).extend(looked)
+                base = segments[i]
+                if looked and base.base_commit and base.base_run is not None:
+                    bases.setdefault(counter, set()).add((bucket, base.base_run, base.base_commit))
         looks.append(found)
         masks.append(mask)
+        suspects.append(suspect)
     present = {
         counter: {r[1] for r in store.read_rows_at(decode(list(counter)), keys)}
         for counter, keys in carried.items()
         if keys
     }
+    elsewhere = _archived_elsewhere(store, shard, present, bases, later)
     out: list[Commit] = []
     seen: dict[tuple[Any, ...], set[Any]] = {}
-    for (bucket, record, rec), mask, found in zip(records, masks, looks, strict=True):
+    for (bucket, record, rec), mask, found, suspect in zip(
+        records, masks, looks, suspects, strict=True
+    ):
         starts = rec.offsets()
-        flags = rec.rows.column("flags").to_numpy(zero_copy_only=False)
         for i, keys in found.items():
             counter = rec.counters[i]
             earlier = seen.setdefault(counter, set())
             for j, key in enumerate(keys, start=starts[i]):
                 if not mask[j]:
                     continue
-                gone = flags[j] & ROW_CARRIED and key not in present.get(counter, ())
+                gone = suspect[j] and (
+                    key not in present.get(counter, ()) or key in elsewhere.get(counter, ())
+                )
                 if gone or (appears[counter] > 1 and key in earlier):
                     mask[j] = False
                 earlier.add(key)
@@ -229,6 +257,80 @@ def _commits(
                 mask,
             )
         )
+    return out
+
+
+def _later_commits(
+    store: Store,
+    shard: int,
+    records: list[tuple[int, CommitRecord, ArchiveRecord]],
+    mine: dict[int, set[Any]],
+) -> dict[Any, dict[tuple[Any, ...], Checkpoint]]:
+    """By commit id, the counters of its record that a later commit (not one of ``mine``)
+    carried on, with their current checkpoint (pending loaded, with its flags). One head read
+    per bucket; the ledger only of a bucket whose head is not the run's (a newer run committed
+    to it before this cleanup)."""
+    _encode, decode = store._key_codec()
+    out: dict[Any, dict[tuple[Any, ...], Checkpoint]] = {}
+    by_bucket: dict[int, list[tuple[CommitRecord, ArchiveRecord]]] = {}
+    for bucket, record, rec in records:
+        by_bucket.setdefault(bucket, []).append((record, rec))
+    for bucket, items in sorted(by_bucket.items()):
+        if store.bucket_head(shard, bucket) in mine.get(bucket, ()):
+            continue
+        wanted = {c: decode(list(c)) for _r, rec in items for c in rec.counters}
+        ledger = store.read_ledger(shard, bucket, list(wanted.values()), with_pending=False)
+        current = {c: ledger.checkpoints.get(key) for c, key in wanted.items()}
+        moved: dict[Key, Checkpoint] = {}
+        for record, rec in items:
+            for c in rec.counters:
+                cp = current[c]
+                if cp is not None and cp.commit_id is not None and cp.commit_id != record.commit_id:
+                    moved[wanted[c]] = cp
+                    out.setdefault(record.commit_id, {})[c] = cp
+        if moved:
+            store.load_pending(shard, bucket, moved, list(moved))
+            for by_counter in out.values():
+                for c in by_counter:
+                    if wanted.get(c) in moved:
+                        by_counter[c] = moved[wanted[c]]
+    return out
+
+
+def _archived_elsewhere(
+    store: Store,
+    shard: int,
+    present: dict[tuple[Any, ...], set[Any]],
+    bases: dict[tuple[Any, ...], set[tuple[int, str, str]]],
+    later: dict[Any, dict[tuple[Any, ...], Checkpoint]],
+) -> dict[tuple[Any, ...], set[Any]]:
+    """By counter, its present rows that another commit's archive holds: flagged archived by
+    the counter's current commit (a later fold), or in a base commit whose cleanup archived it
+    after this commit's fold (its mark, read now)."""
+    _encode, decode = store._key_codec()
+    out: dict[tuple[Any, ...], set[Any]] = {}
+
+    def add(counter: tuple[Any, ...], cp: Checkpoint) -> None:
+        flags = cp.pending_flags or {}
+        held = {k for k in present.get(counter, ()) if flags.get(k, 0) & ROW_ARCHIVED}
+        if held:
+            out.setdefault(counter, set()).update(held)
+
+    for by_counter in later.values():
+        for counter, cp in by_counter.items():
+            if counter in present and cp.pending_loaded:
+                add(counter, cp)
+    for counter, refs in bases.items():
+        if not present.get(counter):
+            continue
+        key = decode(list(counter))
+        for bucket, base_run, base_commit in sorted(refs):
+            base = Checkpoint(
+                commit_id=uuid.UUID(base_commit), run_id=base_run, pending_loaded=False
+            )
+            loaded = {key: base}
+            if not store.load_pending(shard, bucket, loaded, [key]):
+                add(counter, loaded[key])
     return out
 
 

@@ -1151,6 +1151,11 @@ class Store:
         self.requests[self.phase] += 1
         return self._head_of(self.session.execute(self._head_statement(), (shard, bucket)).one())[1]
 
+    def bucket_head(self, shard: int, bucket: int) -> Any:
+        """A bucket's head alone (the id of its last commit, None if never set)."""
+        self.requests[self.phase] += 1
+        return self._head_of(self.session.execute(self._head_statement(), (shard, bucket)).one())[0]
+
     def _head_statement(self) -> PreparedStatement:
         return self.prepare(
             "ledger_head",

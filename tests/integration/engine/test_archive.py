@@ -612,3 +612,68 @@ def test_a_reshard_moves_the_archive_records_with_the_keys(archived_family, t0):
     assert_each_row_archived_once(resharded, 120)
     report = assert_recount_equal(resharded)
     assert all(r.from_start for r in report.counters)
+
+
+@pytest.mark.parametrize(
+    "order", ["older_cleanup_last", "newer_crashes_before_delete", "older_cleanup_inside_newer"]
+)
+def test_an_older_runs_cleanup_after_a_newer_fold_archives_no_row_twice(archived_family, t0, order):
+    """Cleanups out of run order: the next run folds while the crashed run's rows are still
+    there (carried, not archived). ``older_cleanup_last``: the newer run archives and deletes
+    them, then the older run's cleanup is retried (an operator clears its task).
+    ``newer_crashes_before_delete``: the same, but the newer run's cleanup crashes after its
+    archive, before its deletes. ``older_cleanup_inside_newer``: the older run's cleanup archives them and crashes before
+    its deletes while the newer run is between its fold and its cleanup. Either way each row
+    is archived once and the recount proves every counter."""
+    family, store, client = archived_family(shards=1)
+    counters = [f"o{i}" for i in range(4)]
+    load(client, t0, counters=counters, before=3, after=0)
+    epoch = t0 + timedelta(minutes=10)
+    plan, started_at, executions = compact_then_crash_in_cleanup(
+        store, epoch, "older", "cleanup_read_log"
+    )
+    client.record([inc(c, 1000, epoch + timedelta(seconds=10), 77) for c in counters])
+
+    def older_cleanup(fault=None):
+        for shard in plan.shards:
+            engine.cleanup_shard(
+                store,
+                shard,
+                "older",
+                executions[shard],
+                started_at=started_at,
+                **({"fault": fault} if fault else {}),
+            )
+
+    def inside(point):
+        if point == "cleanup_read_log" and order == "older_cleanup_inside_newer":
+
+            def crash(p):
+                if p == "cleanup_archive":
+                    raise Crash(p)
+
+            with pytest.raises(Crash):
+                older_cleanup(crash)
+
+    if order == "newer_crashes_before_delete":
+
+        def crash(point):
+            if point == "cleanup_archive":
+                raise Crash(point)
+
+        with pytest.raises(Crash):
+            run(store, epoch + timedelta(minutes=1), run_id="newer", fault=crash)
+        assert len(recorded_files(store)) == 1
+    else:
+        newer = run(store, epoch + timedelta(minutes=1), run_id="newer", fault=inside)
+        assert newer.outcome == "success", newer.message
+        assert newer.tally.counted_present == 12
+    if order != "older_cleanup_inside_newer":
+        older_cleanup()
+    for c in counters:
+        assert rows_at_or_below(store, (c,), epoch) == 0  # the older run's, archived
+    assert_each_row_archived_once(store, 16)
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(
+        counters, 1006
+    )
+    assert_recount_equal(store)
