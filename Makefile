@@ -42,6 +42,7 @@ format: setup
 
 docs: setup
 	$(PY) scripts/cli_reference.py
+	$(PY) -m bench.results
 
 cassandra-up: setup
 	@$(NODE) up --instance $(INSTANCE)

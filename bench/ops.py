@@ -573,7 +573,8 @@ def write_folded_compact_rows(
     ``Store.commit_bucket`` and ``Store.copy_compact``, a bucket at a time; the raw rows they
     stand for are absent, as after gc_grace."""
     from counters.core import Checkpoint, Fold, to_millis
-    from counters.store import COMMIT_CHUNK, Store
+    from counters.engine import COMMIT_CHUNK
+    from counters.store import Store
 
     del concurrency, per_batch
     store = Store(conn, family)

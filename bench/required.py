@@ -1,7 +1,7 @@
 """The work a run's guarantees require, done by the engine's own primitives without its logic.
 
 Section 3 compares a run with the scan floor (reading every raw row once). A run must do more
-than read: issue #12 and README "Correctness" ask for an independent recount on the server
+than read: issue #12 and docs/correctness.md ask for an independent recount on the server
 before anything is deleted, many counters per Paxos round over a bucketed ledger with the
 counted keys recorded beside it, the compact table written for readers and read back, and
 exactly the counted rows deleted as row tombstones. This section does each of those once over
@@ -22,9 +22,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from counters.compaction import collector_relaxed, commit_folds, committed_checkpoint, new_run_id
 from counters.core import BUCKETS, EMPTY_CHECKPOINT, Fold, fold_counter, write_timestamp
-from counters.store import COMMIT_CHUNK, Store
+from counters.engine import (
+    COMMIT_CHUNK,
+    collector_relaxed,
+    commit_folds,
+    committed_checkpoint,
+    new_run_id,
+)
+from counters.store import Store
 
 from .ops import Meter, chunked, utc_now
 

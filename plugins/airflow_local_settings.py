@@ -17,8 +17,16 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+# The `counters` package lives in include/, next to this folder, as an Astro project lays it out
+# (deployments install requirements.txt only, not the project itself): README "Deploy". Airflow
+# imports this module first in every process, so the Celery settings module resolves too.
+INCLUDE = str(Path(__file__).resolve().parents[1] / "include")
+if INCLUDE not in sys.path:
+    sys.path.insert(0, INCLUDE)
 
 FORKING_COMMANDS = (("scheduler",), ("celery", "worker"))
 """``airflow <command>`` invocations whose children run tasks by ``fork``."""

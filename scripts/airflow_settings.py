@@ -12,8 +12,9 @@ AIRFLOW_HOME and friends come from the environment (scripts/env.sh sets them).
 
 The `cassandra_default` connection follows the environment, like the rest of the project:
 CASSANDRA_HOSTS (comma separated), CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
-CASSANDRA_LOCAL_DC and CASSANDRA_TLS_CA_FILE / CASSANDRA_TLS / CASSANDRA_TLS_CHECK_HOSTNAME
-(extra.ssl_options) replace the matching fields when set (disable with --no-env-overrides).
+CASSANDRA_LOCAL_DC and CASSANDRA_TLS_CA_FILE / CASSANDRA_TLS / CASSANDRA_TLS_CHECK_HOSTNAME /
+CASSANDRA_TLS_CERT_FILE / CASSANDRA_TLS_KEY_FILE (extra.ssl_options) replace the matching fields
+when set (disable with --no-env-overrides).
 The password only reaches `airflow connections import` through a 0600 temporary file.
 """
 
@@ -112,11 +113,16 @@ def apply_cassandra_env(conns: dict[str, dict[str, Any]], env: dict[str, str]) -
         conn["password"] = env.get("CASSANDRA_PASSWORD", "")
         changed.append(f"login={conn['login']} (password from CASSANDRA_PASSWORD)")
     tls_on = (env.get("CASSANDRA_TLS") or "").strip().lower() in ("1", "true", "yes", "on")
-    if env.get("CASSANDRA_TLS_CA_FILE") or tls_on:
+    if env.get("CASSANDRA_TLS_CA_FILE") or env.get("CASSANDRA_TLS_CERT_FILE") or tls_on:
         extra = json.loads(conn.get("extra") or "{}")
         ssl_options = extra.setdefault("ssl_options", {})
-        if env.get("CASSANDRA_TLS_CA_FILE"):
-            ssl_options["ca_certs"] = env["CASSANDRA_TLS_CA_FILE"]
+        for variable, key in (
+            ("CASSANDRA_TLS_CA_FILE", "ca_certs"),
+            ("CASSANDRA_TLS_CERT_FILE", "certfile"),
+            ("CASSANDRA_TLS_KEY_FILE", "keyfile"),
+        ):
+            if env.get(variable):
+                ssl_options[key] = env[variable]
         if env.get("CASSANDRA_TLS_CHECK_HOSTNAME"):
             check = env["CASSANDRA_TLS_CHECK_HOSTNAME"].strip().lower()
             ssl_options["check_hostname"] = check not in ("0", "false", "no", "off")

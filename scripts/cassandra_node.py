@@ -410,6 +410,7 @@ class ClusterSpec:
     heap: str = DEFAULT_CLUSTER_HEAP
     auth: bool = False
     client_tls: str | None = None  # a directory: ca.pem and <address>.pem (key + chain) per node
+    client_auth: bool = False  # the nodes require a client certificate (DIR/client.pem: mutual TLS)
 
     @property
     def home(self) -> Path:
@@ -428,6 +429,13 @@ class ClusterSpec:
     @property
     def tls_ca(self) -> Path | None:
         return Path(self.client_tls) / "ca.pem" if self.client_tls else None
+
+    @property
+    def tls_client(self) -> Path | None:
+        """The launcher's own client certificate (key + chain) on a --client-auth cluster."""
+        return (
+            Path(self.client_tls) / "client.pem" if self.client_tls and self.client_auth else None
+        )
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -489,6 +497,7 @@ def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
         or stored is None
         or args.auth
         or args.client_tls
+        or args.client_auth
         or any(getattr(args, k) for k in ("nodes", "port", "storage_port", "jmx_port", "heap"))
     )
     if not creating:
@@ -508,7 +517,10 @@ def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
         heap=args.heap or os.environ.get("CASSANDRA_CLUSTER_HEAP") or DEFAULT_CLUSTER_HEAP,
         auth=bool(args.auth),
         client_tls=str(Path(args.client_tls).resolve()) if args.client_tls else None,
+        client_auth=bool(args.client_auth),
     )
+    if spec.client_auth and not spec.client_tls:
+        raise NodeError("--client-auth needs --client-tls DIR (DIR/client.pem: the launcher's)")
     if not 1 <= spec.nodes <= 9:
         raise NodeError(f"--nodes must be 1..9, got {spec.nodes}")
     if stored and not args.fresh and stored != spec:
@@ -531,6 +543,8 @@ def tls_files_missing(spec: ClusterSpec) -> list[str]:
         return []
     folder = Path(spec.client_tls)
     wanted = [folder / "ca.pem", *(folder / f"{a}.pem" for a in spec.addresses)]
+    if spec.tls_client:
+        wanted.append(spec.tls_client)
     return [str(f) for f in wanted if not f.is_file()]
 
 
@@ -538,9 +552,11 @@ def native_probe(inst: Instance, timeout: float = 2.0) -> bool:
     """True if the node's native port answers an OPTIONS frame (no login needed; over TLS,
     checked against the cluster's CA and the node's address, when the cluster has one)."""
     ca = inst.cluster.tls_ca if inst.cluster else None
+    client = inst.cluster.tls_client if inst.cluster else None
     try:
         with socket.create_connection((inst.address, inst.native_port), timeout=timeout) as raw:
-            sock = tls_context(ca).wrap_socket(raw, server_hostname=inst.address) if ca else raw
+            context = tls_context(ca, client) if ca else None
+            sock = context.wrap_socket(raw, server_hostname=inst.address) if context else raw
             with sock:
                 sock.sendall(bytes([0x04, 0, 0, 0, 0x05, 0, 0, 0, 0]))  # v4 OPTIONS, stream 0
                 header = b""
@@ -633,7 +649,12 @@ def ensure_admin(spec: ClusterSpec, deadline: float) -> None:
     password = secrets.token_urlsafe(18)
     while True:
         cluster = make_cluster(
-            list(spec.addresses), spec.native_port, 5, ("cassandra", "cassandra"), spec.tls_ca
+            list(spec.addresses),
+            spec.native_port,
+            5,
+            ("cassandra", "cassandra"),
+            spec.tls_ca,
+            spec.tls_client,
         )
         try:
             session = cluster.connect()
@@ -655,7 +676,12 @@ def ensure_admin(spec: ClusterSpec, deadline: float) -> None:
     spec.admin_file.touch(mode=0o600)
     spec.admin_file.write_text(json.dumps({"username": ADMIN_ROLE, "password": password}) + "\n")
     cluster = make_cluster(
-        list(spec.addresses), spec.native_port, 5, (ADMIN_ROLE, password), spec.tls_ca
+        list(spec.addresses),
+        spec.native_port,
+        5,
+        (ADMIN_ROLE, password),
+        spec.tls_ca,
+        spec.tls_client,
     )
     try:
         cluster.connect().execute("ALTER ROLE cassandra WITH SUPERUSER = false AND LOGIN = false")
@@ -791,6 +817,7 @@ def cluster_status(spec: ClusterSpec, node: int | None) -> dict:
         "auth": spec.auth,
         "admin_credentials": str(spec.admin_file) if spec.credentials() else None,
         "tls_ca": str(spec.tls_ca) if spec.tls_ca else None,
+        "client_auth": spec.client_auth,
         "heap": spec.heap,
         "nodes": nodes,
     }
@@ -806,6 +833,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             f"cluster {spec.name}: {','.join(spec.addresses)}:{spec.native_port}, heap "
             f"{spec.heap}, auth {'on' if spec.auth else 'off'}, client TLS "
             f"{'on' if spec.client_tls else 'off'}"
+            f"{' (client certificates required)' if spec.client_auth else ''}"
         )
         for n in info["nodes"]:
             print(
@@ -857,9 +885,11 @@ def make_cluster(
     protocol_version: int | None = None,
     credentials: tuple[str, str] | None = None,
     tls_ca: Path | None = None,
+    tls_client: Path | None = None,
 ):
     """A driver Cluster; credentials default to CASSANDRA_USERNAME/CASSANDRA_PASSWORD, and with
-    ``tls_ca`` the connection is TLS, checked against that CA and the node's address."""
+    ``tls_ca`` the connection is TLS, checked against that CA and the node's address (showing
+    the certificate in ``tls_client``, key and chain, when the nodes require one)."""
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -879,7 +909,7 @@ def make_cluster(
     elif user:
         kwargs["auth_provider"] = PlainTextAuthProvider(user, os.environ.get("CASSANDRA_PASSWORD"))
     if tls_ca:
-        kwargs["ssl_context"] = tls_context(tls_ca)
+        kwargs["ssl_context"] = tls_context(tls_ca, tls_client)
     return Cluster(
         contact_points=hosts,
         port=port,
@@ -889,10 +919,13 @@ def make_cluster(
     )
 
 
-def tls_context(ca_file: Path) -> ssl.SSLContext:
-    """Verify the node's certificate against the CA and its address (check_hostname)."""
+def tls_context(ca_file: Path, client_pem: Path | None = None) -> ssl.SSLContext:
+    """Verify the node's certificate against the CA and its address (check_hostname); show
+    ``client_pem`` (key and chain) to nodes that require a client certificate."""
     context = ssl.create_default_context(cafile=str(ca_file))
     context.check_hostname = True
+    if client_pem:
+        context.load_cert_chain(str(client_pem))
     return context
 
 
@@ -1000,9 +1033,10 @@ def cassandra_yaml(inst: Instance) -> str:
             "client_encryption_options:\n"
             "  enabled: true\n"
             "  optional: false\n"
-            "  require_client_auth: false\n"
+            f"  require_client_auth: {'true' if spec.client_auth else 'false'}\n"
             f"  keystore: {Path(spec.client_tls) / (inst.address + '.pem')}\n"
-            "  ssl_context_factory:\n"
+            + (f"  truststore: {spec.tls_ca}\n" if spec.client_auth else "")
+            + "  ssl_context_factory:\n"
             "    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory\n"
         )
     return f"""# Written by scripts/cassandra_node.py (instance '{inst.name}'); rewritten by `up`.
@@ -1366,11 +1400,11 @@ def cmd_cql(args: argparse.Namespace) -> int:
     statements = split_statements(source)
     if not statements:
         raise NodeError("no CQL statement found")
-    credentials, tls_ca = None, None
+    credentials, tls_ca, tls_client = None, None, None
     if args.cluster:
         spec = resolve_cluster(args)
         hosts, port, protocol = list(spec.addresses), spec.native_port, 5
-        credentials, tls_ca = spec.credentials(), spec.tls_ca
+        credentials, tls_ca, tls_client = spec.credentials(), spec.tls_ca, spec.tls_client
     elif external_cluster():
         hosts = [h.strip() for h in external_cluster().split(",") if h.strip()]
         port = env_int("CASSANDRA_PORT") or 9042
@@ -1381,7 +1415,7 @@ def cmd_cql(args: argparse.Namespace) -> int:
         inst = resolve_instance(args)
         hosts, port, protocol = [LISTEN_ADDRESS], inst.native_port, 5
     quiet_driver_logs()
-    cluster = make_cluster(hosts, port, protocol, credentials, tls_ca)
+    cluster = make_cluster(hosts, port, protocol, credentials, tls_ca, tls_client)
     try:
         try:
             session = cluster.connect(args.keyspace) if args.keyspace else cluster.connect()
@@ -1483,6 +1517,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="with --cluster: TLS required on the native port; DIR holds ca.pem and, per node, "
         "<address>.pem (its private key and certificate chain, PEM)",
+    )
+    up.add_argument(
+        "--client-auth",
+        action="store_true",
+        help="with --client-tls: the nodes require a client certificate signed by DIR/ca.pem "
+        "(mutual TLS); the launcher shows DIR/client.pem (its key and certificate chain)",
     )
     up.add_argument(
         "--fresh",

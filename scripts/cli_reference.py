@@ -30,8 +30,14 @@ epoch later than now - lag, or a permission the role lacks), 3 another run holds
 4 a conservation check failed or counters were quarantined (the rest of the family was
 compacted), 5 Cassandra unreachable (or the login refused), 6 Cassandra could not serve a
 request at the family's consistency level (too few live replicas, a timeout: retry),
-7 reconcile found differences. Every failure is one line naming the family and the reason
-(the driver's own connection warnings only with `-v`).
+7 reconcile found differences, 8 `health`: a family is past its freshness limit or was never
+compacted. Every failure is one line naming the family and the reason (the driver's own
+connection warnings only with `-v`).
+
+Where no console script is installed (a deployment that installs requirements.txt only, as an
+Astro image does), run it as `python -m counters` with `include/` on `PYTHONPATH` (the
+project's Dockerfile sets it). `--conn-id cassandra_default` connects as the DAGs do, through
+the Airflow connection.
 
 Library use (the same calls the CLI makes):
 

@@ -8,7 +8,7 @@ VENV="$PROJECT_ROOT/.venv"
 PY="$VENV/bin/python"
 PYTHON_FOR_VENV="${PYTHON_FOR_VENV:-python3.11}"
 NODE_SCRIPT="$PROJECT_ROOT/scripts/cassandra_node.py"
-PIP_VERSION="26.3"   # pip used to resolve requirements.txt (pinned for reproducibility)
+PIP_VERSION="26.3"   # pip used to resolve requirements-dev.txt (pinned for reproducibility)
 
 export PATH="$VENV/bin:$PATH"
 # The families the DAGs and counterctl use.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make setup`: idempotent. Creates .venv (python3.11) if missing, installs requirements.txt only
-# when it changed since the last successful install (stamp in .venv), installs this project
-# editable (--no-deps) when pyproject.toml changed, and fetches the Cassandra jars once.
+# `make setup`: idempotent. Creates .venv (python3.11) if missing, installs requirements-dev.txt
+# (requirements.txt, what a deployment installs, plus Airflow and the test tools) only when one of
+# them changed since the last successful install (stamp in .venv), installs this project editable
+# (--no-deps) when pyproject.toml changed, and fetches the Cassandra jars once.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -21,15 +22,15 @@ if [[ ! -x "$PY" ]]; then
 fi
 
 req_stamp="$VENV/.requirements.sha256"
-req_hash="$(sha256sum requirements.txt | cut -d' ' -f1)"
+req_hash="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$req_stamp" 2>/dev/null || true)" != "$req_hash" ]]; then
   t=$(now)
-  log "pip install -r requirements.txt (first time: ~700 MB from PyPI)"
-  "$PY" -m pip install -q "${pip_quiet[@]}" --disable-pip-version-check -r requirements.txt
+  log "pip install -r requirements-dev.txt (first time: ~700 MB from PyPI)"
+  "$PY" -m pip install -q "${pip_quiet[@]}" --disable-pip-version-check -r requirements-dev.txt
   printf '%s\n' "$req_hash" >"$req_stamp"
   log "requirements installed in $(since "$t") s"
 else
-  log "requirements.txt unchanged since the last install; skipping pip"
+  log "requirements.txt and requirements-dev.txt unchanged since the last install; skipping pip"
 fi
 
 proj_stamp="$VENV/.project.sha256"

@@ -3,9 +3,9 @@
 Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input
 (or a permission the role lacks), 3 another run holds the family, 4 conservation check failed,
 5 Cassandra unreachable, 6 Cassandra could not serve a request (too few live replicas, a
-timeout: retry), 7 reconcile or recount found differences. A run that quarantined counters (NULL
-increments, a failed check, a compact row changed outside the engine) compacts the rest and
-exits 4.
+timeout: retry), 7 reconcile or recount found differences, 8 health: a family is past its
+freshness limit (or was never compacted). A run that quarantined counters (NULL increments, a
+failed check, a compact row changed outside the engine) compacts the rest and exits 4.
 """
 
 from __future__ import annotations
@@ -19,18 +19,24 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from cassandra import DriverException, Unauthorized
 from cassandra.cluster import NoHostAvailable
 
-from . import audit_export, engine
+from . import audit_export, engine, health, metrics
 from .audit import Provenance, config_fingerprint
 from .auditlog import AuditUpgradeError
 from .config import Catalog, ConfigError, Family, load_catalog
-from .connection import CassandraUnavailable, Connection, ConnectionConfigError, connect
-from .core import epoch_for, format_key, parse_epoch
+from .connection import (
+    CassandraUnavailable,
+    Connection,
+    ConnectionConfigError,
+    ConnectionSettings,
+    connect,
+)
+from .core import Tally, epoch_for, format_key, parse_epoch
 from .schema import (
     AUDIT_TABLE,
     COMPACTOR_ROLE,
@@ -99,9 +105,51 @@ def failure(exc: BaseException) -> tuple[str, int]:
     return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
 
 
+def configure_logging(verbose: int) -> None:
+    """Warnings to stderr (-v info, -vv debug). Run again after importing Airflow, which sends
+    every log line to stdout, where the commands' output (JSON among it) goes."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
+        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+EXIT_UNHEALTHY = 8
+"""``counterctl health``: a family is past its freshness limit, or was never compacted."""
+
+
+def airflow_connection_settings(conn_id: str) -> ConnectionSettings:
+    """The settings of an Airflow connection, read as Airflow's own processes read it: the
+    ``AIRFLOW_CONN_<ID>`` variable, the secrets backends, the metadata DB of ``$AIRFLOW_HOME``."""
+    try:
+        from .airflow.runtime import server_connection_settings
+    except ImportError as exc:
+        raise Failure(f"--conn-id {conn_id!r}: Airflow is not installed here ({exc})", 2) from exc
+    try:
+        return server_connection_settings(conn_id)
+    except ConnectionConfigError:
+        raise
+    except Exception as exc:  # AirflowNotFoundException, a metadata DB that does not answer
+        home = os.environ.get("AIRFLOW_HOME") or "~/airflow"
+        raise Failure(
+            f"--conn-id {conn_id!r}: cannot read the Airflow connection ({type(exc).__name__}: "
+            f"{exc}); define it in the metadata DB of AIRFLOW_HOME={home}, a secrets backend or "
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            2,
+        ) from exc
+
+
 class Context:
-    def __init__(self, config: str | None):
+    def __init__(self, config: str | None, conn_id: str | None = None, verbose: int = 0):
         self.config_path = config
+        self.conn_id = conn_id
+        self.verbose = verbose
         self._catalog: Catalog | None = None
         self._conn: Connection | None = None
 
@@ -118,9 +166,15 @@ class Context:
 
     @property
     def conn(self) -> Connection:
+        """The Airflow connection ``--conn-id`` names (as the DAGs connect), else the
+        ``CASSANDRA_*`` environment."""
         if self._conn is None:
             with reported():
-                self._conn = connect()
+                settings = None
+                if self.conn_id:
+                    settings = airflow_connection_settings(self.conn_id)
+                    configure_logging(self.verbose)  # Airflow's import took over the logging
+                self._conn = connect(settings)
         return self._conn
 
     def close(self) -> None:
@@ -138,21 +192,29 @@ pass_context = click.make_pass_decorator(Context)
     type=click.Path(dir_okay=False),
     help="Families YAML (default: include/counter_families.yaml, or $COUNTERS_CONFIG).",
 )
+@click.option(
+    "--conn-id",
+    envvar="COUNTERS_CONN_ID",
+    help="Connect with this Airflow connection (e.g. cassandra_default), read as Airflow "
+    "reads it (AIRFLOW_CONN_*, secrets backends, the metadata DB of AIRFLOW_HOME), instead "
+    "of the CASSANDRA_* environment. Also $COUNTERS_CONN_ID.",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.pass_context
-def cli(ctx: click.Context, config: str | None, verbose: int) -> None:
+def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: int) -> None:
     """Compact event-sourced counters in Cassandra.
 
-    Connection: CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD,
-    CASSANDRA_LOCAL_DC; TLS: CASSANDRA_TLS_CA_FILE (PEM; or CASSANDRA_TLS=true for the
-    system's CAs), CASSANDRA_TLS_CHECK_HOSTNAME (default true).
+    Connection (without --conn-id): CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME,
+    CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC; TLS: CASSANDRA_TLS_CA_FILE (PEM; or
+    CASSANDRA_TLS=true for the system's CAs), CASSANDRA_TLS_CHECK_HOSTNAME (default true),
+    CASSANDRA_TLS_CERT_FILE and CASSANDRA_TLS_KEY_FILE (a client certificate: mutual TLS).
+
+    Metrics: where Airflow is configured (an airflow.cfg in AIRFLOW_HOME, or AIRFLOW__METRICS__*
+    set), compact and health send the DAGs' metrics through Airflow's StatsD/OpenTelemetry
+    settings.
     """
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
-        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    ctx.obj = Context(config)
+    configure_logging(verbose)
+    ctx.obj = Context(config, conn_id, verbose)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -289,10 +351,32 @@ def compact_command(
     store.provenance = _by_cli(epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers)
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
-    with reported():
-        summary = engine.run_family(
-            store, at, run_id, dry_run=dry_run, progress=progress, workers=workers
-        )
+    started = datetime.now(UTC)
+    audited: list[str] = []
+
+    def on_audit(record: dict[str, Any], tally: Tally) -> None:
+        """The run's metrics, as the DAG sends them (whatever the outcome)."""
+        audited.append(record["outcome"])
+        metrics.emit_run(record, tally.counters_quarantined)
+        configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+
+    try:
+        with reported():
+            summary = engine.run_family(
+                store,
+                at,
+                run_id,
+                dry_run=dry_run,
+                progress=progress,
+                workers=workers,
+                on_audit=on_audit,
+            )
+    except click.ClickException:
+        if not audited:  # failed before (or while) writing its audit row: still count it
+            failed = {"family": family.name, "outcome": "failed", "started_at": started}
+            metrics.emit_run(failed, 0)
+            configure_logging(obj.verbose)
+        raise
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
     else:
@@ -741,6 +825,44 @@ def _print_audit_table(rows: list[AuditRow]) -> None:
             f"{r.epoch_after}\t{r.counters}\t{r.rows_folded}\t{r.sum_folded}\t"
             f"{r.late_rows}\t{r.rows_deleted}\t{who} ({r.triggered_by or '-'})"
         )
+
+
+@cli.command("health")
+@click.option("--family", "names", multiple=True, help="Only these families (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print every family's lag as JSON.")
+@pass_context
+def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Check every family's lag against its freshness limit, for a watchdog outside Airflow.
+
+    \b
+    The lag is now - the family's lag - its compacted epoch, read from Cassandra (the
+    counters_freshness DAG's rule): fresh, late (past half the limit) or stale (past it);
+    never before the first run. Exit code 0 when every family is fresh or late, 8 when one
+    is stale or was never compacted (5/6 when Cassandra does not answer), so a cron job, a
+    Kubernetes probe or a monitoring check sees compaction stop even when the scheduler
+    (which runs the freshness DAG) is down. Sends each lag as the lag_seconds metric where
+    Airflow's metrics are configured.
+    """
+    families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    now = datetime.now(UTC)
+    with reported():
+        lags = health.read_lags((Store(obj.conn, f) for f in families), now)
+    for lag in lags:
+        metrics.emit_lag(lag.family.name, lag.epoch, now)
+    configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+    bad = health.unhealthy(lags)
+    if as_json:
+        click.echo(json.dumps([lag.as_dict() for lag in lags], indent=2))
+    else:
+        for lag in lags:
+            click.echo(lag.line())
+        click.echo(
+            f"{len(lags) - len(bad)} of {len(lags)} famil{'y' if len(lags) == 1 else 'ies'} "
+            "within their freshness limit"
+            + (f"; unhealthy: {', '.join(lag.family.name for lag in bad)}" if bad else "")
+        )
+    if bad:
+        raise SystemExit(EXIT_UNHEALTHY)
 
 
 @cli.command("demo-writer")

@@ -165,6 +165,10 @@ def _micros(moment: datetime | None = None) -> int:
     return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
 @dataclass
 class Phases:
     """Wall time per phase, in seconds."""
@@ -1701,6 +1705,80 @@ def prune_archive(family: Family, now: datetime | None = None) -> int:
     return removed
 
 
+def epoch_advanced(plan: RunPlan, family_epoch: datetime | None) -> CheckOutcome:
+    """The family's compacted epoch, read back after ``finish_run``, is at least the run's."""
+    advanced = family_epoch is not None and utc_naive(family_epoch) >= plan.epoch
+    return CheckOutcome(
+        "family_epoch_advanced",
+        advanced,
+        True,
+        f"compacted epoch {_iso(plan.epoch_before)} -> {_iso(family_epoch)} "
+        f"(run epoch {_iso(plan.epoch)})"
+        if advanced
+        else f"the compacted epoch is {_iso(family_epoch)} after finishing, expected at least "
+        f"{_iso(plan.epoch)}",
+    )
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """How a run that got past its cleanup ends: its outcome, the message its audit row and
+    its alert carry, and, when it did not succeed, the checks and counters to name."""
+
+    outcome: str
+    message: str
+    checks: list[CheckOutcome]
+    failed: list[str] = field(default_factory=list)
+    counters: list[str] = field(default_factory=list)
+
+
+def conclusion(
+    family: str, plan: RunPlan, tally: Tally, checks: Sequence[CheckOutcome]
+) -> Conclusion:
+    """The one rule that ends a run, for ``counterctl compact`` and the DAG alike (``checks``
+    ends with ``epoch_advanced``): a failed critical check fails it, a quarantined counter
+    makes it ``partial`` (the rest of the family was compacted), else ``success``."""
+    checks = list(checks)
+    failed = [o for o in checks if o.critical and not o.success]
+    if failed:
+        message = f"family {family!r} run {plan.run_id!r}: " + " | ".join(
+            f"{o.name}: {o.detail}" for o in failed
+        )
+        return Conclusion(
+            "failed",
+            message,
+            checks,
+            [o.name for o in failed],
+            list(dict.fromkeys(c for o in failed for c in o.counters)),
+        )
+    if tally.counters_quarantined:
+        named = next((o.counters for o in checks if o.name == "no_counter_quarantined"), ())
+        return Conclusion(
+            "partial",
+            quarantine_message(family, plan.run_id, tally, checks),
+            checks,
+            ["no_counter_quarantined"],
+            list(named or tally.quarantined),
+        )
+    return Conclusion("success", "", checks)
+
+
+def conclude_run(
+    store: Store, plan: RunPlan, tally: Tally, checks: Sequence[CheckOutcome]
+) -> Conclusion:
+    """Advance the family's compacted epoch, read it back, and decide how the run ends."""
+    finish_run(store, plan, tally)
+    moved = epoch_advanced(plan, store.family_epoch())
+    return conclusion(store.family.name, plan, tally, [*checks, moved])
+
+
+def dry_run_message(tally: Tally) -> str:
+    return (
+        f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
+        f"row(s) (sum {tally.sum_folded}); nothing written, verified or deleted"
+    )
+
+
 def audit_record(
     family: Family,
     plan: RunPlan,
@@ -1842,9 +1920,11 @@ def run_family(
     fault: Fault = _no_fault,
     progress: Callable[[str], None] | None = None,
     now: datetime | None = None,
+    on_audit: Callable[[dict[str, Any], Tally], None] | None = None,
 ) -> RunSummary:
     """Every step of a run (what ``counterctl compact`` does); ``workers`` > 1 runs the shards
-    in that many processes (both cores: the client's CPU is the bound, not Cassandra's)."""
+    in that many processes (both cores: the client's CPU is the bound, not Cassandra's).
+    ``on_audit(record, tally)`` is called with the run's audit row once written (metrics)."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
     store.requests.clear()
@@ -1859,19 +1939,20 @@ def run_family(
 
     def finish(outcome: str, message: str = "") -> RunSummary:
         """Every run leaves one audit row, whatever its outcome."""
-        store.write_audit(
-            audit_record(
-                store.family,
-                plan,
-                outcome=outcome,
-                tally=tally,
-                phases=phases,
-                checks=checks,
-                dry_run=dry_run,
-                message=message,
-                started_at=started,
-            )
+        record = audit_record(
+            store.family,
+            plan,
+            outcome=outcome,
+            tally=tally,
+            phases=phases,
+            checks=checks,
+            dry_run=dry_run,
+            message=message,
+            started_at=started,
         )
+        store.write_audit(record)
+        if on_audit is not None:
+            on_audit(record, tally)
         _merge_requests(requests, store.requests)
         return RunSummary(plan, outcome, tally, phases, checks, message, requests, peak)
 
@@ -1954,7 +2035,7 @@ def run_family(
             if pool is not None:
                 _merge_requests(requests, report.requests)
         if dry_run:
-            return finish("dry-run", "dry run: nothing written")
+            return finish("dry-run", dry_run_message(tally))
         with phases.timed("verify", store):
             verification = verify_run(reports)
         checks = list(verification.outcomes)
@@ -1973,7 +2054,7 @@ def run_family(
         if not after.success:
             raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
         with phases.timed("finish", store):
-            finish_run(store, plan, tally)
+            ended = conclude_run(store, plan, tally, checks)
             prune_archive(store.family)
         fault("finish")
     except (EngineError, DriverException) as exc:
@@ -1988,11 +2069,11 @@ def run_family(
     finally:
         if pool is not None:
             pool.shutdown()
-    if tally.counters_quarantined:
-        message = quarantine_message(store.family.name, run_id, tally, checks)
-        finish("partial", message)
-        raise ChecksFailed(message, checks)
-    return finish("success")
+    checks = ended.checks
+    summary = finish(ended.outcome, ended.message)
+    if ended.outcome != "success":
+        raise ChecksFailed(ended.message, checks)
+    return summary
 
 
 def quarantine_message(

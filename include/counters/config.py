@@ -147,6 +147,14 @@ class Alerts(_Strict):
     slack_webhook_conn_id: str | None = None
     webhook_url: str | None = None
     smtp_conn_id: str = "counters_smtp"
+    remind_every: timedelta | None = None
+    """While the family keeps failing (or stays stale), remind this often; 0: never. Unset:
+    ``$COUNTERS_ALERT_REMIND_EVERY``, else 1h (``counters.airflow.alerting``)."""
+
+    @field_validator("remind_every", mode="before")
+    @classmethod
+    def _remind_every(cls, value: Any) -> timedelta | None:
+        return value if value is None or isinstance(value, timedelta) else parse_duration(value)
 
 
 class Family(_Strict):

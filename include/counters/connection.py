@@ -90,11 +90,66 @@ def _flag(value: object, where: str) -> bool:
     raise ConnectionConfigError(f"{where} must be true or false, got {value!r}")
 
 
+SSL_VERSIONS: dict[str, tuple[ssl.TLSVersion | None, ssl.TLSVersion | None]] = {
+    "PROTOCOL_TLS_CLIENT": (None, None),
+    "PROTOCOL_TLS": (None, None),
+    "PROTOCOL_SSLv23": (None, None),
+    "PROTOCOL_TLSv1": (ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1),
+    "PROTOCOL_TLSv1_1": (ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_1),
+    "PROTOCOL_TLSv1_2": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2),
+}
+"""``ssl_options.ssl_version`` (the ``ssl.PROTOCOL_*`` name or number, as the driver takes it)
+-> the TLS versions allowed (None: the default range)."""
+
+CERT_REQS = {
+    "CERT_NONE": ssl.CERT_NONE,
+    "CERT_OPTIONAL": ssl.CERT_OPTIONAL,
+    "CERT_REQUIRED": ssl.CERT_REQUIRED,
+}
+
+SSL_OPTION_KEYS = (
+    "ca_certs",
+    "certfile",
+    "keyfile",
+    "cert_reqs",
+    "check_hostname",
+    "ssl_version",
+    "ciphers",
+    "server_hostname",
+    "do_handshake_on_connect",
+    "suppress_ragged_eofs",
+)
+"""The ``ssl_options`` the Airflow CassandraHook passes to the driver (which builds its SSL
+context from the first seven and wraps sockets with the last three)."""
+
+
+def _ssl_version(value: object, where: str) -> str:
+    by_number = {int(getattr(ssl, name)): name for name in SSL_VERSIONS if hasattr(ssl, name)}
+    name = by_number.get(value) if isinstance(value, int) else str(value).strip()
+    if name not in SSL_VERSIONS:
+        raise ConnectionConfigError(
+            f"{where} must be one of {', '.join(SSL_VERSIONS)} (or its number), got {value!r}"
+        )
+    return name
+
+
+def _cert_reqs(value: object, where: str) -> str:
+    by_number = {int(v): k for k, v in CERT_REQS.items()}
+    name = by_number.get(value) if isinstance(value, int) else str(value).strip().upper()
+    if name not in CERT_REQS:
+        raise ConnectionConfigError(
+            f"{where} must be CERT_REQUIRED, CERT_OPTIONAL or CERT_NONE (or 2, 1, 0), got {value!r}"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """Where and how to connect. ``password`` never shows in a repr (nor in logs that print
     the settings); TLS checks the nodes' certificates against ``tls_ca_file`` (the system's
-    trusted CAs without one) and, by default, that a certificate names the address dialled."""
+    trusted CAs without one) and, by default, that a certificate names the address dialled.
+    With ``tls_cert_file`` (and its ``tls_key_file``) the client shows its own certificate:
+    mutual TLS, for nodes that require client authentication."""
 
     hosts: tuple[str, ...] = ("127.0.0.1",)
     port: int = 9042
@@ -106,13 +161,26 @@ class ConnectionSettings:
     tls: bool = False
     tls_ca_file: str | None = None
     tls_check_hostname: bool = True
+    tls_cert_file: str | None = None
+    """The client's certificate chain (PEM; with its key unless ``tls_key_file`` holds it)."""
+    tls_key_file: str | None = None
+    tls_cert_reqs: str = "CERT_REQUIRED"
+    """Whether the nodes' certificates are checked: ``CERT_REQUIRED`` (default),
+    ``CERT_OPTIONAL`` or ``CERT_NONE`` (nothing checked: not for production)."""
+    tls_version: str = "PROTOCOL_TLS_CLIENT"
+    tls_ciphers: str | None = None
+    tls_server_hostname: str | None = None
+    """The name the nodes' certificates must carry, when it is not the address dialled."""
+    tls_wrap_options: tuple[tuple[str, bool], ...] = ()
+    """``do_handshake_on_connect`` / ``suppress_ragged_eofs`` passed through to the driver."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConnectionSettings:
         """``CASSANDRA_HOSTS`` (comma separated), ``CASSANDRA_PORT``, ``CASSANDRA_USERNAME``,
         ``CASSANDRA_PASSWORD``, ``CASSANDRA_LOCAL_DC``, ``CASSANDRA_PROTOCOL_VERSION``; TLS with
         ``CASSANDRA_TLS=true`` or a ``CASSANDRA_TLS_CA_FILE`` (PEM), host names checked unless
-        ``CASSANDRA_TLS_CHECK_HOSTNAME=false``."""
+        ``CASSANDRA_TLS_CHECK_HOSTNAME=false``; a client certificate (mutual TLS) with
+        ``CASSANDRA_TLS_CERT_FILE`` and ``CASSANDRA_TLS_KEY_FILE``."""
         env = os.environ if env is None else env
         hosts = tuple(h.strip() for h in env.get("CASSANDRA_HOSTS", "127.0.0.1").split(",") if h)
         try:
@@ -123,6 +191,7 @@ class ConnectionSettings:
                 f"CASSANDRA_PORT/CASSANDRA_PROTOCOL_VERSION must be integers: {exc}"
             ) from None
         ca_file = env.get("CASSANDRA_TLS_CA_FILE") or None
+        cert_file = env.get("CASSANDRA_TLS_CERT_FILE") or None
         settings = cls(
             hosts=hosts or ("127.0.0.1",),
             port=port,
@@ -130,20 +199,32 @@ class ConnectionSettings:
             password=env.get("CASSANDRA_PASSWORD") or None,
             local_dc=env.get("CASSANDRA_LOCAL_DC") or None,
             protocol_version=protocol,
-            tls=bool(ca_file) or _flag(env.get("CASSANDRA_TLS") or "false", "CASSANDRA_TLS"),
+            tls=bool(ca_file or cert_file)
+            or _flag(env.get("CASSANDRA_TLS") or "false", "CASSANDRA_TLS"),
             tls_ca_file=ca_file,
             tls_check_hostname=_flag(
                 env.get("CASSANDRA_TLS_CHECK_HOSTNAME") or "true", "CASSANDRA_TLS_CHECK_HOSTNAME"
             ),
+            tls_cert_file=cert_file,
+            tls_key_file=env.get("CASSANDRA_TLS_KEY_FILE") or None,
         )
-        settings.check_tls_files("CASSANDRA_TLS_CA_FILE")
+        settings.check_tls_files(
+            {
+                "ca": "CASSANDRA_TLS_CA_FILE",
+                "cert": "CASSANDRA_TLS_CERT_FILE",
+                "key": "CASSANDRA_TLS_KEY_FILE",
+            }
+        )
         return settings
 
     @classmethod
     def from_airflow_connection(cls, conn: Any) -> ConnectionSettings:
         """Build settings from an Airflow ``Connection`` (type cassandra). TLS from the extra's
-        ``ssl_options`` (the provider's CassandraHook reads the same): ``ca_certs`` (a PEM
-        file) and ``check_hostname`` (default true)."""
+        ``ssl_options``, the keys the provider's CassandraHook passes to the driver: ``ca_certs``
+        (PEM), ``certfile`` and ``keyfile`` (the client's certificate: mutual TLS),
+        ``cert_reqs``, ``check_hostname``, ``ssl_version``, ``ciphers``, ``server_hostname``,
+        ``do_handshake_on_connect``, ``suppress_ragged_eofs``. One difference: host names are
+        checked unless ``check_hostname`` is false (the driver leaves them unchecked)."""
         extra = conn.extra_dejson or {}
         lb_args = extra.get("load_balancing_policy_args") or {}
         local_dc = lb_args.get("local_dc") or (
@@ -155,10 +236,17 @@ class ConnectionSettings:
         if ssl_options is not None and not isinstance(ssl_options, dict):
             raise ConnectionConfigError(f"{where} must be a mapping, got {ssl_options!r}")
         ssl_options = ssl_options or {}
-        unknown = set(ssl_options) - {"ca_certs", "check_hostname"}
+        unknown = set(ssl_options) - set(SSL_OPTION_KEYS)
         if unknown:
             raise ConnectionConfigError(
-                f"{where}: unknown keys {sorted(unknown)} (supported: ca_certs, check_hostname)"
+                f"{where}: unknown keys {sorted(unknown)} (supported: {', '.join(SSL_OPTION_KEYS)})"
+            )
+        cert_reqs = _cert_reqs(ssl_options.get("cert_reqs", "CERT_REQUIRED"), f"{where}.cert_reqs")
+        check_hostname = _flag(ssl_options.get("check_hostname", True), f"{where}.check_hostname")
+        if cert_reqs == "CERT_NONE" and "check_hostname" in ssl_options and check_hostname:
+            raise ConnectionConfigError(
+                f"{where}: check_hostname true needs the certificates checked; cert_reqs is "
+                "CERT_NONE"
             )
         settings = cls(
             hosts=hosts,
@@ -169,30 +257,82 @@ class ConnectionSettings:
             protocol_version=int(extra.get("protocol_version", 5)),
             tls="ssl_options" in extra,
             tls_ca_file=ssl_options.get("ca_certs") or None,
-            tls_check_hostname=_flag(
-                ssl_options.get("check_hostname", True), f"{where}.check_hostname"
+            tls_check_hostname=check_hostname and cert_reqs != "CERT_NONE",
+            tls_cert_file=ssl_options.get("certfile") or None,
+            tls_key_file=ssl_options.get("keyfile") or None,
+            tls_cert_reqs=cert_reqs,
+            tls_version=_ssl_version(
+                ssl_options.get("ssl_version", "PROTOCOL_TLS_CLIENT"), f"{where}.ssl_version"
+            ),
+            tls_ciphers=ssl_options.get("ciphers") or None,
+            tls_server_hostname=ssl_options.get("server_hostname") or None,
+            tls_wrap_options=tuple(
+                (key, _flag(ssl_options[key], f"{where}.{key}"))
+                for key in ("do_handshake_on_connect", "suppress_ragged_eofs")
+                if key in ssl_options
             ),
         )
-        settings.check_tls_files(f"{where}.ca_certs")
+        settings.check_tls_files(
+            {"ca": f"{where}.ca_certs", "cert": f"{where}.certfile", "key": f"{where}.keyfile"}
+        )
         return settings
 
-    def check_tls_files(self, where: str) -> None:
-        if self.tls_ca_file and not os.path.isfile(self.tls_ca_file):
-            raise ConnectionConfigError(f"{where}: no such file {self.tls_ca_file!r}")
+    def check_tls_files(self, where: dict[str, str]) -> None:
+        """Every TLS file named exists, and a key comes with its certificate; ``where`` names
+        the setting of each (``ca``, ``cert``, ``key``) for the message."""
+        files = {"ca": self.tls_ca_file, "cert": self.tls_cert_file, "key": self.tls_key_file}
+        for what, path in files.items():
+            if path and not os.path.isfile(path):
+                raise ConnectionConfigError(f"{where[what]}: no such file {path!r}")
+        if self.tls_key_file and not self.tls_cert_file:
+            raise ConnectionConfigError(
+                f"{where['key']} is set without {where['cert']}: the key belongs to a client "
+                "certificate"
+            )
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The client side of TLS: the nodes' certificates must chain to the CA (and name the
-        host dialled, unless the check is off)."""
+        host dialled, unless the check is off); the client's own certificate when given."""
         if not self.tls:
             return None
         context = ssl.create_default_context(cafile=self.tls_ca_file)
-        context.check_hostname = self.tls_check_hostname
+        if self.tls_cert_reqs == "CERT_NONE":
+            context.check_hostname = False
+        else:
+            context.check_hostname = self.tls_check_hostname
+        context.verify_mode = CERT_REQS[self.tls_cert_reqs]
+        low, high = SSL_VERSIONS[self.tls_version]
+        if low is not None:
+            context.minimum_version = low
+        if high is not None:
+            context.maximum_version = high
+        if self.tls_ciphers:
+            try:
+                context.set_ciphers(self.tls_ciphers)
+            except ssl.SSLError as exc:
+                raise ConnectionConfigError(f"TLS ciphers {self.tls_ciphers!r}: {exc}") from None
+        if self.tls_cert_file:
+            try:
+                context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise ConnectionConfigError(
+                    f"TLS client certificate {self.tls_cert_file!r} (key "
+                    f"{self.tls_key_file or 'in the same file'}): {exc}"
+                ) from None
         return context
+
+    def ssl_socket_options(self) -> dict[str, Any]:
+        """What the driver passes to ``SSLContext.wrap_socket`` besides the context."""
+        options: dict[str, Any] = dict(self.tls_wrap_options)
+        if self.tls and self.tls_server_hostname:
+            options["server_hostname"] = self.tls_server_hostname
+        return options
 
     def describe(self) -> str:
         """Where the connection goes, for messages (no password)."""
         who = f"{self.username}@" if self.username else ""
-        return f"{who}{','.join(self.hosts)}:{self.port}{' (TLS)' if self.tls else ''}"
+        tls = (" (mutual TLS)" if self.tls_cert_file else " (TLS)") if self.tls else ""
+        return f"{who}{','.join(self.hosts)}:{self.port}{tls}"
 
 
 class QueueingConnection(DefaultConnection):
@@ -266,6 +406,7 @@ def build_cluster(
         control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
         idle_heartbeat_interval=10,
         ssl_context=settings.ssl_context(),
+        ssl_options=settings.ssl_socket_options() or None,
         # The driver leaves Nagle's algorithm on: a request larger than one TCP segment (a
         # commit's batch, a keys record, a batch of deletes) then waits for the node's delayed
         # ACK, ~40 ms each (a 25 KB insert: 44 ms, 0.8 ms with this option; the probes of

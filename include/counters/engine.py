@@ -1,13 +1,16 @@
 """The engine's public surface: compaction (``compaction``) and per-counter maintenance
-(``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here."""
+(``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here
+(the benchmark's "required work" section also commits folds itself: ``commit_folds``)."""
 
 from .compaction import (
     ARCHIVE_FAULT_POINTS,
+    BUCKET_THREADS,
     FAULT_POINTS,
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
     MAX_FOLD_ROWS,
     CleanupReport,
+    Conclusion,
     Fault,
     Phases,
     RunPlan,
@@ -17,9 +20,15 @@ from .compaction import (
     audit_record,
     cleanup_failure_message,
     cleanup_shard,
+    collector_relaxed,
+    commit_folds,
+    committed_checkpoint,
     compact_shard,
+    conclude_run,
+    conclusion,
     decide_plan,
-    finish_run,
+    dry_run_message,
+    epoch_advanced,
     hot_counter_outcomes,
     new_run_id,
     plan_run,
@@ -39,9 +48,12 @@ from .maintenance import (
     release,
     reset_counter,
 )
+from .store import COMMIT_CHUNK
 
 __all__ = [
     "ARCHIVE_FAULT_POINTS",
+    "BUCKET_THREADS",
+    "COMMIT_CHUNK",
     "FAULT_POINTS",
     "FORGET_MARGIN",
     "HOT_LATE_WINDOW",
@@ -49,6 +61,7 @@ __all__ = [
     "ArchiveError",
     "ChecksFailed",
     "CleanupReport",
+    "Conclusion",
     "Discrepancy",
     "EngineError",
     "EpochInFuture",
@@ -65,9 +78,15 @@ __all__ = [
     "check_family",
     "cleanup_failure_message",
     "cleanup_shard",
+    "collector_relaxed",
+    "commit_folds",
+    "committed_checkpoint",
     "compact_shard",
+    "conclude_run",
+    "conclusion",
     "decide_plan",
-    "finish_run",
+    "dry_run_message",
+    "epoch_advanced",
     "hot_counter_outcomes",
     "new_run_id",
     "plan_run",

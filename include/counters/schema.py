@@ -1,6 +1,6 @@
 """Tables of a family: DDL with options chosen for this access pattern, and checks of existing ones.
 
-Table options (explained in the README, "Data model"):
+Table options (explained in docs/data-model.md, "Table options"):
 
 * raw table: LeveledCompactionStrategy (a counter's rows stay in few SSTables, so the
   reader's slice and the fold read touch few files); ``tombstone_threshold`` and

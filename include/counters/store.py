@@ -1845,11 +1845,20 @@ class Store:
             "ledger_row_delete",
             "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
         )
+        self._move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
+
+    def _move(
+        self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
+        at_old: Sequence[Any],
+    ) -> None:  # fmt: skip
+        """A row written at its new place and deleted at its old one, in one logged batch
+        (both or neither, eventually): a reshard that dies between two moves leaves each row
+        at one place or the other, never at none."""
         batch = BatchStatement(
             batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
         )
-        batch.add(insert, (*new, *counter, *row.values()))
-        batch.add(delete, (*old, *counter))
+        batch.add(insert, at_new)
+        batch.add(delete, at_old)
         self.session.execute(batch)
 
     def copy_commit_record(
@@ -1933,12 +1942,7 @@ class Store:
                 to = shard_of(self.token(counter), shards)
                 if to == shard:
                     continue
-                batch = BatchStatement(
-                    batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
-                )
-                batch.add(insert, (to, *counter, *r[width:]))
-                batch.add(delete, (shard, *counter))
-                self.session.execute(batch)
+                self._move(insert, (to, *counter, *r[width:]), delete, (shard, *counter))
                 moved += 1
         return moved
 
@@ -1967,8 +1971,9 @@ class Store:
                     if to == (shard, slot):
                         continue
                     minutes, written = r[width] or set(), r[width + 1]
-                    self.session.execute(insert, (written, minutes, *to, *counter))
-                    self.session.execute(delete, (shard, slot, *counter))
+                    self._move(
+                        insert, (written, minutes, *to, *counter), delete, (shard, slot, *counter)
+                    )
                     moved += 1
         return moved
 

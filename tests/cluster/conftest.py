@@ -4,8 +4,9 @@ tests of this folder and stopped when the last of them ends.
 Nodes on 127.0.0.1..3 (``scripts/cassandra_node.py up --cluster``), native port 9342, storage
 7400, JMX 7401-7403 (``CASSANDRA_CLUSTER_PORT``, ``CASSANDRA_CLUSTER_STORAGE_PORT``,
 ``CASSANDRA_CLUSTER_JMX_PORT`` move them), 512 MiB heaps, PasswordAuthenticator,
-CassandraAuthorizer and client TLS with a CA this session generates. The families live in a
-keyspace at RF=3 and run at LOCAL_QUORUM as the least-privilege ``compactor`` role, whose
+CassandraAuthorizer and client TLS with a CA this session generates; the nodes require a client
+certificate signed by it (mutual TLS: every client here shows ``client.pem``). The families live
+in a keyspace at RF=3 and run at LOCAL_QUORUM as the least-privilege ``compactor`` role, whose
 grants are the ones ``counterctl init --print-grants`` prints.
 """
 
@@ -76,6 +77,8 @@ class LocalCluster:
     port: int
     ca_file: Path
     admin: tuple[str, str]
+    client_pem: Path
+    """The clients' certificate (key and chain): the nodes require one (mutual TLS)."""
 
     def status(self) -> dict[str, Any]:
         return json.loads(launcher("status", "--cluster", self.name, "--json").stdout)
@@ -138,6 +141,7 @@ class LocalCluster:
             "local_dc": LOCAL_DC,
             "tls": True,
             "tls_ca_file": str(self.ca_file),
+            "tls_cert_file": str(self.client_pem),
         }
         fields.update(overrides)
         return ConnectionSettings(**fields)
@@ -152,6 +156,7 @@ class LocalCluster:
             "CASSANDRA_PASSWORD": password,
             "CASSANDRA_LOCAL_DC": LOCAL_DC,
             "CASSANDRA_TLS_CA_FILE": str(self.ca_file),
+            "CASSANDRA_TLS_CERT_FILE": str(self.client_pem),
             "PYTHONWARNINGS": "ignore",
         }
 
@@ -182,7 +187,7 @@ def local_cluster(
     started = time.monotonic()
     up = launcher(
         "up", "--cluster", CLUSTER, "--fresh", "--nodes", "3", "--auth",
-        "--client-tls", str(tls), "--timeout", "300",
+        "--client-tls", str(tls), "--client-auth", "--timeout", "300",
     )  # fmt: skip
     print(f"\n[cluster] up in {time.monotonic() - started:.1f} s\n{up.stdout}", file=sys.stderr)
     status = json.loads(launcher("status", "--cluster", CLUSTER, "--json").stdout)
@@ -193,6 +198,7 @@ def local_cluster(
         port=status["native_port"],
         ca_file=tls / "ca.pem",
         admin=(admin["username"], admin["password"]),
+        client_pem=tls / "client.pem",
     )
     request.config.stash[CLUSTER_NODES] = cluster.live_pids
     try:

@@ -2,7 +2,9 @@
 
 ``ca.pem`` is what clients trust (the Airflow connection's ``ssl_options.ca_certs``,
 ``CASSANDRA_TLS_CA_FILE``); each node gets ``<address>.pem``: its private key and certificate
-(an IP address subject alternative name, so clients can check the host they dialled).
+(an IP address subject alternative name, so clients can check the host they dialled). The CA's
+key stays in ``ca-key.pem`` so ``write_client_cert`` can issue client certificates (mutual TLS:
+the nodes trust ``ca.pem`` for clients too); ``client.pem`` is one, key and chain in one file.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def write_test_pki(folder: Path, addresses: Sequence[str], days: int = 7) -> Pat
         .sign(ca_key, hashes.SHA256())
     )
     (folder / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    ca_key_pem = folder / "ca-key.pem"
+    ca_key_pem.touch(mode=0o600)
+    ca_key_pem.write_bytes(_key_pem(ca_key))
     for address in addresses:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (
@@ -87,4 +92,33 @@ def write_test_pki(folder: Path, addresses: Sequence[str], days: int = 7) -> Pat
         node_pem = folder / f"{address}.pem"
         node_pem.touch(mode=0o600)
         node_pem.write_bytes(_key_pem(key) + cert.public_bytes(serialization.Encoding.PEM))
+    cert_path, key_path = write_client_cert(folder, "client", days)
+    client_pem = folder / "client.pem"  # key and chain in one file, as the launcher takes it
+    client_pem.touch(mode=0o600)
+    client_pem.write_bytes(key_path.read_bytes() + cert_path.read_bytes())
     return folder
+
+
+def write_client_cert(folder: Path, name: str, days: int = 7) -> tuple[Path, Path]:
+    """A client certificate (CN ``name``, client auth) signed by the CA in ``folder``:
+    ``<name>.crt`` and its key ``<name>.key``, as ``ssl_options`` certfile/keyfile take them."""
+    ca_cert = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((folder / "ca-key.pem").read_bytes(), None)
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=days))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.touch(mode=0o600)
+    key_path.write_bytes(_key_pem(key))
+    return cert_path, key_path

@@ -50,7 +50,11 @@ def airflow_on_cluster(
                 "child_load_balancing_policy_args": {"local_dc": LOCAL_DC},
             },
             "protocol_version": 5,
-            "ssl_options": {"ca_certs": str(local_cluster.ca_file), "check_hostname": True},
+            "ssl_options": {
+                "ca_certs": str(local_cluster.ca_file),
+                "certfile": str(local_cluster.client_pem),
+                "check_hostname": True,
+            },
         },
     }
     monkeypatch.setenv("AIRFLOW_CONN_CASSANDRA_DEFAULT", json.dumps(conn))

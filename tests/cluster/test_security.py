@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import socket
@@ -18,7 +19,7 @@ from counters.connection import CassandraUnavailable, Connection
 from counters.schema import compactor_tables, ensure_schema
 
 from .conftest import COMPACTOR, REPLICATION, assert_exact, grant_printed
-from .pki import write_test_pki
+from .pki import write_client_cert, write_test_pki
 from .test_faults import load
 
 pytestmark = pytest.mark.cluster
@@ -49,6 +50,64 @@ def test_connections_need_tls_a_trusted_certificate_and_a_login(local_cluster, t
     with pytest.raises(CassandraUnavailable, match="Bad credentials") as refused:
         Connection(local_cluster.settings(COMPACTOR, wrong))
     assert wrong not in str(refused.value)
+
+
+def test_mutual_tls_the_airflow_connections_client_certificate_gets_in_others_do_not(
+    local_cluster, cluster_family, compactor_password, t0, tmp_path
+):
+    """The nodes require a client certificate signed by the cluster tests' CA. A client with
+    none, or with one of another CA, is refused; a certificate issued now by that CA, given as
+    the Airflow connection's ``ssl_options`` ``certfile``/``keyfile`` (what CassandraHook
+    takes), gets in: ``counterctl --conn-id`` compacts and reads through it, as the DAGs do."""
+    admin = local_cluster.settings(*local_cluster.admin)
+    with pytest.raises(CassandraUnavailable, match=r"cannot reach Cassandra at .*\(TLS\)"):
+        Connection(replace(admin, tls_cert_file=None))  # no client certificate
+    stranger = write_test_pki(tmp_path / "other-ca", ["127.0.0.1"]) / "client.pem"
+    with pytest.raises(CassandraUnavailable, match=r"\(mutual TLS\)"):
+        Connection(replace(admin, tls_cert_file=str(stranger)))  # signed by another CA
+
+    cert, key = write_client_cert(local_cluster.ca_file.parent, f"airflow-{secrets.token_hex(3)}")
+    cf = cluster_family()
+    expected = load(cf, t0, ["m0", "m1"])
+    epoch = t0 + timedelta(minutes=10)
+    airflow_conn = {
+        "conn_type": "cassandra",
+        "host": ",".join(local_cluster.addresses),
+        "port": local_cluster.port,
+        "login": COMPACTOR,
+        "password": compactor_password,
+        "extra": {
+            "load_balancing_policy": "DCAwareRoundRobinPolicy",
+            "load_balancing_policy_args": {"local_dc": "datacenter1"},
+            "ssl_options": {
+                "ca_certs": str(local_cluster.ca_file),
+                "certfile": str(cert),
+                "keyfile": str(key),
+                "cert_reqs": "CERT_REQUIRED",
+                "check_hostname": True,
+            },
+        },
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASSANDRA_")}
+    env.update(
+        {"AIRFLOW_CONN_CASSANDRA_MTLS": json.dumps(airflow_conn), "PYTHONWARNINGS": "ignore"}
+    )
+    counterctl = [sys.executable, "-m", "counters", "--config", str(cf.config)]
+    counterctl += ["--conn-id", "cassandra_mtls"]
+    compact = subprocess.run(
+        [*counterctl, "compact", "--family", cf.family.name, "--epoch", epoch.isoformat(),
+         "--json"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert compact.returncode == 0, compact.stdout + compact.stderr
+    assert json.loads(compact.stdout)["outcome"] == "success"
+    read = subprocess.run(
+        [*counterctl, "read", "--family", cf.family.name, "--json", "m0", "m1"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert [c["value"] for c in json.loads(read.stdout)] == [expected["m0"], expected["m1"]]
+    assert compactor_password not in compact.stdout + compact.stderr + read.stdout + read.stderr
+    assert_exact(cf, expected, epoch)
 
 
 def test_compactor_runs_with_the_printed_grants_and_can_touch_nothing_else(

@@ -45,10 +45,41 @@ def test_no_import_errors(bag: Any) -> None:
     assert bag.import_errors == {}
 
 
-def test_one_dag_per_family_plus_freshness(bag: Any, families: list[Family]) -> None:
-    assert set(bag.dag_ids) == {f.dag_id for f in families} | {"counters_freshness"}
+def test_one_dag_per_family_plus_freshness_and_the_example(
+    bag: Any, families: list[Family]
+) -> None:
+    example = {"counters_example_after_trades"}  # the demo YAML has `trades`
+    assert set(bag.dag_ids) == {f.dag_id for f in families} | {"counters_freshness"} | example
     freshness = bag.dags["counters_freshness"]
     assert {t.task_id for t in freshness.tasks} == {f.name for f in families}
+
+
+def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
+    bag: Any, families: list[Family]
+) -> None:
+    """The assets the UI's graph draws raw -> compact with, and downstream DAGs schedule on:
+    ``record_audit`` updates the compact table (a larger run); ``run`` announces a small run's
+    update through the family's alias (it cannot list the table: it succeeds before a larger
+    run compacted anything)."""
+    for family in families:
+        dag = bag.dags[family.dag_id]
+        raw = f"cassandra://{family.keyspace}/{family.raw_table}"
+        compact = f"cassandra://{family.keyspace}/{family.compact_table}"
+        run, audit = dag.task_dict["run"], dag.task_dict["record_audit"]
+        assert [a.uri for a in run.inlets] == [raw] == [a.uri for a in audit.inlets]
+        assert [a.uri for a in audit.outlets] == [compact]
+        assert [type(a).__name__ for a in run.outlets] == ["AssetAlias"]
+        assert run.outlets[0].name == f"counters_compacted_{family.name}"
+        for task_id in ("compact", "verify", "cleanup", "verify_cleanup"):
+            assert not dag.task_dict[task_id].outlets, f"{task_id} must not update an asset"
+
+
+def test_the_example_consumer_is_scheduled_on_the_compact_table(bag: Any, families) -> None:
+    trades = next(f for f in families if f.name == "trades")
+    dag = bag.dags["counters_example_after_trades"]
+    uri = f"cassandra://{trades.keyspace}/{trades.compact_table}"
+    assert [a.uri for a in dag.timetable.asset_condition.objects] == [uri]
+    assert dag.max_active_runs == 1 and "example" in dag.tags
 
 
 def test_dags_are_configured_as_their_family(bag: Any, families: list[Family]) -> None:

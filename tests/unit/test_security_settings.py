@@ -18,7 +18,7 @@ from counters.connection import ConnectionConfigError, ConnectionSettings
 from counters.schema import compactor_grants, compactor_tables
 from cryptography import x509
 
-from tests.cluster.pki import write_test_pki
+from tests.cluster.pki import write_client_cert, write_test_pki
 
 pytestmark = pytest.mark.unit
 
@@ -97,6 +97,73 @@ def test_tls_from_the_airflow_connection_ssl_options(tmp_path):
         ConnectionSettings.from_airflow_connection(
             airflow_conn({"ssl_options": {"ca_certs": str(tmp_path / "nope.pem")}})
         )
+
+
+def test_ssl_options_take_what_the_cassandra_hook_takes_client_certificates_included(tmp_path):
+    """The keys CassandraHook passes to the driver; certfile/keyfile: mutual TLS."""
+    folder = write_test_pki(tmp_path, ["127.0.0.1"])
+    cert, key = write_client_cert(folder, "compactor")
+    options = {
+        "ca_certs": str(folder / "ca.pem"),
+        "certfile": str(cert),
+        "keyfile": str(key),
+        "cert_reqs": "CERT_REQUIRED",
+        "check_hostname": True,
+        "ssl_version": "PROTOCOL_TLSv1_2",
+        "ciphers": "ECDHE+AESGCM",
+        "server_hostname": "node1.cassandra.internal",
+        "suppress_ragged_eofs": "true",
+    }
+    settings = ConnectionSettings.from_airflow_connection(airflow_conn({"ssl_options": options}))
+    assert (settings.tls_cert_file, settings.tls_key_file) == (str(cert), str(key))
+    context = settings.ssl_context()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    assert context.minimum_version == context.maximum_version == ssl.TLSVersion.TLSv1_2
+    assert settings.ssl_socket_options() == {
+        "server_hostname": "node1.cassandra.internal",
+        "suppress_ragged_eofs": True,
+    }
+    assert settings.describe() == "compactor@10.0.0.1,10.0.0.2:9142 (mutual TLS)"
+    # the driver's numbers work too; CERT_NONE turns the host name check off
+    relaxed = ConnectionSettings.from_airflow_connection(
+        airflow_conn({"ssl_options": {"cert_reqs": 0, "ssl_version": 16}})
+    )
+    assert relaxed.ssl_context().verify_mode is ssl.CERT_NONE
+    assert not relaxed.ssl_context().check_hostname
+    env = ConnectionSettings.from_env(
+        {"CASSANDRA_TLS_CERT_FILE": str(cert), "CASSANDRA_TLS_KEY_FILE": str(key)}
+    )
+    assert env.tls and env.ssl_context() is not None and env.tls_key_file == str(key)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"keyfile": "KEY"}, r"ssl_options\.keyfile is set without .*ssl_options\.certfile"),
+        ({"certfile": "/no/such.crt"}, r"ssl_options\.certfile: no such file '/no/such\.crt'"),
+        ({"cert_reqs": "SOMETIMES"}, r"ssl_options\.cert_reqs must be CERT_REQUIRED"),
+        ({"ssl_version": "SSLv3"}, r"ssl_options\.ssl_version must be one of PROTOCOL_TLS_CLIENT"),
+        ({"server_side": True}, r"unknown keys \['server_side'\] \(supported: ca_certs"),
+        ({"cert_reqs": "CERT_NONE", "check_hostname": True}, "check_hostname true needs"),
+        ({"do_handshake_on_connect": "perhaps"}, r"do_handshake_on_connect must be true or"),
+    ],
+)
+def test_bad_ssl_options_name_the_key_and_the_value(tmp_path, options, message):
+    key = tmp_path / "client.key"
+    key.write_text("not a key")
+    options = {k: (str(key) if v == "KEY" else v) for k, v in options.items()}
+    with pytest.raises(ConnectionConfigError, match=message):
+        ConnectionSettings.from_airflow_connection(airflow_conn({"ssl_options": options}))
+
+
+def test_a_client_certificate_that_does_not_load_names_the_file(tmp_path):
+    bad = tmp_path / "client.crt"
+    bad.write_text("-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+    settings = ConnectionSettings.from_airflow_connection(
+        airflow_conn({"ssl_options": {"certfile": str(bad)}})
+    )
+    with pytest.raises(ConnectionConfigError, match=f"TLS client certificate '{bad}'"):
+        settings.ssl_context()
 
 
 def test_compactor_tables_follow_the_kind():

@@ -17,17 +17,18 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, task
 from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
-from . import checks
-from .notifiers import Channels, CountersAlertNotifier
+from . import assets, checks
+from .alerting import FAILING, STALE
+from .notifiers import Channels, CountersAlertNotifier, notify_recovery
+from .pool import pool_name
 
 log = logging.getLogger(__name__)
 
 FRESHNESS_DAG_ID = "counters_freshness"
 FRESHNESS_SCHEDULE = "*/5 * * * *"
-POOL_ENV = "COUNTERS_POOL"
-DEFAULT_POOL = "cassandra_compaction"
 
 Run = dict[str, Any]
 """``counters.airflow.tasks.Run``: the plan ``run`` pushes (XCom ``run``), passed to every later
@@ -51,6 +52,9 @@ FIRST_TASK = "run"
 small run (most minutes) start to end itself; a larger run goes on in the mapped tasks."""
 
 RETRIES = 3
+RETRIES_ENV = "COUNTERS_TASK_RETRIES"
+"""How many times a task that failed on a transient error (a Cassandra timeout) is tried
+again; default ``RETRIES``."""
 RETRY_DELAY = timedelta(seconds=20)
 RETRY_BACKOFF = 2.0
 MAX_RETRY_DELAY = timedelta(minutes=5)
@@ -84,7 +88,18 @@ RETRY_POLICY = ExceptionRetryPolicy(
 
 
 def pool() -> str:
-    return os.environ.get(POOL_ENV) or DEFAULT_POOL
+    """The pool of ``run``, ``compact`` and ``cleanup`` (created if missing: ``pool.py``)."""
+    return pool_name()
+
+
+def retries() -> int:
+    """The tasks' retries (``COUNTERS_TASK_RETRIES``, else ``RETRIES``)."""
+    text = os.environ.get(RETRIES_ENV)
+    if text is None or not text.strip():
+        return RETRIES
+    if not text.strip().isdigit():
+        raise ValueError(f"{RETRIES_ENV} must be a whole number of retries, got {text!r}")
+    return int(text)
 
 
 def _start_date(family: Family) -> datetime:
@@ -180,7 +195,8 @@ are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 
 **Backfill.** `airflow backfill create --dag-id {family.dag_id} --from-date 2026-11-22T09:00
 --to-date 2026-11-22T09:10 --max-active-runs 1`: each run takes its epoch from its own logical
-date, in order; runs whose epoch is already compacted are recorded no-ops (README, "Backfills").
+date, in order; runs whose epoch is already compacted are recorded no-ops (docs/airflow.md,
+"Backfills").
 """
 
 
@@ -191,7 +207,7 @@ def default_args(family: Family, channels: Channels) -> dict[str, Any]:
 
     return {
         "owner": family.owner,
-        "retries": RETRIES,
+        "retries": retries(),
         "retry_delay": RETRY_DELAY,
         "retry_exponential_backoff": RETRY_BACKOFF,
         "max_retry_delay": MAX_RETRY_DELAY,
@@ -237,28 +253,38 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             ),
         },
     ) as dag:
+        raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
+        alias = assets.compacted_alias(family)
 
-        @task(task_id=FIRST_TASK, pool=pool())
+        @task(task_id=FIRST_TASK, pool=pool(), inlets=[raw], outlets=[alias])
         def run_() -> list[list[int]]:
             """Plans the run (XCom key ``run``) and, for a small run, does it whole here; returns
-            the shard groups to map ``compact`` and ``cleanup`` over (none when done here)."""
+            the shard groups to map ``compact`` and ``cleanup`` over (none when done here). A
+            small run that committed something updates the compact table's asset."""
             context = get_current_context()
             dag_run = context["dag_run"]
             params = context["params"]
             ti = context["ti"]
-            run = _tasks().plan(
-                family,
-                run_id=dag_run.run_id,
-                scheduled=_tasks().scheduled_time(dag_run),
-                epoch=params.get("epoch"),
-                dry_run=bool(params.get("dry_run")),
-                started_by=_tasks().provenance(dag_run, params),
-            )
+            try:
+                run = _tasks().plan(
+                    family,
+                    run_id=dag_run.run_id,
+                    scheduled=_tasks().scheduled_time(dag_run),
+                    epoch=params.get("epoch"),
+                    dry_run=bool(params.get("dry_run")),
+                    started_by=_tasks().provenance(dag_run, params),
+                )
+            except AirflowSkipException:  # noop or idle: the run ended without failing
+                notify_recovery(family.name, channels, FAILING, context)
+                raise
             ti.xcom_push("run", run)
             if not run["whole"]:
                 return run["groups"]
             summary = _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
             ti.xcom_push("summary", summary)
+            notify_recovery(family.name, channels, FAILING, context)
+            if assets.committed(summary):
+                context["outlet_events"][alias].add(compacted, extra=assets.event_extra(summary))
             return []
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
@@ -282,11 +308,18 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         ) -> dict[str, Any]:
             return _tasks().verify_cleanup(family, run, verified, _all(cleanups))
 
-        @task
+        @task(inlets=[raw], outlets=[compacted])
         def record_audit(
             run: Run, verified: dict[str, Any], cleaned: dict[str, Any]
         ) -> dict[str, Any]:
-            return _tasks().record_audit(family, run, verified, cleaned)
+            """Audits the run; skipped (no asset event) when it committed nothing."""
+            context = get_current_context()
+            summary = _tasks().record_audit(family, run, verified, cleaned)
+            notify_recovery(family.name, channels, FAILING, context)
+            if not assets.committed(summary):
+                raise AirflowSkipException("the run committed nothing: no compact-table event")
+            context["outlet_events"][compacted].extra = assets.event_extra(summary)
+            return summary
 
         groups = run_()
         run = groups["run"]
@@ -335,14 +368,86 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
             @task(
                 task_id=family.name,
                 owner=family.owner,
-                on_failure_callback=[CountersAlertNotifier(family.name, channels)],
+                on_failure_callback=[CountersAlertNotifier(family.name, channels, STALE)],
                 retry_policy=RETRY_POLICY,
             )
-            def check(family: Family = family) -> dict[str, Any]:
-                return _tasks().freshness(family)
+            def check(family: Family = family, channels: Channels = channels) -> dict[str, Any]:
+                state = _tasks().freshness(family)
+                notify_recovery(family.name, channels, STALE, get_current_context())
+                return state
 
             check()
     return dag
+
+
+EXAMPLE_FAMILY_ENV = "COUNTERS_EXAMPLE_FAMILY"
+DEFAULT_EXAMPLE_FAMILY = "trades"
+
+
+def example_dag_id(family: Family) -> str:
+    return f"counters_example_after_{family.name}"
+
+
+def build_example_downstream_dag(family: Family) -> DAG:
+    """An example consumer: a DAG scheduled on the family's compact table (an Asset), which
+    runs after each of the family's runs that committed something and reports what they
+    folded (``triggering_asset_events``); idle runs do not start it."""
+    compacted = assets.compact_asset(family)
+    with DAG(
+        dag_id=example_dag_id(family),
+        description=f"Example: runs after family {family.name} was compacted",
+        schedule=[compacted],
+        start_date=DEFAULT_START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["counters", "example"],
+        doc_md=f"""\
+### Example: after `{family.name}` was compacted
+
+Scheduled on the asset `{compacted.uri}` (the family's compact table), which
+`{family.dag_id}` updates when a run committed something (not after an idle or a no-op run).
+Replace this task with your own (an export, a report, a cache refresh): the triggering events'
+`extra` name the runs, their epochs and what they folded. Other DAGs schedule on the same
+asset with `schedule=[Asset("{compacted.uri}")]`.
+""",
+        default_args={"owner": family.owner, "retries": RETRIES, "retry_delay": RETRY_DELAY},
+    ) as dag:
+
+        @task
+        def report_compaction() -> dict[str, Any]:
+            """Sum what the triggering runs folded (from the asset events' ``extra``)."""
+            events = get_current_context()["triggering_asset_events"][compacted]
+            runs = [dict(event.extra or {}) for event in events]
+            summary = {
+                "family": family.name,
+                "runs": [run.get("run_id") for run in runs],
+                "epoch": max((run.get("epoch") or "" for run in runs), default=None),
+                "counters": sum(int(run.get("counters") or 0) for run in runs),
+                "rows_folded": sum(int(run.get("rows_folded") or 0) for run in runs),
+                "sum_folded": sum(int(run.get("sum_folded") or 0) for run in runs),
+            }
+            log.info("%s compacted: %s", family.name, summary)
+            return summary
+
+        report_compaction()
+    return dag
+
+
+def example_dags() -> dict[str, DAG]:
+    """The example consumer of ``$COUNTERS_EXAMPLE_FAMILY`` (default ``trades``), when the
+    families YAML has that family (a team's own YAML without it gets no example DAG)."""
+    name = os.environ.get(EXAMPLE_FAMILY_ENV) or DEFAULT_EXAMPLE_FAMILY
+    try:
+        families, _errors = _load()
+    except ConfigError:
+        return {}
+    family = next((f for f in families if f.name == name), None)
+    if family is None:
+        return {}
+    wanted = get_parsing_context().dag_id
+    if wanted not in (None, example_dag_id(family)):
+        return {}
+    return {example_dag_id(family): build_example_downstream_dag(family)}
 
 
 def _load() -> tuple[list[Family], dict[str, str]]:

@@ -1,4 +1,5 @@
-"""Alerts: one message per failed task, to each channel the family configures.
+"""Alerts: to each channel the family configures, when it starts failing (or falls behind),
+as a reminder while it keeps failing, and when it recovers (``alerting``: the streaks).
 
 Channels (``alerts:`` in the families YAML; environment defaults for a family that leaves one
 empty):
@@ -8,8 +9,9 @@ empty):
   comma separated);
 * Slack through the Slack provider's ``SlackWebhookNotifier`` (connection
   ``alerts.slack_webhook_conn_id`` or ``$COUNTERS_ALERT_SLACK_CONN_ID``);
-* a plain JSON ``POST`` to ``alerts.webhook_url`` or ``$COUNTERS_ALERT_WEBHOOK_URL``, else to the
-  HTTP connection ``$COUNTERS_ALERT_WEBHOOK_CONN_ID`` (default ``counters_webhook``) if it exists.
+* a plain JSON ``POST`` to ``alerts.webhook_url`` or ``$COUNTERS_ALERT_WEBHOOK_URL``, else
+  through the HTTP provider's ``HttpNotifier`` to the HTTP connection
+  ``$COUNTERS_ALERT_WEBHOOK_CONN_ID`` (default ``counters_webhook``) if it exists.
 
 The alert names the family, DAG, run, task, the failed check(s), the counters affected (with
 amounts, for conservation checks) and the task log's URL. A channel that fails is logged and does
@@ -23,12 +25,25 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseNotifier
 
 from ..config import Family
+from .alerting import (
+    DEFAULT_REMIND_EVERY,
+    FAILING,
+    Notice,
+    Streak,
+    StreakKind,
+    VariableStreaks,
+    after_failure,
+    after_success,
+    remind_every,
+    state_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +64,8 @@ class Channels:
     slack_webhook_conn_id: str | None = None
     webhook_url: str | None = None
     webhook_conn_id: str | None = None
+    remind_every: timedelta = DEFAULT_REMIND_EVERY
+    """While the family keeps failing: remind this often (0: never)."""
 
     @classmethod
     def for_family(cls, family: Family, env: Mapping[str, str] | None = None) -> Channels:
@@ -66,6 +83,7 @@ class Channels:
             webhook_conn_id=None
             if webhook_url
             else (env.get(WEBHOOK_CONN_ENV, DEFAULT_WEBHOOK_CONN_ID) or None),
+            remind_every=remind_every(family, env),
         )
 
     def describe(self) -> str:
@@ -78,7 +96,10 @@ class Channels:
             parts.append(f"JSON webhook {self.webhook_url}")
         elif self.webhook_conn_id:
             parts.append(f"JSON webhook via connection `{self.webhook_conn_id}` (if defined)")
-        return "; ".join(parts) or "none configured"
+        if not parts:
+            return "none configured"
+        reminders = f"reminders every {self.remind_every}" if self.remind_every else "no reminders"
+        return "; ".join(parts) + f" (when it starts failing, {reminders}, when it recovers)"
 
 
 @dataclass(frozen=True)
@@ -92,17 +113,43 @@ class Alert:
     message: str
     log_url: str | None
     try_number: int | None = None
-    kind: str = "task_failed"
+    kind: str = "failing"
+    """``failing``, ``still_failing``, ``recovered`` (a family's runs); ``stale``,
+    ``still_stale``, ``fresh_again`` (its freshness)"""
+    since: str | None = None
+    """When the streak began (UTC, ISO 8601)"""
+    failures: int = 1
+    """Failures in the streak so far (runs, or freshness checks)"""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def what(self) -> str:
+        return ", ".join(self.checks) or "task failed"
+
+    @property
     def subject(self) -> str:
-        what = ", ".join(self.checks) or "task failed"
-        return f"[counters] {self.family}: {what} ({self.dag_id} run {self.run_id})"
+        where = f"({self.dag_id} run {self.run_id})"
+        since = f"since {self.since[:16].replace('T', ' ')} UTC" if self.since else ""
+        if self.kind in ("still_failing", "still_stale"):
+            state = "still failing" if self.kind == "still_failing" else "still stale"
+            return (
+                f"[counters] {self.family}: {state} {since}, {self.failures} "
+                f"{'failed runs' if self.kind == 'still_failing' else 'stale checks'}: "
+                f"{self.what} {where}"
+            )
+        if self.kind in ("recovered", "fresh_again"):
+            state = "recovered" if self.kind == "recovered" else "fresh again"
+            counted = "failed runs" if self.kind == "recovered" else "stale checks"
+            return (
+                f"[counters] {self.family}: {state} after {self.failures} {counted} {since} {where}"
+            )
+        return f"[counters] {self.family}: {self.what} {where}"
 
     def text(self) -> str:
         lines = [
-            f"Counter family {self.family}: {', '.join(self.checks) or 'task failed'}",
+            self.subject.removeprefix("[counters] ").replace(
+                f"{self.family}: ", f"Counter family {self.family}: ", 1
+            ),
             f"DAG {self.dag_id}, run {self.run_id}, task {self.task}"
             + (f" (try {self.try_number})" if self.try_number else ""),
             f"Failed check(s): {', '.join(self.checks) or '-'}",
@@ -112,6 +159,23 @@ class Alert:
             self.message,
         ]
         return "\n".join(lines)
+
+    def for_streak(self, kind: StreakKind, notice: Notice, streak: Streak | None) -> Alert:
+        """This alert as the ``notice`` of a ``kind`` streak (its subject, kind and counts)."""
+        names = {
+            ("failing", "started"): "failing",
+            ("failing", "reminder"): "still_failing",
+            ("failing", "recovered"): "recovered",
+            ("stale", "started"): "stale",
+            ("stale", "reminder"): "still_stale",
+            ("stale", "recovered"): "fresh_again",
+        }
+        return replace(
+            self,
+            kind=names[kind, notice],
+            since=streak.since.isoformat() if streak else self.since,
+            failures=streak.failures if streak else self.failures,
+        )
 
     def html(self) -> str:
         rows = "".join(
@@ -178,38 +242,24 @@ def send_json(url: str, payload: Mapping[str, Any], timeout: float = WEBHOOK_TIM
 
 
 class JsonWebhookNotifier(BaseNotifier):
-    """POST a JSON document to a URL, or to an HTTP connection's base URL.
+    """POST a JSON document to a plain URL (an HTTP connection goes through the HTTP
+    provider's ``HttpNotifier``, which needs a connection).
 
     :param payload: the JSON body.
-    :param url: the URL (takes precedence).
-    :param http_conn_id: an HTTP connection (``host`` with scheme, optional ``schema`` path).
+    :param url: the URL.
     """
 
     template_fields = ()
 
-    def __init__(
-        self,
-        payload: Mapping[str, Any],
-        *,
-        url: str | None = None,
-        http_conn_id: str | None = None,
-    ):
+    def __init__(self, payload: Mapping[str, Any], *, url: str):
         super().__init__()
-        if not url and not http_conn_id:
-            raise ValueError("JsonWebhookNotifier needs url or http_conn_id")
+        if not url:
+            raise ValueError("JsonWebhookNotifier needs a url")
         self.payload = dict(payload)
         self.url = url
-        self.http_conn_id = http_conn_id
 
     def notify(self, context: Any) -> None:
-        if self.url:
-            send_json(self.url, self.payload)
-            return
-        from airflow.providers.http.hooks.http import HttpHook
-
-        HttpHook(method="POST", http_conn_id=self.http_conn_id).run(
-            endpoint=None, json=self.payload, extra_options={"timeout": WEBHOOK_TIMEOUT_S}
-        )
+        send_json(self.url, self.payload)
 
 
 def _connection_exists(conn_id: str) -> bool:
@@ -254,10 +304,16 @@ def deliver(alert: Alert, channels: Channels, context: Any = None) -> dict[str, 
     if channels.webhook_url:
         senders.append(("webhook", JsonWebhookNotifier(alert.as_json(), url=channels.webhook_url)))
     elif channels.webhook_conn_id and _connection_exists(channels.webhook_conn_id):
+        from airflow.providers.http.notifications.http import HttpNotifier
+
         senders.append(
             (
                 "webhook",
-                JsonWebhookNotifier(alert.as_json(), http_conn_id=channels.webhook_conn_id),
+                HttpNotifier(
+                    http_conn_id=channels.webhook_conn_id,
+                    json=alert.as_json(),
+                    extra_options={"timeout": WEBHOOK_TIMEOUT_S},
+                ),
             )
         )
     for name, sender in senders:
@@ -278,7 +334,9 @@ def deliver(alert: Alert, channels: Channels, context: Any = None) -> dict[str, 
 
 
 class CountersAlertNotifier(BaseNotifier):
-    """``on_failure_callback`` of every compaction task: alert the family's channels.
+    """``on_failure_callback`` of every compaction task (``kind`` failing) and freshness check
+    (``kind`` stale): alert the family's channels when its streak starts, remind at
+    ``channels.remind_every`` while it lasts, and stay quiet in between.
 
     >>> CountersAlertNotifier("trades", Channels(email=("ops@example.com",)))  # doctest: +ELLIPSIS
     <...CountersAlertNotifier object at ...>
@@ -286,10 +344,85 @@ class CountersAlertNotifier(BaseNotifier):
 
     template_fields = ()
 
-    def __init__(self, family: str, channels: Channels):
+    def __init__(self, family: str, channels: Channels, kind: StreakKind = FAILING):
         super().__init__()
         self.family = family
         self.channels = channels
+        self.kind = kind
 
     def notify(self, context: Any) -> None:
-        deliver(alert_from_context(self.family, context), self.channels, context)
+        alert = alert_from_context(self.family, context)
+        streaks = VariableStreaks()
+        key = state_key(self.family, self.kind)
+        try:
+            before = streaks.load(key)
+        except Exception:  # the state cannot be read: alert rather than stay silent
+            log.warning("alert streak %s unreadable; alerting", key, exc_info=True)
+            deliver(alert.for_streak(self.kind, "started", None), self.channels, context)
+            return
+        decision = after_failure(
+            before,
+            run_id=alert.run_id,
+            now=datetime.now(UTC),
+            remind_every=self.channels.remind_every,
+            what=f"{alert.task}: {alert.what}",
+        )
+        _save(streaks, key, before, decision.streak)
+        if decision.notice is None:
+            streak = decision.streak
+            log.info(
+                "family %s still %s (since %s, %d failure(s), last alert %s): not alerting "
+                "again before %s after the last alert",
+                self.family,
+                self.kind,
+                streak.since if streak else "-",
+                streak.failures if streak else 0,
+                streak.last_sent if streak else "-",
+                self.channels.remind_every or "never",
+            )
+            return
+        alert = alert.for_streak(self.kind, decision.notice, decision.streak)
+        deliver(alert, self.channels, context)
+
+
+def _save(streaks: VariableStreaks, key: str, before: Streak | None, after: Streak | None) -> None:
+    if after == before:
+        return
+    try:
+        streaks.save(key, after)
+    except Exception:
+        log.warning("could not store alert streak %s", key, exc_info=True)
+
+
+def notify_recovery(
+    family: str, channels: Channels, kind: StreakKind, context: Mapping[str, Any]
+) -> bool:
+    """A run ended without failing (``kind`` failing) or a freshness check found the family
+    fresh (``kind`` stale): close an open streak with a recovery notice. Returns whether one was
+    sent. Never raises: the run itself succeeded."""
+    streaks = VariableStreaks()
+    key = state_key(family, kind)
+    try:
+        before = streaks.load(key)
+        decision = after_success(before)
+        if decision.notice is None or before is None:
+            return False
+        _save(streaks, key, before, None)
+        ended = datetime.now(UTC).replace(tzinfo=None) - before.since
+        base = alert_from_context(family, {**context, "exception": None})
+        alert = replace(
+            base,
+            checks=(),
+            counters=(),
+            message=(
+                f"Family {family} is {'compacting again' if kind == FAILING else 'fresh again'}"
+                f" after {ended} ({before.failures} "
+                f"{'failed run(s)' if kind == FAILING else 'stale check(s)'} since "
+                f"{before.since.isoformat()} UTC; the first: {before.first})."
+            ),
+        ).for_streak(kind, "recovered", before)
+        deliver(alert, channels, context)
+        return True
+    except Exception:
+        log.warning("could not send the recovery notice of %s", key, exc_info=True)
+        return False

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from .. import engine
+from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..core import CheckOutcome, Tally, epoch_for, utc_naive
@@ -173,6 +173,7 @@ def _audit(
     store.provenance = Provenance.from_dict(run.get("provenance"))
     store.write_audit(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
+    metrics.emit_run(record, tally.counters_quarantined)
 
 
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
@@ -321,10 +322,7 @@ def verify(
         verification = engine.verify_run(shard_reports)
     tally = verification.tally
     if run["dry_run"]:
-        message = (
-            f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
-            f"row(s) (sum {tally.sum_folded}); nothing written, verified or deleted"
-        )
+        message = engine.dry_run_message(tally)
         _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
         raise AirflowSkipException(message)
     with phases.timed("verify_gx"):
@@ -474,58 +472,25 @@ def record_audit(
     run alerts; the rest of the family was compacted)."""
     store = store_for(family)
     phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
-    plan_ = _plan(family, run)
     tally = Tally.from_dict(dict(verified["tally"]))
-    with phases.timed("finish"):
-        engine.finish_run(store, plan_, tally)
-        now_at = store.family_epoch()
-        engine.prune_archive(family)
     tally.rows_deleted = cleaned["rows_deleted"]
-    advanced = now_at is not None and utc_naive(now_at) >= plan_.epoch
-    outcomes = [_outcome(c) for c in verified["checks"]] + [
-        _outcome(cleaned["check"]),
-        CheckOutcome(
-            "family_epoch_advanced",
-            advanced,
-            True,
-            f"compacted epoch {run['epoch_before']} -> {_iso(now_at)} (run epoch {run['epoch']})",
-        ),
-    ]
-    if not advanced:
-        message = (
-            f"family {family.name!r} run {run['run_id']!r}: the compacted epoch is "
-            f"{_iso(now_at)} after finishing, expected at least {run['epoch']}"
-        )
+    checks_ = [_outcome(c) for c in verified["checks"]] + [_outcome(cleaned["check"])]
+    with phases.timed("finish"):
+        ended = engine.conclude_run(store, _plan(family, run), tally, checks_)
+        engine.prune_archive(family)
+    outcomes = ended.checks
+    if ended.outcome != "success":
         _audit(
             family,
             run,
-            "failed",
+            ended.outcome,
             tally=tally,
             phases=phases,
             checks_=outcomes,
-            message=message,
+            message=ended.message,
             gx=verified,
         )
-        raise CheckFailed(message, checks=["family_epoch_advanced"], audited=True)
-    if tally.counters_quarantined:
-        message = engine.quarantine_message(family.name, run["run_id"], tally, outcomes)
-        _audit(
-            family,
-            run,
-            "partial",
-            tally=tally,
-            phases=phases,
-            checks_=outcomes,
-            message=message,
-            gx=verified,
-        )
-        named = next((o.counters for o in outcomes if o.name == "no_counter_quarantined"), ())
-        raise CheckFailed(
-            message,
-            checks=["no_counter_quarantined"],
-            counters=list(named or tally.quarantined),
-            audited=True,
-        )
+        raise CheckFailed(ended.message, checks=ended.failed, counters=ended.counters, audited=True)
     _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified)
     summary = {
         "family": family.name,
@@ -567,18 +532,21 @@ def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
     family's ``freshness``; skip a family that was never compacted."""
     now = utc_naive(now or datetime.now(UTC))
     epoch = store_for(family).family_epoch()
+    metrics.emit_lag(family.name, epoch, now)
     if epoch is None:
         raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
+    lag = health.family_lag(family, epoch, now)  # the rule `counterctl health` applies
     expected = now - family.lag
-    behind = expected - utc_naive(epoch)
+    behind = lag.behind or expected - utc_naive(epoch)
     state = {
         "family": family.name,
         "epoch": _iso(epoch),
         "expected": _iso(expected),
         "behind_s": behind.total_seconds(),
         "threshold_s": family.freshness.total_seconds(),
+        "state": lag.state.value,
     }
-    if behind > family.freshness:
+    if not lag.healthy:
         raise FamilyStale(
             f"family {family.name!r} is stale: compacted epoch {_iso(epoch)} is {behind} behind "
             f"now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "

@@ -320,8 +320,10 @@ def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_mani
     client = CounterClient(conn, family, store)
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
-    run = dagbag().dags[family.dag_id].test(
-        logical_date=aware(epoch + family.lag + timedelta(seconds=30))
+    run = (
+        dagbag()
+        .dags[family.dag_id]
+        .test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
     )
     assert run.state == "success", states(run)
     [row] = store.read_audit(5)  # one row: the manifests and the run's outcome together

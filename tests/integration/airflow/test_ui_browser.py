@@ -50,7 +50,7 @@ def browser_missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "the playwright package is not installed (`make setup` installs requirements.txt)"
+        return "playwright is not installed (`make setup` installs requirements-dev.txt)"
     return None
 
 

@@ -622,10 +622,10 @@ def test_an_older_runs_cleanup_after_a_newer_fold_archives_no_row_twice(archived
     there (carried, not archived). ``older_cleanup_last``: the newer run archives and deletes
     them, then the older run's cleanup is retried (an operator clears its task).
     ``newer_crashes_before_delete``: the same, but the newer run's cleanup crashes after its
-    archive, before its deletes. ``older_cleanup_inside_newer``: the older run's cleanup archives them and crashes before
-    its deletes while the newer run is between its fold and its cleanup. Either way each row
-    is archived once and the recount proves every counter."""
-    family, store, client = archived_family(shards=1)
+    archive, before its deletes. ``older_cleanup_inside_newer``: the older run's cleanup
+    archives them and crashes before its deletes while the newer run is between its fold and
+    its cleanup. Either way each row is archived once and the recount proves every counter."""
+    _family, store, client = archived_family(shards=1)
     counters = [f"o{i}" for i in range(4)]
     load(client, t0, counters=counters, before=3, after=0)
     epoch = t0 + timedelta(minutes=10)

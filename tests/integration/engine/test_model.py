@@ -149,7 +149,8 @@ class Rows:
         machine.store.session.execute(self.insert, row)  # the same row: no new order
 
     def settle(self, machine):
-        # rows written behind a checkpoint are caught by reconcile, not by a run (README)
+        # rows written behind a checkpoint: caught by a sweep (every run, discovery scan) and
+        # by reconcile (docs/correctness.md)
         engine.reconcile(machine.store, repair=True)
 
     def check_rows(self, machine, epoch):

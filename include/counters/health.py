@@ -1,0 +1,87 @@
+"""Every family's lag against its freshness limit, for a watchdog outside Airflow.
+
+The ``counters_freshness`` DAG alerts when a family falls behind, but it runs in the scheduler it
+watches: a dead scheduler (or metadata DB) stops it too. ``counterctl health`` reads the same
+state from Cassandra with the same rule (``status.freshness``), so cron, a Kubernetes probe or a
+monitoring check can tell, from outside, that compaction stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .config import Family
+from .core import utc_naive
+from .schema import SchemaError
+from .status import Freshness, freshness
+from .store import Store
+
+HEALTHY = (Freshness.FRESH, Freshness.LATE)
+"""Within the limit (a family more than half way to it is ``late``, still healthy)."""
+
+
+@dataclass(frozen=True)
+class FamilyLag:
+    family: Family
+    epoch: datetime | None
+    state: Freshness
+    behind: timedelta | None
+    """``(now - lag) - compacted epoch``; None before the first run"""
+    limit: timedelta
+    problem: str | None = None
+    """Why the state could not be read (the family's tables are missing)"""
+
+    @property
+    def healthy(self) -> bool:
+        """Within its freshness limit. A family never compacted is not: a watchdog must see a
+        deployment whose runs never started (a new family is so until its first run)."""
+        return self.problem is None and self.state in HEALTHY
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family.name,
+            "state": self.state.value,
+            "healthy": self.healthy,
+            "epoch": utc_naive(self.epoch).isoformat() if self.epoch else None,
+            "behind_s": self.behind.total_seconds() if self.behind is not None else None,
+            "limit_s": self.limit.total_seconds(),
+            "dag_id": self.family.dag_id,
+            "problem": self.problem,
+        }
+
+    def line(self) -> str:
+        if self.problem:
+            return f"{self.family.name}\t{self.state.value}\t{self.problem}"
+        behind = "never compacted" if self.behind is None else f"{self.behind} behind"
+        epoch = utc_naive(self.epoch).isoformat() if self.epoch else "-"
+        return (
+            f"{self.family.name}\t{self.state.value}\t{behind} (limit {self.limit})\tepoch {epoch}"
+        )
+
+
+def family_lag(family: Family, epoch: datetime | None, now: datetime) -> FamilyLag:
+    """Pure: the family's lag at ``now`` from its compacted epoch."""
+    lag = freshness(epoch, now, family)
+    return FamilyLag(family, epoch, lag.state, lag.behind, lag.limit)
+
+
+def read_lags(stores: Iterable[Store], now: datetime) -> list[FamilyLag]:
+    """One point read per family: its compacted epoch. A family whose tables are missing is
+    reported (never compacted, with the reason), not a failure of the whole check."""
+    lags = []
+    for store in stores:
+        try:
+            epoch = store.family_epoch()
+        except SchemaError as exc:
+            lag = family_lag(store.family, None, now)
+            lags.append(FamilyLag(lag.family, None, lag.state, None, lag.limit, str(exc)))
+            continue
+        lags.append(family_lag(store.family, epoch, now))
+    return lags
+
+
+def unhealthy(lags: Sequence[FamilyLag]) -> list[FamilyLag]:
+    return [lag for lag in lags if not lag.healthy]

@@ -1,0 +1,71 @@
+"""``counterctl`` sends the DAGs' metrics where Airflow's metrics are configured: a run's from
+the same function, whatever its outcome, and ``health``'s lags; a StatsD listener gets them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from counters.client import CounterClient, Increment
+from counters.store import Store
+
+from .test_scheduler_assets_metrics import StatsdListener
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+
+def counterctl(config: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "counters", "--config", str(config), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
+    conn, make_families, t0, tmp_path
+):
+    families = make_families({})
+    family = families.family(families.entries[0]["name"])
+    client = CounterClient(conn, family, Store(conn, family))
+    client.record([Increment((f"K{i}",), i + 1, t0, ("w", i)) for i in range(12)])
+    listener = StatsdListener()
+    try:
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),  # no airflow.cfg: the variables say it
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+            "PYTHONWARNINGS": "ignore",
+        }
+        epoch = (t0 + timedelta(minutes=5)).isoformat()
+        done = counterctl(families.path, env, "compact", "--family", family.name, "--epoch", epoch)
+        assert done.returncode == 0, done.stdout + done.stderr
+        bad = counterctl(families.path, env, "compact", "--family", family.name, "--epoch", "soon")
+        assert bad.returncode == 2  # refused before planning: no run, no metrics
+        health = counterctl(families.path, env, "health", "--family", family.name)
+        assert health.returncode == 8  # its epoch is a day old: stale
+        name = f"airflow.counters.{family.name}"
+        for _ in range(100):  # sent before the commands exited; the reader thread may lag
+            if (
+                listener.values(f"{name}.runs.success")
+                and len(listener.values(f"{name}.lag_seconds")) == 2
+            ):
+                break
+            time.sleep(0.1)
+        assert listener.values(f"{name}.runs.success") == [(1.0, "c")]
+        assert listener.values(f"{name}.rows_folded") == [(12.0, "c")]
+        assert listener.values(f"{name}.rows_deleted") == [(12.0, "c")]
+        lags = listener.values(f"{name}.lag_seconds")
+        assert len(lags) == 2 and all(kind == "g" and lag > 86_000 for lag, kind in lags)
+        assert not any(".runs.failed" in line for line in listener.lines)
+    finally:
+        listener.close()

@@ -1,0 +1,288 @@
+"""The project deploys the way Astro Runtime (and the Helm chart's image, MWAA, Composer) installs
+a project: Airflow from the image, then ``pip install -r requirements.txt``, then the project's
+folders copied into ``AIRFLOW_HOME``. Nothing runs ``pip install -e .``.
+
+Once per session: a clean virtual environment (``python3.12``, the Dockerfile's runtime Python,
+where the machine has it; else this interpreter) gets ``apache-airflow`` at the pin of
+requirements-dev.txt (what the image carries), then requirements.txt alone (what the image's
+ONBUILD step installs; pip's cache in ``.cache/pip``). An ``AIRFLOW_HOME`` under ``var/`` gets
+``dags/``, ``plugins/`` and ``include/`` as Astro lays them out, with ``PYTHONPATH`` as the
+runtime sets it (``AIRFLOW_HOME``; the Dockerfile adds ``include/`` for ``python -m
+counters``), and the families YAML of ``include/`` moved to a throw-away keyspace.
+
+Then, in that environment only: no DAG import errors, every family's DAG listed, the plugin
+loaded, a demo family's DAG run (``airflow dags test``) folding rows on the real node, and
+``counterctl`` as ``python -m counters`` (``--conn-id``: the Airflow connection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from counters.client import CounterClient, Increment
+from counters.config import load_catalog
+from counters.connection import Connection, ConnectionSettings
+from counters.store import Store
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+PROJECT = Path(__file__).resolve().parents[3]
+WORK = PROJECT / "var" / "deploy-test"
+PIP_CACHE = PROJECT / ".cache" / "pip"
+LAYOUT = ("dags", "plugins", "include")
+INSTALL_TIMEOUT_S = 900
+CLI_TIMEOUT_S = 300
+
+
+def airflow_pin() -> str:
+    """The Airflow the project is tested with (requirements-dev.txt), as the image carries it."""
+    text = (PROJECT / "requirements-dev.txt").read_text()
+    match = re.search(r"^apache-airflow==(\S+)$", text, re.MULTILINE)
+    assert match, "requirements-dev.txt pins no apache-airflow"
+    return match.group(1)
+
+
+def pip_version() -> str:
+    match = re.search(r'^PIP_VERSION="([^"]+)"', (PROJECT / "scripts" / "env.sh").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+def base_python() -> str:
+    """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has one that
+    runs (on the PATH, or installed by pyenv: its shim may name a version that is not
+    selected); else this interpreter. ``COUNTERS_DEPLOY_PYTHON`` picks another."""
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
+    for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12", *map(str, pyenv)):
+        if not candidate or not shutil.which(candidate):
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys, venv; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if probe.returncode == 0:
+            return probe.stdout.strip()
+    return sys.executable
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT_S, check: bool = True):
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"{' '.join(args[:4])}: {done.stdout}\n{done.stderr}"
+    return done
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Nothing of the project's own environment (its AIRFLOW_*, COUNTERS_*, PYTHONPATH)."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PIP_CERT", "PIP_FIND_LINKS")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env["PYTHONWARNINGS"] = "ignore"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class DeployVenv:
+    path: Path
+    python_version: str
+
+    @property
+    def bin(self) -> Path:
+        return self.path / "bin"
+
+    def pip(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run(
+            [str(self.bin / "python"), "-m", "pip", "--cache-dir", str(PIP_CACHE), *args],
+            clean_env(),
+            timeout=INSTALL_TIMEOUT_S,
+        )
+
+    def installed(self) -> dict[str, str]:
+        frozen = self.pip("list", "--format", "json").stdout
+        return {p["name"].lower(): p["version"] for p in json.loads(frozen)}
+
+
+@pytest.fixture(scope="session")
+def deploy_venv() -> Iterator[DeployVenv]:
+    """Built once per session, from nothing: the image's Airflow, then requirements.txt."""
+    path = WORK / "venv"
+    shutil.rmtree(path, ignore_errors=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    run([base_python(), "-m", "venv", str(path)], clean_env(), timeout=120)
+    version = run([str(path / "bin" / "python"), "--version"], clean_env()).stdout.split()[-1]
+    venv = DeployVenv(path, version)
+    venv.pip("install", "-q", f"pip=={pip_version()}")
+    venv.pip("install", "-q", f"apache-airflow=={airflow_pin()}")  # the runtime image
+    core = venv.installed()["apache-airflow-core"]
+    venv.pip("install", "-q", "-r", str(PROJECT / "requirements.txt"))  # the ONBUILD step
+    installed = venv.installed()
+    assert installed["apache-airflow-core"] == core == airflow_pin(), (
+        "requirements.txt changed the image's Airflow"
+    )
+    yield venv
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class AstroHome:
+    """``AIRFLOW_HOME`` laid out as Astro Runtime lays out ``/usr/local/airflow``."""
+
+    home: Path
+    venv: DeployVenv
+    families_yaml: Path
+    cassandra: dict[str, Any]
+
+    def env(self, *, dockerfile_pythonpath: bool = False, **extra: str) -> dict[str, str]:
+        pythonpath = str(self.home)  # the runtime image's PYTHONPATH
+        if dockerfile_pythonpath:
+            pythonpath = dockerfile_pythonpath_for(self.home)
+        return clean_env(
+            PATH=f"{self.venv.bin}:{os.environ['PATH']}",
+            AIRFLOW_HOME=str(self.home),
+            PYTHONPATH=pythonpath,
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+            AIRFLOW_CONN_CASSANDRA_DEFAULT=json.dumps(self.cassandra),
+            GX_ANALYTICS_ENABLED="false",
+            **extra,
+        )
+
+    def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run([str(self.venv.bin / "airflow"), *args], self.env(), check=check)
+
+    def counterctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        python = str(self.venv.bin / "python")
+        return run(
+            [python, "-m", "counters", *args], self.env(dockerfile_pythonpath=True), check=check
+        )
+
+
+def dockerfile_pythonpath_for(home: Path) -> str:
+    """The Dockerfile's ``ENV PYTHONPATH`` with the image's ``/usr/local/airflow`` as ``home``."""
+    dockerfile = (PROJECT / "Dockerfile").read_text()
+    match = re.search(r'^ENV PYTHONPATH="\$\{PYTHONPATH\}:(\S+)"$', dockerfile, re.MULTILINE)
+    assert match, "the Dockerfile sets no PYTHONPATH for python -m counters"
+    return f"{home}:{match.group(1).replace('/usr/local/airflow', str(home))}"
+
+
+@pytest.fixture
+def astro_home(deploy_venv: DeployVenv, keyspace: str, cassandra_contact) -> Iterator[AstroHome]:
+    home = WORK / "airflow"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    for folder in LAYOUT:
+        shutil.copytree(PROJECT / folder, home / folder, ignore=ignore)
+    # the shipped families, in the test's keyspace (so the demo keyspace stays untouched)
+    families_yaml = home / "include" / "counter_families.yaml"
+    doc = yaml.safe_load(families_yaml.read_text())
+    for entry in doc["families"]:
+        entry["keyspace"] = keyspace
+    families_yaml.write_text(yaml.safe_dump(doc, sort_keys=False))
+    hosts, port = cassandra_contact
+    cassandra = {"conn_type": "cassandra", "host": ",".join(hosts), "port": port}
+    yield AstroHome(home, deploy_venv, families_yaml, cassandra)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroHome) -> None:
+    venv = astro_home.venv
+    installed = venv.installed()
+    assert "counters-compaction" not in installed, "the project must not be pip-installed"
+    for tool in ("pytest", "ruff", "playwright", "hypothesis"):
+        assert tool not in installed, f"{tool} is a dev tool: requirements-dev.txt"
+    families = load_catalog(astro_home.families_yaml).families
+    astro_home.airflow("db", "migrate")
+
+    # every DAG file imports, every family's DAG is there, the plugin is loaded
+    errors = astro_home.airflow("dags", "list-import-errors", "-l", "-o", "json").stdout
+    assert json.loads(errors or "[]") == [], errors
+    listed = json.loads(astro_home.airflow("dags", "list", "-l", "-o", "json").stdout)
+    dag_ids = {d["dag_id"] for d in listed}
+    assert {f.dag_id for f in families} | {"counters_freshness"} <= dag_ids, dag_ids
+    assert {d["fileloc"] for d in listed} <= {
+        str(astro_home.home / "dags" / name)
+        for name in (
+            "counter_families.py",
+            "counters_freshness.py",
+            "counters_example_downstream.py",
+        )
+    }
+    plugins = json.loads(astro_home.airflow("plugins", "-o", "json").stdout)
+    ui = [p for p in plugins if p["name"] == "counter_families"]
+    assert ui, plugins
+    assert ui[0]["source"] == "$PLUGINS_FOLDER/counter_families_ui.py", ui
+    assert ui[0]["listeners"], "the pool listener is not registered"
+
+    # each file imports on its own too (a platform that runs no airflow_local_settings, which
+    # otherwise puts include/ on the path for the whole process first)
+    entries = [
+        *(astro_home.home / "dags").glob("*.py"),
+        *(astro_home.home / "plugins").glob("*.py"),
+    ]
+    for entry in sorted(entries):
+        probe = (
+            f"import runpy; runpy.run_path({str(entry)!r}); "
+            "import counters; print(counters.__file__)"
+        )
+        done = run([str(venv.bin / "python"), "-c", probe], astro_home.env(), check=False)
+        assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
+        assert done.stdout.strip().endswith("include/counters/__init__.py"), (entry, done.stdout)
+
+    # counterctl from that environment: python -m counters, through the Airflow connection
+    init = astro_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
+    assert init.returncode == 0, init.stdout + init.stderr
+    trades = next(f for f in families if f.name == "trades")
+
+    # a DAG run of the demo family, against the real node
+    hosts = tuple(astro_home.cassandra["host"].split(","))
+    with Connection(ConnectionSettings(hosts=hosts, port=astro_home.cassandra["port"])) as conn:
+        store = Store(conn, trades)
+        client = CounterClient(conn, trades, store)
+        now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+        t0 = now - timedelta(minutes=30)
+        written = [
+            Increment(("IBM",), i + 1, t0 + timedelta(minutes=i), ("w", i)) for i in range(10)
+        ]
+        client.record(written)
+        logical = (now - timedelta(minutes=1)).replace(tzinfo=UTC).isoformat()
+        done = astro_home.airflow("dags", "test", trades.dag_id, logical, check=False)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        audit = store.read_audit(5)
+        assert [(a["outcome"], a["rows_folded"], a["rows_deleted"]) for a in audit] == [
+            ("success", 10, 10)
+        ]
+        value = client.read_many(["IBM"])[0]
+        assert (value.compact_value, value.value) == (55, 55)
+
+    read = astro_home.counterctl(
+        "--conn-id", "cassandra_default", "read", "--family", "trades", "IBM"
+    )
+    assert read.returncode == 0 and read.stdout.split("\t")[:2] == ["IBM", "55"], read
+    health = astro_home.counterctl(
+        "--conn-id", "cassandra_default", "health", "--family", "trades", "--json"
+    )
+    assert health.returncode == 0, health.stdout + health.stderr
+    assert json.loads(health.stdout)[0]["state"] == "fresh"
+    # the same CLI names a connection that does not exist, and says where it looked
+    missing = astro_home.counterctl("--conn-id", "no_such_conn", "health")
+    assert missing.returncode == 2
+    assert "--conn-id 'no_such_conn': cannot read the Airflow connection" in missing.stderr
+    assert "AIRFLOW_CONN_NO_SUCH_CONN" in missing.stderr
+    core = installed["apache-airflow-core"]
+    print(f"deploy venv: Python {venv.python_version}, apache-airflow-core {core}")

@@ -1,0 +1,49 @@
+"""docs/benchmarks.md's results table is generated from the kept JSON results
+(``bench/results``), and says what they hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import results
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_docs_table_is_what_the_kept_results_say(capsys):
+    assert results.load(), "bench/results/ holds no result"
+    assert results.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_kept_result_names_its_commit_machine_and_command():
+    for name, result in results.load():
+        assert result["code"]["commit"], name
+        assert result["machine"]["cpus"], name
+        assert result["command"].startswith("python -m bench"), name
+
+
+def test_a_result_becomes_a_column_and_absent_figures_no_row(tmp_path):
+    result = {
+        "started_at": "2026-11-25T20:00:00+00:00",
+        "command": "python -m bench --only compaction",
+        "code": {"commit": "abc1234", "dirty": []},
+        "machine": {"cpus": 2, "loadavg_at_start": [0.5, 0.4, 0.3]},
+        "results": {"compaction": {"seconds": 21.04, "client_cpu_s": 12.0, "server_cpu_s": 14.5}},
+        "ratios": {"compaction_over_scan_floor": 6.93},
+    }
+    (tmp_path / "one.json").write_text(json.dumps(result))
+    table = results.render(results.load(tmp_path))
+    assert "[abc1234](../bench/results/one.json) 2026-11-25" in table
+    assert "| 1M rows, first run (s) | 21.0 |" in table
+    assert "| first run: client / node CPU (s) | 12.0 / 14.5 |" in table
+    assert "| first run / scan floor | 6.9 |" in table
+    assert "read of a compacted counter" not in table  # no such figure in this result
+
+
+def test_the_table_is_replaced_between_its_markers_only():
+    text = f"intro\n{results.BEGIN}\nold table\n{results.END}\nafter\n"
+    assert results.rewrite(text, "new\n") == f"intro\n{results.BEGIN}\nnew\n{results.END}\nafter\n"
+    with pytest.raises(SystemExit, match="markers"):
+        results.rewrite("no markers here", "new\n")
