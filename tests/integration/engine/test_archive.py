@@ -20,6 +20,7 @@ from counters import engine
 from counters.archive import Manifest
 from counters.cli import cli
 from counters.client import Increment
+from counters.compaction import finish_run
 from counters.recount import recount
 
 from .conftest import Crash
@@ -218,7 +219,7 @@ def test_a_crash_between_archive_and_delete_archives_no_row_twice_and_deletes_no
     if then == "task_retry":
         for shard in plan.shards:
             engine.cleanup_shard(store, shard, "crashed", executions[shard], started_at=started_at)
-        engine.finish_run(store, plan)
+        finish_run(store, plan)
     elif then == "rerun":
         again = run(store, epoch, run_id="crashed")
         assert again.outcome == "success", again.message
@@ -511,7 +512,7 @@ def test_commits_from_before_the_archive_are_archived_by_the_next_fold_of_their_
     assert (cleanup.rows_deleted, cleanup.leftovers) == (0, [])
     assert cleanup.archive_deferred >= 1  # a commit per bucket the two counters fell in
     assert engine.verify_cleanup([cleanup]).success
-    engine.finish_run(store2, plan)
+    finish_run(store2, plan)
     assert rows_at_or_below(store2, ("IBM",), epoch) == 3
     assert client.read(("IBM",)) == 6
     client.record([inc("IBM", 100, epoch + timedelta(seconds=20), 99)])
