@@ -6,7 +6,8 @@ is shared and noisy). The JSON report (``--out``) holds every figure; a table go
 All tables live in one throw-away keyspace that is dropped at the end (``--keep`` keeps it).
 
 Sections (``--only`` picks some): scan, naive, compaction, idle, reads, limits, probes, dags,
-kinds, audit (``bench.audit``: the audit trail after a year of minute runs).
+kinds, audit (``bench.audit``: the audit trail after a year of minute runs), archive
+(``bench.archive``: the 1M-row run with the archive of deleted rows on and off).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from counters.schema import (
 )
 from counters.store import Store
 
+from . import archive as bench_archive
 from . import audit as bench_audit
 from . import dags as bench_dags
 from .kinds import KINDS, KindContext
@@ -90,6 +92,7 @@ SECTIONS = (
     "dags",
     "kinds",
     "audit",
+    "archive",
 )
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,9 +103,11 @@ TARGETS = {
     "p99_compacted_over_fresh": ("<=", 1.5),
     "compaction_seconds_per_1M_rows": ("<=", 20.0),
     "dag_parse_s_100_families": ("<", 1.0),
+    "archive_over_plain": ("<=", 1.15),
 }
 """Issue #12's targets: a 1M-row compaction in at most 20 s on 2 cores (stretch 10 s), at least
-10x faster than the naive peer, at most 8x the time of reading every row once."""
+10x faster than the naive peer, at most 8x the time of reading every row once; and issue #35's:
+the 1M-row run with the archive of deleted rows on costs at most 15 % more than without it."""
 
 
 @dataclass
@@ -135,6 +140,8 @@ class Params:
     steady_rounds: int = 20
     audit_minutes: int = 525_600
     """Audit rows of the ``audit`` section: a row a minute for a year."""
+    archive_rounds: int = 2
+    """Pairs of runs (archive off and on, in alternate order) of the ``archive`` section."""
     warmup_counters: int | None = None
     """Counters (x ``rows_per_counter``) of the warm-up compaction before the measured one
     (None: as many as the measured one; 0: none; see ``Bench.warm_up``)."""
@@ -185,6 +192,11 @@ def parse_args(argv: list[str] | None) -> Params:
     p.add_argument(
         "--audit-minutes", type=int, help="audit rows of 'audit', a minute each (525600)"
     )
+    p.add_argument(
+        "--archive-rounds",
+        type=int,
+        help="pairs of runs of 'archive' (off and on, alternate order) (2)",
+    )
     a = p.parse_args(argv)
     params = Params()
     if a.smoke:
@@ -208,6 +220,7 @@ def parse_args(argv: list[str] | None) -> Params:
             steady_counters=100,
             steady_rounds=3,
             audit_minutes=3000,
+            archive_rounds=1,
         )
     for name in (
         "counters",
@@ -220,6 +233,7 @@ def parse_args(argv: list[str] | None) -> Params:
         "steady_counters",
         "steady_rounds",
         "audit_minutes",
+        "archive_rounds",
         "out",
         "scan_ranges",
         "scan_concurrency",
@@ -1053,6 +1067,9 @@ class Bench:
             self, self.p.audit_minutes, 1 if self.p.smoke else 5
         )
 
+    def archive(self) -> None:
+        self.results["archive"] = bench_archive.run(self, max(1, self.p.archive_rounds))
+
     # --- the run --------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -1064,7 +1081,7 @@ class Bench:
         steps: list[tuple[str, Any]] = []
         if {"scan", "required", "naive", "compaction"} & set(only):
             steps.append(("load", self.prepare_main))
-        if {"required", "compaction"} & set(only):  # before the scan floor: a warm node
+        if {"required", "compaction", "archive"} & set(only):  # before the scan floor: warm
             steps.append(("warmup", self.warm_up))
         if "idle" in only:  # loaded early: the naive peer's minutes let the index marks age
             steps.append(("idle_setup", self.prepare_idle))
@@ -1082,6 +1099,7 @@ class Bench:
             ("dags", self.dags),
             ("kinds", self.kinds),
             ("audit", self.audit_trail),
+            ("archive", self.archive),
         ):
             if name in only:
                 steps.append((name, func))
@@ -1183,6 +1201,8 @@ def ratios(results: dict[str, Any]) -> dict[str, float | None]:
         if comp.get("ok")
         else None,
         "dag_parse_s_100_families": parse.get("parse_s"),
+        "archive_over_plain": (results.get("archive") or {}).get("archive_over_plain"),
+        "archive_cpu_over_plain_cpu": (results.get("archive") or {}).get("cpu_archive_over_plain"),
     }
     return {k: None if v is None else round(v, 4) for k, v in out.items()}
 
@@ -1364,6 +1384,28 @@ def table(report: dict[str, Any]) -> str:
                 f"exact={s['exactness']['exact']}",
                 f"rss {_fmt(s['rss_peak_kb'] // 1024, ' MiB')}",
             )
+    if "archive" in r:
+        a = r["archive"]
+        for side in ("off", "on"):
+            for n, s in enumerate(a[side]):
+                extra = (
+                    f"{s['archive_files']} files, {s['archived_rows']:,} rows once="
+                    f"{s['archived_once']} recount={s['recount_sample_equal']}"
+                    if side == "on" and "archive_files" in s
+                    else ""
+                )
+                row(
+                    f"9. archive {side}, round {n} ({a['rows']:,} rows)",
+                    _fmt(s["seconds"], " s") if s["ok"] else f"FAILED: {(s['error'] or '')[:120]}",
+                    f"exact={s['exactness']['exact']}",
+                    _cpu(s),
+                    extra,
+                )
+        row(
+            "   archive on / off (medians)",
+            _fmt(a["archive_over_plain"]),
+            f"cpu {_fmt(a['cpu_archive_over_plain'])}",
+        )
     if "read_latency" in r:
         for name, s in r["read_latency"]["counters"].items():
             row(

@@ -131,7 +131,49 @@ class AuditLog:
         self._execute(*self._insert(row))
         return row
 
+    def record_archive(
+        self, started_at: datetime, run_id: str, manifests: Mapping[str, str]
+    ) -> None:
+        """Add archive manifests (file name -> ``archive.Manifest`` as text) to the ``archive``
+        map of a run's audit row, before the run deletes the rows they hold. Written ahead of
+        the rest of the row, which the run writes when it ends (its INSERT leaves ``archive``
+        unset, so these entries stay); a run that never ends leaves a row naming its files."""
+        if not manifests:
+            return
+        month = month_of(started_at)
+        self._add_month(month)
+        statement = self.store.prepare(
+            "audit_archive_add",
+            "UPDATE {audit} SET archive = archive + ? WHERE family = ? AND month = ? "
+            "AND started_at = ? AND run_id = ?",
+        )
+        self._execute(statement, (dict(manifests), self.family_name, month, started_at, run_id))
+
     # --- reads -------------------------------------------------------------------------------
+
+    def archives(
+        self, since: datetime | None = None, before: datetime | None = None
+    ) -> Iterator[tuple[datetime, str, dict[str, str]]]:
+        """``(started_at, run_id, archive map)`` of every row of ``[since, before)`` whose run
+        archived rows, newest first, a page at a time."""
+        low, high = utc_naive(since) if since else EARLIEST, utc_naive(before) if before else LATEST
+        statement = self.store.prepare(
+            "audit_archives",
+            "SELECT started_at, run_id, archive FROM {audit} WHERE family = ? AND month = ? "
+            "AND started_at >= ? AND started_at < ?",
+        )
+        for month in self.months(since, before):
+            bound = statement.bind((self.family_name, month, low, high))
+            bound.fetch_size = PAGE_ROWS
+            result = self._execute(bound)
+            while True:
+                for started_at, run_id, archive in result.current_rows:
+                    if archive:
+                        yield started_at, run_id, dict(archive)
+                if not result.has_more_pages:
+                    break
+                self.store.requests[self.store.phase] += 1
+                result.fetch_next_page()
 
     def months(self, since: datetime | None = None, before: datetime | None = None) -> list[str]:
         """The family's months (``YYYY-MM``) that hold any time of ``[since, before)``, newest

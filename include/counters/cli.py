@@ -3,9 +3,9 @@
 Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration or input
 (or a permission the role lacks), 3 another run holds the family, 4 conservation check failed,
 5 Cassandra unreachable, 6 Cassandra could not serve a request (too few live replicas, a
-timeout: retry), 7 reconcile found differences, 8 health: a family is past its freshness limit
-(or was never compacted). A run that quarantined counters (NULL increments, a failed check, a
-compact row changed outside the engine) compacts the rest and exits 4.
+timeout: retry), 7 reconcile or recount found differences, 8 health: a family is past its
+freshness limit (or was never compacted). A run that quarantined counters (NULL increments, a
+failed check, a compact row changed outside the engine) compacts the rest and exits 4.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from cassandra import DriverException, Unauthorized
@@ -46,10 +46,14 @@ from .schema import (
     ensure_schema,
 )
 from .status import AuditRow
+
+if TYPE_CHECKING:
+    from .recount import RecountReport
 from .store import Store
 
 EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches wins
     ConfigError: 2,
+    engine.ArchiveError: 2,
     SchemaError: 2,
     ConnectionConfigError: 2,
     engine.LeaseHeld: 3,
@@ -581,6 +585,101 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
         click.echo(f"{family.name}: {len(found)} counter(s) differ")
     if any(not d.repaired for d in found):
         raise SystemExit(7)
+
+
+@cli.command("recount")
+@click.option("--family", "name", required=True)
+@click.option(
+    "--from",
+    "since",
+    help="Only the archive of the runs started at or after this time (ISO 8601, UTC if no "
+    "offset): each counter's opening balance is its value before its first archived commit "
+    "after it.",
+)
+@click.option(
+    "--to",
+    "until",
+    help="Only the runs started before this time: each counter is rebuilt up to its last "
+    "archived commit before it and compared with the value that commit recorded (not with "
+    "the compact table, which holds today's).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Every counter, every figure, as JSON.")
+@click.argument("counters", nargs=-1)
+@pass_context
+def recount_command(
+    obj: Context,
+    name: str,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+    counters: tuple[str, ...],
+) -> None:
+    """Rebuild counters from the archive of deleted rows plus the rows still present, and
+    compare them with the compact table: COUNTER(s), or every counter of the family.
+
+    \b
+    Each file the audit rows' manifests name is checked first (sha256, rows, sum): a file
+    changed after its run wrote it is reported and not counted. A counter's value is its
+    opening balance (0 when its first commit, or its last reset, is in the window) plus the
+    counted rows of every archived commit since, plus its counted rows still present; each
+    commit's recorded value must follow from the one before. Exit code 0 when every counter
+    equals the compact table, 7 on any difference or changed file, 2 for a family without
+    an archive. Examples:
+      counterctl recount --family trades IBM
+      counterctl recount --family trades --from 2026-11-01 --to 2026-12-01
+    """
+    from .recount import recount
+
+    family = obj.family(name)
+    low, high = _parse_time(since, "--from"), _parse_time(until, "--to")
+    if low and high and low >= high:
+        raise Failure(f"--from ({since}) must be before --to ({until})", 2)
+    store = Store(obj.conn, family)
+    with reported():
+        try:
+            keys = [store.parse_key(_split_counter(family, c)) for c in counters]
+        except ValueError as exc:
+            raise Failure(str(exc), 2) from exc
+        report = recount(store, keys or None, low, high)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        _print_recount(report, every=bool(counters))
+    if not report.ok:
+        raise SystemExit(7)
+
+
+def _print_recount(report: RecountReport, every: bool) -> None:
+    """Each counter asked for (or, for the whole family, each that differs) and a summary."""
+    shown = report.counters if every else report.differences
+    for r in shown:
+        opening = (
+            "-" if r.opening is None else f"{r.opening}{' (from zero)' if r.from_start else ''}"
+        )
+        diff = "-" if r.difference is None else f"{r.difference:+d}"
+        click.echo(
+            f"{format_key(r.counter)}\trebuilt {r.rebuilt}\tcompact {r.expected}\t"
+            f"difference {diff}\topening {opening}\tarchived {r.archived_rows} row(s) of "
+            f"{r.archived_commits} commit(s), sum {r.archived_sum}\tpresent {r.present_rows} "
+            f"row(s), sum {r.present_sum}"
+        )
+        for problem in r.problems:
+            click.echo(f"  ! {problem}")
+        for note in r.notes:
+            click.echo(f"  . {note}")
+    for problem in report.file_problems:
+        click.echo(f"file: {problem}")
+    verdict = (
+        "every counter equals the compact table"
+        if report.ok
+        else f"{len(report.differences)} counter(s) differ, {len(report.file_problems)} "
+        "file problem(s)"
+    )
+    click.echo(
+        f"{report.family}: {len(report.counters)} counter(s) recounted from {report.files} "
+        f"archive file(s) ({report.pruned} past the retention, {report.duplicates} row(s) "
+        f"in two files): {verdict}"
+    )
 
 
 @cli.command("quarantine")

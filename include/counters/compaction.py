@@ -82,7 +82,7 @@ from .core import (
     utc_naive,
     whole_bucket,
 )
-from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .errors import ArchiveError, ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .identity import check_family, check_partition
 from .rowkeys import CountedKeys
 from .store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
@@ -109,6 +109,10 @@ FAULT_POINTS = (
 )
 """Every point ``fault`` is called at, in run order (``keys``: after a chunk's keys are recorded,
 before its commit; ``cleanup_mark``: unique families only)."""
+ARCHIVE_FAULT_POINTS = ("cleanup_archive_file", "cleanup_archive")
+"""The points a family with an archive reaches too, between ``cleanup_read_log`` and the first
+delete: ``cleanup_archive_file`` after the file is written, before its manifest is recorded;
+``cleanup_archive`` after the manifest and the commits' marks, before any row is deleted."""
 
 LEASE_TTL_S = 120
 FORGET_MARGIN = timedelta(minutes=2)
@@ -139,6 +143,10 @@ and a mutation over 16 MiB (half its commit log segment)."""
 COMMIT_KEYS_BYTES = 8 * 2**20
 """Most bytes of one commit's record of counted keys, compressed: a chunk of counters over it
 is committed in halves."""
+ARCHIVE_FOLD_KEY_BYTES = FOLD_KEY_BYTES // 2
+"""``FOLD_KEY_BYTES`` of a family with an archive: its commit's record holds each row twice
+(the key the cleanup binds, and the row with its increment and flags for the archive, 9 bytes
+more: at most ~1.7 MiB for ``MAX_FOLD_ROWS``), so a fold carries half the keys' bytes."""
 MAX_ATTEMPTS = 4
 MEMBER_INDEX = 1
 """A unique family's derived rows are clustered by (first_time, member)."""
@@ -841,6 +849,8 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
         return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
+    archived = store.family.archive is not None
+    key_bytes = ARCHIVE_FOLD_KEY_BYTES if archived else FOLD_KEY_BYTES
     for counter, found in rows.items():
         base = bases.get(counter)
         if base is None or counter in ctx.quarantined:
@@ -857,7 +867,8 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
                 ctx.epoch_ms,
                 member_index=MEMBER_INDEX if unique else None,
                 counted_members=counted,
-                max_rows=fold_row_limit(found, MAX_FOLD_ROWS, FOLD_KEY_BYTES),
+                max_rows=fold_row_limit(found, MAX_FOLD_ROWS, key_bytes),
+                keep_values=archived,
             )
         )
     return folds
@@ -878,11 +889,20 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
-        for chunk, keys in _keyed_chunks(ctx, todo):
+        for chunk, keys, archive_rows in _keyed_chunks(ctx, todo):
             grown = grown_population(population, chunk)
             with ctx.phases.timed("commit", store):
                 done = commit_folds(
-                    store, ctx.shard, bucket, head, chunk, ctx.run_id, ctx.fault, grown, keys
+                    store,
+                    ctx.shard,
+                    bucket,
+                    head,
+                    chunk,
+                    ctx.run_id,
+                    ctx.fault,
+                    grown,
+                    keys,
+                    archive_rows,
                 )
             if done is None:
                 lost.extend(chunk)
@@ -910,20 +930,24 @@ def _commit(
     )
 
 
-def _keyed_chunks(ctx: _Context, folds: Sequence[Fold]) -> Iterator[tuple[Sequence[Fold], bytes]]:
+def _keyed_chunks(
+    ctx: _Context, folds: Sequence[Fold]
+) -> Iterator[tuple[Sequence[Fold], bytes, bytes | None]]:
     """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
-    (``Store.commit_keys``) is at most ``COMMIT_KEYS_BYTES``, with that record: a chunk over it
-    is halved (a single fold is kept under it by ``FOLD_KEY_BYTES``)."""
+    (``Store.commit_keys``, and for a family with an archive ``Store.archive_rows``) is at most
+    ``COMMIT_KEYS_BYTES``, with that record: a chunk over it is halved (a single fold is kept
+    under it by ``FOLD_KEY_BYTES``)."""
     todo = list(reversed(chunks(folds, ctx.commit_chunk)))
     while todo:
         chunk = todo.pop()
         with ctx.phases.timed("commit", ctx.store):
             keys = ctx.store.commit_keys(chunk)
-        if len(keys) > COMMIT_KEYS_BYTES and len(chunk) > 1:
+            rows = ctx.store.archive_rows(chunk)
+        if len(keys) + len(rows or b"") > COMMIT_KEYS_BYTES and len(chunk) > 1:
             half = len(chunk) // 2
             todo += [chunk[half:], chunk[:half]]
             continue
-        yield chunk, keys
+        yield chunk, keys, rows
 
 
 def commit_folds(
@@ -936,16 +960,18 @@ def commit_folds(
     fault: Fault = _no_fault,
     population: int | None = None,
     keys: bytes | None = None,
+    archive_rows: bytes | None = None,
 ) -> tuple[Any, int] | None:
     """Commit folds of one bucket: first the record of the rows they count (the run log),
     then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
     or None if another commit reached the bucket first (nothing applied; the record is never
     used, since nothing refers to its commit id). ``population``: the bucket's count once the
     commit applies (None: unknown, left as it is). ``keys``: the folds' record, if packed
-    already (``Store.commit_keys``)."""
+    already (``Store.commit_keys``); ``archive_rows``: their archive record (``Store.archive_rows``:
+    packed here when the family has an archive and it is not given)."""
     commit_id = store.new_commit_id()
     now = _micros()
-    store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys)
+    store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:
         applied = store.commit_bucket(
@@ -1439,6 +1465,14 @@ class CleanupReport:
     seconds: float = 0.0
     requests: dict[str, int] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
+    archived_rows: int = 0
+    archived_sum: int = 0
+    archive_files: list[str] = field(default_factory=list)
+    """The archive files this cleanup wrote (their manifests are in the run's audit row)."""
+    archive_deferred: int = 0
+    """Commits recorded before the family had an archive: their rows were left in place, for
+    the next fold of their counters (which archives them before deleting them)."""
+    archive_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -1457,12 +1491,17 @@ def cleanup_shard(
     *,
     now: datetime | None = None,
     fault: Fault = _no_fault,
+    started_at: datetime | None = None,
 ) -> CleanupReport:
     """Delete the raw rows counted by the run's commits that ``executions`` verified (the
     attempts whose reports passed the family's checks), exactly those (keys read from the run
     log, not the ledger); quarantined counters keep their rows. Then count, on the server, what
     is left at or below each epoch of a sample: a counted row still there is a failure, any
-    other row a late write (folded by the next run)."""
+    other row a late write (folded by the next run).
+
+    A family with an ``archive`` first writes every row it is about to delete to the archive
+    (``archiving.archive_commits``; ``started_at``: the run's start, its audit row's key); a
+    failure there deletes nothing."""
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
@@ -1472,6 +1511,18 @@ def cleanup_shard(
         report.seconds = time.perf_counter() - started
         return report
     quarantined = set(store.read_quarantine(shard))
+    deferred: set[Any] = set()
+    if store.family.archive is not None:
+        from .archiving import archive_commits
+
+        store.phase = "archive"
+        archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)
+        store.phase = "cleanup"
+        deferred = archived.deferred
+        report.archived_rows, report.archived_sum = archived.rows, archived.sum
+        report.archive_files = [m.url for m in archived.manifests]
+        report.archive_deferred = len(deferred)
+        report.archive_seconds = archived.seconds
     # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
     # planned with) and than the epoch: retries of the deleted rows stay deleted
     now_us = max(_micros(), _micros(now))
@@ -1483,6 +1534,8 @@ def cleanup_shard(
         # reset consumes them): deleting them is safe whatever committed since
         mine: dict[Key, tuple[int, CountedKeys]] = {}
         for record in runs[bucket]:
+            if record.commit_id in deferred:  # no values to archive: the next fold's
+                continue
             for counter, epoch_ms, keys in record.entries:
                 if counter in quarantined:
                     continue
@@ -1629,6 +1682,26 @@ def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
         plan.started_at if plan.sweep else None,
         size if plan.sweep else None,
     )
+
+
+def prune_archive(family: Family, now: datetime | None = None) -> int:
+    """Delete the family's archive day folders older than its ``archive_retention`` (each run
+    does, when it finishes); how many. A store that cannot be pruned now is logged, not a
+    failed run: the rows are archived and deleted, and the next run prunes."""
+    if family.archive is None or family.archive_retention is None:
+        return 0
+    from .archive_files import prune
+
+    try:
+        removed = prune(family, now or datetime.now(UTC))
+    except ArchiveError as exc:
+        log.warning("%s", exc)
+        return 0
+    if removed:
+        log.info(
+            "family %s: %d archive day folder(s) past its retention removed", family.name, removed
+        )
+    return removed
 
 
 def epoch_advanced(plan: RunPlan, family_epoch: datetime | None) -> CheckOutcome:
@@ -1817,6 +1890,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
     (step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now) = args[
         :11
     ]
+    started_at = args[12] if len(args) > 12 else None
     try:
         with Connection(settings) as conn:
             store = Store(conn, family, layout)
@@ -1824,7 +1898,7 @@ def _shard_step(args: tuple[Any, ...]) -> Any:
                 return compact_shard(
                     store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
                 )
-            return cleanup_shard(store, shard, run_id, args[11], now=now)
+            return cleanup_shard(store, shard, run_id, args[11], now=now, started_at=started_at)
     except BaseException as exc:
         portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
         if portable is exc:
@@ -1916,7 +1990,15 @@ def run_family(
                     for s in plan.shards
                 ]
             return [
-                cleanup_shard(store, s, run_id, verified.get(s, []), now=now, fault=fault)
+                cleanup_shard(
+                    store,
+                    s,
+                    run_id,
+                    verified.get(s, []),
+                    now=now,
+                    fault=fault,
+                    started_at=started,
+                )
                 for s in plan.shards
             ]
         args = [
@@ -1933,6 +2015,7 @@ def run_family(
                 use_lease,
                 now,
                 verified.get(s, []),
+                started,
             )
             for s in plan.shards
         ]
@@ -1971,6 +2054,7 @@ def run_family(
             raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
         with phases.timed("finish", store):
             ended = conclude_run(store, plan, tally, checks)
+            prune_archive(store.family)
         fault("finish")
     except (EngineError, DriverException) as exc:
         try:  # a driver error (timeout, tombstone overload) still leaves its audit row

@@ -194,6 +194,15 @@ class Family(_Strict):
     owner: str = "counters"
     tags: tuple[str, ...] = ()
     alerts: Alerts = Field(default_factory=Alerts)
+    archive: str | None = None
+    """Where the rows cleanup deletes are archived first, as Parquet (an ``ObjectStoragePath``
+    URL: ``file:///...``, ``s3://bucket/prefix``, ...; a plain path is a local folder, relative
+    to the project root). None: no archive."""
+    archive_conn_id: str | None = None
+    """The Airflow connection with the archive store's credentials (None: the store's default)."""
+    archive_retention: timedelta | None = None
+    """How long archived day folders are kept (whole days): each run deletes the older ones.
+    None: kept for good."""
 
     @model_validator(mode="before")
     @classmethod
@@ -221,7 +230,16 @@ class Family(_Strict):
     def _tables(cls, value: str) -> str:
         return _identifier(value, "table/keyspace name")
 
-    @field_validator("lag", "freshness", "sweep_interval", "sweep_offset", mode="before")
+    @field_validator("archive")
+    @classmethod
+    def _archive_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return archive_url_problem(value)
+
+    @field_validator(
+        "lag", "freshness", "sweep_interval", "sweep_offset", "archive_retention", mode="before"
+    )
     @classmethod
     def _duration(cls, value: Any) -> timedelta | None:
         if value is None or isinstance(value, timedelta):
@@ -271,6 +289,7 @@ class Family(_Strict):
                 "rows: a delete seen by one replica lets a later run read and fold the row again "
                 "from another; use LOCAL_QUORUM (default), QUORUM, EACH_QUORUM or ALL"
             )
+        self._archive_rules()
         if self.sweep_interval <= timedelta(0):
             raise ValueError(f"sweep_interval must be > 0, got {self.sweep_interval}")
         if self.sweep_offset is not None and not (
@@ -281,6 +300,27 @@ class Family(_Strict):
                 f"({self.sweep_interval}), got {self.sweep_offset}"
             )
         return self
+
+    def _archive_rules(self) -> None:
+        if self.archive is None:
+            if self.archive_retention is not None or self.archive_conn_id is not None:
+                raise ValueError(
+                    "archive_retention and archive_conn_id need an archive (the archive's URL)"
+                )
+            return
+        if self.folds_by_slice:
+            raise ValueError(
+                f"archive: a '{self.kind.value}' family keeps its rows (business data): nothing is "
+                "deleted, so there is nothing to archive; remove 'archive'"
+            )
+        retention = self.archive_retention
+        if retention is not None and (
+            retention < timedelta(days=1) or retention % timedelta(days=1)
+        ):
+            raise ValueError(
+                f"archive_retention must be a whole number of days, at least 1d (the archive "
+                f"is kept in day folders), got {retention}"
+            )
 
     @property
     def sweep_phase(self) -> timedelta:
@@ -324,6 +364,44 @@ class Family(_Strict):
         """The tables this family reads rows from or writes totals to (the engine's own tables
         are named after them): no other family may use one of them."""
         return tuple(dict.fromkeys((self.raw_table, self.fold_table, self.compact_table)))
+
+
+ARCHIVE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+ARCHIVE_SCHEMES = frozenset(
+    {
+        "file", "local", "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "hdfs",
+        "webhdfs", "sftp", "ssh", "smb", "ftp", "oss", "oci", "dbfs", "lakefs", "webdav",
+    }
+)  # fmt: skip
+"""Schemes of stores an archive can be kept in (durable and writable, as fsspec names them;
+the store's fsspec package must be installed where the runs run, e.g. s3fs for ``s3``)."""
+
+
+def archive_url_problem(value: str) -> str:
+    """``value`` if it can name an archive's location, else ``ValueError`` naming it: a URL of
+    a durable, writable store (``ARCHIVE_SCHEMES``) with a path, or a plain path (a local
+    folder; relative to the project root). Whether the store answers is found out by a run,
+    which then deletes nothing."""
+    text = value.strip() if isinstance(value, str) else ""
+    example = "e.g. 'file:///data/archive', 's3://bucket/prefix' or 'var/archive'"
+    if not text:
+        raise ValueError(f"archive must be a URL or a path ({example}), got {value!r}")
+    match = ARCHIVE_SCHEME.match(text)
+    if match is None:
+        if "://" in text or ":" in text.split("/")[0]:
+            raise ValueError(
+                f"archive {value!r} is neither a URL (scheme://path) nor a path ({example})"
+            )
+        return text
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme not in ARCHIVE_SCHEMES:
+        raise ValueError(
+            f"archive {value!r}: {scheme!r} is not a store an archive can be kept in (not durable, "
+            f"not writable, or unknown); use one of {', '.join(sorted(ARCHIVE_SCHEMES))}"
+        )
+    if not rest.strip("/"):
+        raise ValueError(f"archive {value!r} names no folder or bucket")
+    return text
 
 
 def shared_table(families: Sequence[Family], family: Family) -> str | None:

@@ -205,9 +205,30 @@ class Checkpoint:
     origin_ms: int | None = None
     """The point the value counts from: the last reset's (None: the counter's first row). A
     recount of what the value counts starts after it."""
+    pending_flags: dict[Packed, int] | None = field(default=None, compare=False)
+    """For a family with an archive, the ``ROW_*`` flags of each ``pending`` key as its commit's
+    record holds them (loaded with the keys): whether the row counts in the value, and whether
+    an archive already holds it. None: not loaded (every key counted, none archived)."""
+    unarchived_from_zero: bool = field(default=False, compare=False)
+    """For a family with an archive, loaded with ``pending_flags``: no archive holds this
+    commit's rows and its record says it was built on zero (so is a commit that carries them:
+    the archive rebuilds its value from zero)."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()
+
+ROW_COUNTED = 1
+"""Flag of a counted row whose increment is in the value (not a reset's consumed row, not a
+unique family's duplicate)."""
+ROW_ARCHIVED = 2
+"""Flag of a counted row an archive file already holds (its commit's cleanup wrote it, then
+crashed before deleting it): a later cleanup deletes it without archiving it again."""
+FOLD_NEW = 0
+"""``Fold.kinds``: a row this fold counts for the first time (its increment is in the value)."""
+FOLD_CARRIED = 1
+"""``Fold.kinds``: a row the base had counted, still present (``counted_present``)."""
+FOLD_DUPLICATE = 2
+"""``Fold.kinds``: a unique family's row of a member already counted (deleted, not summed)."""
 
 LEDGER_STATE = struct.Struct(">BB16sqqqiqqqqq")
 """A ledger row's checkpoint as one cell (``state``), its run id after it in UTF-8: format (1),
@@ -334,6 +355,11 @@ class Fold:
     restore: bool = False
     """Committed even if it changes nothing: its counter's copy is missing (deleted, expired),
     and only a commit's newer version writes a copy that wins over the tombstone."""
+    values: tuple[Any, ...] = ()
+    """With ``keep_values``: each ``pending`` row's increment, in order (what an archive of
+    the rows keeps: the run log holds only their keys otherwise)."""
+    kinds: bytes = b""
+    """With ``keep_values``: each ``pending`` row's ``FOLD_*`` kind, in order."""
 
     @property
     def commit(self) -> bool:
@@ -395,6 +421,7 @@ def fold_counter(
     member_index: int | None = None,
     counted_members: frozenset[Hashable] = frozenset(),
     max_rows: int | None = None,
+    keep_values: bool = False,
 ) -> Fold:
     """Fold a counter's present raw rows into its checkpoint at ``epoch_ms``.
 
@@ -409,6 +436,9 @@ def fold_counter(
 
     ``max_rows`` bounds the rows one commit carries: past it, the counter's own epoch stops at
     the time of the last row that fits (readers stay exact: they add every row after it).
+
+    ``keep_values`` keeps each pending row's increment and kind (``Fold.values``, ``kinds``)
+    for a family that archives the rows it deletes.
     """
     rows = list(rows)
     if needs_pending(base, rows):
@@ -434,12 +464,17 @@ def fold_counter(
         seen.update(key[member_index] for key in base.pending)
     base_pending = base.pending
     base_epoch = base.epoch_ms
+    values: list[Any] = []
+    kinds = bytearray()
     for time_ms, key, increment in below:
         if key in base_pending:
             pending.append(key)
             pending_sum += increment or 0
             counted += 1
             counted_sum += increment or 0
+            if keep_values:
+                values.append(increment)
+                kinds.append(FOLD_CARRIED)
             continue
         if member_index is not None:
             member = key[member_index]
@@ -447,6 +482,9 @@ def fold_counter(
                 pending.append(key)
                 pending_sum += increment or 0  # deleted with the rest, not counted again
                 dups += 1
+                if keep_values:
+                    values.append(increment)
+                    kinds.append(FOLD_DUPLICATE)
                 continue
             seen.add(member)
         if increment is None or type(increment) is not int:
@@ -454,6 +492,9 @@ def fold_counter(
             continue
         pending.append(key)
         pending_sum += increment
+        if keep_values:
+            values.append(increment)
+            kinds.append(FOLD_NEW)
         folded_rows += 1
         folded_sum += increment
         if base_epoch is not None and time_ms <= base_epoch:
@@ -479,6 +520,8 @@ def fold_counter(
         duplicates=dups,
         capped=capped,
         low_ms=min(r[0] for r in below) if below else None,
+        values=tuple(values),
+        kinds=bytes(kinds),
     )
 
 

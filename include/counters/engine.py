@@ -3,6 +3,7 @@
 (the benchmark's "required work" section also commits folds itself: ``commit_folds``)."""
 
 from .compaction import (
+    ARCHIVE_FAULT_POINTS,
     BUCKET_THREADS,
     FAULT_POINTS,
     FORGET_MARGIN,
@@ -31,11 +32,13 @@ from .compaction import (
     hot_counter_outcomes,
     new_run_id,
     plan_run,
+    prune_archive,
+    quarantine_message,
     run_family,
     verify_cleanup,
     verify_run,
 )
-from .errors import ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .errors import ArchiveError, ChecksFailed, EngineError, EpochInFuture, LeaseHeld
 from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
@@ -48,12 +51,14 @@ from .maintenance import (
 from .store import COMMIT_CHUNK
 
 __all__ = [
+    "ARCHIVE_FAULT_POINTS",
     "BUCKET_THREADS",
     "COMMIT_CHUNK",
     "FAULT_POINTS",
     "FORGET_MARGIN",
     "HOT_LATE_WINDOW",
     "MAX_FOLD_ROWS",
+    "ArchiveError",
     "ChecksFailed",
     "CleanupReport",
     "Conclusion",
@@ -85,6 +90,8 @@ __all__ = [
     "hot_counter_outcomes",
     "new_run_id",
     "plan_run",
+    "prune_archive",
+    "quarantine_message",
     "quarantined",
     "reconcile",
     "release",

@@ -24,3 +24,8 @@ class ChecksFailed(EngineError):
 
 class EpochInFuture(EngineError):
     pass
+
+
+class ArchiveError(EngineError):
+    """A family's archive cannot be written or read as it must be (a bad URL, a store that
+    refuses, a file that does not read back): a run deletes nothing it has not archived."""

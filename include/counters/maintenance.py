@@ -26,12 +26,15 @@ from .compaction import (
 from .config import Family, Kind
 from .core import (
     EMPTY_CHECKPOINT,
+    FOLD_CARRIED,
+    FOLD_NEW,
     Checkpoint,
     Fold,
     Key,
     Tally,
     format_key,
     from_millis,
+    needs_pending,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -130,6 +133,7 @@ def reset_counter(
             "or before now"
         )
     check_family(store, record=True, run_id=reset_id or "reset")
+    started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
     if at is None:
@@ -160,13 +164,33 @@ def reset_counter(
             )
         consumed: list[tuple[Any, ...]] = []
         consumed_sum = 0
+        values: list[Any] = []
+        kinds = bytearray()
         if not family.folds_by_slice:
-            for time_ms, key, increment in store.read_rows([counter])[counter]:
+            rows = store.read_rows([counter])[counter]
+            if family.archive is not None and needs_pending(base, rows):
+                # which of the rows its last commit counted an archive holds already
+                loaded = {counter: base}
+                store.load_pending(shard, bucket, loaded, [counter])
+                base = loaded[counter]
+            for time_ms, key, increment in rows:
                 if time_ms <= at_ms:
                     consumed.append(key)
                     consumed_sum += increment or 0
+                    values.append(increment)
+                    kinds.append(FOLD_CARRIED if key in base.pending else FOLD_NEW)
         fold = Fold(
-            counter, base, at_ms, 0, tuple(consumed), consumed_sum, 0, -base.value, origin_ms=at_ms
+            counter,
+            base,
+            at_ms,
+            0,
+            tuple(consumed),
+            consumed_sum,
+            0,
+            -base.value,
+            origin_ms=at_ms,
+            values=tuple(values),
+            kinds=bytes(kinds),
         )
         committed = commit_counter(store, shard, bucket, head, fold, reset_id)
         if committed is not None:
@@ -177,9 +201,16 @@ def reset_counter(
     if copy is None or copy.value != 0 or copy.epoch_ms != at_ms:
         raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
     deleted = 0
+    left = ""
     if committed.pending and family.effective_retention.value == "delete":
-        ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
-        deleted = store.delete_rows([(counter, list(committed.pending))], ts)
+        if family.archive is None or _archived(
+            store, shard, bucket, reset_id, committed, started_at
+        ):
+            ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
+            deleted = store.delete_rows([(counter, list(committed.pending))], ts)
+        else:  # no values of the rows to archive: the next run commits and archives them
+            store.mark_touched([counter])
+            left = "; its consumed rows are left for the next run, which archives them"
     plan = RunPlan(family.name, reset_id, at, None, ())
     record = audit_record(
         family,
@@ -188,13 +219,35 @@ def reset_counter(
         tally=Tally(counters_committed=1, rows_deleted=deleted),
         phases=Phases(),
         message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
-        f"{at.isoformat()} ({deleted} raw row(s) consumed)",
+        f"{at.isoformat()} ({deleted} raw row(s) consumed{left})",
+        started_at=started_at,
     )
     parameters = {"counter": format_key(counter), "at": at.isoformat(), "reset_id": reset_id}
     store.write_audit({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
     )
+
+
+def _archived(
+    store: Store,
+    shard: int,
+    bucket: int,
+    reset_id: str,
+    committed: Checkpoint,
+    started_at: datetime,
+) -> bool:
+    """Archive the rows a reset consumes before it deletes them (``archive_commits``: its
+    manifest into the reset's audit row); whether its commit's rows are archived. Not when its
+    commit was not verified (its copy did not read back as its own) or has no values."""
+    from .archiving import archive_commits
+
+    runs = store.read_run_commits(reset_id, shard, [reset_id])
+    mine = [r for r in runs.get(bucket, []) if r.commit_id == committed.commit_id]
+    if not mine:
+        return False
+    done = archive_commits(store, shard, reset_id, {bucket: mine}, set(), started_at)
+    return committed.commit_id not in done.deferred
 
 
 # --- reconcile ---------------------------------------------------------------------------

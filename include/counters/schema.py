@@ -177,7 +177,7 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
         "bucket int, commit_id timeuuid, counters text, keys blob, applied boolean, "
-        "verified_by text, "
+        "verified_by text, archive_rows blob, archived text, "
         f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
@@ -490,7 +490,13 @@ def ensure_schema(
     for statement in bookkeeping_ddl(family, layout):
         session.execute(statement)
     runs = _table_meta(session, family.keyspace, runs_table(family))
-    for column, cql_type in (("keys", "blob"), ("applied", "boolean"), ("verified_by", "text")):
+    for column, cql_type in (
+        ("keys", "blob"),
+        ("applied", "boolean"),
+        ("verified_by", "text"),
+        ("archive_rows", "blob"),
+        ("archived", "text"),
+    ):
         if runs is not None and column not in runs.columns:  # a run log from before keys moved
             session.execute(
                 f"ALTER TABLE {q(family.keyspace)}.{q(runs_table(family))} ADD {column} {cql_type}"

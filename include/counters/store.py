@@ -127,6 +127,10 @@ COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
 PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
+PLAIN_KEY_TYPES = frozenset(
+    {"text", "varchar", "ascii", "int", "bigint", "smallint", "tinyint", "varint", "boolean"}
+)
+"""Key column types whose values are their own JSON encoding (``_encode_value``)."""
 """Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
 
 
@@ -204,6 +208,11 @@ class CommitRecord:
     blob: bytes
     decode: Callable[[list[Any]], Key]
     codec: KeyCodec
+    archive_rows: bytes | None = None
+    """A family with an archive: the commit's archive record (``archive.pack_record``), None
+    for a commit recorded before the family had one."""
+    archived: str | None = None
+    """The archive file that holds the commit's rows, once a cleanup wrote it."""
 
     @property
     def entries(self) -> list[tuple[Key, int, CountedKeys]]:
@@ -1130,6 +1139,11 @@ class Store:
         self.requests[self.phase] += 1
         return self._head_of(self.session.execute(self._head_statement(), (shard, bucket)).one())[1]
 
+    def bucket_head(self, shard: int, bucket: int) -> Any:
+        """A bucket's head alone (the id of its last commit, None if never set)."""
+        self.requests[self.phase] += 1
+        return self._head_of(self.session.execute(self._head_statement(), (shard, bucket)).one())[0]
+
     def _head_statement(self) -> PreparedStatement:
         return self.prepare(
             "ledger_head",
@@ -1358,20 +1372,75 @@ class Store:
         commit_id: Any,
         folds: Sequence[Fold],
         keys: bytes | None = None,
+        archive_rows: bytes | None = None,
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
         exactly these rows once an execution verified the commit (``mark_verified``), and a later
         fold reads them if any is still present. A record of a commit that did not apply is
         never used: it is never verified, and no ledger row names its commit id. A kept family's
-        records name only the counters (its rows are not deleted): the look-up's history."""
-        statement = self.prepare(
-            "runs_keys",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
-        )
+        records name only the counters (its rows are not deleted): the look-up's history.
+        ``archive_rows``: the rows' archive record, for a family with an archive (in the same
+        write: a commit's keys are never recorded without it)."""
         blob = self.commit_keys(folds) if keys is None else keys
+        if archive_rows is None and self.family.archive is not None:
+            archive_rows = self.archive_rows(folds)
         self.requests[self.phase] += 1
-        self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+        if archive_rows is None:
+            statement = self.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+            return
+        statement = self.prepare(
+            "runs_keys_archive",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        self.session.execute(statement, (run_id, shard, bucket, commit_id, blob, archive_rows))
+
+    def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
+        """The archive record of the rows ``folds`` count (``archive.pack_record``), None for
+        a family without an archive."""
+        if self.family.archive is None:
+            return None
+        from .archive import pack_record
+
+        encode, _decode = self._key_codec()
+        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.layout.key):
+            encode = list  # JSON as they are: the encoder's call per counter is not needed
+        return pack_record(folds, encode, [c.cql_type for c in self.layout.clustering])
+
+    def archive_layout(self) -> Any:
+        """The family's columns as its archive files name them (``archive.Layout``)."""
+        from .archive import Layout
+
+        lay = self.layout
+        return Layout(
+            tuple((c.name, c.cql_type) for c in lay.key),
+            tuple((c.name, c.cql_type) for c in lay.clustering),
+            lay.increment.name if lay.increment else "increment",
+        )
+
+    def mark_archived(
+        self, run_id: str, shard: int, commits: Sequence[tuple[int, Any]], url: str
+    ) -> None:
+        """Mark commits ``(bucket, commit id)`` of a run's shard as held by the archive file
+        ``url``, before any of their rows is deleted: a retry of the cleanup does not archive
+        them again, and a later fold that finds one of their rows still present carries it as
+        archived. One single-partition batch."""
+        if not commits:
+            return
+        statement = self.prepare(
+            "runs_archived",
+            "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(url, run_id, shard, bucket, commit_id) for bucket, commit_id in commits]
+        for group in chunks(params, ROWS_PER_BATCH):
+            self._run([(self._batch(statement, group), None)])
 
     def mark_verified(
         self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
@@ -1398,10 +1467,12 @@ class Store:
         attempt, a run that reused the run id, a task marked successful by hand): its rows,
         if counted, stay counted (its checkpoint's pending), and a later fold commits them
         again as present and deletes them then."""
+        archived = self.family.archive is not None
         statement = self.prepare(
-            "runs_read",
-            "SELECT bucket, commit_id, keys, verified_by FROM {runs} "
-            "WHERE run_id = ? AND shard = ?",
+            "runs_read_archive" if archived else "runs_read",
+            "SELECT bucket, commit_id, keys, verified_by"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self._key_codec()
         bound = statement.bind((run_id, shard))
@@ -1409,13 +1480,29 @@ class Store:
         self.requests[self.phase] += 1
         wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for bucket, commit_id, blob, verified_by in self.session.execute(
-            bound, execution_profile=BULK_PROFILE
-        ):
+        for row in self.session.execute(bound, execution_profile=BULK_PROFILE):
+            bucket, commit_id, blob, verified_by = row[:4]
             if blob is None or verified_by not in wanted:
                 continue
-            out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec))
+            extra = (row[4], row[5]) if archived else (None, None)
+            out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec, *extra))
         return out
+
+    def commit_record(
+        self, run_id: str, shard: int, bucket: int, commit_id: Any
+    ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:
+        """One commit's record: its entries (counter JSON-encoded, epoch, keys), its archive
+        record and its ``archived`` mark; None when the run log no longer holds it."""
+        statement = self.prepare(
+            "runs_record_read",
+            "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
+            "AND bucket = ? AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
+        if row is None or row[0] is None:
+            return None
+        return unpack_commit_keys(row[0], self.key_codec), row[1], row[2]
 
     def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
         """Whether an execution verified this commit (its copy was read back equal to it), as
@@ -1440,17 +1527,19 @@ class Store:
         wanted = [c for c in counters if not checkpoints[c].pending_loaded]
         if not wanted:
             return []
+        archived = self.family.archive is not None
         statement = self.prepare(
-            "runs_keys_read",
-            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
+            "runs_keys_read_archive" if archived else "runs_keys_read",
+            "SELECT keys" + (", archive_rows, archived" if archived else "") + " FROM {runs} "
+            "WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
         )
         refs = sorted(
             {(checkpoints[c].run_id or "", checkpoints[c].commit_id) for c in wanted}, key=str
         )
         results = self._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
-        _encode, decode = self._key_codec()
+        encode, decode = self._key_codec()
         records: dict[tuple[str, Any], dict[Key, CountedKeys]] = {}
+        archives: dict[tuple[str, Any], tuple[bytes | None, str | None]] = {}
         for ref, result in zip(refs, results, strict=True):
             row = result.one()
             if row is not None and row[0] is not None:
@@ -1458,14 +1547,28 @@ class Store:
                     _normal(decode(c)): keys
                     for c, _epoch, keys in unpack_commit_keys(row[0], self.key_codec)
                 }
+                if archived:
+                    archives[ref] = (row[1], row[2])
         missing = []
         for counter in wanted:
             cp = checkpoints[counter]
-            keys = records.get((cp.run_id or "", cp.commit_id), {}).get(_normal(counter))
+            ref = (cp.run_id or "", cp.commit_id)
+            keys = records.get(ref, {}).get(_normal(counter))
             if keys is None:
                 missing.append(counter)
                 continue
-            checkpoints[counter] = replace(cp, pending=frozenset(keys.keys), pending_loaded=True)
+            flags, from_zero = (
+                _pending_flags(archives.get(ref), encode(counter), keys.keys)
+                if archived
+                else (None, False)
+            )
+            checkpoints[counter] = replace(
+                cp,
+                pending=frozenset(keys.keys),
+                pending_loaded=True,
+                pending_flags=flags,
+                unarchived_from_zero=from_zero,
+            )
         return missing
 
     # --- deletes --------------------------------------------------------------------------
@@ -1756,10 +1859,12 @@ class Store:
         cp = self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
         if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
             return False
+        archived = self.family.archive is not None
         read = self.prepare(
-            "runs_keys_read",
-            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
+            "runs_record_read" if archived else "runs_keys_read",
+            "SELECT keys"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
         )
         run_id = cp.run_id or ""
         found = self.session.execute(read, (run_id, *old, cp.commit_id)).one()
@@ -1777,11 +1882,30 @@ class Store:
             if e[0] != wanted
         ]
         blob = pack_commit_keys([*entries, *entry], self.key_codec)
+        if not archived or found[1] is None:
+            write = self.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            return True
+        # the counter's part of the commit's archive record goes with its keys, in their order
+        from .archive import join_records, record_part, unpack_record
+
+        mine = tuple(wanted)
+        parts = []
+        if there is not None and there[1] is not None:
+            parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
+        parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
         write = self.prepare(
-            "runs_keys",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)",
+            "runs_keys_archive_moved",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
-        self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+        self.session.execute(
+            write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
+        )
         return True
 
     def move_quarantine(self, before: int, shards: int) -> int:
@@ -2109,6 +2233,34 @@ def _parse_value(cql_type: str, column: str, text: str) -> Any:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _pending_flags(
+    archive: tuple[bytes | None, str | None] | None, counter: list[Any], keys: Sequence[Packed]
+) -> tuple[dict[Packed, int], bool]:
+    """The ``ROW_*`` flags of a counter's pending keys from its commit's archive record, each
+    ``ROW_ARCHIVED`` when a cleanup archived the commit (and did not leave the counter out: a
+    quarantined one), and whether no archive holds the commit and it was built on zero. A
+    commit recorded before the family had an archive: every key counted, none archived."""
+    from .archive import archived_skipped, unpack_record
+    from .core import ROW_ARCHIVED, ROW_COUNTED
+
+    blob, mark = archive or (None, None)
+    flags: list[int] | None = None
+    from_zero = False
+    if blob is not None:
+        record = unpack_record(blob)
+        flags = record.flags_of(counter)
+        segment = next((s for s in record.segments if s.counter == tuple(counter)), None)
+        from_zero = bool(segment and segment.from_zero)
+    if flags is None or len(flags) != len(keys):
+        flags = [ROW_COUNTED] * len(keys)
+    skipped = archived_skipped(mark)  # None: the commit is not archived
+    archived = skipped is not None and tuple(counter) not in skipped
+    extra = ROW_ARCHIVED if archived else 0
+    kept = ROW_COUNTED | ROW_ARCHIVED
+    flagged = {k: (f | extra) & kept for k, f in zip(keys, flags, strict=True)}
+    return flagged, from_zero and not archived
 
 
 def _normal(key: Sequence[Any]) -> tuple[Any, ...]:

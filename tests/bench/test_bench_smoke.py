@@ -55,7 +55,7 @@ def test_report_structure(smoke):
     assert "errors" not in report["results"], report["results"].get("errors")
     for section in (
         "load", "scan_floor", "required", "naive", "compaction", "scaling", "steady", "idle",
-        "read_latency", "limits", "probes", "dag_parse", "kinds", "audit",
+        "read_latency", "limits", "probes", "dag_parse", "kinds", "audit", "archive",
     ):  # fmt: skip
         assert section in report["results"], section
     assert set(report["ratios"]) >= {
@@ -71,6 +71,7 @@ def test_report_structure(smoke):
         "p99_compacted_over_fresh",
         "compaction_seconds_per_1M_rows",
         "dag_parse_s_100_families",
+        "archive_over_plain",
     }
     assert "ratios and targets:" in stdout
     assert "3. compaction (engine.run_family)" in stdout
@@ -241,3 +242,16 @@ def test_audit_trail_read_and_exported_across_its_months(smoke):
     exported = trail["export"]["csv"]["result"]["rows"]
     assert exported == trail["export"]["parquet"]["result"]["rows"] == trail["month_rows"]
     assert "8. audit family page (health + 60 rows)" in stdout
+
+
+def test_the_archive_section_runs_both_sides_exact_and_archives_every_row_once(smoke):
+    report, stdout = smoke
+    archive = report["results"]["archive"]
+    assert len(archive["off"]) == len(archive["on"]) == archive["rounds"] == 1
+    for run in archive["off"] + archive["on"]:
+        assert run["ok"] and run["exactness"]["exact"], run
+    [on] = archive["on"]
+    assert on["archived_once"] and on["archived_rows"] == archive["rows"]
+    assert on["recount_sample_equal"] and on["archive_files"] > 0
+    _positive(report, "ratios.archive_over_plain")
+    assert "archive on / off (medians)" in stdout

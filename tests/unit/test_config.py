@@ -187,3 +187,43 @@ def test_two_families_on_one_table_are_refused_at_load(tmp_path):
     good, errors = load_families_leniently(path)
     assert [f.name for f in good] == ["trades", "other"]  # another keyspace's tables
     assert list(errors) == ["fills"] and "each would count its rows" in errors["fills"]
+
+
+def test_archive_fields(tmp_path):
+    text = GOOD + "    archive: s3://bucket/counters\n    archive_retention: 30d\n"
+    family = load_catalog(write(tmp_path, text)).get("trades")
+    assert family.archive == "s3://bucket/counters"
+    assert family.archive_retention == timedelta(days=30)
+    plain = load_catalog(write(tmp_path, GOOD + "    archive: var/archive\n")).get("trades")
+    assert (plain.archive, plain.archive_retention) == ("var/archive", None)  # kept for good
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (
+            "archive: memory://x/y",
+            "field 'archive': archive 'memory://x/y': 'memory' is not a store an archive can",
+        ),
+        ("archive: nosuch://bucket/x", "'nosuch' is not a store an archive can be kept in"),
+        ("archive: 's3://'", "archive 's3://' names no folder or bucket"),
+        ("archive: 'c:archive'", "is neither a URL (scheme://path) nor a path"),
+        ("archive: ''", "archive must be a URL or a path"),
+        (
+            "archive: var/a\n    archive_retention: 12h",
+            "archive_retention must be a whole number of days, at least 1d",
+        ),
+        ("archive_retention: 30d", "archive_retention and archive_conn_id need an archive"),
+        (
+            "kind: rows\n    archive: var/a",
+            "a 'rows' family keeps its rows (business data): nothing is deleted",
+        ),
+    ],
+)
+def test_a_bad_archive_is_refused_at_load_naming_family_field_and_value(tmp_path, text, fragment):
+    path = write(tmp_path, GOOD + f"    {text}\n")
+    with pytest.raises(ConfigError) as info:
+        load_catalog(path)
+    message = str(info.value)
+    assert fragment in message
+    assert "family 'trades'" in message and str(path) in message

@@ -143,7 +143,18 @@ def doc_md(family: Family, channels: Channels) -> str:
         ),
         (
             "raw rows after folding",
-            "deleted (only after `verify` passed)" if deleted else "kept (business data)",
+            ("deleted (only after `verify` passed)" if deleted else "kept (business data)")
+            + (
+                f"; archived to Parquet first, in `{family.archive}`"
+                + (
+                    f" (kept {family.archive_retention.days} days)"
+                    if family.archive_retention
+                    else " (kept for good)"
+                )
+                + f": `counterctl recount --family {family.name}`"
+                if family.archive
+                else ""
+            ),
         ),
         (
             "freshness",

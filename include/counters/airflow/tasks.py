@@ -405,7 +405,12 @@ def cleanup(
     reports = []
     for shard in shards:
         report = engine.cleanup_shard(
-            store, shard, run["run_id"], executions.get(shard, []), fault=_fault
+            store,
+            shard,
+            run["run_id"],
+            executions.get(shard, []),
+            fault=_fault,
+            started_at=_time(run["started_at"]),
         )
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
@@ -413,6 +418,16 @@ def cleanup(
             report.rows_deleted,
             report.late_rows,
         )
+        if report.archive_files or report.archive_deferred:
+            log.info(
+                "shard %d: %d row(s) (sum %d) archived first to %s; %d commit(s) from before "
+                "the archive left for the next run",
+                shard,
+                report.archived_rows,
+                report.archived_sum,
+                ", ".join(report.archive_files) or "-",
+                report.archive_deferred,
+            )
         reports.append(report.as_dict())
     return reports
 
@@ -462,6 +477,7 @@ def record_audit(
     checks_ = [_outcome(c) for c in verified["checks"]] + [_outcome(cleaned["check"])]
     with phases.timed("finish"):
         ended = engine.conclude_run(store, _plan(family, run), tally, checks_)
+        engine.prune_archive(family)
     outcomes = ended.checks
     if ended.outcome != "success":
         _audit(

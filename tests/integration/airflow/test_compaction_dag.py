@@ -300,3 +300,42 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     assert audit[0]["run_id"] == second.run_id and audit[0]["rows_deleted"] == 8
     checks = json.loads(audit[0]["checks"])  # stored as JSON text
     assert checks["gx:recount_equals_counted_rows"] == "pass", checks
+
+
+def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_manifests(
+    conn, make_families, dagbag, t0, tmp_path: Path
+):
+    """The DAG's cleanup tasks archive before they delete: the files are in the family's
+    archive, their manifests in the run's one audit row (written by the cleanup tasks before
+    their deletes, completed by record_audit), and the recount from them equals the compact
+    table."""
+    import hashlib
+
+    from counters.archive import Manifest
+    from counters.recount import recount
+
+    families = make_families({"archive": str(tmp_path / "archive"), "archive_retention": "30d"})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    run = (
+        dagbag()
+        .dags[family.dag_id]
+        .test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
+    )
+    assert run.state == "success", states(run)
+    [row] = store.read_audit(5)  # one row: the manifests and the run's outcome together
+    assert (row["outcome"], row["run_id"], row["rows_deleted"]) == ("success", run.run_id, 20)
+    manifests = [Manifest.from_text(text) for text in row["archive"].values()]
+    assert sum(m.rows for m in manifests) == 20 and sum(m.sum for m in manifests) == 110
+    for manifest in manifests:
+        data = Path(manifest.url.removeprefix("file://")).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == manifest.sha256
+        assert Path(manifest.url).parent.parent.name == family.name
+    report = recount(store)
+    assert report.ok and {r.counter: r.rebuilt for r in report.counters} == {
+        ("IBM",): 55,
+        ("AAPL",): 55,
+    }

@@ -1,0 +1,341 @@
+"""``counterctl recount``: a family's counters rebuilt from its archive of deleted rows plus the
+rows still present, compared with the compact table (``archive.recount_counter`` is the rule).
+
+What it reads: the manifests in the audit rows of the window (``--from``/``--to``: the runs
+started in it), each file they name (its sha256, rows and sum checked against its manifest: a
+changed file is reported, never counted), the ledger's checkpoints and the compact copies of
+the counters, and, for a counter whose last commit is not archived yet, that commit's record
+(run log) and its counted rows still present (point reads).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from .archive import (
+    ArchivedSegment,
+    Manifest,
+    Present,
+    Recount,
+    archived_skipped,
+    check_file,
+    encoded_values,
+    recount_counter,
+    unpack_record,
+)
+from .archive_files import day_files, day_in_url, days, pruned_before, read_file
+from .core import BUCKETS, ROW_ARCHIVED, ROW_COUNTED, Key, utc_naive
+from .errors import ArchiveError
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecountReport:
+    """Every counter recounted, and what was found of the files."""
+
+    family: str
+    since: datetime | None
+    until: datetime | None
+    counters: list[Recount] = field(default_factory=list)
+    files: int = 0
+    file_problems: list[str] = field(default_factory=list)
+    pruned: int = 0
+    """Files a manifest names that the archive's retention removed (their commits are before
+    the window the recount can prove: its opening balance is taken after them)."""
+    duplicates: int = 0
+    """Rows found in two files (counted once): only a cleanup racing another can write them."""
+    unrecorded: list[str] = field(default_factory=list)
+    """Files in the window's day folders that no manifest names: left by a cleanup that crashed
+    before recording its file (it deleted nothing under it; a retry or a later run archived
+    those rows again, under a manifest). Not counted."""
+
+    @property
+    def differences(self) -> list[Recount]:
+        return [r for r in self.counters if not r.equal]
+
+    @property
+    def ok(self) -> bool:
+        return not self.file_problems and not self.differences
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+            "ok": self.ok,
+            "files": self.files,
+            "file_problems": list(self.file_problems),
+            "pruned_files": self.pruned,
+            "duplicate_rows": self.duplicates,
+            "unrecorded_files": list(self.unrecorded),
+            "counters": [r.as_dict() for r in self.counters],
+        }
+
+
+def recount(
+    store: Store,
+    counters: Sequence[Key] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> RecountReport:
+    """Rebuild ``counters`` (None: every counter of the family's ledger and archive) from the
+    archive files of the runs started in ``[since, until)`` plus the rows still present, and
+    compare them with the compact table (with ``until``: with the value the last archived
+    commit before it recorded)."""
+    family = store.family
+    if family.archive is None:
+        raise ArchiveError(
+            f"family {family.name!r} has no archive (field 'archive'): there is nothing to "
+            "recount from"
+        )
+    if since and until and utc_naive(since) >= utc_naive(until):
+        raise ValueError(f"--from ({since}) must be before --to ({until})")
+    report = RecountReport(family.name, since, until)
+    encode, decode = store._key_codec()
+    wanted = None if counters is None else {tuple(encode(c)) for c in counters}
+    segments = _archived(store, report, wanted, since, until, now or datetime.now(UTC))
+    report.unrecorded = _unrecorded(store, since, until)
+    names = set(segments) if wanted is None else set(wanted)
+    present: dict[tuple[Any, ...], Present] = {}
+    if until is None:
+        present = _present(store, names if wanted is not None else None, segments)
+        names |= set(present)
+    for name in sorted(names, key=repr):
+        result = recount_counter(
+            tuple(decode(list(name))),
+            segments.get(name, []),
+            present.get(name) if until is None else None,
+        )
+        report.counters.append(result)
+    return report
+
+
+# --- the archive ------------------------------------------------------------------------------
+
+
+def _manifests(
+    store: Store, since: datetime | None, until: datetime | None
+) -> Iterator[tuple[datetime, str, Manifest]]:
+    for started_at, run_id, archive in store.audit_log.archives(since, until):
+        for name, text in sorted(archive.items()):
+            try:
+                yield started_at, run_id, Manifest.from_text(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ArchiveError(
+                    f"family {store.family.name!r}: the audit row of run {run_id!r} has an "
+                    f"archive entry {name!r} that is no manifest: {exc}"
+                ) from exc
+
+
+def _archived(
+    store: Store,
+    report: RecountReport,
+    wanted: set[tuple[Any, ...]] | None,
+    since: datetime | None,
+    until: datetime | None,
+    now: datetime,
+) -> dict[tuple[Any, ...], list[ArchivedSegment]]:
+    """Per counter (JSON-encoded key), its archived commits in the window: every file of the
+    window's manifests read and checked, its rows summed per counter and commit (a row in two
+    files counted once, in the earlier commit)."""
+    family = store.family
+    layout = store.archive_layout()
+    cutoff = pruned_before(family, now)
+    found = sorted(_manifests(store, since, until), key=lambda m: (m[0], m[2].name))
+    per: dict[tuple[tuple[Any, ...], str], dict[str, Any]] = {}
+    seen: dict[tuple[Any, ...], set[tuple[Any, ...]]] = defaultdict(set)
+    for _started_at, _run_id, manifest in found:
+        data = read_file(family, manifest.url)
+        day = day_in_url(manifest.url)
+        if data is None and cutoff is not None and day is not None and day < cutoff:
+            report.pruned += 1
+            continue
+        checked = check_file(manifest, data, layout.increment)
+        report.files += 1
+        if checked.problem or checked.table is None:
+            report.file_problems.append(checked.problem or f"{manifest.url}: unreadable")
+            continue
+        table = checked.table
+        keys = list(
+            zip(
+                *(encoded_values(t, table.column(n)) for n, t in layout.key),
+                strict=True,
+            )
+        )
+        rows = list(
+            zip(
+                *(table.column(n).to_pylist() for n, _t in layout.clustering),
+                strict=True,
+            )
+        )
+        columns = {
+            name: table.column(name).to_pylist()
+            for name in (
+                "_commit_id",
+                "_run_id",
+                "_value_after",
+                "_base_value",
+                "_base_commit",
+                "_reset",
+                "_from_zero",
+                "_counted",
+                layout.increment,
+            )
+        }
+        commit_ms = table.column("_commit_time").cast("int64").to_pylist()
+        origins = table.column("_origin").cast("int64").to_pylist()
+        for i, counter in enumerate(keys):
+            if wanted is not None and counter not in wanted:
+                continue
+            if rows[i] in seen[counter]:
+                report.duplicates += 1
+                continue
+            seen[counter].add(rows[i])
+            commit = columns["_commit_id"][i]
+            entry = per.get((counter, commit))
+            if entry is None:
+                entry = per[(counter, commit)] = {
+                    "commit_id": commit,
+                    "commit_time_ms": commit_ms[i],
+                    "run_id": columns["_run_id"][i],
+                    "value": columns["_value_after"][i],
+                    "base_value": columns["_base_value"][i],
+                    "base_commit": columns["_base_commit"][i],
+                    "origin_ms": origins[i],
+                    "reset": columns["_reset"][i],
+                    "from_zero": columns["_from_zero"][i],
+                    "rows": 0,
+                    "counted_rows": 0,
+                    "counted_sum": 0,
+                    "file": manifest.url,
+                }
+            entry["rows"] += 1
+            if columns["_counted"][i]:
+                entry["counted_rows"] += 1
+                entry["counted_sum"] += columns[layout.increment][i] or 0
+    out: dict[tuple[Any, ...], list[ArchivedSegment]] = defaultdict(list)
+    for (counter, _commit), entry in per.items():
+        out[counter].append(ArchivedSegment(**entry))
+    return out
+
+
+def _unrecorded(store: Store, since: datetime | None, until: datetime | None) -> list[str]:
+    """The files of the window's days that no manifest of those days names."""
+    first = None if since is None else datetime.combine(utc_naive(since).date(), time.min)
+    last = None if until is None else datetime.combine(utc_naive(until).date(), time.min)
+    end = None if last is None else last + timedelta(days=1)
+    named = {m.url for _s, _r, m in _manifests(store, first, end)}
+    out = []
+    for day in days(store.family):
+        moment = datetime.combine(date.fromisoformat(day), time.min)
+        if (first is not None and moment < first) or (end is not None and moment >= end):
+            continue
+        out += [str(p) for p in day_files(store.family, day) if str(p) not in named]
+    return out
+
+
+# --- what is in Cassandra ------------------------------------------------------------------
+
+
+def _present(
+    store: Store,
+    names: set[tuple[Any, ...]] | None,
+    segments: dict[tuple[Any, ...], list[ArchivedSegment]],
+) -> dict[tuple[Any, ...], Present]:
+    """Per counter, its checkpoint, its compact copy and, when its last commit is not
+    archived yet, the counted rows of that commit still present (``names`` None: every
+    counter of the ledger)."""
+    encode, decode = store._key_codec()
+    by_bucket: dict[tuple[int, int], list[Key] | None] = {}
+    if names is None:
+        by_bucket = {(s, b): None for s in range(store.family.shards) for b in range(BUCKETS)}
+    else:
+        for name in names:
+            key = decode(list(name))
+            by_bucket.setdefault(store.bucket(key), []).append(key)  # type: ignore[union-attr]
+    out: dict[tuple[Any, ...], Present] = {}
+    for (shard, bucket), keys in sorted(by_bucket.items()):
+        ledger = store.read_ledger(shard, bucket, keys)
+        copies = store.read_copies(shard, bucket, keys)
+        counters = set(ledger.checkpoints) | set(copies) | set(keys or ())
+        archived = {c: {s.commit_id for s in segments.get(tuple(encode(c)), [])} for c in counters}
+        for counter in counters:
+            cp = ledger.checkpoints.get(counter)
+            copy = copies.get(counter)
+            name = tuple(encode(counter))
+            base = Present(
+                None if cp is None else cp.value,
+                None if cp is None or cp.commit_id is None else str(cp.commit_id),
+                None if cp is None else cp.origin_ms,
+                None if cp is None else cp.epoch_ms,
+                copy_value=None if copy is None else copy.value,
+                copy_commit=None if copy is None or copy.commit_id is None else str(copy.commit_id),
+                copy_epoch_ms=None if copy is None else copy.epoch_ms,
+            )
+            if (
+                cp is not None
+                and cp.commit_id is not None
+                and str(cp.commit_id) not in archived[counter]
+            ):
+                base = _last_commit(store, shard, bucket, counter, cp, base)
+            out[name] = base
+    return out
+
+
+def _last_commit(
+    store: Store, shard: int, bucket: int, counter: Key, cp: Any, present: Present
+) -> Present:
+    """A counter's last commit, not archived yet: from its record, whether it was built on
+    zero and its counted rows not archived (then read where still present)."""
+    from dataclasses import replace
+
+    encode, _decode = store._key_codec()
+    record = store.commit_record(cp.run_id or "", shard, bucket, cp.commit_id)
+    if record is None:
+        if cp.pending_rows:
+            return replace(
+                present,
+                unknown=(
+                    f"the record of its last commit {cp.commit_id} (run {cp.run_id}) is gone "
+                    "from the run log (kept 14 days): whether its rows still present are "
+                    "archived cannot be told"
+                ),
+            )
+        return present
+    keys_blob, rows_blob, archived = record
+    entry = next(
+        (keys for c, _e, keys in keys_blob if tuple(c) == tuple(encode(counter))),
+        None,
+    )
+    if rows_blob is None or entry is None:
+        return replace(
+            present,
+            unknown=f"its last commit {cp.commit_id} was recorded before the family had an archive",
+        )
+    rec = unpack_record(rows_blob)
+    name = tuple(encode(counter))
+    segment = next((s for s in rec.segments if s.counter == name), None)
+    flags = rec.flags_of(name) or []
+    skipped = archived_skipped(archived)
+    if skipped is not None and name not in skipped:
+        flags = [f | ROW_ARCHIVED for f in flags]
+    wanted = [
+        k
+        for k, f in zip(entry.keys, flags, strict=True)
+        if f & ROW_COUNTED and not f & ROW_ARCHIVED
+    ]
+    found = store.read_rows_at(counter, wanted) if wanted else []
+    return replace(
+        present,
+        first=bool(segment and (segment.from_zero or segment.reset)),
+        extra_rows=len(found),
+        extra_sum=sum(r[2] or 0 for r in found),
+    )
