@@ -95,13 +95,13 @@ def archive_commits(
     started = time.perf_counter()
     family = store.family
     done = Archived()
-    todo: list[tuple[int, CommitRecord]] = []
+    todo: list[tuple[int, CommitRecord, bytes]] = []
     for bucket in sorted(runs):
         for record in runs[bucket]:
             if record.archive_rows is None:
                 done.deferred.add(record.commit_id)
             elif record.archived is None:
-                todo.append((bucket, record))
+                todo.append((bucket, record, record.archive_rows))
     if done.deferred:
         log.warning(
             "family %s run %s shard %s: %d commit(s) recorded before the family had an archive: "
@@ -121,7 +121,7 @@ def archive_commits(
         )
     encode, _decode = store._key_codec()
     held = {tuple(encode(c)) for c in quarantined}
-    records = [(bucket, record, unpack_record(record.archive_rows)) for bucket, record in todo]
+    records = [(bucket, record, unpack_record(rows)) for bucket, record, rows in todo]
     mine = {bucket: {r.commit_id for r in runs[bucket]} for bucket in runs}
     commits = _commits(store, shard, run_id, records, held, mine)
     layout = store.archive_layout()
@@ -189,7 +189,7 @@ def _commits(
         suspect = (flags & (ROW_CARRIED | ROW_ARCHIVED)) == ROW_CARRIED
         counters = rec.counters
         starts = rec.offsets()
-        moved = later.get(record.commit_id, set())
+        moved = later.get(record.commit_id, {})
         for i, c in enumerate(counters):
             if c in moved:
                 suspect[starts[i] : starts[i + 1]] |= mask[starts[i] : starts[i + 1]]
