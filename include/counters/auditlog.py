@@ -26,7 +26,7 @@ from .audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
 from .core import utc_naive
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store.base import StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class UpgradeState:
 class AuditLog:
     """A family's audit trail (cheap to create; statements are prepared once per ``Store``)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: StoreBase):
         self.store = store
         self._months_written: set[str] = set()
 

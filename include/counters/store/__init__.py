@@ -1,0 +1,124 @@
+"""Every CQL statement of a family, prepared once, executed with bounded concurrency.
+
+The engine and the client library call these; nothing else in the project writes CQL for a
+family's tables. Identifiers come from the validated config and are quoted; values are bound.
+One module per concern (``base``: statements, batching, keys; ``raw``, ``touched``, ``ledger``,
+``runlog``, ``control``, ``moves``, ``reads``); ``Store`` composes them, the one object callers get.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    _NO_KEYS,
+    BATCH_BYTES,
+    CAS_WRITE_UNKNOWN,
+    COMMIT_CHUNK,
+    COMMIT_KEYS_V2,
+    COPY_BATCH_PARTITIONS,
+    DEFAULT_CONCURRENCY,
+    DELETE_BATCH_ROWS,
+    EMPTY_READ_BASE,
+    FIRST_WRITE_WINS,
+    IN_CHUNK,
+    IN_KEY_TYPES,
+    MOVING,
+    PACKED_TYPES,
+    PLAIN_KEY_TYPES,
+    READ_ATTEMPTS,
+    READ_HINT_S,
+    READ_HINTS,
+    ROW_BYTES,
+    ROWS_PER_BATCH,
+    RUN_LOG_FETCH,
+    SCAN_FETCH,
+    SCAN_SPLITS,
+    CommitRecord,
+    Copy,
+    FamilyState,
+    Ledger,
+    MillisTimestampType,
+    Quarantined,
+    ReadBase,
+    StoreBase,
+    TableOwner,
+    Touched,
+    _bound_bytes,
+    _consistency,
+    _decode_value,
+    _encode_value,
+    _identity,
+    _normal,
+    _parse_value,
+    _pending_flags,
+    _serial,
+    batch_too_large,
+    bind,
+    millis_timestamps,
+    outcome_unknown,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
+from .control import ControlState
+from .ledger import LedgerRows
+from .moves import ReshardMoves
+from .raw import RawRows
+from .reads import Reads
+from .runlog import RunLog
+from .touched import TouchedIndex
+
+
+class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RunLog, ControlState, RawRows):
+    """I/O for one family. Cheap to create; statements are prepared on first use."""
+
+
+__all__ = [
+    "BATCH_BYTES",
+    "CAS_WRITE_UNKNOWN",
+    "COMMIT_CHUNK",
+    "COMMIT_KEYS_V2",
+    "COPY_BATCH_PARTITIONS",
+    "DEFAULT_CONCURRENCY",
+    "DELETE_BATCH_ROWS",
+    "EMPTY_READ_BASE",
+    "FIRST_WRITE_WINS",
+    "IN_CHUNK",
+    "IN_KEY_TYPES",
+    "MOVING",
+    "PACKED_TYPES",
+    "PLAIN_KEY_TYPES",
+    "READ_ATTEMPTS",
+    "READ_HINTS",
+    "READ_HINT_S",
+    "ROWS_PER_BATCH",
+    "ROW_BYTES",
+    "RUN_LOG_FETCH",
+    "SCAN_FETCH",
+    "SCAN_SPLITS",
+    "_NO_KEYS",
+    "CommitRecord",
+    "Copy",
+    "FamilyState",
+    "Ledger",
+    "MillisTimestampType",
+    "Quarantined",
+    "ReadBase",
+    "Store",
+    "StoreBase",
+    "TableOwner",
+    "Touched",
+    "_bound_bytes",
+    "_consistency",
+    "_decode_value",
+    "_encode_value",
+    "_identity",
+    "_normal",
+    "_parse_value",
+    "_pending_flags",
+    "_serial",
+    "batch_too_large",
+    "bind",
+    "millis_timestamps",
+    "outcome_unknown",
+    "pack_commit_keys",
+    "unpack_commit_keys",
+]

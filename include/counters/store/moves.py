@@ -1,0 +1,319 @@
+"""A reshard's moves of the rows that depend on the shard count."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from cassandra.query import (
+    BatchStatement,
+    BatchType,
+    PreparedStatement,
+)
+
+from .. import schema
+from ..connection import BULK_PROFILE
+from ..core import (
+    BUCKETS,
+    Key,
+    bucket_of,
+    shard_of,
+    write_timestamp,
+)
+from ..errors import EngineError
+from ..schema import q
+
+if TYPE_CHECKING:
+    from . import Store
+
+from .base import (
+    MOVING,
+    _consistency,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
+from .control import ControlState
+from .ledger import LedgerRows
+
+log = logging.getLogger(__name__)
+
+
+class ReshardMoves(LedgerRows, ControlState):
+    # --- reshard: moving the rows that depend on the shard count --------------------------
+
+    def with_shards(self, shards: int) -> Store:
+        """This store for the same family at another shard count (a reshard's old count)."""
+        from . import Store
+
+        family = self.family.model_copy(update={"shards": shards})
+        return Store(self.conn, family, self._layout, self.concurrency)
+
+    def replace_identity(
+        self, table: str, expected: dict[str, Any], identity: dict[str, Any]
+    ) -> bool:
+        """Replace ``table``'s recorded identity if it is still ``expected`` (a lightweight
+        transaction); whether it was."""
+        from ..identity import encode
+
+        statement = self.prepare(
+            "tables_replace",
+            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
+            serial=True,
+        )
+        result = self.session.execute(statement, (encode(identity), table, encode(expected)))
+        return result.was_applied or encode(identity) == result.one().identity
+
+    def fence_bucket(self, shard: int, bucket: int) -> None:
+        """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
+        from then on no commit applies to it, whoever planned it."""
+        statement = self.prepare(
+            "ledger_fence",
+            "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?",
+            serial=True,
+        )
+        for _attempt in range(16):
+            head = self.head_serial(shard, bucket)
+            if self.session.execute(statement, (MOVING, shard, bucket, head)).was_applied:
+                return
+        raise EngineError(
+            f"family {self.family.name!r}: ledger partition {shard}/{bucket} kept changing "
+            "while a reshard fenced it; stop the family's runs (pause its DAG) and run it again"
+        )
+
+    def open_bucket(self, shard: int, bucket: int, shards: int) -> None:
+        """A ledger partition of the new shard count: its ``shards`` set, a fresh head (a
+        reader of the old one commits nothing), its population to be counted again."""
+        statement = self.prepare(
+            "ledger_open",
+            "UPDATE {ledger} SET shards = ?, head = ?, population = null "
+            "WHERE shard = ? AND bucket = ?",
+        )
+        self.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
+
+    def drop_bucket(self, shard: int, bucket: int) -> None:
+        """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
+        statement = self.prepare(
+            "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
+        )
+        self.session.execute(statement, (shard, bucket))
+
+    @cached_property
+    def _ledger_row_columns(self) -> list[str]:
+        """The ledger's columns a checkpoint's row holds (not its key, not the statics)."""
+        table = self.session.cluster.metadata.keyspaces[self.family.keyspace].tables[
+            schema.ledger_table(self.family)
+        ]
+        fixed = {c.name for c in (*table.partition_key, *table.clustering_key)}
+        return [
+            name
+            for name, column in table.columns.items()
+            if name not in fixed and not column.is_static
+        ]
+
+    def ledger_rows(self, shard: int, bucket: int) -> list[tuple[Key, dict[str, Any]]]:
+        """Every checkpoint row of a ledger partition, its columns as stored."""
+        columns = self._ledger_row_columns
+        statement = self.prepare(
+            "ledger_rows",
+            f"SELECT {{key}}, {', '.join(q(c) for c in columns)} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ?",
+        )
+        width = len(self.layout.key)
+        rows = self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
+        return [
+            (tuple(r[:width]), dict(zip(columns, r[width:], strict=True)))
+            for r in rows
+            if r[0] is not None
+        ]
+
+    def move_ledger_row(
+        self, counter: Key, row: dict[str, Any], old: tuple[int, int], new: tuple[int, int]
+    ) -> None:
+        """A checkpoint row at its new place and its deletion at the old one, in one logged
+        batch (both or neither, eventually)."""
+        columns = list(row)
+        insert = self.prepare(
+            "ledger_row_insert",
+            f"INSERT INTO {{ledger}} (shard, bucket, {{key}}, {', '.join(q(c) for c in columns)}) "
+            f"VALUES (?, ?, {{key_marks}}, {', '.join('?' for _ in columns)})",
+        )
+        delete = self.prepare(
+            "ledger_row_delete",
+            "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
+        )
+        self._move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
+
+    def _move(
+        self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
+        at_old: Sequence[Any],
+    ) -> None:  # fmt: skip
+        """A row written at its new place and deleted at its old one, in one logged batch
+        (both or neither, eventually): a reshard that dies between two moves leaves each row
+        at one place or the other, never at none."""
+        batch = BatchStatement(
+            batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
+        )
+        batch.add(insert, at_new)
+        batch.add(delete, at_old)
+        self.session.execute(batch)
+
+    def copy_commit_record(
+        self, row: dict[str, Any], counter: Key, old: tuple[int, int], new: tuple[int, int]
+    ) -> bool:
+        """Copy the counter's entry of its last commit's record of counted keys to the
+        record at its new place (merged with the entries already copied there): a later fold
+        reads it there. False when there is none to copy (nothing counted is pending, or the
+        record expired)."""
+        cp = self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
+        if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
+            return False
+        archived = self.family.archive is not None
+        read = self.prepare(
+            "runs_record_read" if archived else "runs_keys_read",
+            "SELECT keys"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
+        )
+        run_id = cp.run_id or ""
+        found = self.session.execute(read, (run_id, *old, cp.commit_id)).one()
+        if found is None or found[0] is None:
+            return False
+        encode, _decode = self._key_codec()
+        wanted = encode(counter)
+        entry = [e for e in unpack_commit_keys(found[0], self.key_codec) if e[0] == wanted]
+        if not entry:
+            return False
+        there = self.session.execute(read, (run_id, *new, cp.commit_id)).one()
+        entries = [
+            e
+            for e in (unpack_commit_keys(there[0], self.key_codec) if there and there[0] else [])
+            if e[0] != wanted
+        ]
+        blob = pack_commit_keys([*entries, *entry], self.key_codec)
+        if not archived or found[1] is None:
+            write = self.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            return True
+        # the counter's part of the commit's archive record goes with its keys, in their order
+        from ..archive import join_records, record_part, unpack_record
+
+        mine = tuple(wanted)
+        parts = []
+        if there is not None and there[1] is not None:
+            parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
+        parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
+        write = self.prepare(
+            "runs_keys_archive_moved",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        self.session.execute(
+            write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
+        )
+        return True
+
+    def move_quarantine(self, before: int, shards: int) -> int:
+        """Move quarantine entries to their shard under ``shards``; how many moved."""
+        read = self.prepare(
+            "quarantine_all",
+            "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?",
+        )
+        insert = self.prepare(
+            "quarantine_move",
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
+            "VALUES (?, {key_marks}, ?, ?, ?, ?)",
+        )
+        delete = self.prepare(
+            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
+        )
+        width = len(self.layout.key)
+        moved = 0
+        for shard in range(before):
+            for r in list(self.session.execute(read, (shard,))):
+                counter = tuple(r[:width])
+                to = shard_of(self.token(counter), shards)
+                if to == shard:
+                    continue
+                self._move(insert, (to, *counter, *r[width:]), delete, (shard, *counter))
+                moved += 1
+        return moved
+
+    def move_marks(self, before: int, shards: int) -> int:
+        """Move the touched index's marks to their partition under ``shards``, each with its
+        server write time (the forget horizon compares it); how many moved."""
+        read = self.prepare(
+            "index_all",
+            "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
+        )
+        insert = self.prepare(
+            "index_move",
+            "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? "
+            "WHERE shard = ? AND slot = ? AND {key_where}",
+        )
+        delete = self.prepare(
+            "index_delete", "DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"
+        )
+        width = len(self.layout.key)
+        moved = 0
+        for shard in range(before):
+            for slot in range(BUCKETS):
+                for r in list(self.session.execute(read, (shard, slot))):
+                    counter = tuple(r[:width])
+                    to = bucket_of(self.token(counter), shards)
+                    if to == (shard, slot):
+                        continue
+                    minutes, written = r[width] or set(), r[width + 1]
+                    self._move(
+                        insert, (written, minutes, *to, *counter), delete, (shard, slot, *counter)
+                    )
+                    moved += 1
+        return moved
+
+    def record_shards(self, shards: int) -> None:
+        """The family state's shard count after a reshard."""
+        statement = self.prepare("state_shards", "UPDATE {state} SET shards = ? WHERE family = ?")
+        self.session.execute(statement, (shards, self.family.name))
+
+    def family_epoch(self) -> datetime | None:
+        return self.family_state().epoch
+
+    def advance_family_epoch(
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
+    ) -> None:
+        """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
+        newest epoch wins whatever order overlapping runs finish in. A sweep run also records
+        when it started and how much it read."""
+        statement = self.prepare(
+            "state_write",
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
+            "updated_at = toTimestamp(now()) WHERE family = ?",
+        )
+        self.session.execute(
+            statement,
+            (write_timestamp(epoch), epoch, run_id, self.family.shards, self.family.name),
+        )
+        if swept_at is not None:
+            sweep = self.prepare(
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
+            )
+            self.session.execute(sweep, (swept_at, sweep_size, self.family.name))
+
+    def write_audit(self, record: dict[str, Any]) -> None:
+        """One audit row, stamped with ``provenance`` (who started the change)."""
+        self.audit_log.write(record)
+
+    def read_audit(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` audit rows, across month partitions."""
+        return self.audit_log.page(limit)

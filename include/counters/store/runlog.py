@@ -1,0 +1,253 @@
+"""The run log: which rows each commit counted (what cleanup deletes)."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..connection import BULK_PROFILE
+from ..core import (
+    Checkpoint,
+    Fold,
+    Key,
+    chunks,
+)
+from ..rowkeys import CountedKeys
+
+if TYPE_CHECKING:
+    pass
+
+from .base import (
+    PLAIN_KEY_TYPES,
+    ROWS_PER_BATCH,
+    RUN_LOG_FETCH,
+    CommitRecord,
+    StoreBase,
+    _normal,
+    _pending_flags,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RunLog(StoreBase):
+    # --- the run log: which rows each commit counted (what cleanup deletes) ---------------
+
+    def commit_keys(self, folds: Sequence[Fold]) -> bytes:
+        """The record of the rows ``folds`` count, as ``write_commit_keys`` stores it."""
+        encode, _decode = self._key_codec()
+        return pack_commit_keys(
+            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.key_codec
+        )
+
+    def write_commit_keys(
+        self,
+        run_id: str,
+        shard: int,
+        bucket: int,
+        commit_id: Any,
+        folds: Sequence[Fold],
+        keys: bytes | None = None,
+        archive_rows: bytes | None = None,
+    ) -> None:
+        """Record, before a commit, the keys of the rows each of its counters counts (one
+        compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
+        exactly these rows once an execution verified the commit (``mark_verified``), and a later
+        fold reads them if any is still present. A record of a commit that did not apply is
+        never used: it is never verified, and no ledger row names its commit id. A kept family's
+        records name only the counters (its rows are not deleted): the look-up's history.
+        ``archive_rows``: the rows' archive record, for a family with an archive (in the same
+        write: a commit's keys are never recorded without it)."""
+        blob = self.commit_keys(folds) if keys is None else keys
+        if archive_rows is None and self.family.archive is not None:
+            archive_rows = self.archive_rows(folds)
+        self.requests[self.phase] += 1
+        if archive_rows is None:
+            statement = self.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+            return
+        statement = self.prepare(
+            "runs_keys_archive",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        self.session.execute(statement, (run_id, shard, bucket, commit_id, blob, archive_rows))
+
+    def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
+        """The archive record of the rows ``folds`` count (``archive.pack_record``), None for
+        a family without an archive."""
+        if self.family.archive is None:
+            return None
+        from ..archive import pack_record
+
+        encode, _decode = self._key_codec()
+        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.layout.key):
+            encode = list  # JSON as they are: the encoder's call per counter is not needed
+        return pack_record(folds, encode, [c.cql_type for c in self.layout.clustering])
+
+    def archive_layout(self) -> Any:
+        """The family's columns as its archive files name them (``archive.Layout``)."""
+        from ..archive import Layout
+
+        lay = self.layout
+        return Layout(
+            tuple((c.name, c.cql_type) for c in lay.key),
+            tuple((c.name, c.cql_type) for c in lay.clustering),
+            lay.increment.name if lay.increment else "increment",
+        )
+
+    def mark_archived(
+        self, run_id: str, shard: int, commits: Sequence[tuple[int, Any]], url: str
+    ) -> None:
+        """Mark commits ``(bucket, commit id)`` of a run's shard as held by the archive file
+        ``url``, before any of their rows is deleted: a retry of the cleanup does not archive
+        them again, and a later fold that finds one of their rows still present carries it as
+        archived. One single-partition batch."""
+        if not commits:
+            return
+        statement = self.prepare(
+            "runs_archived",
+            "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(url, run_id, shard, bucket, commit_id) for bucket, commit_id in commits]
+        for group in chunks(params, ROWS_PER_BATCH):
+            self._run([(self._batch(statement, group), None)])
+
+    def mark_verified(
+        self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
+    ) -> None:
+        """Mark a bucket's commits as verified by ``execution`` (one attempt of the shard's
+        compact step), after their copies were read back and their rows recounted: what that
+        execution's cleanup may delete, and a copy found missing later was removed by someone
+        (not a crash between commit and copy). One single-partition batch."""
+        if not commit_ids:
+            return
+        statement = self.prepare(
+            "runs_verified",
+            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
+        self._run([(self._batch(statement, params), None)])
+
+    def read_run_commits(
+        self, run_id: str, shard: int, executions: Sequence[str]
+    ) -> dict[int, list[CommitRecord]]:
+        """The records of the run's commits in a shard that one of ``executions`` verified, by
+        bucket. A commit no such execution verified is left out, whoever made it (a zombie
+        attempt, a run that reused the run id, a task marked successful by hand): its rows,
+        if counted, stay counted (its checkpoint's pending), and a later fold commits them
+        again as present and deletes them then."""
+        archived = self.family.archive is not None
+        statement = self.prepare(
+            "runs_read_archive" if archived else "runs_read",
+            "SELECT bucket, commit_id, keys, verified_by"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ?",
+        )
+        _encode, decode = self._key_codec()
+        bound = statement.bind((run_id, shard))
+        bound.fetch_size = RUN_LOG_FETCH
+        self.requests[self.phase] += 1
+        wanted = set(executions)
+        out: dict[int, list[CommitRecord]] = defaultdict(list)
+        for row in self.session.execute(bound, execution_profile=BULK_PROFILE):
+            bucket, commit_id, blob, verified_by = row[:4]
+            if blob is None or verified_by not in wanted:
+                continue
+            extra = (row[4], row[5]) if archived else (None, None)
+            out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec, *extra))
+        return out
+
+    def commit_record(
+        self, run_id: str, shard: int, bucket: int, commit_id: Any
+    ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:
+        """One commit's record: its entries (counter JSON-encoded, epoch, keys), its archive
+        record and its ``archived`` mark; None when the run log no longer holds it."""
+        statement = self.prepare(
+            "runs_record_read",
+            "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
+            "AND bucket = ? AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
+        if row is None or row[0] is None:
+            return None
+        return unpack_commit_keys(row[0], self.key_codec), row[1], row[2]
+
+    def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
+        """Whether an execution verified this commit (its copy was read back equal to it), as
+        far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
+        verified: any run that read the counter since would have copied it again)."""
+        statement = self.prepare(
+            "runs_verified_read",
+            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        self.requests[self.phase] += 1
+        row = self.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        return row is None or row[0] is not None
+
+    def load_pending(
+        self, shard: int, bucket: int, checkpoints: dict[Key, Checkpoint], counters: Iterable[Key]
+    ) -> list[Key]:
+        """Load, in place, the pending keys of the given counters' checkpoints from their
+        commits' records (one read per commit). Returns the counters whose record is gone (the
+        run log keeps records ``schema.RUNLOG_TTL_S``): their counted rows cannot be told from late
+        ones."""
+        wanted = [c for c in counters if not checkpoints[c].pending_loaded]
+        if not wanted:
+            return []
+        archived = self.family.archive is not None
+        statement = self.prepare(
+            "runs_keys_read_archive" if archived else "runs_keys_read",
+            "SELECT keys" + (", archive_rows, archived" if archived else "") + " FROM {runs} "
+            "WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
+        )
+        refs = sorted(
+            {(checkpoints[c].run_id or "", checkpoints[c].commit_id) for c in wanted}, key=str
+        )
+        results = self._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
+        encode, decode = self._key_codec()
+        records: dict[tuple[str, Any], dict[Key, CountedKeys]] = {}
+        archives: dict[tuple[str, Any], tuple[bytes | None, str | None]] = {}
+        for ref, result in zip(refs, results, strict=True):
+            row = result.one()
+            if row is not None and row[0] is not None:
+                records[ref] = {
+                    _normal(decode(c)): keys
+                    for c, _epoch, keys in unpack_commit_keys(row[0], self.key_codec)
+                }
+                if archived:
+                    archives[ref] = (row[1], row[2])
+        missing = []
+        for counter in wanted:
+            cp = checkpoints[counter]
+            ref = (cp.run_id or "", cp.commit_id)
+            keys = records.get(ref, {}).get(_normal(counter))
+            if keys is None:
+                missing.append(counter)
+                continue
+            flags, from_zero = (
+                _pending_flags(archives.get(ref), encode(counter), keys.keys)
+                if archived
+                else (None, False)
+            )
+            checkpoints[counter] = replace(
+                cp,
+                pending=frozenset(keys.keys),
+                pending_loaded=True,
+                pending_flags=flags,
+                unarchived_from_zero=from_zero,
+            )
+        return missing
