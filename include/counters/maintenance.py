@@ -17,12 +17,12 @@ from .compaction import (
     MAX_ATTEMPTS,
     Phases,
     RunPlan,
-    _micros,
     audit_record,
     commit_folds,
     committed_checkpoint,
     new_run_id,
 )
+from .compaction.common import _micros
 from .config import Family, Kind
 from .core import (
     EMPTY_CHECKPOINT,

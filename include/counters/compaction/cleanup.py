@@ -1,0 +1,262 @@
+"""Cleaning up: delete exactly the rows the verified commits counted, then check what is left."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cassandra import ReadFailure, ReadTimeout
+
+from ..config import Kind
+from ..core import (
+    CheckOutcome,
+    Key,
+    format_key,
+    lowest_floor,
+)
+from ..rowkeys import CountedKeys
+from ..store import Store
+from .common import (
+    CLEANUP_CHECK_SAMPLE,
+    MEMBER_INDEX,
+    Fault,
+    _micros,
+    _no_fault,
+    collector_relaxed,
+    peak_rss_mib,
+)
+from .shard import (
+    _each_bucket,
+)
+from .verify import (
+    recount_tolerant,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --- cleanup -----------------------------------------------------------------------------
+
+
+@dataclass
+class CleanupReport:
+    """One shard's cleanup: rows deleted, and what an independent count found left after."""
+
+    shard: int
+    rows_deleted: int = 0
+    leftovers: list[str] = field(default_factory=list)
+    late_rows: int = 0
+    late_sum: int = 0
+    windowed: int = 0
+    counters_cleaned: int = 0
+    counters_checked: int = 0
+    seconds: float = 0.0
+    requests: dict[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    archived_rows: int = 0
+    archived_sum: int = 0
+    archive_files: list[str] = field(default_factory=list)
+    """The archive files this cleanup wrote (their manifests are in the run's audit row)."""
+    archive_deferred: int = 0
+    """Commits recorded before the family had an archive: their rows were left in place, for
+    the next fold of their counters (which archives them before deleting them)."""
+    archive_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CleanupReport:
+        return cls(**data)
+
+
+@collector_relaxed()
+def cleanup_shard(
+    store: Store,
+    shard: int,
+    run_id: str,
+    executions: Sequence[str],
+    *,
+    now: datetime | None = None,
+    fault: Fault = _no_fault,
+    started_at: datetime | None = None,
+) -> CleanupReport:
+    """Delete the raw rows counted by the run's commits that ``executions`` verified (the
+    attempts whose reports passed the family's checks), exactly those (keys read from the run
+    log, not the ledger); quarantined counters keep their rows. Then count, on the server, what
+    is left at or below each epoch of a sample: a counted row still there is a failure, any
+    other row a late write (folded by the next run).
+
+    A family with an ``archive`` first writes every row it is about to delete to the archive
+    (``archiving.archive_commits``; ``started_at``: the run's start, its audit row's key); a
+    failure there deletes nothing."""
+    started = time.perf_counter()
+    report = CleanupReport(shard)
+    store.phase = "cleanup"
+    runs = store.read_run_commits(run_id, shard, executions)
+    fault("cleanup_read_log")
+    if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
+        report.seconds = time.perf_counter() - started
+        return report
+    quarantined = set(store.read_quarantine(shard))
+    deferred: set[Any] = set()
+    if store.family.archive is not None:
+        from ..archiving import archive_commits
+
+        store.phase = "archive"
+        archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)
+        store.phase = "cleanup"
+        deferred = archived.deferred
+        report.archived_rows, report.archived_sum = archived.rows, archived.sum
+        report.archive_files = [m.url for m in archived.manifests]
+        report.archive_deferred = len(deferred)
+        report.archive_seconds = archived.seconds
+    # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
+    # planned with) and than the epoch: retries of the deleted rows stay deleted
+    now_us = max(_micros(), _micros(now))
+
+    def one(bucket: int) -> CleanupReport:
+        store.phase = "cleanup"  # this thread's requests
+        part = CleanupReport(shard)
+        # every verified commit's keys are counted for good (a later commit builds on it, a
+        # reset consumes them): deleting them is safe whatever committed since
+        mine: dict[Key, tuple[int, CountedKeys]] = {}
+        for record in runs[bucket]:
+            if record.commit_id in deferred:  # no values to archive: the next fold's
+                continue
+            for counter, epoch_ms, keys in record.entries:
+                if counter in quarantined:
+                    continue
+                if counter in mine:  # a retry of the run committed it again
+                    epoch_before, keys_before = mine[counter]
+                    merged = dict.fromkeys([*keys_before.keys, *keys.keys])
+                    keys = CountedKeys.of(store.key_codec, list(merged))
+                    mine[counter] = (max(epoch_ms, epoch_before), keys)
+                else:
+                    mine[counter] = (epoch_ms, keys)
+        if not mine:
+            return part
+        deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if len(keys)]
+        if deletions:
+            newest = max(mine[c][0] for c, _keys in deletions)
+            tombstone_ts = max(now_us, newest * 1000 + 1000)
+            if store.family.kind is Kind.UNIQUE:
+                # members first: once their derived rows are gone, the mark is what keeps a
+                # duplicate row (a clock-behind writer's) from counting the member again
+                store.mark_counted(
+                    [(c, [k[MEMBER_INDEX] for k in keys.keys]) for c, keys in deletions]
+                )
+                fault("cleanup_mark")
+            part.rows_deleted += store.delete_rows(deletions, tombstone_ts)
+        store.phase = "verify_cleanup"
+        _check_left(store, shard, bucket, mine, part)
+        return part
+
+    for part in _each_bucket(one, sorted(runs)):
+        report.rows_deleted += part.rows_deleted
+        report.leftovers += part.leftovers
+        report.late_rows += part.late_rows
+        report.late_sum += part.late_sum
+        report.windowed += part.windowed
+        report.counters_cleaned += part.counters_cleaned
+        report.counters_checked += part.counters_checked
+    fault("cleanup_delete")
+    report.requests = dict(store.requests)
+    report.seconds = time.perf_counter() - started
+    report.peak_rss_mib = peak_rss_mib()
+    return report
+
+
+def _check_left(
+    store: Store,
+    shard: int,
+    bucket: int,
+    mine: dict[Key, tuple[int, CountedKeys]],
+    report: CleanupReport,
+) -> None:
+    """Count, on the server, what is left at or below the epoch of a sample of the bucket's
+    cleaned counters (all of them up to ``CLEANUP_CHECK_SAMPLE``). A whole-bucket count would
+    read every tombstone just written; a systematic failure (a wrong key, a tombstone older than
+    the row) shows in any sample, and every counted row left anywhere is counted again by the
+    next run that reads its counter (``counted_present``), deleted and reported."""
+    report.counters_cleaned += len(mine)
+    chosen = list(mine)
+    if len(chosen) > CLEANUP_CHECK_SAMPLE:
+        chosen = random.Random(f"{shard}:{bucket}").sample(
+            sorted(chosen, key=repr), CLEANUP_CHECK_SAMPLE
+        )
+    report.counters_checked += len(chosen)
+    counted = {c: frozenset(mine[c][1].keys) for c in chosen}
+    by_epoch: dict[int, list[Key]] = {}
+    for counter in chosen:
+        by_epoch.setdefault(mine[counter][0], []).append(counter)
+    for epoch_ms, group in by_epoch.items():
+        # above the earliest counted row: the tombstones of earlier folds stay unread (late rows
+        # below it are not reported here; the next run that reads the counter folds them)
+        after_ms = lowest_floor(_key_floor(mine[c][1].keys) for c in group)
+        left = recount_tolerant(store, shard, bucket, group, epoch_ms, counted, False, after_ms)
+        for counter in group:
+            if not left.get(counter, (0, 0))[0]:
+                continue
+            try:
+                present = store.read_rows([counter])[counter]
+            except (ReadFailure, ReadTimeout):  # a hot counter: its counted rows only
+                present = store.read_rows_at(counter, list(counted[counter]))
+                report.windowed += 1
+            for time_ms, key, increment in present:
+                if time_ms > epoch_ms:
+                    continue
+                if key in counted[counter]:
+                    report.leftovers.append(f"{format_key(counter)} @ {time_ms}")
+                else:
+                    report.late_rows += 1
+                    report.late_sum += increment or 0
+
+
+def _key_floor(keys: Sequence[Any]) -> int | None:
+    """The time before the earliest of these counted keys, when their time is packed as epoch
+    ms (a ``timestamp`` time column); None otherwise."""
+    times = [k[0] for k in keys]
+    if not times or not all(type(t) is int for t in times):
+        return None
+    return min(times) - 1
+
+
+def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:
+    """After cleanup: no row the run counted remains (pure, over the shards' reports).
+
+    Rows at or below the epoch that the ledger does not list are late writes that arrived
+    after the fold; they are reported (and folded by the next run), not failures.
+    """
+    leftovers = [x for r in reports for x in r.leftovers]
+    late_rows = sum(r.late_rows for r in reports)
+    late_sum = sum(r.late_sum for r in reports)
+    windowed = sum(r.windowed for r in reports)
+    cleaned = sum(r.counters_cleaned for r in reports)
+    checked = sum(r.counters_checked for r in reports)
+    detail = (
+        (f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone")
+        + f" in {checked} of {cleaned} cleaned counter(s) counted again"
+        + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
+    )
+    if windowed:
+        detail += f"; {windowed} hot counter(s) checked by parts (late rows: recent ones only)"
+    return CheckOutcome(
+        "no_counted_rows_remain_after_cleanup",
+        not leftovers,
+        True,
+        detail,
+        tuple(leftovers[:50]),
+    )
+
+
+def cleanup_failure_message(family: str, run_id: str, outcome: CheckOutcome) -> str:
+    return (
+        f"cleanup check failed for family {family!r} run {run_id!r}: "
+        f"{outcome.detail} [{'; '.join(outcome.counters[:5])}]"
+    )

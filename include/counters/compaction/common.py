@@ -1,0 +1,308 @@
+"""What every step of a run shares: fault points, limits, phases, a shard's report, the
+bucket context and the garbage collector's pacing."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cassandra import ReadFailure, ReadTimeout
+
+from ..core import (
+    EMPTY_CHECKPOINT,
+    Checkpoint,
+    Evidence,
+    Key,
+    Row,
+    Tally,
+    format_key,
+    from_millis,
+)
+from ..store import COMMIT_CHUNK, Copy, Store
+
+log = logging.getLogger(__name__)
+
+Fault = Callable[[str], None]
+"""Called between statements with the name of the point reached; tests raise there to crash."""
+
+FAULT_POINTS = (
+    "lease",
+    "discover",
+    "read_compact",
+    "read_raw",
+    "keys",
+    "commit",
+    "copy",
+    "verify",
+    "forget",
+    "cleanup_read_log",
+    "cleanup_mark",
+    "cleanup_delete",
+    "finish",
+)
+"""Every point ``fault`` is called at, in run order (``keys``: after a chunk's keys are recorded,
+before its commit; ``cleanup_mark``: unique families only)."""
+ARCHIVE_FAULT_POINTS = ("cleanup_archive_file", "cleanup_archive")
+"""The points a family with an archive reaches too, between ``cleanup_read_log`` and the first
+delete: ``cleanup_archive_file`` after the file is written, before its manifest is recorded;
+``cleanup_archive`` after the manifest and the commits' marks, before any row is deleted."""
+
+LEASE_TTL_S = 120
+FORGET_MARGIN = timedelta(minutes=2)
+"""A mark is forgotten only if it was written this long before the fold read the rows: a
+writer marks first and writes its row just after."""
+HOT_LATE_WINDOW = timedelta(minutes=10)
+"""How far behind its epoch a hot counter is read when its whole partition cannot be (every
+folded row leaves a tombstone for ``gc_grace_seconds``; past ``tombstone_failure_threshold``,
+100,000 by default, Cassandra refuses the read). Its older late rows wait, uncounted but never
+lost, until the partition can be read whole; its mark is kept so every run looks again."""
+SMALL_RUN_COUNTERS = 2_000
+"""Touched counters below which a run's shards go to one task: spreading them costs more in
+task processes than it saves."""
+BUCKET_THREADS = 4
+"""Buckets of a shard worked at once in one process."""
+SCAN_THRESHOLD = 32
+"""Touched counters in a bucket from which one token-range scan replaces their ``IN`` reads."""
+CLEANUP_CHECK_SAMPLE = 32
+"""Counters per bucket whose leftovers cleanup counts on the server (see ``_check_left``)."""
+MAX_FOLD_ROWS = 200_000
+"""Rows one commit of one counter may carry; a larger backlog is folded over several runs,
+each moving the counter's own epoch as far as the rows that fit."""
+FOLD_KEY_BYTES = 8 * 2**20
+"""Bytes of row keys one commit of one counter may carry, before compression (fewer rows than
+``MAX_FOLD_ROWS`` when the keys are long): a commit records every key it counts in one cell of
+the run log, and Cassandra refuses a request over 16 MiB (``native_transport_max_message_size``)
+and a mutation over 16 MiB (half its commit log segment)."""
+COMMIT_KEYS_BYTES = 8 * 2**20
+"""Most bytes of one commit's record of counted keys, compressed: a chunk of counters over it
+is committed in halves."""
+ARCHIVE_FOLD_KEY_BYTES = FOLD_KEY_BYTES // 2
+"""``FOLD_KEY_BYTES`` of a family with an archive: its commit's record holds each row twice
+(the key the cleanup binds, and the row with its increment and flags for the archive, 9 bytes
+more: at most ~1.7 MiB for ``MAX_FOLD_ROWS``), so a fold carries half the keys' bytes."""
+MAX_ATTEMPTS = 4
+MEMBER_INDEX = 1
+"""A unique family's derived rows are clustered by (first_time, member)."""
+
+
+def _no_fault(point: str) -> None:
+    del point
+
+
+def new_run_id(prefix: str = "cli") -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _micros(moment: datetime | None = None) -> int:
+    return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+@dataclass
+class Phases:
+    """Wall time per phase, in seconds."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, name: str, store: Store | None = None) -> Iterator[None]:
+        start = time.perf_counter()
+        if store is not None:
+            store.phase = name
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def merge(self, other: Phases) -> Phases:
+        out = Phases(dict(self.seconds))
+        for name, value in other.seconds.items():
+            out.seconds[name] = out.seconds.get(name, 0.0) + value
+        return out
+
+
+@dataclass
+class ShardReport:
+    shard: int
+    tally: Tally
+    phases: Phases
+    evidence: list[Evidence] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+    peak_rss_mib: float = 0.0
+    execution: str = field(default_factory=lambda: secrets.token_hex(8))
+    """This attempt of the shard's compact step: its cleanup deletes only the commits it
+    verified, never another attempt's (a zombie, a reused run id, a task marked successful)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "execution": self.execution,
+            "peak_rss_mib": self.peak_rss_mib,
+            "shard": self.shard,
+            "tally": self.tally.as_dict(),
+            "seconds": dict(self.phases.seconds),
+            "evidence": [e.as_dict() for e in self.evidence],
+            "failures": list(self.failures),
+            "requests": dict(self.requests),
+            "dry_run": self.dry_run,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardReport:
+        return cls(
+            data["shard"],
+            Tally.from_dict(dict(data["tally"])),
+            Phases(dict(data["seconds"])),
+            [Evidence(**e) for e in data.get("evidence", [])],
+            list(data.get("failures", [])),
+            dict(data.get("requests", {})),
+            bool(data.get("dry_run")),
+            float(data.get("peak_rss_mib", 0.0)),
+            str(data.get("execution", "")),
+        )
+
+
+_EPOCH0 = datetime(1970, 1, 1)
+
+
+# --- compact -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    store: Store
+    shard: int
+    epoch_ms: int
+    run_id: str
+    dry_run: bool
+    fault: Fault
+    tally: Tally
+    phases: Phases
+    quarantined: set[Key]
+    report: ShardReport
+    commit_chunk: int = COMMIT_CHUNK
+    index_read_at: int = 0
+    """When the shard's index marks were read (µs): the base of the forget horizon."""
+    sweep: bool = False
+    execution: str = ""
+    """This attempt of the shard's compact step: the commits it verified are what its
+    cleanup deletes (``ShardReport.execution``)."""
+
+
+STEP_GC_THRESHOLD = 100_000
+"""New containers between two young collections of Python's cyclic collector while a shard's
+step runs (Python's default: 700)."""
+_collector_steps = 0
+_collector_thresholds: tuple[int, ...] = ()
+_collector_lock = threading.Lock()
+
+
+@contextmanager
+def collector_relaxed() -> Iterator[None]:
+    """Python's cyclic collector runs ~140x less often while a shard's step runs; its
+    thresholds are back as they were after the last concurrent step. A step allocates millions
+    of short-lived tuples and bound statements: with the default threshold many are still
+    alive when the collector walks them, and move on to be walked again by the older
+    generations. A probe writing 100,000 compact copies took 3.5-4.2 client CPU-s with the
+    default, 2.7-3.0 at this threshold, 2.5-2.7 with the collector off. Not off: the driver's
+    futures are cycles that hold their result pages, which only the collector frees (a run of
+    100,000 rows with it off left 318,000 such objects)."""
+    global _collector_steps, _collector_thresholds
+    with _collector_lock:
+        if _collector_steps == 0:
+            _collector_thresholds = gc.get_threshold()
+            gc.set_threshold(STEP_GC_THRESHOLD, *_collector_thresholds[1:])
+        _collector_steps += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_steps -= 1
+            if _collector_steps == 0:
+                gc.set_threshold(*_collector_thresholds)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (``VmHWM``), in MiB; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def read_rows_tolerant(
+    store: Store, counters: Sequence[Key], ledger: Any, copies: dict[Key, Copy]
+) -> tuple[dict[Key, list[Row]], dict[Key, int]]:
+    """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
+    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``).
+    Returns the rows, and per hot counter the time (ms) before which late rows were not read."""
+    if not counters:
+        return {}, {}
+    try:
+        return store.read_rows(counters), {}
+    except (ReadFailure, ReadTimeout):
+        pass
+    rows: dict[Key, list[Row]] = {}
+    floors: dict[Key, int] = {}
+    for counter in counters:  # one at a time, to find the counter(s) that cannot be read
+        try:
+            rows.update(store.read_rows([counter]))
+        except (ReadFailure, ReadTimeout) as exc:
+            base = ledger.checkpoints.get(counter)
+            if base is not None and not base.pending_loaded:  # its counted rows: point reads
+                store.load_pending(*store.bucket(counter), ledger.checkpoints, [counter])
+                base = ledger.checkpoints[counter]
+            if base is None and counter in copies:
+                copy = copies[counter]
+                base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc)
+            rows[counter] = found
+            floors[counter] = floor
+    return rows, floors
+
+
+def read_hot_counter(
+    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception
+) -> tuple[list[Row], int]:
+    """The rows a fold must see, read without crossing the tombstones of folded rows: every row
+    after the counter's epoch (no tombstone of ours lies there), every row its checkpoint lists
+    as pending that is still present (point reads: keeping them in ``pending`` is what stops a
+    later run from counting them twice), and, if that range can be read, late rows of the last
+    ``HOT_LATE_WINDOW``."""
+    if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
+        raise error
+    epoch = checkpoint.epoch_ms
+    found = {r[1]: r for r in store.read_rows([counter], epoch)[counter]}
+    found.update((r[1], r) for r in store.read_rows_at(counter, list(checkpoint.pending)))
+    floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
+    try:
+        found.update((r[1], r) for r in store.read_rows_between(counter, floor, epoch))
+    except (ReadFailure, ReadTimeout):
+        floor = epoch
+    log.warning(
+        "family %r counter %s: whole-partition read failed (%s); read its rows after %s, its "
+        "pending rows, and late rows since %s",
+        store.family.name,
+        format_key(counter),
+        type(error).__name__,
+        from_millis(epoch).isoformat(),
+        from_millis(floor).isoformat(),
+    )
+    return sorted(found.values(), key=lambda r: r[0]), floor

@@ -1,0 +1,183 @@
+"""Concluding a run: advance the family's epoch, decide its outcome and write its audit row."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..config import Family
+from ..core import (
+    CheckOutcome,
+    Tally,
+    utc_naive,
+)
+from ..errors import ArchiveError
+from ..store import Store
+from .common import (
+    Phases,
+    _iso,
+)
+from .plan import (
+    RunPlan,
+    finish_run,
+)
+
+log = logging.getLogger(__name__)
+
+
+def prune_archive(family: Family, now: datetime | None = None) -> int:
+    """Delete the family's archive day folders older than its ``archive_retention`` (each run
+    does, when it finishes); how many. A store that cannot be pruned now is logged, not a
+    failed run: the rows are archived and deleted, and the next run prunes."""
+    if family.archive is None or family.archive_retention is None:
+        return 0
+    from ..archive_files import prune
+
+    try:
+        removed = prune(family, now or datetime.now(UTC))
+    except ArchiveError as exc:
+        log.warning("%s", exc)
+        return 0
+    if removed:
+        log.info(
+            "family %s: %d archive day folder(s) past its retention removed", family.name, removed
+        )
+    return removed
+
+
+def epoch_advanced(plan: RunPlan, family_epoch: datetime | None) -> CheckOutcome:
+    """The family's compacted epoch, read back after ``finish_run``, is at least the run's."""
+    advanced = family_epoch is not None and utc_naive(family_epoch) >= plan.epoch
+    return CheckOutcome(
+        "family_epoch_advanced",
+        advanced,
+        True,
+        f"compacted epoch {_iso(plan.epoch_before)} -> {_iso(family_epoch)} "
+        f"(run epoch {_iso(plan.epoch)})"
+        if advanced
+        else f"the compacted epoch is {_iso(family_epoch)} after finishing, expected at least "
+        f"{_iso(plan.epoch)}",
+    )
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """How a run that got past its cleanup ends: its outcome, the message its audit row and
+    its alert carry, and, when it did not succeed, the checks and counters to name."""
+
+    outcome: str
+    message: str
+    checks: list[CheckOutcome]
+    failed: list[str] = field(default_factory=list)
+    counters: list[str] = field(default_factory=list)
+
+
+def conclusion(
+    family: str, plan: RunPlan, tally: Tally, checks: Sequence[CheckOutcome]
+) -> Conclusion:
+    """The one rule that ends a run, for ``counterctl compact`` and the DAG alike (``checks``
+    ends with ``epoch_advanced``): a failed critical check fails it, a quarantined counter
+    makes it ``partial`` (the rest of the family was compacted), else ``success``."""
+    checks = list(checks)
+    failed = [o for o in checks if o.critical and not o.success]
+    if failed:
+        message = f"family {family!r} run {plan.run_id!r}: " + " | ".join(
+            f"{o.name}: {o.detail}" for o in failed
+        )
+        return Conclusion(
+            "failed",
+            message,
+            checks,
+            [o.name for o in failed],
+            list(dict.fromkeys(c for o in failed for c in o.counters)),
+        )
+    if tally.counters_quarantined:
+        named = next((o.counters for o in checks if o.name == "no_counter_quarantined"), ())
+        return Conclusion(
+            "partial",
+            quarantine_message(family, plan.run_id, tally, checks),
+            checks,
+            ["no_counter_quarantined"],
+            list(named or tally.quarantined),
+        )
+    return Conclusion("success", "", checks)
+
+
+def conclude_run(
+    store: Store, plan: RunPlan, tally: Tally, checks: Sequence[CheckOutcome]
+) -> Conclusion:
+    """Advance the family's compacted epoch, read it back, and decide how the run ends."""
+    finish_run(store, plan, tally)
+    moved = epoch_advanced(plan, store.family_epoch())
+    return conclusion(store.family.name, plan, tally, [*checks, moved])
+
+
+def dry_run_message(tally: Tally) -> str:
+    return (
+        f"dry run: {tally.counters_committed} counter(s) would fold {tally.rows_folded} "
+        f"row(s) (sum {tally.sum_folded}); nothing written, verified or deleted"
+    )
+
+
+def audit_record(
+    family: Family,
+    plan: RunPlan,
+    *,
+    outcome: str,
+    tally: Tally,
+    phases: Phases,
+    checks: Sequence[CheckOutcome] = (),
+    dry_run: bool = False,
+    message: str = "",
+    started_at: datetime | None = None,
+    gx_suite: str | None = None,
+    gx_result: str | None = None,
+) -> dict[str, Any]:
+    """A run's audit row (``Store.write_audit`` adds who ran it, the code version and the
+    configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
+    run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
+    return {
+        "family": family.name,
+        "started_at": started_at or datetime.now(UTC),
+        "run_id": plan.run_id,
+        "kind": family.kind.value,
+        "outcome": outcome,
+        "dry_run": dry_run,
+        "sweep": plan.sweep,
+        "gx_suite": gx_suite,
+        "gx_result": gx_result,
+        "epoch_before": plan.epoch_before,
+        "epoch_after": plan.epoch
+        if outcome in ("success", "partial", "reset", "idle") and not dry_run
+        else plan.epoch_before,
+        "counters": tally.counters_committed,
+        "rows_folded": tally.rows_folded,
+        "sum_folded": tally.sum_folded,
+        "late_rows": tally.late_rows,
+        "late_sum": tally.late_sum,
+        "max_lateness_ms": tally.max_lateness_ms,
+        "conflicts": tally.conflicts,
+        "rows_deleted": tally.rows_deleted,
+        "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
+        "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
+        "message": message[:2000],
+    }
+
+
+def quarantine_message(
+    family: str, run_id: str, tally: Tally, checks: Sequence[CheckOutcome]
+) -> str:
+    detail = next((o for o in checks if o.name == "no_counter_quarantined"), None)
+    named = "; ".join((detail.counters if detail else ())[:5]) or ", ".join(tally.quarantined)
+    left = (
+        f", {tally.rows_left} row(s) at or below the epoch left unfolded" if tally.rows_left else ""
+    )
+    return (
+        f"family {family!r} run {run_id!r}: {tally.counters_quarantined} counter(s) quarantined "
+        f"(kept out of compaction, none of their rows deleted{left}; the rest of the family was "
+        f"compacted): {named}. Inspect with `counterctl quarantine --family {family}`, release "
+        "with --release once fixed"
+    )

@@ -1,0 +1,196 @@
+"""Folding a bucket's rows onto each counter's checkpoint (the bases it starts from, the
+counters it must quarantine instead), shared by the shard's fold and the verify's refold."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..config import Kind
+from ..core import (
+    BIGINT_MAX,
+    BIGINT_MIN,
+    EMPTY_CHECKPOINT,
+    Checkpoint,
+    Fold,
+    Key,
+    Row,
+    fold_counter,
+    fold_recount,
+    fold_row_limit,
+    fold_slice,
+    format_key,
+    needs_pending,
+)
+from ..identity import check_partition
+from ..store import Copy, Ledger
+from .common import (
+    ARCHIVE_FOLD_KEY_BYTES,
+    FOLD_KEY_BYTES,
+    MAX_FOLD_ROWS,
+    MEMBER_INDEX,
+    _Context,
+    read_rows_tolerant,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _refusal(fold: Fold) -> str:
+    name = format_key(fold.counter)
+    if fold.bad_rows:
+        keys = ", ".join(str(k) for k in fold.bad_rows[:5])
+        return (
+            f"{name}: {len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
+        )
+    if not BIGINT_MIN <= fold.value <= BIGINT_MAX:
+        return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
+    return (
+        f"{name}: the sums its checkpoint keeps would overflow a bigint (folded "
+        f"{fold.folded_sum}, counted rows not yet deleted {fold.pending_sum}; value {fold.value})"
+    )
+
+
+def _bases(
+    ledger: dict[Key, Checkpoint],
+    copies: dict[Key, Copy],
+    rows: dict[Key, list[Row]],
+    quarantined: set[Key],
+) -> tuple[dict[Key, Checkpoint], list[Key], dict[Key, tuple[str, str]]]:
+    """Each counter's checkpoint (the ledger's; a compact row that names no commit, from
+    before the ledger or written by hand for a new counter, counts as one), the counters whose
+    copy is behind their ledger row (a crash between commit and copy), and the suspects with
+    their reason: a copy changed by someone else since the last commit (``tampered``; a
+    suspect whose ledger row, read again after the copies, holds the copy's commit is not:
+    another run committed between the reads, and the fold on the older row loses its
+    compare-and-set and is folded again), or a copy naming a commit the ledger does not hold
+    at the counter's place (``unknown_commit``: the ledger was truncated, the shard or bucket
+    count changed, another family wrote it). A suspect is never a base: adopting an unknown
+    commit's copy would count its rows again."""
+    bases: dict[Key, Checkpoint] = {}
+    recopy: list[Key] = []
+    suspects: dict[Key, tuple[str, str]] = {}
+    for counter in set(rows) | set(ledger):
+        if counter in quarantined:
+            continue
+        cp = ledger.get(counter)
+        copy = copies.get(counter)
+        if cp is None:
+            if copy is None:
+                bases[counter] = EMPTY_CHECKPOINT
+            elif copy.commit_id is None:
+                bases[counter] = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
+            else:
+                suspects[counter] = (
+                    "unknown_commit",
+                    f"{format_key(counter)}: its compact row (value {copy.value}, epoch "
+                    f"{copy.epoch_ms}) names commit {copy.commit_id}, which the ledger does not "
+                    "hold at its shard and bucket (a truncated ledger, a changed shard or bucket "
+                    "count, another family's write): taking it as a base would count its rows "
+                    "again. Its rows are kept; find where its commit went, then release it",
+                )
+            continue
+        bases[counter] = cp
+        if copy is None or (copy.writetime or 0) < (cp.version or 0):
+            recopy.append(counter)
+        elif (copy.value, copy.epoch_ms, copy.commit_id) != (cp.value, cp.epoch_ms, cp.commit_id):
+            suspects[counter] = (
+                "tampered",
+                f"{format_key(counter)}: compact value {copy.value} (epoch {copy.epoch_ms}) "
+                f"differs from its last commit {cp.value} (epoch {cp.epoch_ms}): changed "
+                "outside the engine",
+            )
+    return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
+
+
+def _load_pending(
+    ctx: _Context, bucket: int, checkpoints: dict[Key, Checkpoint], rows: dict[Key, list[Row]]
+) -> list[tuple[Key, str, str]]:
+    """Load the counted keys of the checkpoints whose counters still have rows at or below
+    their epoch (only those rows can be counted already); the ones whose record is gone are
+    returned for quarantine: counting their rows again could count some twice."""
+    need = [
+        c for c, found in rows.items() if c in checkpoints and needs_pending(checkpoints[c], found)
+    ]
+    missing = ctx.store.load_pending(ctx.shard, bucket, checkpoints, need)
+    return [(c, "keys_missing", _keys_missing(c, checkpoints[c])) for c in missing]
+
+
+def _keys_missing(counter: Key, cp: Checkpoint) -> str:
+    return (
+        f"{format_key(counter)}: rows at or below its epoch are present, and the record of "
+        f"which {cp.pending_rows} row(s) commit {cp.commit_id} (run {cp.run_id}) counted is "
+        "gone (the run log keeps it 14 days): they cannot be told from late rows. Delete the "
+        "rows that commit counted (or fold the late ones by hand), then release the counter"
+    )
+
+
+def _quarantine(
+    ctx: _Context, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
+) -> None:
+    entries = [e for e in entries if e[0] not in ctx.quarantined]
+    if not entries:
+        return
+    if not ctx.dry_run:
+        ctx.store.quarantine(ctx.run_id, entries)
+    for counter, reason, detail in entries:
+        ctx.quarantined.add(counter)
+        below = sum(1 for r in rows.get(counter, ()) if r[0] <= ctx.epoch_ms)
+        ctx.tally.add_quarantined(counter, below)
+        ctx.report.failures.append(detail)
+        log.warning("quarantined %s (%s): %s", format_key(counter), reason, detail)
+
+
+def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]) -> list[Fold]:
+    store = ctx.store
+    if store.family.folds_by_slice:
+        counters = [c for c in rows if c in bases and c not in ctx.quarantined]
+        slices = store.read_slices(counters, bases, ctx.epoch_ms)
+        if not ctx.sweep:
+            return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
+        # a sweep also recounts what each value counts (after its reset point): rows written
+        # behind a checkpoint (a writer's clock behind by more than the lag) are folded now
+        origins = {c: Checkpoint(epoch_ms=bases[c].origin_ms) for c in counters}
+        full = store.read_slices(counters, origins, ctx.epoch_ms)
+        return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
+    folds = []
+    unique = store.family.kind is Kind.UNIQUE
+    archived = store.family.archive is not None
+    key_bytes = ARCHIVE_FOLD_KEY_BYTES if archived else FOLD_KEY_BYTES
+    for counter, found in rows.items():
+        base = bases.get(counter)
+        if base is None or counter in ctx.quarantined:
+            continue
+        counted: frozenset[Any] = frozenset()
+        if unique:
+            candidates = [r[1][MEMBER_INDEX] for r in found if r[1] not in base.pending]
+            counted = frozenset(store.counted_members(counter, candidates))
+        folds.append(
+            fold_counter(
+                counter,
+                base,
+                found,
+                ctx.epoch_ms,
+                member_index=MEMBER_INDEX if unique else None,
+                counted_members=counted,
+                max_rows=fold_row_limit(found, MAX_FOLD_ROWS, key_bytes),
+                keep_values=archived,
+            )
+        )
+    return folds
+
+
+def _refold(
+    ctx: _Context, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
+) -> tuple[list[Fold], Ledger]:
+    """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
+    store = ctx.store
+    ledger = store.read_ledger(ctx.shard, bucket, counters)
+    check_partition(store, ctx.shard, bucket, ledger)
+    copies = store.read_copies(ctx.shard, bucket, counters)
+    fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
+    rows.update(fresh)
+    bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
+    _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
+    folds = [f for f in _fold(ctx, fresh, bases) if f.commit and f.counter not in ctx.quarantined]
+    return folds, ledger

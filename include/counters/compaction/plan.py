@@ -1,0 +1,184 @@
+"""Planning a run: its epoch, its shards, and whether it sweeps, is idle or has nothing to do."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..config import Discovery, Family
+from ..core import (
+    Tally,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+)
+from ..errors import EpochInFuture
+from ..identity import check_family
+from ..store import Store
+from .common import (
+    _EPOCH0,
+    SMALL_RUN_COUNTERS,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --- plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    family: str
+    run_id: str
+    epoch: datetime
+    epoch_before: datetime | None
+    shards: tuple[int, ...]
+    sweep: bool = False
+    noop_reason: str | None = None
+    started_at: datetime | None = None
+    idle: bool = False
+    """Nothing was touched since the last run, no counter is quarantined and no sweep is due:
+    the run only advances the family's epoch (``idle`` audit row), one cheap step."""
+    small: bool = False
+    """Few counters touched and no sweep: one task (one process) can do every shard."""
+
+    @property
+    def shard_groups(self) -> list[tuple[int, ...]]:
+        """How the shards are spread over tasks: all in one for a small run, else one each."""
+        return [self.shards] if self.small else [(s,) for s in self.shards]
+
+    @property
+    def noop(self) -> bool:
+        return self.noop_reason is not None
+
+    @property
+    def epoch_ms(self) -> int:
+        return to_millis(self.epoch)
+
+
+def decide_plan(
+    family: Family,
+    run_id: str,
+    epoch: datetime,
+    epoch_before: datetime | None,
+    now: datetime | None = None,
+    last_sweep: datetime | None = None,
+    anything_touched: bool = True,
+    touched: int | None = None,
+    last_sweep_size: int | None = None,
+) -> RunPlan:
+    """Pure: whether a run at ``epoch`` has anything to do, and whether it sweeps.
+
+    An epoch later than ``now - lag`` is refused: writers are still writing rows at those
+    times, and every one of them would become a late write. A run sweeps (scans the whole raw
+    table, finding rows of every writer) with ``discovery: scan``, or when the family's last
+    sweep is older than its ``sweep_interval``.
+    """
+    epoch = truncate_ms(utc_naive(epoch))
+    now = utc_naive(now or datetime.now(UTC))
+    if epoch > now - family.lag:
+        raise EpochInFuture(
+            f"family {family.name!r}: epoch {epoch.isoformat()} is later than now - lag "
+            f"({(now - family.lag).isoformat()}); refusing to fold rows that "
+            "writers may still be writing"
+        )
+    reason = None
+    if epoch_before is not None and epoch <= utc_naive(epoch_before):
+        reason = (
+            f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
+            f"{utc_naive(epoch_before).isoformat()}: nothing to do"
+        )
+    sweep = family.discovery is Discovery.SCAN or sweep_due(
+        family, now, last_sweep, last_sweep_size
+    )
+    idle = reason is None and not sweep and not anything_touched
+    small = (
+        (not sweep or cheap_sweep(family, last_sweep_size))
+        and touched is not None
+        and touched < SMALL_RUN_COUNTERS
+    )
+    return RunPlan(
+        family.name,
+        run_id,
+        epoch,
+        epoch_before,
+        tuple(range(family.shards)),
+        sweep,
+        reason,
+        now,
+        idle,
+        small,
+    )
+
+
+def sweep_due(
+    family: Family, now: datetime, last_sweep: datetime | None, last_size: int | None = None
+) -> bool:
+    """Whether a run at ``now`` sweeps: on the family's first run; on every run while its last
+    sweep was small (``cheap_sweep``: rows of any writer are then folded within a run); else
+    once per ``sweep_interval`` at the family's own phase (the first run after each point
+    ``k * sweep_interval + family.sweep_phase``). Two sweeps are never more than an interval (and a
+    run) apart, so rows of writers outside the API are folded within the bound; and families
+    deployed together do not all sweep in the same minute (50 of them did: a burst of 400
+    task instances every 15 minutes that the machine could not absorb)."""
+    if last_sweep is None or cheap_sweep(family, last_size):
+        return True
+    interval = family.sweep_interval
+    since_point = (utc_naive(now) - _EPOCH0 - family.sweep_phase) % interval
+    return utc_naive(last_sweep) < utc_naive(now) - since_point
+
+
+def cheap_sweep(family: Family, last_size: int | None) -> bool:
+    """Whether the family's last sweep was small enough to sweep every run."""
+    return last_size is not None and last_size < family.sweep_every_run_below
+
+
+def foreign_rows_bound(family: Family, last_size: int | None) -> timedelta:
+    """How long after it is written a row of a writer outside the write API (plain CQL, no
+    mark) is folded at the latest: a run (its schedule's period and the lag) when the family
+    sweeps every run, else ``sweep_interval`` more."""
+    from croniter import croniter
+
+    ticks = croniter(family.schedule, datetime(2001, 1, 1))
+    first = ticks.get_next(datetime)
+    period = ticks.get_next(datetime) - first
+    if family.discovery is Discovery.SCAN or cheap_sweep(family, last_size):
+        return family.lag + period
+    return family.lag + period + family.sweep_interval
+
+
+def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
+    """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
+    check_family(store, record=False, run_id=run_id)
+    state = store.family_state()
+    touched = store.touched_count(SMALL_RUN_COUNTERS)
+    plan = decide_plan(
+        store.family,
+        run_id,
+        epoch,
+        state.epoch,
+        now,
+        state.last_sweep,
+        touched > 0 or store.anything_quarantined(),
+        touched,
+        state.last_sweep_size,
+    )
+    if plan.idle:
+        finish_run(store, plan)
+    return plan
+
+
+# --- finish ------------------------------------------------------------------------------
+
+
+def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
+    """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
+    run records when it started and how much it read: ``tally``'s rows and counters)."""
+    size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
+    store.advance_family_epoch(
+        plan.epoch,
+        plan.run_id,
+        plan.started_at if plan.sweep else None,
+        size if plan.sweep else None,
+    )

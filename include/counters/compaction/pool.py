@@ -1,0 +1,306 @@
+"""A whole run (``counterctl compact``): its steps in order, the shards in a process pool."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from typing import Any
+
+from cassandra import DriverException
+
+from ..core import (
+    CheckOutcome,
+    Tally,
+)
+from ..errors import ChecksFailed, EngineError
+from ..store import COMMIT_CHUNK, Store
+from .cleanup import (
+    CleanupReport,
+    cleanup_failure_message,
+    cleanup_shard,
+    verify_cleanup,
+)
+from .common import (
+    Fault,
+    Phases,
+    ShardReport,
+    _no_fault,
+    new_run_id,
+)
+from .conclude import (
+    audit_record,
+    conclude_run,
+    dry_run_message,
+    prune_archive,
+)
+from .plan import (
+    RunPlan,
+    plan_run,
+)
+from .shard import (
+    compact_shard,
+)
+from .verify import (
+    verify_run,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    plan: RunPlan
+    outcome: str
+    tally: Tally
+    phases: Phases
+    checks: list[CheckOutcome]
+    message: str = ""
+    requests: dict[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    """The largest peak resident memory of the processes that worked the shards."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+            "family": self.plan.family,
+            "run_id": self.plan.run_id,
+            "outcome": self.outcome,
+            "epoch_before": self.plan.epoch_before.isoformat() if self.plan.epoch_before else None,
+            "epoch": self.plan.epoch.isoformat(),
+            "sweep": self.plan.sweep,
+            "message": self.message,
+            **self.tally.as_dict(),
+            "checks": {o.name: o.success for o in self.checks},
+            "durations_s": {k: round(v, 3) for k, v in self.phases.seconds.items()},
+            "requests": dict(self.requests),
+        }
+
+
+def _merge_requests(into: dict[str, int], more: dict[str, int]) -> None:
+    for name, count in more.items():
+        into[name] = into.get(name, 0) + count
+
+
+def _die_with_parent(parent: int) -> None:
+    """A shard worker ends with the run that started it, even one killed by SIGKILL (Linux:
+    the kernel signals it; elsewhere it notices on its next task)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def portable_error(exc: BaseException, where: str) -> BaseException:
+    """``exc`` if it survives the trip from a worker process to the run (pickled and rebuilt as
+    the same type), else an ``EngineError`` that names it. A driver error holding a connection's
+    lock, or an error whose constructor takes more than its message, would otherwise reach the
+    run as "cannot pickle '_thread.RLock' object", without the error that happened."""
+    try:
+        if type(pickle.loads(pickle.dumps(exc))) is type(exc):
+            return exc
+    except Exception:  # unpicklable, or not rebuilt from its args
+        pass
+    return EngineError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _shard_step(args: tuple[Any, ...]) -> Any:
+    """One shard's compact or cleanup in a worker process (its own connection)."""
+    from ..connection import Connection
+
+    (step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now) = args[
+        :11
+    ]
+    started_at = args[12] if len(args) > 12 else None
+    try:
+        with Connection(settings) as conn:
+            store = Store(conn, family, layout)
+            if step == "compact":
+                return compact_shard(
+                    store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
+                )
+            return cleanup_shard(store, shard, run_id, args[11], now=now, started_at=started_at)
+    except BaseException as exc:
+        portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
+        if portable is exc:
+            raise
+        log.error("shard %s %s failed", shard, step, exc_info=exc)  # the whole traceback
+        raise portable from None
+
+
+def run_family(
+    store: Store,
+    epoch: datetime,
+    run_id: str | None = None,
+    *,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    workers: int = 1,
+    commit_chunk: int = COMMIT_CHUNK,
+    fault: Fault = _no_fault,
+    progress: Callable[[str], None] | None = None,
+    now: datetime | None = None,
+    on_audit: Callable[[dict[str, Any], Tally], None] | None = None,
+) -> RunSummary:
+    """Every step of a run (what ``counterctl compact`` does); ``workers`` > 1 runs the shards
+    in that many processes (both cores: the client's CPU is the bound, not Cassandra's).
+    ``on_audit(record, tally)`` is called with the run's audit row once written (metrics)."""
+    run_id = run_id or new_run_id()
+    started = datetime.now(UTC)
+    store.requests.clear()
+    peak = 0.0
+    phases = Phases()
+    with phases.timed("plan", store):
+        plan = plan_run(store, run_id, epoch, now)
+    tally = Tally()
+    checks: list[CheckOutcome] = []
+    requests: dict[str, int] = {}
+    say = progress or (lambda _m: None)
+
+    def finish(outcome: str, message: str = "") -> RunSummary:
+        """Every run leaves one audit row, whatever its outcome."""
+        record = audit_record(
+            store.family,
+            plan,
+            outcome=outcome,
+            tally=tally,
+            phases=phases,
+            checks=checks,
+            dry_run=dry_run,
+            message=message,
+            started_at=started,
+        )
+        store.write_audit(record)
+        if on_audit is not None:
+            on_audit(record, tally)
+        _merge_requests(requests, store.requests)
+        return RunSummary(plan, outcome, tally, phases, checks, message, requests, peak)
+
+    if plan.noop:
+        return finish("noop", plan.noop_reason or "")
+    if plan.idle:
+        return finish("idle", "nothing touched since the last run, no sweep due")
+    parallel = workers > 1 and fault is _no_fault and len(plan.shards) > 1
+    pool = (
+        ProcessPoolExecutor(
+            min(workers, len(plan.shards)),
+            mp_context=get_context("spawn"),
+            initializer=_die_with_parent,
+            initargs=(os.getpid(),),
+        )
+        if parallel
+        else None
+    )
+
+    def each_shard(step: str, executions: dict[int, list[str]] | None = None) -> list[Any]:
+        verified = executions or {}
+        if pool is None:
+            if step == "compact":
+                return [
+                    compact_shard(
+                        store,
+                        s,
+                        plan.epoch,
+                        run_id,
+                        sweep=plan.sweep,
+                        dry_run=dry_run,
+                        use_lease=use_lease,
+                        commit_chunk=commit_chunk,
+                        fault=fault,
+                    )
+                    for s in plan.shards
+                ]
+            return [
+                cleanup_shard(
+                    store,
+                    s,
+                    run_id,
+                    verified.get(s, []),
+                    now=now,
+                    fault=fault,
+                    started_at=started,
+                )
+                for s in plan.shards
+            ]
+        args = [
+            (
+                step,
+                store.conn.settings,
+                store.family,
+                store.layout,
+                s,
+                run_id,
+                plan.epoch,
+                plan.sweep,
+                dry_run,
+                use_lease,
+                now,
+                verified.get(s, []),
+                started,
+            )
+            for s in plan.shards
+        ]
+        return list(pool.map(_shard_step, args))
+
+    try:
+        say(f"compacting {len(plan.shards)} shard(s){' (sweep)' if plan.sweep else ''}")
+        with phases.timed("compact", store):
+            reports: list[ShardReport] = each_shard("compact")
+        for report in reports:
+            peak = max(peak, report.peak_rss_mib)
+            tally = tally.merge(report.tally)
+            phases = phases.merge(
+                Phases({f"compact.{k}": v for k, v in report.phases.seconds.items()})
+            )
+            if pool is not None:
+                _merge_requests(requests, report.requests)
+        if dry_run:
+            return finish("dry-run", dry_run_message(tally))
+        with phases.timed("verify", store):
+            verification = verify_run(reports)
+        checks = list(verification.outcomes)
+        if not verification.passed:
+            raise ChecksFailed(verification.failure_message(store.family.name, run_id), checks)
+        say("cleaning up")
+        with phases.timed("cleanup", store):
+            cleanups: list[CleanupReport] = each_shard("cleanup", verification.executions)
+        for cleanup in cleanups:
+            peak = max(peak, cleanup.peak_rss_mib)
+            tally.rows_deleted += cleanup.rows_deleted
+            if pool is not None:
+                _merge_requests(requests, cleanup.requests)
+        after = verify_cleanup(cleanups)
+        checks.append(after)
+        if not after.success:
+            raise ChecksFailed(cleanup_failure_message(store.family.name, run_id, after), checks)
+        with phases.timed("finish", store):
+            ended = conclude_run(store, plan, tally, checks)
+            prune_archive(store.family)
+        fault("finish")
+    except (EngineError, DriverException) as exc:
+        try:  # a driver error (timeout, tombstone overload) still leaves its audit row
+            finish(
+                "failed",
+                f"{type(exc).__name__}: {exc}" if isinstance(exc, DriverException) else str(exc),
+            )
+        except DriverException:
+            log.warning("could not write the audit row of run %s", run_id, exc_info=True)
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    checks = ended.checks
+    summary = finish(ended.outcome, ended.message)
+    if ended.outcome != "success":
+        raise ChecksFailed(ended.message, checks)
+    return summary

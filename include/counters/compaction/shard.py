@@ -1,0 +1,501 @@
+"""Compacting a shard: a bucket at a time, fold the rows up to the epoch onto each counter's
+checkpoint, commit them to the ledger, copy them to the compact table."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from cassandra import OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
+
+from ..config import Kind
+from ..core import (
+    BUCKETS,
+    WHOLE_BUCKET_SHARE,
+    Checkpoint,
+    Fold,
+    Key,
+    Row,
+    Tally,
+    chunks,
+    format_key,
+    grown_population,
+    next_version,
+    read_floor,
+    shared_floor,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+    whole_bucket,
+)
+from ..errors import EngineError, LeaseHeld
+from ..identity import check_family, check_partition
+from ..store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
+from .common import (
+    BUCKET_THREADS,
+    COMMIT_KEYS_BYTES,
+    LEASE_TTL_S,
+    MAX_ATTEMPTS,
+    SCAN_THRESHOLD,
+    Fault,
+    Phases,
+    ShardReport,
+    _Context,
+    _micros,
+    _no_fault,
+    collector_relaxed,
+    peak_rss_mib,
+    read_rows_tolerant,
+)
+from .fold import (
+    _bases,
+    _fold,
+    _keys_missing,
+    _load_pending,
+    _quarantine,
+    _refold,
+    _refusal,
+)
+from .verify import (
+    _forget,
+    _verify_bucket,
+)
+
+log = logging.getLogger(__name__)
+
+
+@collector_relaxed()
+def compact_shard(
+    store: Store,
+    shard: int,
+    epoch: datetime,
+    run_id: str,
+    *,
+    sweep: bool = False,
+    dry_run: bool = False,
+    use_lease: bool = True,
+    commit_chunk: int = COMMIT_CHUNK,
+    fault: Fault = _no_fault,
+) -> ShardReport:
+    """Fold, commit, copy and verify every counter of the shard with rows at or below
+    ``epoch``: the touched counters, or every counter when the run sweeps."""
+    epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
+    report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    check_family(store, record=not dry_run, run_id=run_id)  # before any write
+    holding = False
+    if use_lease and not dry_run:
+        holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
+        if holder is not None:
+            raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
+        holding = True
+        fault("lease")
+    try:
+        with report.phases.timed("discover", store):
+            quarantine = store.read_quarantine(shard)
+            index_read_at = _micros()
+            marks = store.touched(shard)
+        fault("discover")
+        ctx = _Context(
+            store,
+            shard,
+            epoch_ms,
+            run_id,
+            dry_run,
+            fault,
+            report.tally,
+            report.phases,
+            set(quarantine),
+            report,
+            commit_chunk,
+            index_read_at=index_read_at,
+            sweep=sweep,
+            execution=report.execution,
+        )
+        for counter in quarantine:
+            ctx.tally.add_quarantined(counter)
+        work = [b for b in range(BUCKETS) if sweep or marks.get(b)]
+
+        def one(bucket: int) -> _Context:
+            local = replace(
+                ctx,
+                tally=Tally(),
+                phases=Phases(),
+                report=ShardReport(shard, Tally(), Phases()),
+            )
+            touched = marks.get(bucket, [])
+            scan = sweep or len(touched) >= SCAN_THRESHOLD
+            _compact_bucket(local, bucket, touched, sweep=sweep, scan=scan)
+            return local
+
+        last_renewal = time.monotonic()
+        for local in _each_bucket(one, work):
+            report.tally = ctx.tally = report.tally.merge(local.tally)
+            report.phases = ctx.phases = report.phases.merge(local.phases)
+            report.evidence.extend(local.report.evidence)
+            report.failures.extend(local.report.failures)
+            if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
+                if not store.renew_lease(shard, run_id, LEASE_TTL_S):
+                    raise LeaseHeld(f"lost the lease of shard {shard} to another run")
+                last_renewal = time.monotonic()
+    except BaseException:
+        if holding:
+            _release_quietly(store, shard, run_id)
+        raise
+    if holding:
+        store.release_lease(shard, run_id)
+    report.requests = dict(store.requests)
+    report.peak_rss_mib = peak_rss_mib()
+    return report
+
+
+def _each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
+    """``work(bucket)`` for every bucket, ``BUCKET_THREADS`` at a time (one bucket's requests
+    wait on the server while another's rows are folded), results as they finish. The first
+    failure stops the buckets not yet started and is raised."""
+    with ThreadPoolExecutor(BUCKET_THREADS) as pool:
+        futures = [pool.submit(work, b) for b in buckets]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _release_quietly(store: Store, shard: int, run_id: str) -> None:
+    try:
+        store.release_lease(shard, run_id)
+    except Exception:  # the lease expires by itself; the original error matters more
+        log.warning("could not release the lease of shard %s", shard, exc_info=True)
+
+
+def _compact_bucket(
+    ctx: _Context, bucket: int, touched: list[Touched], *, sweep: bool, scan: bool
+) -> None:
+    """One bucket: its checkpoints (all of them in a sweep, else the touched counters'), then
+    its raw rows (a token-range scan, or ``IN`` reads when few counters were touched), fold,
+    commit, copy, verify, forget marks. Outside a sweep only touched counters are folded: a
+    counter whose checkpoint was not read cannot be folded. When the touched counters are a
+    large share of the bucket's population, its ledger and compact rows are read whole too
+    (cheaper for the node than by name) and kept to the touched counters."""
+    store, phases = ctx.store, ctx.phases
+    marked = [t.counter for t in touched]
+    whole = sweep
+    with phases.timed("read_compact", store):
+        if scan and not sweep:
+            whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
+        ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+        check_partition(store, ctx.shard, bucket, ledger)
+        copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
+    if whole:  # every counter of the bucket read: count them
+        ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
+        if not sweep:
+            ledger, copies = _only(ledger, copies, marked)
+    ctx.fault("read_compact")
+    windowed: dict[Key, int] = {}
+    with phases.timed("read_raw", store):
+        if store.family.folds_by_slice:  # counted by the server: only the counters are needed
+            found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
+            rows: dict[Key, list[Row]] = {c: [] for c in found}
+        elif scan:
+            floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
+            try:
+                rows = store.scan_rows(ctx.shard, bucket, floor)
+            except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
+                known = set(marked) | set(ledger.checkpoints) | set(copies)
+                known |= set(store.distinct_counters(ctx.shard, bucket, around=list(known)))
+                rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
+                apart = []
+            if apart:  # their past reaches below the slice: read whole, by name
+                whole_rows, more = read_rows_tolerant(store, apart, ledger, copies)
+                rows.update(whole_rows)
+                windowed.update(more)
+        else:
+            floor, apart = _slice(ctx, touched, ledger)
+            whole_read = set(apart)
+            sliced = [] if floor is None else [c for c in marked if c not in whole_read]
+            rows = {}
+            if sliced:
+                try:
+                    rows = store.read_rows(sliced, floor)
+                except (ReadFailure, ReadTimeout):  # read them as a hot counter is read
+                    rows = {}
+            rest = [c for c in marked if c not in rows]  # whole, or by parts if it must
+            whole_rows, windowed = read_rows_tolerant(store, rest, ledger, copies)
+            rows.update(whole_rows)
+        if not sweep:
+            rows = {c: rows.get(c, []) for c in marked}
+    ctx.fault("read_raw")
+    ctx.tally.rows_read += sum(map(len, rows.values()))
+    if windowed:
+        ctx.tally.add_windowed(list(windowed))
+    checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    if suspects:  # another run's commit and copy can land between the two reads: look again
+        with phases.timed("read_compact", store):
+            fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+        suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
+    _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
+    missing = [c for c in recopy if _absent(copies.get(c))]
+    recopy = [c for c in recopy if not _absent(copies.get(c))]  # behind: copied again as it is
+    removed: list[Key] = []
+    if missing and not ctx.dry_run:
+        for counter in missing:  # restored by a commit (below), whatever rows it has
+            rows.setdefault(counter, [])
+            checkpoints[counter] = ledger.checkpoints[counter]
+        with phases.timed("read_compact", store):
+            removed = [c for c in missing if _copy_was_verified(ctx, bucket, c, ledger)]
+    with phases.timed("read_compact", store):
+        lost = _load_pending(ctx, bucket, checkpoints, rows)
+    _quarantine(ctx, lost, rows)
+    with phases.timed("plan", store):
+        folds = _fold(ctx, rows, checkpoints)
+    if missing and not ctx.dry_run:
+        restore = set(missing)
+        folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
+    bad = [
+        (f.counter, "bad_rows" if f.bad_rows else "overflow", _refusal(f))
+        for f in folds
+        if f.refused
+    ]
+    _quarantine(ctx, bad, rows)
+    folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
+    if ctx.dry_run:
+        for fold in folds:
+            ctx.tally.add_fold(fold)
+        return
+    committed = _commit(ctx, bucket, ledger, folds, rows)
+    if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
+        for counter in store.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
+            _quarantine(
+                ctx,
+                [(counter, "keys_missing", _keys_missing(counter, ledger.checkpoints[counter]))],
+                rows,
+            )
+        recopy = [c for c in recopy if c not in ctx.quarantined]
+    with phases.timed("copy", store):
+        copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
+        copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
+        store.copy_compact(copies_to_write, ctx.run_id, _micros())
+    ctx.fault("copy")
+    with phases.timed("verify", store):
+        _verify_bucket(ctx, bucket, committed, whole)
+    with phases.timed("log", store):  # what this execution's cleanup deletes
+        commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
+        store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
+    _quarantine(ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows)
+    ctx.fault("verify")
+    with phases.timed("forget", store):
+        _forget(ctx, bucket, touched, folds, rows, windowed)
+    ctx.fault("forget")
+
+
+def _absent(copy: Copy | None) -> bool:
+    """A copy readers cannot use: no row, or a row whose value expired (a TTL) or was deleted."""
+    return copy is None or copy.writetime is None
+
+
+def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:
+    """Whether a counter's missing copy had been written: its commit was verified (its copy
+    read back), so someone deleted it or let it expire. Otherwise a crash came between the
+    commit and its copy, and restoring it is the run's ordinary work."""
+    cp = ledger.checkpoints[counter]
+    return ctx.store.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
+
+
+def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -> str:
+    restored = committed.get(counter)
+    how = (
+        f"restored from the ledger by commit {restored[1].commit_id} (value {restored[1].value})"
+        if restored
+        else "not restored yet (its commit did not apply: the next run restores it)"
+    )
+    return (
+        f"{format_key(counter)}: its compact row was gone (deleted, or expired by a TTL) while "
+        f"the ledger holds its last commit: readers read it as 0 plus the newer rows. It was "
+        f"{how}; find who removed it, then release the counter"
+    )
+
+
+def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
+    """How a run that is no sweep reads a bucket's marked counters: the time after which it
+    reads their rows, by token range or by name (None: whole), and the counters whose past
+    reaches below it (read whole, by name). Each counter's own floor is ``core.read_floor``; they
+    share one as the recount does (``core.shared_floor``). Whole when more than a quarter of the
+    counters would be apart."""
+    if ctx.store.family.kind is not Kind.INCREMENTS:
+        return None, []
+    floors = {
+        t.counter: read_floor(ledger.checkpoints.get(t.counter), t.earliest_ms)
+        for t in touched
+        if t.counter not in ctx.quarantined
+    }
+    floor, _inside, apart = shared_floor(floors)
+    if floor is None or len(apart) * WHOLE_BUCKET_SHARE > len(floors):
+        return None, []
+    return floor, apart
+
+
+def _only(ledger: Ledger, copies: dict[Key, Copy], counters: list[Key]) -> tuple[Ledger, dict]:
+    """A whole bucket's ledger and copies kept to ``counters``, as if read by name."""
+    wanted = set(counters)
+    kept = {c: cp for c, cp in ledger.checkpoints.items() if c in wanted}
+    return replace(ledger, checkpoints=kept), {c: v for c, v in copies.items() if c in wanted}
+
+
+def _commit(
+    ctx: _Context,
+    bucket: int,
+    ledger: Ledger,
+    folds: list[Fold],
+    rows: dict[Key, list[Row]],
+) -> dict[Key, tuple[Fold, Checkpoint]]:
+    """Commit the folds a chunk at a time, each chunk conditional on the bucket's head. A
+    chunk that loses (another run committed to the bucket) is re-read and re-folded."""
+    store = ctx.store
+    head, population = ledger.head, ledger.population
+    committed: dict[Key, tuple[Fold, Checkpoint]] = {}
+    todo = folds
+    for attempt in range(MAX_ATTEMPTS):
+        lost: list[Fold] = []
+        for chunk, keys, archive_rows in _keyed_chunks(ctx, todo):
+            grown = grown_population(population, chunk)
+            with ctx.phases.timed("commit", store):
+                done = commit_folds(
+                    store,
+                    ctx.shard,
+                    bucket,
+                    head,
+                    chunk,
+                    ctx.run_id,
+                    ctx.fault,
+                    grown,
+                    keys,
+                    archive_rows,
+                )
+            if done is None:
+                lost.extend(chunk)
+                continue
+            head, population = done[0], grown
+            for f in chunk:
+                ctx.tally.add_fold(f)
+                committed[f.counter] = (f, committed_checkpoint(f, *done, ctx.run_id))
+        ctx.fault("commit")
+        if not lost:
+            return committed
+        ctx.tally.conflicts += len(lost)
+        log.info(
+            "shard %s bucket %s: %d conflict(s), attempt %d",
+            ctx.shard,
+            bucket,
+            len(lost),
+            attempt + 1,
+        )
+        todo, fresh = _refold(ctx, bucket, [f.counter for f in lost], rows)
+        head, population = fresh.head, fresh.population
+    raise EngineError(
+        f"family {store.family.name!r} shard {ctx.shard} bucket {bucket}: commits kept "
+        f"conflicting with other runs after {MAX_ATTEMPTS} attempts"
+    )
+
+
+def _keyed_chunks(
+    ctx: _Context, folds: Sequence[Fold]
+) -> Iterator[tuple[Sequence[Fold], bytes, bytes | None]]:
+    """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
+    (``Store.commit_keys``, and for a family with an archive ``Store.archive_rows``) is at most
+    ``COMMIT_KEYS_BYTES``, with that record: a chunk over it is halved (a single fold is kept
+    under it by ``FOLD_KEY_BYTES``)."""
+    todo = list(reversed(chunks(folds, ctx.commit_chunk)))
+    while todo:
+        chunk = todo.pop()
+        with ctx.phases.timed("commit", ctx.store):
+            keys = ctx.store.commit_keys(chunk)
+            rows = ctx.store.archive_rows(chunk)
+        if len(keys) + len(rows or b"") > COMMIT_KEYS_BYTES and len(chunk) > 1:
+            half = len(chunk) // 2
+            todo += [chunk[half:], chunk[:half]]
+            continue
+        yield chunk, keys, rows
+
+
+def commit_folds(
+    store: Store,
+    shard: int,
+    bucket: int,
+    head: Any,
+    folds: Sequence[Fold],
+    run_id: str,
+    fault: Fault = _no_fault,
+    population: int | None = None,
+    keys: bytes | None = None,
+    archive_rows: bytes | None = None,
+) -> tuple[Any, int] | None:
+    """Commit folds of one bucket: first the record of the rows they count (the run log),
+    then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
+    or None if another commit reached the bucket first (nothing applied; the record is never
+    used, since nothing refers to its commit id). ``population``: the bucket's count once the
+    commit applies (None: unknown, left as it is). ``keys``: the folds' record, if packed
+    already (``Store.commit_keys``); ``archive_rows``: their archive record (``Store.archive_rows``:
+    packed here when the family has an archive and it is not given)."""
+    commit_id = store.new_commit_id()
+    now = _micros()
+    store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
+    fault("keys")
+    try:
+        applied = store.commit_bucket(
+            shard, bucket, head, folds, commit_id, run_id, now, population
+        )
+    except Exception as exc:
+        if not outcome_unknown(exc):
+            raise
+        applied = _commit_applied(store, shard, bucket, commit_id, exc)
+    return (commit_id, now) if applied else None
+
+
+def _commit_applied(store: Store, shard: int, bucket: int, commit_id: Any, exc: Exception) -> bool:
+    """Settle a commit whose outcome its error left open, by reading the bucket's head at the
+    serial level (a Paxos round: a proposal accepted by some replicas is completed or
+    superseded first). Applied only on proof: the head is this commit; it is then marked, and
+    cleanup deletes its rows. Otherwise the run folds again on the ledger as it is. A wrong
+    "not applied" is safe, whether the commit applied before a later one moved the head or a
+    request the client gave up on lands later: every commit is conditioned on the head it was
+    planned on, so the fold again and the lost commit cannot both apply, and a commit that
+    applied unmarked is the crash-after-commit case (its rows are its checkpoints' pending,
+    never counted twice, and a later run deletes them)."""
+    log.warning(
+        "family %s shard %s bucket %s: commit %s outcome unknown (%s); reading the head serially",
+        store.family.name,
+        shard,
+        bucket,
+        commit_id,
+        exc,
+    )
+    for attempt in range(1, MAX_ATTEMPTS):
+        try:
+            return store.head_serial(shard, bucket) == commit_id
+        except (ReadTimeout, WriteTimeout, OperationTimedOut):  # contended: back off, again
+            time.sleep(random.uniform(0.05, 0.2) * attempt)
+    return store.head_serial(shard, bucket) == commit_id
+
+
+def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: str) -> Checkpoint:
+    """The checkpoint a fold became when its commit applied."""
+    return Checkpoint(
+        fold.value,
+        fold.epoch_ms,
+        commit_id,
+        frozenset(fold.pending),
+        fold.pending_sum,
+        next_version(now_micros, fold.base.version),
+        run_id,
+        pending_rows=len(fold.pending),
+        low_ms=fold.low_ms,
+        origin_ms=fold.base.origin_ms if fold.origin_ms is None else fold.origin_ms,
+    )
