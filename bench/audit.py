@@ -28,9 +28,9 @@ from typing import Any
 
 from counters import audit_export, status
 from counters.audit import Provenance, month_start, next_month, stamped
-from counters.auditlog import LEGACY_COLUMNS
 from counters.schema import AUDIT_TABLE, q
 from counters.store import Store
+from counters.store.auditlog import LEGACY_COLUMNS
 
 from .ops import Meter, flush_tables
 

@@ -1,6 +1,6 @@
 """What an audit row says beyond a run's counts: who did it, with which parameters, under which
 code and configuration, and which month partition of the audit table keeps it (pure; the
-reads and writes are ``auditlog.AuditLog``).
+reads and writes are ``store.auditlog.AuditLog``).
 
 Every change to a family leaves a row: each compaction run (the DAG's, a backfill's, a manual
 ``counterctl compact``) and each operator action (``reset``, ``reconcile --repair``,

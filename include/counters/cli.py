@@ -27,7 +27,6 @@ from cassandra.cluster import NoHostAvailable
 
 from . import audit_export, engine, health, metrics
 from .audit import Provenance, config_fingerprint
-from .auditlog import AuditUpgradeError
 from .config import Catalog, ConfigError, Family, load_catalog
 from .connection import (
     CassandraUnavailable,
@@ -46,6 +45,7 @@ from .schema import (
     ensure_schema,
 )
 from .status import AuditRow
+from .store.auditlog import AuditUpgradeError
 
 if TYPE_CHECKING:
     from .recount import RecountReport

@@ -56,7 +56,7 @@ AUDIT_MONTHS_TABLE = "counters_audit_months"
 """Per family, the months that have audit rows: reads walk these partitions, newest first."""
 LEGACY_AUDIT_TABLE = "counters_audit"
 """Versions before the month partitions kept a family's whole trail in one partition here;
-``counterctl init`` moves its rows (``auditlog.AuditLog.upgrade``)."""
+``counterctl init`` moves its rows (``store.auditlog.AuditLog.upgrade``)."""
 AUDIT_UPGRADE_TABLE = "counters_audit_upgrade"
 """Per family, how far the move from ``counters_audit`` got (a resumable cursor)."""
 LEASE_TABLE = "counters_lease"

@@ -2,8 +2,9 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-One module per concern (``base``: statements, batching, keys; ``raw``, ``touched``, ``ledger``,
-``runlog``, ``control``, ``moves``, ``reads``); ``Store`` composes them, the one object callers get.
+One module per concern (``base``: statements, batching, keys; ``raw``, ``touched``,
+``ledger``, ``runlog``, ``control`` with ``auditlog``, ``moves``, ``reads``); ``Store``
+composes them, the one object callers get.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ..core import (
 )
 
 if TYPE_CHECKING:
-    from ..auditlog import AuditLog
+    from .auditlog import AuditLog
 
 from .base import (
     FamilyState,
@@ -164,6 +164,6 @@ class ControlState(StoreBase):
     @cached_property
     def audit_log(self) -> AuditLog:
         """The family's audit trail (month partitions; ``auditlog``)."""
-        from ..auditlog import AuditLog
+        from .auditlog import AuditLog
 
         return AuditLog(self)

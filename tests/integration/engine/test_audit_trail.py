@@ -18,11 +18,11 @@ import yaml
 from cassandra.concurrent import execute_concurrent_with_args
 from click.testing import CliRunner
 from counters import audit, engine, status
-from counters.auditlog import LEGACY_COLUMNS
 from counters.cli import cli
 from counters.client import Increment
 from counters.schema import AUDIT_TABLE, AUDIT_UPGRADE_TABLE, LEGACY_AUDIT_TABLE
 from counters.store import Store
+from counters.store.auditlog import LEGACY_COLUMNS
 
 from .conftest import Crash
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from cassandra.query import UNSET_VALUE
 
-from . import schema
-from .audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
-from .core import utc_naive
+from .. import schema
+from ..audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
+from ..core import utc_naive
 
 if TYPE_CHECKING:
-    from .store.base import StoreBase
+    from .base import StoreBase
 
 log = logging.getLogger(__name__)
 
