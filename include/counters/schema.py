@@ -14,6 +14,7 @@ Table options (explained in docs/data-model.md, "Table options"):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -297,14 +298,27 @@ def option_problems(family: Family, options: dict[str, dict[str, Any]]) -> list[
 
 
 def table_options(session: Session, family: Family) -> dict[str, dict[str, Any]]:
-    """The options of the family's tables, from the driver's schema metadata (no request)."""
-    tables = {family.fold_table, family.raw_table, family.compact_table, ledger_table(family)}
-    out: dict[str, dict[str, Any]] = {}
-    for table in tables:
-        meta = _table_meta(session, family.keyspace, table)
-        if meta is not None:
-            out[table] = dict(meta.options)
-    return out
+    """The options ``option_problems`` checks, of the family's tables that exist, read from
+    ``system_schema.tables`` (one request): not through the driver's schema metadata, whose
+    refresh needs the control connection, which a node's restart can leave reconnecting while
+    requests already succeed (a run must not fail on that)."""
+    from cassandra.query import ValueSequence
+
+    tables = sorted(
+        {family.fold_table, family.raw_table, family.compact_table, ledger_table(family)}
+    )
+    rows = session.execute(
+        "SELECT table_name, default_time_to_live, gc_grace_seconds FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name IN %s",
+        (family.keyspace, ValueSequence(tables)),
+    )
+    return {
+        row.table_name: {
+            "default_time_to_live": row.default_time_to_live,
+            "gc_grace_seconds": row.gc_grace_seconds,
+        }
+        for row in rows
+    }
 
 
 def check_table_options(session: Session, family: Family) -> None:
@@ -316,15 +330,31 @@ def check_table_options(session: Session, family: Family) -> None:
         )
 
 
+METADATA_ATTEMPTS = 4
+"""Tries of a schema metadata refresh (1, 2, 3 s apart) before a step gives up."""
+
+
 def _table_meta(session: Session, keyspace: str, table: str):
     if not _has_table(session, keyspace, table):
         return None
+    from cassandra import DriverException
+
     cluster = session.cluster
-    if keyspace not in cluster.metadata.keyspaces:
-        # a keyspace another client created a moment ago, whose schema event this session
-        # has not processed yet: the driver drops a table refresh for a keyspace it does not know
-        cluster.refresh_keyspace_metadata(keyspace)
-    cluster.refresh_table_metadata(keyspace, table)
+    for attempt in range(METADATA_ATTEMPTS):
+        try:
+            if keyspace not in cluster.metadata.keyspaces:
+                # a keyspace another client created a moment ago, whose schema event this
+                # session has not processed yet: the driver drops a table refresh for a
+                # keyspace it does not know
+                cluster.refresh_keyspace_metadata(keyspace)
+            cluster.refresh_table_metadata(keyspace, table)
+            break
+        except DriverException:
+            # "metadata was not refreshed": the control connection is reconnecting (a node
+            # restarted) while requests already succeed; it is back within seconds
+            if attempt == METADATA_ATTEMPTS - 1:
+                raise
+            time.sleep(1.0 + attempt)
     ks = cluster.metadata.keyspaces.get(keyspace)
     return ks.tables.get(table) if ks else None
 
