@@ -358,6 +358,9 @@ class Fold:
     values: tuple[Any, ...] = ()
     """With ``keep_values``: each ``pending`` row's increment, in order (what an archive of
     the rows keeps: the run log holds only their keys otherwise)."""
+    readers_before: int | None = None
+    """What the readers' copy held before this run's commit, read from the compact table by
+    the counter's key (``readers_base``): the independent side of the conservation check."""
     kinds: bytes = b""
     """With ``keep_values``: each ``pending`` row's ``FOLD_*`` kind, in order."""
 
@@ -801,6 +804,58 @@ def check_committed(record: Committed) -> str | None:
     return None
 
 
+def readers_base(
+    fold: Fold,
+    copy_value: int | None,
+    copy_epoch_ms: int | None,
+    copy_commit_id: Any,
+    copy_behind: bool,
+) -> tuple[int, str | None]:
+    """What readers' copy of a counter held before this run's commit, and why the fold may not
+    be committed (None: it may). The copy is read from the compact table by the counter's key,
+    not through the ledger partition the fold's base came from, so a fold that starts from a
+    wrong base (zero, a stale commit, another bucket's checkpoint) shows here before anything
+    is written: its new value must be the copy readers saw plus the rows it counts. Pure.
+
+    Two cases take the ledger's last commit as what readers have: a copy that is missing
+    and being restored by this commit (``fold.restore``: the run also quarantines it when its
+    copy had been verified, so someone removed it), and a copy behind the ledger (a crash
+    between a commit and its copy, ``copy_behind``: its rows are not deleted, readers count
+    them as newer rows)."""
+    base = fold.base
+    name = format_key(fold.counter)
+    if copy_value is None:
+        before = 0
+        if fold.restore and base.commit_id is not None:
+            before = base.value
+        elif base.commit_id is not None or base.value != 0:
+            return 0, (
+                f"{name}: readers have no compact row (value 0), but the fold starts from "
+                f"value {base.value} (commit {base.commit_id})"
+            )
+    elif copy_commit_id == base.commit_id:
+        before = copy_value
+        if (copy_value, copy_epoch_ms) != (base.value, base.epoch_ms):
+            return before, (
+                f"{name}: readers' copy of commit {copy_commit_id} holds value {copy_value} "
+                f"(epoch {copy_epoch_ms}), the fold starts from {base.value} "
+                f"(epoch {base.epoch_ms})"
+            )
+    elif copy_behind and base.commit_id is not None:
+        before = base.value
+    else:
+        return copy_value, (
+            f"{name}: readers' copy holds value {copy_value} of commit {copy_commit_id}, the "
+            f"fold starts from value {base.value} of commit {base.commit_id}"
+        )
+    if fold.value != before + fold.folded_sum:
+        return before, (
+            f"{name}: the new value {fold.value} is not what readers had ({before}) plus the "
+            f"rows counted ({fold.folded_sum})"
+        )
+    return before, None
+
+
 def counted_rows_gone(record: Committed) -> bool:
     """The commit holds, adds up, and only the recount falls short of the rows it counted. Rows
     the commit it built on had counted may be gone: that commit's run deletes them in its
@@ -837,13 +892,19 @@ class Evidence:
     recount_sum: int
     late_arrivals: int
     quarantined: int
+    readers_before: int = 0
+    """The readers' copies of the bucket's committed counters before the commit (read by key)."""
+    readers_after: int = 0
+    """The same copies read back after it: ``value_delta`` is ``readers_after - readers_before``."""
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
 
 
 def evaluate_evidence(rows: Sequence[Evidence]) -> list[CheckOutcome]:
-    """Family-level conservation over every bucket the run committed (pure)."""
+    """Family-level conservation over every bucket the run committed (pure). ``value_delta``
+    is what the readers' copies moved by (read by key before the commit and read back after
+    it), so a fold built on a wrong base fails here even if every per-counter check missed it."""
     delta = [e for e in rows if e.value_delta != e.sum_folded]
     recount = [
         e for e in rows if (e.recount_rows, e.recount_sum) != (e.pending_rows, e.pending_sum)

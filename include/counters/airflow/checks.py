@@ -4,7 +4,8 @@ Before anything is deleted, the engine recounts on the server (``GROUP BY`` over
 range) the raw rows each commit counted, reads the committed ledger rows and the readers'
 copies back, and quarantines any counter that does not add up (``core.check_committed``). What
 it found is kept per bucket as ``core.Evidence``: what the commits claim (rows and sum folded,
-value change, rows and sum counted) beside what Cassandra recounted. GX validates those rows
+rows and sum counted) beside what Cassandra recounted, and what the readers' copies held before
+the commit (read by key, not through the fold) and after it. GX validates those rows
 (the same rules as ``core.evaluate_evidence``) and keeps the evidence: a validation result and
 an HTML page per run.
 
@@ -52,8 +53,17 @@ EVIDENCE_COLUMNS = (
     "recount_sum",
     "late_arrivals",
     "quarantined",
+    "readers_before",
+    "readers_after",
 )
-AMOUNT_COLUMNS = ("sum_folded", "value_delta", "pending_sum", "recount_sum")
+AMOUNT_COLUMNS = (
+    "sum_folded",
+    "value_delta",
+    "pending_sum",
+    "recount_sum",
+    "readers_before",
+    "readers_after",
+)
 
 
 def gx_root(family: str, base: str | os.PathLike[str] | None = None) -> Path:
@@ -127,9 +137,11 @@ def rules() -> list[Rule]:
     return [
         rule(
             "value_change_equals_folded_sum",
-            "in every bucket, the committed values changed by exactly the sum folded in",
+            "in every bucket, the readers' copies (read by key before the commit, read back "
+            "after it) moved by exactly the sum folded in",
             gxe.ExpectColumnPairValuesToBeEqual(column_A="value_delta", column_B="sum_folded"),
-            "{where}: values changed by {value_delta}, sum folded {sum_folded}",
+            "{where}: readers' copies moved by {value_delta} (from {readers_before} to "
+            "{readers_after}), sum folded {sum_folded}",
         ),
         rule(
             "recount_equals_counted_rows",

@@ -4,6 +4,7 @@ counters it must quarantine instead), shared by the shard's fold and the verify'
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from ..config import Kind
@@ -21,6 +22,7 @@ from ..core import (
     fold_slice,
     format_key,
     needs_pending,
+    readers_base,
 )
 from ..identity import check_partition
 from ..store import Copy, Ledger
@@ -125,6 +127,43 @@ def _keys_missing(counter: Key, cp: Checkpoint) -> str:
     )
 
 
+def _against_readers(
+    ctx: _Context,
+    bucket: int,
+    folds: list[Fold],
+    copies: dict[Key, Copy],
+    rows: dict[Key, list[Row]],
+) -> list[Fold]:
+    """The folds that may be committed, each with what readers' copy held before it
+    (``core.readers_base``); the rest are quarantined before anything is written. ``copies``
+    are the compact rows as read by name or through the bucket's token range, which holds
+    every counter of the bucket: a folded counter without one that is not of this bucket (a
+    mark filed under another shard count) has its copy read by its key here."""
+    here = (ctx.shard, bucket)
+    elsewhere = [
+        f.counter for f in folds if f.counter not in copies and ctx.store.bucket(f.counter) != here
+    ]
+    if elsewhere:
+        copies = {**copies, **ctx.store.read_copies(ctx.shard, bucket, elsewhere)}
+    kept: list[Fold] = []
+    refused: list[tuple[Key, str, str]] = []
+    for fold in folds:
+        copy = None if _gone(copies.get(fold.counter)) else copies[fold.counter]
+        before, problem = readers_base(
+            fold,
+            None if copy is None else copy.value,
+            None if copy is None else copy.epoch_ms,
+            None if copy is None else copy.commit_id,
+            copy is not None and (copy.writetime or 0) < (fold.base.version or 0),
+        )
+        if problem is None:
+            kept.append(replace(fold, readers_before=before))
+        else:
+            refused.append((fold.counter, "check_failed", f"{problem}: not committed"))
+    _quarantine(ctx, refused, rows)
+    return kept
+
+
 def _quarantine(
     ctx: _Context, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
 ) -> None:
@@ -192,5 +231,14 @@ def _refold(
     rows.update(fresh)
     bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
     _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
-    folds = [f for f in _fold(ctx, fresh, bases) if f.commit and f.counter not in ctx.quarantined]
-    return folds, ledger
+    folds = [
+        replace(f, restore=True) if _gone(copies.get(f.counter)) and f.base.commit_id else f
+        for f in _fold(ctx, fresh, bases)
+    ]
+    folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
+    return _against_readers(ctx, bucket, folds, copies, fresh), ledger
+
+
+def _gone(copy: Copy | None) -> bool:
+    """A copy readers cannot use: no row, or a row whose value expired or was deleted."""
+    return copy is None or copy.writetime is None

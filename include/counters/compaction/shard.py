@@ -54,8 +54,10 @@ from .common import (
     read_rows_tolerant,
 )
 from .fold import (
+    _against_readers,
     _bases,
     _fold,
+    _gone,
     _keys_missing,
     _load_pending,
     _quarantine,
@@ -99,7 +101,7 @@ def compact_shard(
         with report.phases.timed("discover", store):
             quarantine = store.read_quarantine(shard)
             index_read_at = _micros()
-            marks = store.touched(shard)
+            marks = _placed(store, shard, store.touched(shard), dry_run)
         fault("discover")
         ctx = _Context(
             store,
@@ -152,6 +154,37 @@ def compact_shard(
     report.requests = dict(store.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
+
+
+def _placed(
+    store: Store, shard: int, marks: dict[int, list[Touched]], dry_run: bool
+) -> dict[int, list[Touched]]:
+    """Each bucket's marks of the counters that belong to it (by their token under the
+    family's shard count). A writer still configured with an older shard count (after a
+    reshard) files its marks by that count: such a mark is moved to the counter's own bucket
+    (``Store.refile_marks``) and never folded here, where its checkpoint is not (a fold here
+    would start it from zero)."""
+    placed: dict[int, list[Touched]] = {}
+    strays: list[tuple[int, Touched]] = []
+    for bucket, found in marks.items():
+        here = placed[bucket] = []
+        for mark in found:
+            if store.bucket(mark.counter) == (shard, bucket):
+                here.append(mark)
+            else:
+                strays.append((bucket, mark))
+    if strays:
+        log.warning(
+            "family %s shard %s: %d mark(s) filed under another shard count (a writer with an "
+            "old configuration?) moved to their counters' buckets: %s",
+            store.family.name,
+            shard,
+            len(strays),
+            ", ".join(format_key(t.counter) for _b, t in strays[:5]),
+        )
+        if not dry_run:
+            store.refile_marks(shard, strays)
+    return placed
 
 
 def _each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
@@ -242,8 +275,9 @@ def _compact_bucket(
             fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
         suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
     _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
-    missing = [c for c in recopy if _absent(copies.get(c))]
-    recopy = [c for c in recopy if not _absent(copies.get(c))]  # behind: copied again as it is
+    recopy = _own(ctx, bucket, recopy)
+    missing = [c for c in recopy if _gone(copies.get(c))]
+    recopy = [c for c in recopy if not _gone(copies.get(c))]  # behind: copied again as it is
     removed: list[Key] = []
     if missing and not ctx.dry_run:
         for counter in missing:  # restored by a commit (below), whatever rows it has
@@ -266,6 +300,7 @@ def _compact_bucket(
     ]
     _quarantine(ctx, bad, rows)
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
+    folds = _against_readers(ctx, bucket, folds, copies, rows)
     if ctx.dry_run:
         for fold in folds:
             ctx.tally.add_fold(fold)
@@ -296,9 +331,26 @@ def _compact_bucket(
     ctx.fault("forget")
 
 
-def _absent(copy: Copy | None) -> bool:
-    """A copy readers cannot use: no row, or a row whose value expired (a TTL) or was deleted."""
-    return copy is None or copy.writetime is None
+def _own(ctx: _Context, bucket: int, counters: list[Key]) -> list[Key]:
+    """The counters whose checkpoint belongs to this bucket. A ledger row of another bucket's
+    counter (filed here by a run before marks were placed by token, ``_placed``) is never
+    copied to readers: its copy is read through the bucket's token range, where it is not, and
+    restoring it would overwrite the counter's real copy with a stray value."""
+    here = (ctx.shard, bucket)
+    strays = [c for c in counters if ctx.store.bucket(c) != here]
+    if not strays:
+        return counters
+    log.warning(
+        "family %s shard %s bucket %s: ledger rows of %d counter(s) that belong to other "
+        "buckets are left alone (never copied to readers): %s",
+        ctx.store.family.name,
+        ctx.shard,
+        bucket,
+        len(strays),
+        ", ".join(format_key(c) for c in strays[:5]),
+    )
+    gone = set(strays)
+    return [c for c in counters if c not in gone]
 
 
 def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:

@@ -86,6 +86,8 @@ def _verify_bucket(
         recount_rows=0,
         recount_sum=0,
         late_arrivals=0,
+        readers_before=0,
+        readers_after=0,
     )
     for counter, (fold, cp) in committed.items():
         now_cp = ledger.get(counter)
@@ -125,7 +127,12 @@ def _verify_bucket(
         evidence["counters"] += 1
         evidence["rows_folded"] += fold.folded_rows
         evidence["sum_folded"] += fold.folded_sum
-        evidence["value_delta"] += fold.value - fold.base.value
+        # what readers' copy moved by: read by key before the commit, read back after it
+        before = fold.base.value if fold.readers_before is None else fold.readers_before
+        after = record.copy_value if record.copy_value is not None else 0
+        evidence["readers_before"] += before
+        evidence["readers_after"] += after
+        evidence["value_delta"] += after - before
         evidence["late_arrivals"] += late
         if kept is not None:  # the counted rows still present, as found row by row
             evidence["pending_rows"] += kept[0]

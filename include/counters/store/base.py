@@ -608,7 +608,7 @@ class StoreBase:
         statement = self.prepare(
             "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
         )
-        return murmur3(statement.bind(list(counter)).routing_key)
+        return murmur3(bind(statement, counter).routing_key)
 
     def parse_key(self, parts: Sequence[str]) -> Key:
         """Typed key values from text (the CLI), by the partition key's column types."""

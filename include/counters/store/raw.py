@@ -27,6 +27,7 @@ from .base import (
     FIRST_WRITE_WINS,
     ROWS_PER_BATCH,
     StoreBase,
+    Touched,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,21 @@ class RawRows(StoreBase):
             for c in set(counters)
         ]
         self._run(requests, session=self.conn.server_timestamp_session)
+
+    def refile_marks(self, shard: int, marks: Sequence[tuple[int, Touched]]) -> None:
+        """Move marks filed in another bucket than their counter's (``(bucket, mark)``, all of
+        ``shard``'s index): a writer with an older shard count files them by that count. Each is
+        marked again where the family's shard count puts it, with its earliest minute, then
+        deleted here as of its own write time (a newer mark stays and is moved by the next run)."""
+        self.mark_touched(
+            [t.counter for _b, t in marks],
+            {t.counter: {t.earliest_ms} for _b, t in marks if t.earliest_ms is not None},
+        )
+        unmark = self.prepare(
+            "index_unmark",
+            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
+        )
+        self._concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
 
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
