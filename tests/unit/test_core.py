@@ -31,6 +31,7 @@ from counters.core import (
     next_version,
     pack_state,
     read_floor,
+    readers_base,
     shard_bounds,
     shard_of,
     shared_floor,
@@ -450,3 +451,43 @@ def test_a_state_cell_of_no_known_format_names_no_commit():
     assert state_commit(None) is None
     assert state_commit(state[:20]) is None  # cut short
     assert state_commit(b"\x02" + state[1:]) is None  # a later format
+
+
+class TestReadersBase:
+    """``readers_base``: a fold may commit only if it builds on what readers' copy held."""
+
+    base = Checkpoint(100, 60_000, "c1", version=10)
+
+    def fold(self, base: Checkpoint = base, **changes):
+        rows = [(90_000, (90_000, "w", 1), 7)]
+        return replace(fold_counter(("X",), base, rows, 120_000), **changes)
+
+    def test_a_fold_on_the_copy_readers_have_passes_and_names_it(self):
+        assert readers_base(self.fold(), 100, 60_000, "c1", False) == (100, None)
+
+    def test_a_fold_from_zero_under_a_copy_is_refused(self):
+        before, problem = readers_base(self.fold(EMPTY_CHECKPOINT), 100, 60_000, "c1", False)
+        assert before == 100 and "holds value 100 of commit c1" in problem
+
+    def test_a_wrong_value_on_the_right_commit_is_refused(self):
+        wrong = replace(self.base, value=0)
+        _before, problem = readers_base(self.fold(wrong), 100, 60_000, "c1", False)
+        assert "holds value 100" in problem and "starts from 0" in problem
+
+    def test_a_new_value_that_is_not_before_plus_the_rows_is_refused(self):
+        _before, problem = readers_base(self.fold(value=108), 100, 60_000, "c1", False)
+        assert "is not what readers had (100) plus the rows counted (7)" in problem
+
+    def test_a_base_without_a_copy_is_refused_unless_it_restores_it(self):
+        assert readers_base(self.fold(EMPTY_CHECKPOINT), None, None, None, False) == (0, None)
+        assert (
+            "readers have no compact row" in readers_base(self.fold(), None, None, None, False)[1]
+        )
+        assert readers_base(self.fold(restore=True), None, None, None, False) == (100, None)
+
+    def test_a_copy_behind_the_ledger_takes_the_ledger_but_not_one_ahead(self):
+        assert readers_base(self.fold(), 90, 0, "c0", True) == (100, None)
+        assert (
+            "fold starts from value 100 of commit c1"
+            in readers_base(self.fold(), 90, 0, "c0", False)[1]
+        )
