@@ -551,8 +551,9 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
     \b
     unique: distinct members vs the counter's value; --repair rewrites the derived row of every
             member not yet counted (healing writers that crashed mid-way), then compact.
-    rows:   rows at or below each checkpoint vs its count (rows that arrived behind it);
-            --repair folds the difference in with a conditional commit.
+    rows:   the rows that exist after each reset point and at or below each checkpoint vs
+            its count (rows that arrived behind it, rows deleted since), for every counter
+            with rows or a checkpoint; --repair commits the recount conditionally.
     Exit code 0 when everything matches (or was repaired), 7 when differences remain.
     """
     family = obj.family(name)

@@ -355,6 +355,9 @@ class Fold:
     restore: bool = False
     """Committed even if it changes nothing: its counter's copy is missing (deleted, expired),
     and only a commit's newer version writes a copy that wins over the tombstone."""
+    gone_rows: int = 0
+    """A rows family's recount: rows it had counted that no longer exist (business rows
+    deleted since); ``value`` no longer counts them."""
     values: tuple[Any, ...] = ()
     """With ``keep_values``: each ``pending`` row's increment, in order (what an archive of
     the rows keeps: the run log holds only their keys otherwise)."""
@@ -369,7 +372,11 @@ class Fold:
         """Folds new rows, drops duplicates, re-commits counted rows still present (so they
         are verified again before a cleanup deletes them), or restores a missing copy."""
         return (
-            self.folded_rows > 0 or self.duplicates > 0 or self.counted_present > 0 or self.restore
+            self.folded_rows > 0
+            or self.duplicates > 0
+            or self.counted_present > 0
+            or self.gone_rows > 0
+            or self.restore
         ) and not self.refused
 
     @property
@@ -545,15 +552,21 @@ def fold_slice(counter: Key, base: Checkpoint, rows: int, total: int, epoch_ms: 
 
 
 def fold_recount(counter: Key, base: Checkpoint, rows: int, all_rows: int, epoch_ms: int) -> Fold:
-    """Fold a rows counter (its value is a row count) from a recount of what it counts:
-    ``all_rows`` rows after its reset point and at or below ``epoch_ms``, of which ``rows`` are
-    after its checkpoint. Rows the recount finds at or below the checkpoint beyond its value
-    were written behind it (a writer's clock behind by more than the lag): late rows, folded
-    now. Fewer (business rows deleted since) are not taken away here: ``reconcile`` reports
-    them."""
-    late = max(all_rows - rows - base.value, 0)
-    fold = fold_slice(counter, base, rows + late, rows + late, epoch_ms)
-    return replace(fold, late_rows=late, late_sum=late)
+    """Fold a rows counter (its value is the number of rows that exist) from a recount of what
+    it counts: ``all_rows`` rows after its reset point and at or below ``epoch_ms``, of which
+    ``rows`` are after its checkpoint. The value becomes the recount outright, so rows written
+    behind the checkpoint (a writer's clock behind by more than the lag) are counted and rows
+    deleted since they were counted are not, whichever came. The checkpoint keeps a count, not
+    the rows, so only their net is known: more rows than the value are reported as late rows,
+    fewer as ``gone_rows``; a late row and a deletion in the same sweep interval offset each
+    other in that report, never in the value. A checkpoint past ``epoch_ms`` (a reset point)
+    is not recounted: the recount would not reach it."""
+    if base.epoch_ms is not None and base.epoch_ms > epoch_ms:
+        return fold_slice(counter, base, rows, rows, epoch_ms)
+    net = all_rows - rows - base.value
+    late, gone = max(net, 0), max(-net, 0)
+    fold = fold_slice(counter, base, rows + late, all_rows - base.value, epoch_ms)
+    return replace(fold, late_rows=late, late_sum=late, gone_rows=gone)
 
 
 # --- how a bucket is read ------------------------------------------------------------------
@@ -649,6 +662,7 @@ _TALLY_SUMS = (
     "capped_counters",
     "rows_left",
     "counted_present",
+    "rows_gone",
 )
 NAMED_MAX = 20
 
@@ -678,6 +692,10 @@ class Tally:
     """Rows an earlier commit counted that were still present when this run read (that run's
     cleanup had not run yet, failed, or missed them): not counted again, deleted by this run's
     cleanup. Cleanup's own check reads back a sample; this is the full count, a run later."""
+    rows_gone: int = 0
+    """A rows family's sweep: business rows it had counted that were deleted since (their
+    counters' values lowered by them; net of late rows in the same counters, see
+    ``fold_recount``)."""
     quarantined: list[str] = field(default_factory=list)
     """Counters kept out of the run (bad rows, failed checks, tampered copies); at most 20."""
     windowed_counters: list[str] = field(default_factory=list)
@@ -695,6 +713,7 @@ class Tally:
             self.max_lateness_ms = max(self.max_lateness_ms, fold.max_lateness_ms)
             self.capped_counters += int(fold.capped)
             self.counted_present += fold.counted_present
+            self.rows_gone += fold.gone_rows
 
     def add_quarantined(self, counter: Key, rows_left: int = 0) -> None:
         self.counters_quarantined += 1

@@ -25,6 +25,7 @@ from .compaction import (
 from .compaction.common import _micros
 from .config import Family, Kind
 from .core import (
+    BUCKETS,
     EMPTY_CHECKPOINT,
     FOLD_CARRIED,
     FOLD_NEW,
@@ -32,6 +33,7 @@ from .core import (
     Fold,
     Key,
     Tally,
+    fold_recount,
     format_key,
     from_millis,
     needs_pending,
@@ -271,8 +273,10 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
     * unique: the number of distinct members vs the counter's value. ``repair`` rewrites the
       derived row of every member not yet counted (idempotent; the fold counts a member once),
       which heals writers that crashed between the member and its row; run a compaction after.
-    * rows: the rows at or below each checkpoint vs its count (rows that arrived behind the
-      checkpoint). ``repair`` folds the difference in with the bucket compare-and-set.
+    * rows: the rows that exist after each counter's reset point and at or below its
+      checkpoint vs its count (rows that arrived behind the checkpoint, rows deleted since they
+      were counted), for every counter with rows or with a checkpoint (all of its rows may be
+      gone). ``repair`` sets the count to the recount with the bucket compare-and-set.
     * increments: the folded rows are deleted, so there is nothing to recount against.
     """
     family = store.family
@@ -343,7 +347,7 @@ def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepanc
 
 def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]:
     found = []
-    for counter in store.scan_counters(shard):
+    for counter in _rows_counters(store, shard):
         for _attempt in range(MAX_ATTEMPTS):
             _shard, bucket, head, base = _base(store, counter)
             if base.epoch_ms is None:
@@ -354,25 +358,22 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
                 break
             repaired = False
             if repair:
-                difference = rows - base.value
-                fold = Fold(
-                    counter,
-                    base,
-                    base.epoch_ms,
-                    rows,
-                    (),
-                    0,
-                    difference,
-                    difference,
-                    late_rows=difference,
-                    late_sum=difference,
-                )
+                fold = fold_recount(counter, base, 0, rows, base.epoch_ms)
                 if commit_counter(store, shard, bucket, head, fold, "reconcile") is None:
                     continue  # a run committed meanwhile: recount against its checkpoint
                 repaired = True
             found.append(Discrepancy(counter, rows, base.value, repaired))
             break
     return found
+
+
+def _rows_counters(store: Store, shard: int) -> list[Key]:
+    """A rows family's counters in ``shard``: those with rows, and those with a checkpoint
+    whose rows may all have been deleted since (its count is then a difference to report)."""
+    known = dict.fromkeys(store.scan_counters(shard))
+    for bucket in range(BUCKETS):
+        known.update(dict.fromkeys(store.read_ledger(shard, bucket, None, False).checkpoints))
+    return list(known)
 
 
 # --- quarantine --------------------------------------------------------------------------

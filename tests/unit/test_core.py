@@ -14,6 +14,7 @@ from counters.core import (
     Checkpoint,
     Committed,
     Evidence,
+    Tally,
     bucket_bounds,
     bucket_of,
     check_committed,
@@ -22,6 +23,7 @@ from counters.core import (
     epoch_for,
     evaluate_evidence,
     fold_counter,
+    fold_recount,
     fold_row_limit,
     grown_population,
     key_bytes,
@@ -196,6 +198,29 @@ class TestFold:
         fold = fold_counter(("x",), base, rows, ms(3))
         assert (fold.counted_present, fold.counted_sum) == (2, 5)
         assert (fold.pending_sum - fold.counted_sum, fold.folded_sum, fold.value) == (4, 4, 9)
+
+    def test_a_rows_recount_counts_the_rows_that_exist(self):
+        """The value becomes the recount: deleted rows leave it, late rows join it, and the
+        fold commits even when only deletions changed it (all rows of a counter gone)."""
+        base = Checkpoint(5, ms(5), "c0")
+        gone = fold_recount(("x",), base, 0, 0, ms(10))
+        assert (gone.value, gone.gone_rows, gone.late_rows, gone.commit) == (0, 5, 0, True)
+        assert gone.base.value + gone.folded_sum == gone.value  # conservation holds
+        mixed = fold_recount(("x",), base, 1, 4 + 1, ms(10))  # 2 deleted, 1 late, 1 new
+        assert (mixed.value, mixed.gone_rows, mixed.late_rows, mixed.folded_rows) == (5, 1, 0, 1)
+        late = fold_recount(("x",), base, 1, 7, ms(10))  # 1 late, 1 new
+        assert (late.value, late.gone_rows, late.late_rows, late.folded_rows) == (7, 0, 1, 2)
+        tally = Tally()
+        for fold in (gone, mixed, late):
+            tally.add_fold(fold)
+        assert (tally.rows_gone, tally.late_rows) == (6, 1)
+        assert tally.merge(Tally(rows_gone=1)).rows_gone == 7
+
+    def test_a_rows_checkpoint_past_the_sweep_epoch_is_not_recounted(self):
+        """A reset point after the sweep's epoch: the recount would not reach it, and its
+        shortfall is no deletion."""
+        fold = fold_recount(("x",), Checkpoint(3, ms(20), "c0"), 0, 1, ms(10))
+        assert (fold.value, fold.gone_rows, fold.commit) == (3, 0, False)
 
 
 class TestCommitChecks:

@@ -163,8 +163,18 @@ def audit_record(
         "rows_deleted": tally.rows_deleted,
         "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
         "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
-        "message": message[:2000],
+        "message": "; ".join(m for m in (message, _gone_note(tally)) if m)[:2000],
     }
+
+
+def _gone_note(tally: Tally) -> str:
+    """A rows family's deletions found by the sweep (the audit row has no column for them)."""
+    if not tally.rows_gone:
+        return ""
+    return (
+        f"{tally.rows_gone} counted business row(s) found deleted (rows_gone): their counters' "
+        "values lowered to the rows that exist"
+    )
 
 
 def quarantine_message(

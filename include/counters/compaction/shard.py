@@ -236,6 +236,8 @@ def _compact_bucket(
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
             found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
+            if sweep:  # a counter whose rows were all deleted has none left: recount it too
+                found = [*found, *_checkpointed(ledger, copies)]
             rows: dict[Key, list[Row]] = {c: [] for c in found}
         elif scan:
             floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
@@ -351,6 +353,13 @@ def _own(ctx: _Context, bucket: int, counters: list[Key]) -> list[Key]:
     )
     gone = set(strays)
     return [c for c in counters if c not in gone]
+
+
+def _checkpointed(ledger: Ledger, copies: dict[Key, Copy]) -> list[Key]:
+    """The counters a bucket holds a checkpoint of: its ledger rows, and compact rows that
+    name no commit (from before the ledger: a base of their own)."""
+    legacy = [c for c, copy in copies.items() if copy.commit_id is None]
+    return list(dict.fromkeys([*ledger.checkpoints, *legacy]))
 
 
 def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:
