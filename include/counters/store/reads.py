@@ -141,6 +141,12 @@ class Reads(ControlState, RawRows):
             f"each of {READ_ATTEMPTS} reads (e.g. {todo[0]}): too many runs at once; read again"
         )
 
+    def read_epochs(self, counters: Sequence[Key]) -> dict[Key, datetime | None]:
+        """Each counter's compacted epoch as its copy says (None before its first commit): the
+        horizon behind which a late row is not read until a run folds it."""
+        keys = list(dict.fromkeys(counters))
+        return {c: self.epoch_time(b.epoch) for c, b in self._read_bases(keys).items()}
+
     def _same_epoch(self, stored: Any, bound: Any) -> bool:
         """Whether the copy still has the epoch the rows were read after: a timeuuid (a rows
         family's ``counted_until``) exactly, since two differ within a millisecond."""

@@ -181,6 +181,30 @@ def test_a_run_between_any_two_of_a_readers_requests_is_not_seen(
     assert {v.value for v in reading.read_many(counters)} == {8}  # and after the run
 
 
+def test_a_late_row_is_read_from_the_next_run_and_the_horizon_says_so(make_family, t0):
+    """The README's example delivered late: an increment whose own time is behind the
+    counter's compacted epoch (a delay longer than ``lag``) is written once however often it
+    is retried, is not in ``read()`` until the next run folds it (the documented bound), and
+    ``late_horizon`` tells the caller so; the next run counts it exactly once."""
+    _family, store, client = make_family()
+    client.increment("IBM", 100, at=t0 + timedelta(seconds=30), identity=("P0", 1))
+    assert client.late_horizon("IBM") is None  # never committed: every row is read
+    epoch = t0 + timedelta(minutes=2)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    fill_time = t0 + timedelta(minutes=1, seconds=1)  # delivered after the run of minute 2
+    assert client.late_horizon("IBM") == epoch >= fill_time
+    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))
+    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))  # a retry: the same row
+    [value] = client.read_many(["IBM"])
+    assert (value.value, value.epoch) == (100, epoch)  # behind by the late row, as documented
+    summary = engine.run_family(
+        store, epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=6)
+    )
+    assert (summary.tally.late_rows, summary.tally.late_sum) == (1, 500)
+    assert client.read("IBM") == 600
+    assert client.late_horizon("IBM") == epoch + timedelta(minutes=1)
+
+
 def test_readers_throughout_large_runs_read_every_value_exactly(conn, make_family, t0):
     """Readers loop over random counters while runs of many shards and buckets (in worker
     processes) fold, copy and delete; every value read is checked."""
