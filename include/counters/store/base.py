@@ -270,6 +270,14 @@ class ReadBase(NamedTuple):
             return newer
         return len(newer - self.counted - marked)
 
+    def has_epoch(self, bound: Any) -> bool:
+        """Whether this copy still has the epoch a read of the rows was bounded by: then that
+        read saw every row after it. A timeuuid (a rows family's ``counted_until``) is compared
+        exactly: two of them can differ within a millisecond."""
+        if isinstance(self.epoch, uuid.UUID) or isinstance(bound, uuid.UUID):
+            return bool(self.epoch == bound)
+        return StoreBase.epoch_ms_of(self.epoch) == StoreBase.epoch_ms_of(bound)
+
 
 EMPTY_READ_BASE = ReadBase(0, None)
 

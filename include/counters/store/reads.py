@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -127,7 +126,7 @@ class Reads(ControlState, RawRows):
             newer = self._read_newer(todo, bounds)
             marked = self._read_marked(newer)  # before the settling read, as the rows are
             for counter, base in self._read_bases(todo).items():
-                if self._same_epoch(base.epoch, bounds[counter]):
+                if base.has_epoch(bounds[counter]):
                     measured = base.measure(newer[counter], marked.get(counter, frozenset()))
                     out[counter] = (base.value, self.epoch_time(base.epoch), measured)
                     self._hint(counter, base.epoch)
@@ -146,13 +145,6 @@ class Reads(ControlState, RawRows):
         horizon behind which a late row is not read until a run folds it."""
         keys = list(dict.fromkeys(counters))
         return {c: self.epoch_time(b.epoch) for c, b in self._read_bases(keys).items()}
-
-    def _same_epoch(self, stored: Any, bound: Any) -> bool:
-        """Whether the copy still has the epoch the rows were read after: a timeuuid (a rows
-        family's ``counted_until``) exactly, since two differ within a millisecond."""
-        if isinstance(stored, uuid.UUID) or isinstance(bound, uuid.UUID):
-            return bool(stored == bound)
-        return self.epoch_ms_of(stored) == self.epoch_ms_of(bound)
 
     def _hint(self, counter: Key, epoch: Any) -> None:
         if len(self._read_hints) >= READ_HINTS:
