@@ -38,6 +38,15 @@ class Increment:
 
 @dataclass(frozen=True)
 class CounterValue:
+    """A counter as read: ``value`` = ``compact_value`` (the copy of its last commit, counting
+    its rows up to ``epoch``) + ``newer_sum`` (its rows after ``epoch``).
+
+    ``epoch`` is also the read's horizon for late rows: a row whose time is at or before it
+    and that no run had folded when the copy was written (a late row: delivered more than the
+    family's ``lag`` after its own time) is not in ``value`` until the next run that reads its
+    counter folds it (the next scheduled run for the write API's rows, the next sweep for other
+    writers: see ``CounterClient.read``)."""
+
     counter: Key
     value: int
     compact_value: int
@@ -159,7 +168,24 @@ class CounterClient:
         return firsts
 
     def read(self, counter: str | Sequence[object]) -> int:
+        """The counter's value: exact at every moment, during runs too, for every row after the
+        counter's compacted epoch (``late_horizon``) and every row a run has folded.
+
+        A late row (its time at or before that epoch when it arrives: a delivery delay longer
+        than the family's ``lag``) is in the value from the next run that reads its counter,
+        not before: for the write API's rows the family's next scheduled run (it marks the
+        counter with the row's minute), so a read is behind by at most one schedule interval
+        plus a run's duration (a hot counter's rows more than ``engine.HOT_LATE_WINDOW`` behind
+        wait until its partition can be read whole); other writers' rows wait for the next
+        sweep. Compare an event's time with ``late_horizon`` to know which case it is."""
         return self.read_many([counter])[0].value
+
+    def late_horizon(self, counter: str | Sequence[object]) -> datetime | None:
+        """The counter's compacted epoch (one read of its copy; None before its first commit):
+        an increment whose time is at or before it and that no run has folded yet (a late row)
+        is not in ``read()`` until the next run that reads the counter, as ``read`` says. An
+        increment after it is in ``read()`` as soon as it is written."""
+        return self.store.read_epochs([as_key(counter)])[as_key(counter)]
 
     def read_many(self, counters: Sequence[str | Sequence[object]]) -> list[CounterValue]:
         keys = [as_key(c) for c in counters]

@@ -60,7 +60,6 @@ from ..schema import RawLayout, q
 
 if TYPE_CHECKING:
     from ..audit import Provenance
-    from .raw import RawRows
 
 log = logging.getLogger(__name__)
 
@@ -261,14 +260,23 @@ class ReadBase(NamedTuple):
     counted: frozenset[Any] = frozenset()
     """A unique family's members the copy counts already (its ``pending``)."""
 
-    def measure(self, newer: Any, store: RawRows, counter: Key) -> int:
+    def measure(self, newer: Any, marked: frozenset[Any] = frozenset()) -> int:
         """The rows after the epoch as the read rule adds them: a number as read, or for a
-        unique family the members not counted yet (not in the copy's ``pending``, and not marked
-        counted by an earlier cleanup: its first row is gone, a clock-behind duplicate not)."""
+        unique family the members not counted yet (not in the copy's ``pending``, and not in
+        ``marked``, the members an earlier cleanup marked counted: its first row is gone, a
+        clock-behind duplicate not). ``marked`` must be read before the copy that settles the
+        read, like the rows: a cleanup marks members only after its copy was written."""
         if not isinstance(newer, set):
             return newer
-        members = newer - self.counted
-        return len(members - store.counted_members(counter, sorted(members, key=repr)))
+        return len(newer - self.counted - marked)
+
+    def has_epoch(self, bound: Any) -> bool:
+        """Whether this copy still has the epoch a read of the rows was bounded by: then that
+        read saw every row after it. A timeuuid (a rows family's ``counted_until``) is compared
+        exactly: two of them can differ within a millisecond."""
+        if isinstance(self.epoch, uuid.UUID) or isinstance(bound, uuid.UUID):
+            return bool(self.epoch == bound)
+        return StoreBase.epoch_ms_of(self.epoch) == StoreBase.epoch_ms_of(bound)
 
 
 EMPTY_READ_BASE = ReadBase(0, None)

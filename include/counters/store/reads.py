@@ -96,21 +96,20 @@ class Reads(ControlState, RawRows):
     def read_values(self, counters: Sequence[Key]) -> dict[Key, tuple[int, datetime | None, int]]:
         """The seed's read rule for many counters, exact while runs copy and delete: (compact
         value, epoch, newer rows' sum; their count for a rows family; their distinct members for
-        a unique family).
+        a unique family that are not counted yet).
 
-        A run deletes a counter's rows only after the copy that counts them was written and
-        read back. So the rows after an epoch, read before a read of the copy that finds that
-        same epoch, are every row after it (none was deleted before the raw read), and the
-        value is that copy's plus those rows. A copy that moved in between (a run committed
-        meanwhile) is read against again, at its new epoch. The epoch a counter was last read
-        at is kept a minute (``READ_HINT_S``) as the next read's first bound: epochs only move
-        forward, so a repeated read takes the raw read and the copy's, as the rule itself does.
-        A family that keeps its rows deletes nothing, and one pass is exact."""
+        A run deletes a counter's rows, and marks a unique family's members counted, only after
+        the copy that counts them was written and read back. So every read the value depends on
+        (the rows after an epoch; for a unique family the counted marks of their members), made
+        before a read of the copy that finds that same epoch, saw no delete and no mark of a
+        later commit, and the value is that copy's plus those rows. A copy that moved in
+        between (a run committed meanwhile) is read against again, at its new epoch. Every
+        kind follows this one rule (a family that keeps its rows would be exact without the
+        second read of the copy: a cold read takes one request more, a warm one none). The
+        epoch a counter was last read at is kept a minute (``READ_HINT_S``) as the next read's
+        first bound: epochs only move forward, so a repeated read takes the raw read and the
+        copy's, as the rule itself does."""
         keys = list(dict.fromkeys(counters))
-        if self.family.folds_by_slice:
-            bases = self._read_bases(keys)
-            newer = self._read_newer(keys, {c: b.epoch for c, b in bases.items()})
-            return {c: self._read_value(c, b, newer[c]) for c, b in bases.items()}
         now = time.monotonic()
         bounds: dict[Key, Any] = {}
         cold: list[Key] = []
@@ -125,9 +124,11 @@ class Reads(ControlState, RawRows):
         todo = keys
         for _attempt in range(READ_ATTEMPTS):
             newer = self._read_newer(todo, bounds)
+            marked = self._read_marked(newer)  # before the settling read, as the rows are
             for counter, base in self._read_bases(todo).items():
-                if self.epoch_ms_of(base.epoch) == self.epoch_ms_of(bounds[counter]):
-                    out[counter] = self._read_value(counter, base, newer[counter])
+                if base.has_epoch(bounds[counter]):
+                    measured = base.measure(newer[counter], marked.get(counter, frozenset()))
+                    out[counter] = (base.value, self.epoch_time(base.epoch), measured)
                     self._hint(counter, base.epoch)
                 else:
                     bounds[counter] = base.epoch
@@ -139,15 +140,32 @@ class Reads(ControlState, RawRows):
             f"each of {READ_ATTEMPTS} reads (e.g. {todo[0]}): too many runs at once; read again"
         )
 
+    def read_epochs(self, counters: Sequence[Key]) -> dict[Key, datetime | None]:
+        """Each counter's compacted epoch as its copy says (None before its first commit): the
+        horizon behind which a late row is not read until a run folds it."""
+        keys = list(dict.fromkeys(counters))
+        return {c: self.epoch_time(b.epoch) for c, b in self._read_bases(keys).items()}
+
     def _hint(self, counter: Key, epoch: Any) -> None:
         if len(self._read_hints) >= READ_HINTS:
             self._read_hints.clear()  # rare; a cleared hint costs one read of the copy
         self._read_hints[counter] = (time.monotonic(), epoch)
 
-    def _read_value(
-        self, counter: Key, base: ReadBase, newer: Any
-    ) -> tuple[int, datetime | None, int]:
-        return base.value, self.epoch_time(base.epoch), base.measure(newer, self, counter)
+    def _read_marked(self, newer: dict[Key, Any]) -> dict[Key, frozenset[Any]]:
+        """A unique family's newer members that an earlier cleanup marked counted, per counter
+        (one request per counter with newer members, concurrent); nothing for other kinds."""
+        wanted = [(c, sorted(m, key=repr)) for c, m in newer.items() if isinstance(m, set) and m]
+        if not wanted:
+            return {}
+        statement = self.prepare(
+            "set_counted",
+            "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
+        )
+        results = self._concurrent(statement, [(*c, members) for c, members in wanted])
+        return {
+            c: frozenset(member for member, counted in result if counted)
+            for (c, _members), result in zip(wanted, results, strict=True)
+        }
 
     def _read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
         """Each counter's compact row as a reader's base (value, stored epoch, and for a unique

@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.identity import written_shards
@@ -92,6 +93,116 @@ def test_a_run_that_copies_and_deletes_between_a_readers_reads_is_not_seen(
     assert rows_at_or_below(store, ("c0",), epoch) == 0  # the run did delete what it folded
     assert {v.counter[0]: v.value for v in values} == dict.fromkeys(counters, 20)
     assert {v.compact_value for v in values} == {20}  # read against the run's copies
+
+
+def _family_of_kind(conn, engine_keyspace, make_family, kind):
+    """A family of ``kind`` and a writer that adds ``n`` to each of some counters, at a time:
+    increments and unique members through the write API, business rows by plain CQL."""
+    if kind == "increments":
+        family, store, client = make_family()
+        return family, store, lambda cs, at, n: client.record(_events(cs, at, n))
+    if kind == "unique":
+        family, store, client = make_family(
+            kind="unique",
+            raw_table=f"members_{secrets.token_hex(3)}",
+            columns={"key": "meeting", "member": "user"},
+        )
+
+        def add_members(cs, at, n):
+            tag = secrets.token_hex(3)
+            client.add_members([(c, f"{tag}-{i}") for c in cs for i in range(n)], at=at)
+
+        return family, store, add_members
+    table = f"orders_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (location text, at timeuuid, order_id int, "
+        "PRIMARY KEY ((location), at, order_id))"
+    )
+    family, store, _client = make_family(
+        kind="rows", raw_table=table, columns={"key": "location", "time": "at"}
+    )
+    insert = conn.session.prepare(
+        f"INSERT INTO {engine_keyspace}.{table} (location, at, order_id) VALUES (?, ?, ?)"
+    )
+
+    def add_rows(cs, at, n):
+        for c in cs:
+            for i in range(n):
+                conn.session.execute(insert, (c, uuid_from_time(at), i))
+
+    return family, store, add_rows
+
+
+@pytest.mark.parametrize(
+    ("kind", "reader", "after"),
+    [
+        *(
+            (kind, "cold", after)
+            for kind in ("increments", "rows", "unique")
+            for after in (1, 2, 3)
+        ),
+        ("unique", "warm", 1),
+        ("unique", "warm", 2),
+    ],
+)
+def test_a_run_between_any_two_of_a_readers_requests_is_not_seen(
+    conn, engine_keyspace, make_family, t0, kind, reader, after
+):
+    """Every read a value depends on is settled by the copy's read after it, for every kind:
+    a whole run (commit, copy, marks, deletes) forced after the reader's ``after``-th request
+    leaves every value exact. A unique reader read the counted marks after its settle check,
+    and a run that committed and cleaned up in between made it add the old copy to zero new
+    members (5 where 8 is right: the reviewer's case is ``unique``, cold 3 and warm 2)."""
+    family, store, write = _family_of_kind(conn, engine_keyspace, make_family, kind)
+    counters = [f"c{i}" for i in range(12)]
+    write(counters, t0 + timedelta(seconds=10), 5)
+    engine.run_family(store, t0 + timedelta(minutes=1), now=t0 + timedelta(minutes=6))
+    write(counters, t0 + timedelta(minutes=1, seconds=10), 3)
+    epoch = t0 + timedelta(minutes=2)
+    reading = CounterClient(conn, family, Store(conn, family, store.layout))
+    if reader == "warm":
+        assert {v.value for v in reading.read_many(counters)} == {8}
+    sent: list[int] = []
+    ran: list[str] = []
+    run = reading.store._run
+
+    def run_after_the_nth_request(*args, **kwargs):
+        result = run(*args, **kwargs)
+        if result:  # a request sent (a warm reader sends no read of the copies first)
+            sent.append(len(result))
+        if result and len(sent) == after:
+            ran.append(engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).outcome)
+        return result
+
+    reading.store._run = run_after_the_nth_request
+    values = reading.read_many(counters)
+    assert ran == ["success"]
+    assert {v.counter[0]: v.value for v in values} == dict.fromkeys(counters, 8)
+    assert {v.value for v in reading.read_many(counters)} == {8}  # and after the run
+
+
+def test_a_late_row_is_read_from_the_next_run_and_the_horizon_says_so(make_family, t0):
+    """The README's example delivered late: an increment whose own time is behind the
+    counter's compacted epoch (a delay longer than ``lag``) is written once however often it
+    is retried, is not in ``read()`` until the next run folds it (the documented bound), and
+    ``late_horizon`` tells the caller so; the next run counts it exactly once."""
+    _family, store, client = make_family()
+    client.increment("IBM", 100, at=t0 + timedelta(seconds=30), identity=("P0", 1))
+    assert client.late_horizon("IBM") is None  # never committed: every row is read
+    epoch = t0 + timedelta(minutes=2)
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    fill_time = t0 + timedelta(minutes=1, seconds=1)  # delivered after the run of minute 2
+    assert client.late_horizon("IBM") == epoch >= fill_time
+    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))
+    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))  # a retry: the same row
+    [value] = client.read_many(["IBM"])
+    assert (value.value, value.epoch) == (100, epoch)  # behind by the late row, as documented
+    summary = engine.run_family(
+        store, epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=6)
+    )
+    assert (summary.tally.late_rows, summary.tally.late_sum) == (1, 500)
+    assert client.read("IBM") == 600
+    assert client.late_horizon("IBM") == epoch + timedelta(minutes=1)
 
 
 def test_readers_throughout_large_runs_read_every_value_exactly(conn, make_family, t0):
