@@ -312,6 +312,128 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     assert rows_at_or_below(store, ("foreign",), later) == 0
 
 
+def _foreign_rows(store, at) -> None:
+    """Two rows of counter 'foreign' by a writer outside the API (no mark): only a sweep
+    finds them."""
+    f = store.family
+    for second in (10, 20):
+        store.session.execute(
+            f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
+            "increment) VALUES ('foreign', %s, 'x', 1, 7)",
+            (at + timedelta(seconds=second),),
+        )
+
+
+def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached_verify(
+    conn, make_family, t0
+):
+    """Safeguard 2 alone: A sweeps, commits, copies and verifies a counter only it found,
+    marks the commit as its own, and stalls before its report exists (a zombie whose task was
+    retried). B runs the whole run under the same run id; B's cleanup is given B's execution
+    only, so A's verified commit is not B's to delete. Given A's execution, it is."""
+    family, store, client = make_family(shards=1, sweep_interval="1d")
+    epoch1 = t0 + timedelta(minutes=1)
+    client.record(_events(["seen"], t0 + timedelta(seconds=5)))
+    engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=5))  # sweeps, once a day
+    _foreign_rows(store, epoch1)
+    client.record(_events(["seen"], epoch1 + timedelta(seconds=5)))  # marked: B's work
+    epoch2 = epoch1 + timedelta(minutes=1)
+    foreign_bucket = store.bucket(("foreign",))[1]
+    stalled, resume, outcome = threading.Event(), threading.Event(), []
+    a_store = Store(conn, family, store.layout)
+    mark = a_store.mark_verified
+
+    def stalling_mark(run_id, shard, bucket, commit_ids, execution):
+        mark(run_id, shard, bucket, commit_ids, execution)
+        if bucket == foreign_bucket and commit_ids:
+            stalled.set()  # verified and marked by A; A's report does not exist yet
+            assert resume.wait(60)
+
+    a_store.mark_verified = stalling_mark
+
+    def execution_a() -> None:
+        outcome.append(engine.compact_shard(a_store, 0, epoch2, "X", sweep=True, use_lease=False))
+
+    thread = threading.Thread(target=execution_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "execution A never marked its commit"
+        assert compact_row(store, ("foreign",)).value == 14  # A's copy, read back by A
+        b = engine.run_family(
+            Store(conn, family, store.layout),
+            epoch2,
+            run_id="X",
+            use_lease=False,
+            now=epoch2 + timedelta(minutes=5),
+        )
+        assert b.outcome == "success" and not b.plan.sweep
+        assert rows_at_or_below(store, ("seen",), epoch2) == 0  # B's own: deleted
+        assert rows_at_or_below(store, ("foreign",), epoch2) == 2  # A's: not B's to delete
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and outcome, "execution A did not finish"
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    a_cleanup = engine.cleanup_shard(store, 0, "X", [outcome[0].execution])
+    assert a_cleanup.rows_deleted >= 2 and not a_cleanup.leftovers  # A's verified commit
+    assert rows_at_or_below(store, ("foreign",), epoch2) == 0
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+
+
+def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_execution(
+    conn, make_family, t0
+):
+    """Safeguard 1 alone: the mark is per verified commit, written after the verification,
+    not when the commit applies. Execution A sweeps: one bucket's commit is verified and
+    marked; the bucket of a counter only A found dies between its commit and its copy. Even a
+    cleanup given A's execution deletes only the verified commit's rows (readers would read
+    the other counter as 0), and the next run restores that copy as its ordinary work: the
+    run log says it was never verified, so it is no removed copy (no quarantine, no alarm)."""
+    family, store, client = make_family(shards=1)
+    foreign_bucket = store.bucket(("foreign",))[1]
+    other = next(
+        n for n in (f"o{i}" for i in range(100)) if store.bucket((n,))[1] != foreign_bucket
+    )
+    client.record(_events([other], t0 + timedelta(seconds=5)))
+    _foreign_rows(store, t0)
+    epoch = t0 + timedelta(minutes=1)
+    a_store = Store(conn, family, store.layout)
+    executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
+    other_marked = threading.Event()
+    mark, copy = a_store.mark_verified, a_store.copy_compact
+
+    def watched_mark(run_id, shard, bucket, commit_ids, execution):
+        mark(run_id, shard, bucket, commit_ids, execution)
+        if commit_ids:
+            executions[bucket] = execution
+            other_marked.set()
+
+    def dying_copy(commits, *args, **kwargs):
+        if any(counter == ("foreign",) for counter, _cp in commits):
+            assert other_marked.wait(60), "the other bucket was never verified"
+            raise Crash("copy")  # the commit applied; its copy never written
+        return copy(commits, *args, **kwargs)
+
+    a_store.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    with pytest.raises(Crash):
+        engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
+    assert set(executions) == {store.bucket((other,))[1]}
+    assert compact_row(store, ("foreign",)) is None  # committed, never copied
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+    cleaned = engine.cleanup_shard(store, 0, "X", list(executions.values()))
+    assert cleaned.rows_deleted == 1 and not cleaned.leftovers
+    assert rows_at_or_below(store, (other,), epoch) == 0  # A's verified commit: cleaned
+    assert rows_at_or_below(store, ("foreign",), epoch) == 2  # its unverified one: kept
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+    later = epoch + timedelta(minutes=1)
+    store.mark_touched([("foreign",)])
+    assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
+    assert not engine.quarantined(store)
+    assert compact_row(store, ("foreign",)).value == 14
+    assert rows_at_or_below(store, ("foreign",), later) == 0
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+
+
 # --- 5. a copy removed by hand -------------------------------------------------------------
 
 
