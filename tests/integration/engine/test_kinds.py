@@ -355,6 +355,11 @@ def test_reconcile_of_a_reset_rows_counter_recounts_from_the_reset_point(orders,
     assert engine.reconcile(store) == []
     assert engine.reconcile(store, repair=True) == []
     assert client.read_many([(1, DAY)])[0].value == 2 and business_rows(store) == 7
+    # the positive control: rows that arrive behind the checkpoint after the reset point are a
+    # difference it reports; one behind the reset point is not (the reset consumed that time)
+    add(1, t0 + timedelta(minutes=6, seconds=30), 20)
+    add(1, t0 + timedelta(minutes=2, seconds=30), 21)
+    assert engine.reconcile(store) == [engine.Discrepancy((1, DAY), 3, 2)]
 
 
 def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):
