@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.connection import Connection, ConnectionSettings
 from counters.identity import written_shards
 from counters.schema import SchemaError
 from counters.store import Store
@@ -597,19 +600,38 @@ def test_a_raw_table_with_a_short_gc_grace_is_refused_by_init(conn, engine_keysp
     )
 
 
+@pytest.fixture
+def unaware_conn() -> Iterator[Connection]:
+    """A connection whose driver ignores schema events: what another client changes in the
+    schema, it learns only by asking (the compactor's process, an operator's ALTER elsewhere)."""
+    import counters.connection
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            counters.connection,
+            "Cluster",
+            functools.partial(counters.connection.Cluster, schema_event_refresh_window=-1),
+        )
+        connection = Connection(ConnectionSettings.from_env())
+    yield connection
+    connection.close()
+
+
 @pytest.mark.parametrize("table", ["raw", "compact"])
-def test_a_table_given_a_ttl_after_init_refuses_every_run(make_family, t0, table):
+def test_a_table_given_a_ttl_after_init_refuses_every_run(conn, make_family, t0, table, request):
+    """The ALTER comes from another client, and the compactor's driver ignores schema events:
+    the run must read the options from the node itself, not from the driver's copy."""
     family, store, client = make_family()
     client.record(_events(["a"], t0 + timedelta(seconds=1)))
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    compactor = Store(request.getfixturevalue("unaware_conn"), family, store.layout)
     name = family.raw_table if table == "raw" else family.compact_table
-    store.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
-    store.session.cluster.refresh_schema_metadata()
+    conn.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
     client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
     later = epoch + timedelta(minutes=1)
     with pytest.raises(SchemaError, match=rf"{name} has default_time_to_live = 86400"):
-        engine.run_family(store, later, now=later + timedelta(minutes=5))
+        engine.run_family(compactor, later, now=later + timedelta(minutes=5))
     assert rows_at_or_below(store, ("a",), later) == 1  # nothing folded or deleted
     assert _values(client, ["a"]) == {"a": 17}
 
