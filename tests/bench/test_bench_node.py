@@ -64,15 +64,24 @@ LEFT_OVER_WORK_POOLS = ("CompactionExecutor", "MemtableFlushWriter", "MemtablePo
 
 
 class _Recorded:
-    """The real session, keeping what each query answered (to recount it here)."""
+    """The real session, keeping what each query answered (to recount it here). With
+    ``weigh_pools``, each pool of the node's answer reports ``2**i`` active tasks (i its place
+    in the answer): the count then tells exactly which pools were summed, even on an idle node
+    whose pools are all 0."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, weigh_pools: bool = False) -> None:
         self.session = self
         self._real = session
+        self._weigh = weigh_pools
         self.answers: dict[str, list[Any]] = {}
 
     def execute(self, query: str) -> list[Any]:
         rows = list(self._real.execute(query))
+        if self._weigh and "thread_pools" in query:
+            rows = [
+                SimpleNamespace(name=r.name, active_tasks=2**i, pending_tasks=0)
+                for i, r in enumerate(rows)
+            ]
         self.answers[query] = rows
         return rows
 
@@ -80,10 +89,17 @@ class _Recorded:
 def test_the_quiet_wait_reads_the_nodes_pools(cassandra_session):
     """The count is the node's own compaction and flush pools plus its SSTable tasks: each pool
     it sums is one the node has (a misspelt or renamed pool would count as idle for ever, and
-    every wait end at once), and the count is what the node answered, recounted here."""
+    every wait end at once), the pools it sums are exactly the pinned ones, and the count is
+    what the node answered, recounted here."""
     listed = cassandra_session.execute("SELECT name FROM system_views.thread_pools")
     pools = {r.name for r in listed}
     assert set(LEFT_OVER_WORK_POOLS) | set(_BACKGROUND_POOLS) <= pools, sorted(pools)
+    weighed = _Recorded(cassandra_session, weigh_pools=True)
+    count = node_background_tasks(weighed)
+    [pool_rows] = [rows for q, rows in weighed.answers.items() if "thread_pools" in q]
+    [task_rows] = [rows for q, rows in weighed.answers.items() if "sstable_tasks" in q]
+    summed = count - len(task_rows)
+    assert {r.name for r in pool_rows if summed & r.active_tasks} == set(LEFT_OVER_WORK_POOLS)
     node = _Recorded(cassandra_session)
     count = node_background_tasks(node)
     [pool_rows] = [rows for q, rows in node.answers.items() if "thread_pools" in q]

@@ -4,9 +4,10 @@ logs in to a real ``airflow standalone`` (own home, free ports) that serves the 
 checks the families, a family page, a counter's value and the Data Docs, and saves screenshots
 in ``var/screenshots/``.
 
-``make test`` installs chromium with apt-get on Debian as root; elsewhere this test is skipped
-and says why, except under CI (``CI`` set, as ``.ci/run`` runs), where a missing browser fails
-it: a skip there would hide that the UI went untested. About a minute: the standalone starts
+``make test`` installs chromium with apt-get on Debian as root (or with passwordless sudo);
+elsewhere this test is skipped and says why, except under CI (``CI`` set: ``.ci/run`` sets
+``CI=true``), where a missing browser fails it: a skip there would hide that the UI went
+untested. About a minute: the standalone starts
 while the history is written.
 """
 
@@ -45,7 +46,7 @@ def browser_missing() -> str | None:
     if not CHROMIUM.exists():
         return (
             f"Debian's chromium is not installed ({CHROMIUM}); `make test` installs it with "
-            "apt-get on Debian when run as root"
+            "apt-get on Debian when run as root or with passwordless sudo"
         )
     try:
         import playwright.sync_api  # noqa: F401

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -9,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cassandra.query import ValueSequence
+from counters.config import Family
 from counters.core import LEDGER_STATE, STATE_FIELDS
 from counters.schema import TABLES_TABLE
 from counters.store import Store
@@ -193,3 +196,11 @@ def forget_table_owners(store: Store) -> None:
         f"DELETE FROM {f.keyspace}.{TABLES_TABLE} WHERE table_name IN %s",
         (ValueSequence(f.tables),),
     )
+
+
+def sha256_of_configuration(family: Family) -> str:
+    """The documented configuration hash, computed here (not by ``audit.config_fingerprint``):
+    sha256 of the family as loaded (every field, defaults included) as JSON, keys sorted."""
+    fields = family.model_dump(mode="json")
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.connection import Connection, ConnectionSettings
 from counters.identity import written_shards
 from counters.schema import SchemaError
 from counters.store import Store
@@ -423,6 +426,137 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     assert rows_at_or_below(store, ("foreign",), later) == 0
 
 
+def _foreign_rows(store, at) -> None:
+    """Two rows of counter 'foreign' by a writer outside the API (no mark): only a sweep
+    finds them."""
+    f = store.family
+    for second in (10, 20):
+        store.session.execute(
+            f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
+            "increment) VALUES ('foreign', %s, 'x', 1, 7)",
+            (at + timedelta(seconds=second),),
+        )
+
+
+def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached_verify(
+    conn, make_family, t0
+):
+    """Safeguard 2 alone: A sweeps, commits, copies and verifies a counter only it found,
+    marks the commit as its own, and stalls before its report exists (a zombie whose task was
+    retried). B runs the whole run under the same run id; B's cleanup is given B's execution
+    only, so A's verified commit is not B's to delete. Given A's execution, it is."""
+    family, store, client = make_family(shards=1, sweep_interval="1d")
+    epoch1 = t0 + timedelta(minutes=1)
+    client.record(_events(["seen"], t0 + timedelta(seconds=5)))
+    engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=5))  # sweeps, once a day
+    _foreign_rows(store, epoch1)
+    client.record(_events(["seen"], epoch1 + timedelta(seconds=5)))  # marked: B's work
+    epoch2 = epoch1 + timedelta(minutes=1)
+    foreign_bucket = store.bucket(("foreign",))[1]
+    stalled, resume, outcome = threading.Event(), threading.Event(), []
+    a_store = Store(conn, family, store.layout)
+    mark = a_store.mark_verified
+    marked: dict[int, int] = {}  # bucket worker thread -> the bucket whose commits it marked
+
+    def watched_mark(run_id, shard, bucket, commit_ids, execution):
+        mark(run_id, shard, bucket, commit_ids, execution)
+        if commit_ids:
+            marked[threading.get_ident()] = bucket
+
+    def stall_after_verify(point: str) -> None:
+        if point == "verify" and marked.get(threading.get_ident()) == foreign_bucket:
+            stalled.set()  # verified and marked by A; A's report does not exist yet
+            assert resume.wait(60)
+
+    a_store.mark_verified = watched_mark
+
+    def execution_a() -> None:
+        outcome.append(
+            engine.compact_shard(
+                a_store, 0, epoch2, "X", sweep=True, use_lease=False, fault=stall_after_verify
+            )
+        )
+
+    thread = threading.Thread(target=execution_a, daemon=True)
+    thread.start()
+    try:
+        assert stalled.wait(60), "execution A never marked its commit"
+        assert compact_row(store, ("foreign",)).value == 14  # A's copy, read back by A
+        b = engine.run_family(
+            Store(conn, family, store.layout),
+            epoch2,
+            run_id="X",
+            use_lease=False,
+            now=epoch2 + timedelta(minutes=5),
+        )
+        assert b.outcome == "success" and not b.plan.sweep
+        assert rows_at_or_below(store, ("seen",), epoch2) == 0  # B's own: deleted
+        assert rows_at_or_below(store, ("foreign",), epoch2) == 2  # A's: not B's to delete
+    finally:
+        resume.set()
+        thread.join(60)
+    assert not thread.is_alive() and outcome, "execution A did not finish"
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+    a_cleanup = engine.cleanup_shard(store, 0, "X", [outcome[0].execution])
+    assert a_cleanup.rows_deleted >= 2 and not a_cleanup.leftovers  # A's verified commit
+    assert rows_at_or_below(store, ("foreign",), epoch2) == 0
+    assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
+
+
+def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_execution(
+    conn, make_family, t0
+):
+    """Safeguard 1 alone: the mark is per verified commit, written after the verification,
+    not when the commit applies. Execution A sweeps: one bucket's commit is verified and
+    marked; the bucket of a counter only A found dies between its commit and its copy. Even a
+    cleanup given A's execution deletes only the verified commit's rows (readers would read
+    the other counter as 0), and the next run restores that copy as its ordinary work: the
+    run log says it was never verified, so it is no removed copy (no quarantine, no alarm)."""
+    family, store, client = make_family(shards=1)
+    foreign_bucket = store.bucket(("foreign",))[1]
+    other = next(
+        n for n in (f"o{i}" for i in range(100)) if store.bucket((n,))[1] != foreign_bucket
+    )
+    client.record(_events([other], t0 + timedelta(seconds=5)))
+    _foreign_rows(store, t0)
+    epoch = t0 + timedelta(minutes=1)
+    a_store = Store(conn, family, store.layout)
+    executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
+    other_marked = threading.Event()
+    mark, copy = a_store.mark_verified, a_store.copy_compact
+
+    def watched_mark(run_id, shard, bucket, commit_ids, execution):
+        mark(run_id, shard, bucket, commit_ids, execution)
+        if commit_ids:
+            executions[bucket] = execution
+            other_marked.set()
+
+    def dying_copy(commits, *args, **kwargs):
+        if any(counter == ("foreign",) for counter, _cp in commits):
+            assert other_marked.wait(60), "the other bucket was never verified"
+            raise Crash("copy")  # the commit applied; its copy never written
+        return copy(commits, *args, **kwargs)
+
+    a_store.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    with pytest.raises(Crash):
+        engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
+    assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1
+    assert compact_row(store, ("foreign",)) is None  # committed, never copied
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+    cleaned = engine.cleanup_shard(store, 0, "X", list(executions.values()))
+    assert cleaned.rows_deleted == 1 and not cleaned.leftovers
+    assert rows_at_or_below(store, (other,), epoch) == 0  # A's verified commit: cleaned
+    assert rows_at_or_below(store, ("foreign",), epoch) == 2  # its unverified one: kept
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+    later = epoch + timedelta(minutes=1)
+    store.mark_touched([("foreign",)])
+    assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
+    assert not engine.quarantined(store)
+    assert compact_row(store, ("foreign",)).value == 14
+    assert rows_at_or_below(store, ("foreign",), later) == 0
+    assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
+
+
 # --- 5. a copy removed by hand -------------------------------------------------------------
 
 
@@ -577,19 +711,38 @@ def test_a_raw_table_with_a_short_gc_grace_is_refused_by_init(conn, engine_keysp
     )
 
 
+@pytest.fixture
+def unaware_conn() -> Iterator[Connection]:
+    """A connection whose driver ignores schema events: what another client changes in the
+    schema, it learns only by asking (the compactor's process, an operator's ALTER elsewhere)."""
+    import counters.connection
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            counters.connection,
+            "Cluster",
+            functools.partial(counters.connection.Cluster, schema_event_refresh_window=-1),
+        )
+        connection = Connection(ConnectionSettings.from_env())
+    yield connection
+    connection.close()
+
+
 @pytest.mark.parametrize("table", ["raw", "compact"])
-def test_a_table_given_a_ttl_after_init_refuses_every_run(make_family, t0, table):
+def test_a_table_given_a_ttl_after_init_refuses_every_run(conn, make_family, t0, table, request):
+    """The ALTER comes from another client, and the compactor's driver ignores schema events:
+    the run must read the options from the node itself, not from the driver's copy."""
     family, store, client = make_family()
     client.record(_events(["a"], t0 + timedelta(seconds=1)))
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    compactor = Store(request.getfixturevalue("unaware_conn"), family, store.layout)
     name = family.raw_table if table == "raw" else family.compact_table
-    store.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
-    store.session.cluster.refresh_schema_metadata()
+    conn.session.execute(f"ALTER TABLE {family.keyspace}.{name} WITH default_time_to_live = 86400")
     client.record(_events(["a"], epoch + timedelta(seconds=1), 2))
     later = epoch + timedelta(minutes=1)
     with pytest.raises(SchemaError, match=rf"{name} has default_time_to_live = 86400"):
-        engine.run_family(store, later, now=later + timedelta(minutes=5))
+        engine.run_family(compactor, later, now=later + timedelta(minutes=5))
     assert rows_at_or_below(store, ("a",), later) == 1  # nothing folded or deleted
     assert _values(client, ["a"]) == {"a": 17}
 

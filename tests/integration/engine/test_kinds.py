@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from datetime import date, timedelta
 
 import pytest
@@ -214,18 +215,27 @@ def test_unique_concurrent_writers_racing_on_the_same_members(meetings, t0):
     members = [f"user-{i}" for i in range(40)]
     firsts: list[str] = []
     lock = threading.Lock()
+    offsets = (0, 1, 2, 3)
+    start = threading.Barrier(len(offsets), timeout=60)
+    spans: dict[int, tuple[float, float]] = {}  # writer -> (first write sent, last answered)
 
     def writer(offset_s: int) -> None:
+        start.wait()  # all four write the same members at once
+        began = time.monotonic()
         for m in members:
             if client.add_member("m1", m, at=t0 + timedelta(seconds=offset_s)):
                 with lock:
                     firsts.append(m)
+        spans[offset_s] = (began, time.monotonic())
 
-    threads = [threading.Thread(target=writer, args=(s,)) for s in (0, 1, 2, 3)]
+    threads = [threading.Thread(target=writer, args=(s,), daemon=True) for s in offsets]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(120)
+    assert not any(t.is_alive() for t in threads) and len(spans) == len(offsets), spans
+    # they raced: every writer was still writing when the last one started
+    assert max(b for b, _e in spans.values()) < min(e for _b, e in spans.values()), spans
     # every member was first for somebody; with skewed clocks (or the same microsecond) more
     # than one writer can be told "first" (the seed's caveat) - the count must not care
     assert set(firsts) == set(members)
@@ -355,6 +365,11 @@ def test_reconcile_of_a_reset_rows_counter_recounts_from_the_reset_point(orders,
     assert engine.reconcile(store) == []
     assert engine.reconcile(store, repair=True) == []
     assert client.read_many([(1, DAY)])[0].value == 2 and business_rows(store) == 7
+    # the positive control: rows that arrive behind the checkpoint after the reset point are a
+    # difference it reports; one behind the reset point is not (the reset consumed that time)
+    add(1, t0 + timedelta(minutes=6, seconds=30), 20)
+    add(1, t0 + timedelta(minutes=2, seconds=30), 21)
+    assert engine.reconcile(store) == [engine.Discrepancy((1, DAY), 3, 2)]
 
 
 def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):

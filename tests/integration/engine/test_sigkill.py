@@ -68,9 +68,13 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
         killed = process.poll() is None
         if killed:
             process.send_signal(signal.SIGKILL)
-        process.wait()
-        attempts.append(Attempt(killed, before, committed_counters(conn, family)))
+        process.wait(60)
+        attempts.append(
+            Attempt(killed, before, committed_counters(conn, family), process.returncode)
+        )
     assert any(a.killed for a in attempts), "no run was killed mid-way: the test proved nothing"
+    # each kill landed while the run was running: it died of SIGKILL, not of its own accord
+    assert {a.returncode for a in attempts if a.killed} == {-signal.SIGKILL}, attempts
     # the retry meets what a killed run committed (counted, maybe not copied or deleted)
     assert any(a.killed and a.committed_after > a.committed_before for a in attempts), (
         f"no killed run had committed anything: {attempts}"
@@ -102,6 +106,7 @@ class Attempt:
     killed: bool
     committed_before: int
     committed_after: int
+    returncode: int | None
 
 
 def committed_counters(conn: Connection, family: Family) -> int:
