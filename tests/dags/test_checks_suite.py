@@ -29,6 +29,8 @@ def evidence(bucket: int, folded: int, **changes: int) -> Evidence:
         "quarantined": 0,
     }
     fields.update(changes)
+    fields.setdefault("readers_before", 1000)
+    fields.setdefault("readers_after", 1000 + fields["value_delta"])
     return Evidence(**fields)
 
 
@@ -63,7 +65,7 @@ def test_expect_values_that_moved_by_more_than_was_folded_to_name_the_bucket(
     assert not report.success
     assert failed(report) == {
         "value_change_equals_folded_sum": (
-            "shard 0 bucket 3: values changed by 999, sum folded 55",
+            "shard 0 bucket 3: readers' copies moved by 999 (from 1000 to 1999), sum folded 55",
         ),
         "family_total_conserved": (),
     }
