@@ -105,6 +105,28 @@ def _bases(
     return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
 
 
+def _settle(
+    ctx: _Context,
+    bucket: int,
+    bases: dict[Key, Checkpoint],
+    copies: dict[Key, Copy],
+    suspects: dict[Key, tuple[str, str]],
+) -> dict[Key, tuple[str, str]]:
+    """The suspects that stay suspect once their ledger rows are read again, after the copies:
+    another run's commit (or an operator's reset) can land between a fold's ledger read and
+    its copies read, and its copy is then newer than the base. Such a counter's base becomes
+    the ledger row read again (in ``bases``): its fold builds on what readers have, and the
+    bucket's compare-and-set decides whether it commits."""
+    if not suspects:
+        return suspects
+    fresh = ctx.store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+    now, _recopy, still = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)
+    for counter in suspects:
+        if counter not in still and counter in now and counter in bases:
+            bases[counter] = now[counter]
+    return still
+
+
 def _load_pending(
     ctx: _Context, bucket: int, checkpoints: dict[Key, Checkpoint], rows: dict[Key, list[Row]]
 ) -> list[tuple[Key, str, str]]:
@@ -229,7 +251,8 @@ def _refold(
     copies = store.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
-    bases, _recopy, _tampered = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
+    bases, _recopy, suspects = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
+    _quarantine(ctx, list(_quarantined(_settle(ctx, bucket, bases, copies, suspects))), fresh)
     _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
     folds = [
         replace(f, restore=True) if _gone(copies.get(f.counter)) and f.base.commit_id else f
@@ -237,6 +260,10 @@ def _refold(
     ]
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
     return _against_readers(ctx, bucket, folds, copies, fresh), ledger
+
+
+def _quarantined(suspects: dict[Key, tuple[str, str]]) -> list[tuple[Key, str, str]]:
+    return [(c, reason, detail) for c, (reason, detail) in suspects.items()]
 
 
 def _gone(copy: Copy | None) -> bool:

@@ -61,8 +61,10 @@ from .fold import (
     _keys_missing,
     _load_pending,
     _quarantine,
+    _quarantined,
     _refold,
     _refusal,
+    _settle,
 )
 from .verify import (
     _forget,
@@ -272,11 +274,9 @@ def _compact_bucket(
     if windowed:
         ctx.tally.add_windowed(list(windowed))
     checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
-    if suspects:  # another run's commit and copy can land between the two reads: look again
-        with phases.timed("read_compact", store):
-            fresh = store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
-        suspects = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)[2]
-    _quarantine(ctx, [(c, reason, d) for c, (reason, d) in suspects.items()], rows)
+    with phases.timed("read_compact", store):
+        suspects = _settle(ctx, bucket, checkpoints, copies, suspects)
+    _quarantine(ctx, _quarantined(suspects), rows)
     recopy = _own(ctx, bucket, recopy)
     missing = [c for c in recopy if _gone(copies.get(c))]
     recopy = [c for c in recopy if not _gone(copies.get(c))]  # behind: copied again as it is
@@ -292,7 +292,7 @@ def _compact_bucket(
     _quarantine(ctx, lost, rows)
     with phases.timed("plan", store):
         folds = _fold(ctx, rows, checkpoints)
-    if missing and not ctx.dry_run:
+    if missing:  # a dry run too: it tells what the run would do
         restore = set(missing)
         folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
     bad = [
