@@ -47,7 +47,8 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
         return found
 
     def copies_after_a_rival_commit(shard, bucket, *args, **kwargs):
-        if (shard, bucket) == here and ledger_read and not started:  # once, between A's first ledger read and its copies
+        # once, between A's ledger read of X's bucket and its copies read
+        if (shard, bucket) == here and ledger_read and not started:
             started.append(True)
             raced.append(
                 engine.run_family(
