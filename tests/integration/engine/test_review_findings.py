@@ -70,3 +70,34 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
     assert a.outcome == "success" and a.tally.counters_quarantined == 0, a.tally
     assert engine.quarantined(store) == []
     assert client.read("X") == 7 and rows_at_or_below(store, x, t0 + timedelta(minutes=6)) == 0
+
+
+class Crash(BaseException):
+    """Stands for the process dying: no handler in the engine runs."""
+
+
+def test_a_dry_run_after_a_crash_before_the_first_copy_reports_no_quarantine(make_family, t0):
+    """X's first commit applies, then the run dies before its copy (``commit`` point): readers
+    read X from its raw rows, exact. A dry run then folds X's new row: the copy is missing,
+    but only a real run marks it ``restore`` (``_compact_bucket``: ``missing and not
+    ctx.dry_run``), so ``core.readers_base`` sees no copy and a base with a commit, and the
+    dry run reports X quarantined (``check_failed``), which the real run never does."""
+    _family, store, client = make_family(shards=1)
+    x = ("X",)
+    client.record([Increment(x, 1, t0 + timedelta(minutes=1), ("w", 1))])
+
+    def crash(point):
+        if point == "commit":
+            raise Crash(point)
+
+    epoch = t0 + timedelta(minutes=2)
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, fault=crash, now=epoch + timedelta(minutes=2))
+    client.record([Increment(x, 2, t0 + timedelta(minutes=3), ("w", 3))])
+    assert client.read("X") == 3
+    later = t0 + timedelta(minutes=4)
+    dry = engine.run_family(store, later, dry_run=True, now=later + timedelta(minutes=2))
+    assert dry.tally.counters_quarantined == 0, dry.message
+    real = engine.run_family(store, later, now=later + timedelta(minutes=2))
+    assert real.outcome == "success" and real.tally.counters_quarantined == 0, real.message
+    assert client.read("X") == 3 and engine.quarantined(store) == []
