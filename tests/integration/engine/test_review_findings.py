@@ -101,3 +101,50 @@ def test_a_dry_run_after_a_crash_before_the_first_copy_reports_no_quarantine(mak
     real = engine.run_family(store, later, now=later + timedelta(minutes=2))
     assert real.outcome == "success" and real.tally.counters_quarantined == 0, real.message
     assert client.read("X") == 3 and engine.quarantined(store) == []
+
+
+def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn, make_family, t0):
+    """The same interleaving with an operator's ``counterctl reset`` as the rival: the reset
+    commits (0, its point) and writes its copy after run A read X's ledger row and before A
+    reads the copies. ``core.readers_base`` refuses A's fold on the pre-reset commit and X is
+    quarantined, though the fold would lose its compare-and-set and be refolded on the reset."""
+    family, store, client = make_family(shards=1)
+    x = ("X",)
+    client.record([Increment(x, 1, t0 + timedelta(minutes=1), ("w", 1))])
+    first = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
+    assert first.outcome == "success"
+    client.record([Increment(x, 2, t0 + timedelta(minutes=3), ("w", 3))])
+    client.record([Increment(x, 4, t0 + timedelta(minutes=5), ("w", 5))])
+
+    operator = Store(conn, family, store.layout, concurrency=8)
+    store_a = Store(conn, family, store.layout, concurrency=8)
+    read_copies, read_ledger = store_a.read_copies, store_a.read_ledger
+    here = store.bucket(x)
+    ledger_read: list[bool] = []
+    reset: list[object] = []
+
+    def ledger_then_flag(shard, bucket, *args, **kwargs):
+        found = read_ledger(shard, bucket, *args, **kwargs)
+        if (shard, bucket) == here:
+            ledger_read.append(True)
+        return found
+
+    def copies_after_a_reset(shard, bucket, *args, **kwargs):
+        if (shard, bucket) == here and ledger_read and not reset:
+            point = t0 + timedelta(minutes=3, seconds=30)
+            reset.append(
+                engine.reset_counter(operator, x, point, now=t0 + timedelta(minutes=7))
+            )  # fmt: skip
+        return read_copies(shard, bucket, *args, **kwargs)
+
+    store_a.read_copies = copies_after_a_reset
+    store_a.read_ledger = ledger_then_flag
+    try:
+        a = engine.run_family(
+            store_a, t0 + timedelta(minutes=6), "A", use_lease=False, now=t0 + timedelta(minutes=8)
+        )
+    except engine.ChecksFailed as failed:
+        pytest.fail(f"a false alarm: {failed}")
+    assert reset and a.outcome == "success" and a.tally.counters_quarantined == 0, a.tally
+    assert engine.quarantined(store) == []
+    assert client.read("X") == 4
