@@ -168,6 +168,24 @@ def next_version(now_micros: int, previous: int | None) -> int:
     return max(now_micros, (previous or 0) + 1)
 
 
+def restored_version(
+    ledger_version: int | None, copy_writetime: int | None, now_micros: int
+) -> int:
+    """The write timestamp of a copy restored from the ledger (``quarantine --release``):
+    strictly after the ledger's version and the changed copy's, never the operator's clock (a
+    clock ahead would make the next commit's copy lose, and quarantine the counter again)."""
+    known = [v for v in (ledger_version, copy_writetime) if v is not None]
+    return max(known) + 1 if known else now_micros
+
+
+def versioned_by_copy(checkpoint: Checkpoint, copy_writetime: int | None) -> Checkpoint:
+    """The checkpoint whose copy (equal to it) was written after its version, a restored one,
+    with that write time as its version: the next commit's copy (``next_version``) is newer."""
+    if copy_writetime is not None and copy_writetime > (checkpoint.version or 0):
+        return replace(checkpoint, version=copy_writetime)
+    return checkpoint
+
+
 # --- fold planning ------------------------------------------------------------------------
 
 Key = tuple[Hashable, ...]

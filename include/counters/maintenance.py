@@ -36,9 +36,11 @@ from .core import (
     format_key,
     from_millis,
     needs_pending,
+    restored_version,
     to_millis,
     truncate_ms,
     utc_naive,
+    versioned_by_copy,
 )
 from .errors import ChecksFailed, EngineError
 from .identity import check_family, check_partition
@@ -71,8 +73,10 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     ledger = store.read_ledger(shard, bucket, [counter])
     check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
+    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    if checkpoint is not None and copy is not None and copy.commit_id == checkpoint.commit_id:
+        checkpoint = versioned_by_copy(checkpoint, copy.writetime)  # a restored copy
     if checkpoint is None:
-        copy = store.read_copies(shard, bucket, [counter]).get(counter)
         if copy is not None and copy.commit_id is not None:
             raise EngineError(
                 f"family {store.family.name!r} counter {format_key(counter)}: its compact row "
@@ -431,14 +435,19 @@ def release(store: Store, counter: Key) -> Checkpoint:
         store.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
-        # a newer write timestamp than the changed copy's, so the restored copy wins
+        # after the ledger's version and the changed copy's, so the restored copy wins, and
+        # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
+        copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        version = restored_version(
+            checkpoint.version, copy.writetime if copy is not None else None, _micros()
+        )
         restored = Checkpoint(
             checkpoint.value,
             checkpoint.epoch_ms,
             checkpoint.commit_id,
             checkpoint.pending,
             checkpoint.pending_sum,
-            _micros(),
+            version,
             checkpoint.run_id,
         )
         store.copy_compact([(counter, restored)], checkpoint.run_id or "release", _micros())

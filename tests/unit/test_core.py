@@ -450,3 +450,15 @@ def test_a_state_cell_of_no_known_format_names_no_commit():
     assert state_commit(None) is None
     assert state_commit(state[:20]) is None  # cut short
     assert state_commit(b"\x02" + state[1:]) is None  # a later format
+
+
+def test_a_restored_copy_is_versioned_after_the_ledger_and_the_changed_copy_not_the_clock():
+    from counters.core import Checkpoint, restored_version, versioned_by_copy
+
+    assert restored_version(100, 250, now_micros=10**12) == 251  # a clock ahead is not used
+    assert restored_version(300, 250, now_micros=5) == 301  # nor one behind
+    assert restored_version(None, None, now_micros=7) == 7  # nothing known: the clock
+    committed = Checkpoint(5, 60_000, None, version=100)
+    assert versioned_by_copy(committed, 251).version == 251  # the next commit writes after it
+    assert versioned_by_copy(committed, 100) is committed
+    assert versioned_by_copy(committed, None) is committed
