@@ -100,6 +100,27 @@ def shard_of(token: int, shards: int) -> int:
     return min(index, shards - 1)
 
 
+def overlapping_shards(shard: int, shards_from: int, shards_to: int) -> range:
+    """The shards under a count of ``shards_to`` whose token ranges overlap ``shard`` under
+    ``shards_from``: where a reshard may have moved what that shard held."""
+    low, high = shard_bounds(shards_from)[shard]
+    return range(shard_of(low + 1, shards_to), shard_of(high, shards_to) + 1)
+
+
+def quarantine_shards(shard: int, counts: Iterable[int]) -> list[int]:
+    """Every shard partition that can hold the quarantine entry of a counter the run knew in
+    ``shard``, whichever of ``counts`` (the shard counts the family was or is being numbered
+    by) numbered the run and the entry: a reshard between a run's verify and its cleanup
+    moves entries to the new count's shards."""
+    known = sorted(set(counts))
+    found = {shard}
+    for before in known:
+        if shard < before:
+            for after in known:
+                found.update(overlapping_shards(shard, before, after))
+    return sorted(found)
+
+
 BUCKETS = 16
 """Token sub-ranges per shard. A bucket is the unit of every bulk step: one ledger partition
 (one Paxos round commits many counters), one touched-index partition, one raw-table scan."""
