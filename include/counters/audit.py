@@ -159,6 +159,37 @@ def machine() -> tuple[str, str]:
     return user, socket.gethostname()
 
 
+INTEGER_COLUMNS = {
+    "counters": 31,
+    "conflicts": 31,
+    "rows_folded": 63,
+    "sum_folded": 63,
+    "late_rows": 63,
+    "late_sum": 63,
+    "max_lateness_ms": 63,
+    "rows_deleted": 63,
+}
+"""The audit table's ``int`` and ``bigint`` columns, by the bits their magnitude may take."""
+
+
+def fit_integers(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record with every integer its column cannot hold left out (the column stays empty)
+    and its exact value added to the message: a family's total past 2^63 (counters that each
+    fit) must not keep a run that already deleted its rows from writing its audit row. The
+    existing schema holds this form, so tables of every version keep working."""
+    row = dict(record)
+    notes = []
+    for column, bits in INTEGER_COLUMNS.items():
+        value = row.get(column)
+        if isinstance(value, int) and not -(2**bits) <= value < 2**bits:
+            notes.append(f"{column} {value}")
+            row[column] = None
+    if notes:
+        kept = f" [past the audit table's integer columns, left empty: {'; '.join(notes)}]"
+        row["message"] = str(row.get("message") or "") + kept
+    return row
+
+
 def stamped(
     record: Mapping[str, Any],
     family: Family,
@@ -175,7 +206,7 @@ def stamped(
     parameters = {**provenance.parameters, **dict(record.get("parameters") or {})}
     return {
         "action": Action.COMPACT,
-        **record,
+        **fit_integers(record),
         "month": month_of(started_at),
         "triggered_by": provenance.triggered_by,
         "airflow_user": provenance.airflow_user,

@@ -482,11 +482,16 @@ def _split_counter(family: Family, text: str) -> list[str]:
 @click.option(
     "--at",
     "at",
-    help="Reset point (ISO 8601, not in the future). Later increments count. Default: now, "
-    "unless the counter was reset within the last hour: then that reset is taken for this one "
-    "(repeating the command after an unknown outcome resets once); pass --at to reset again.",
+    help="Reset point (ISO 8601, not in the future). Later increments count. Default: now "
+    "less the family's lag, truncated to the minute (as a run's epoch), unless the counter was "
+    "reset within the last hour and no --reset-id is given: then that reset is taken for this "
+    "one (repeating the command after an unknown outcome resets once).",
 )
-@click.option("--reset-id", help="Idempotency id (default: derived from counter and point).")
+@click.option(
+    "--reset-id",
+    help="Idempotency id (default: derived from counter and point). When given it alone "
+    "decides: the same id is one reset (found in the run log, 14 days), a new id resets again.",
+)
 @click.argument("counter")
 @pass_context
 def reset_command(

@@ -36,6 +36,31 @@ class Increment:
     identity: tuple[object, ...]
 
 
+def event_problem(event: Increment, identity_names: Sequence[str]) -> str | None:
+    """What makes an event unfit to record, or None: the rules ``increment`` enforces on its
+    arguments, for events given whole. Its own time is required (the row's key is (time,
+    identity): a retry is the same row only with the same time), and every part of its
+    identity (a missing one would merge two events, or fail the write half way)."""
+    if not isinstance(event.time, datetime):
+        return (
+            f"counter {event.counter}: time must be the event's own datetime, got "
+            f"{event.time!r}: the row's key is (time, identity), and a retry is the same row "
+            "only with the same time"
+        )
+    if len(event.identity) != len(identity_names):
+        return (
+            f"counter {event.counter}: identity needs {len(identity_names)} value(s) for "
+            f"{list(identity_names)}, got {event.identity!r}"
+        )
+    missing = [n for n, v in zip(identity_names, event.identity, strict=True) if v is None]
+    if missing:
+        return (
+            f"counter {event.counter}: identity {event.identity!r} has no value for {missing}: "
+            "two events told apart by it would be one row"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class CounterValue:
     """A counter as read: ``value`` = ``compact_value`` (the copy of its last commit, counting
@@ -106,18 +131,16 @@ class CounterClient:
     def record(self, events: Iterable[Increment]) -> None:
         """Record many increments: marks first (one per counter), then the rows."""
         events = list(events)
-        width = len(self.store.layout.clustering) - 1
-        for event in events:
+        names = [c.name for c in self.store.layout.clustering[1:]]
+        for event in events:  # every event before any is written
             if isinstance(event.increment, bool) or not isinstance(event.increment, int):
                 raise TypeError(
                     f"family {self.family.name!r}: increment must be an integer, "
                     f"got {event.increment!r} for counter {event.counter}"
                 )
-            if len(event.identity) != width:
-                raise ValueError(
-                    f"family {self.family.name!r}: identity needs {width} value(s) for "
-                    f"{[c.name for c in self.store.layout.clustering[1:]]}, got {event.identity!r}"
-                )
+            problem = event_problem(event, names)
+            if problem:
+                raise ValueError(f"family {self.family.name!r}: {problem}")
         if self.family.discovery is Discovery.INDEX:
             minutes: dict[Key, set[int]] = {}
             for e in events:  # the minutes of the rows: a run reads each counter down to them

@@ -280,14 +280,12 @@ class Family(_Strict):
                 f"a '{self.kind.value}' family folds its rows one by one and must delete them "
                 "(a kept row below the checkpoint could never be told from a late one)"
             )
-        if self.effective_retention is Retention.DELETE and self.consistency in (
-            Consistency.ONE,
-            Consistency.LOCAL_ONE,
-        ):
+        if self.consistency in (Consistency.ONE, Consistency.LOCAL_ONE):
             raise ValueError(
-                f"consistency: {self.consistency.value} is refused for a family that deletes its "
-                "rows: a delete seen by one replica lets a later run read and fold the row again "
-                "from another; use LOCAL_QUORUM (default), QUORUM, EACH_QUORUM or ALL"
+                f"consistency: {self.consistency.value} is refused (every kind): a fold that "
+                "reads one replica can miss rows another holds and move its epoch past them, "
+                "and a delete seen by one replica lets a later run fold the row again; use "
+                "LOCAL_QUORUM (default), QUORUM, EACH_QUORUM or ALL"
             )
         self._archive_rules()
         if self.sweep_interval <= timedelta(0):

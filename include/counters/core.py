@@ -100,6 +100,27 @@ def shard_of(token: int, shards: int) -> int:
     return min(index, shards - 1)
 
 
+def overlapping_shards(shard: int, shards_from: int, shards_to: int) -> range:
+    """The shards under a count of ``shards_to`` whose token ranges overlap ``shard`` under
+    ``shards_from``: where a reshard may have moved what that shard held."""
+    low, high = shard_bounds(shards_from)[shard]
+    return range(shard_of(low + 1, shards_to), shard_of(high, shards_to) + 1)
+
+
+def quarantine_shards(shard: int, counts: Iterable[int]) -> list[int]:
+    """Every shard partition that can hold the quarantine entry of a counter the run knew in
+    ``shard``, whichever of ``counts`` (the shard counts the family was or is being numbered
+    by) numbered the run and the entry: a reshard between a run's verify and its cleanup
+    moves entries to the new count's shards."""
+    known = sorted(set(counts))
+    found = {shard}
+    for before in known:
+        if shard < before:
+            for after in known:
+                found.update(overlapping_shards(shard, before, after))
+    return sorted(found)
+
+
 BUCKETS = 16
 """Token sub-ranges per shard. A bucket is the unit of every bulk step: one ledger partition
 (one Paxos round commits many counters), one touched-index partition, one raw-table scan."""
@@ -166,6 +187,24 @@ def next_version(now_micros: int, previous: int | None) -> int:
     """The write timestamp of a counter's compact copy: strictly larger than the previous
     commit's, so the newest commit's copy wins whatever order copies land in."""
     return max(now_micros, (previous or 0) + 1)
+
+
+def restored_version(
+    ledger_version: int | None, copy_writetime: int | None, now_micros: int
+) -> int:
+    """The write timestamp of a copy restored from the ledger (``quarantine --release``):
+    strictly after the ledger's version and the changed copy's, never the operator's clock (a
+    clock ahead would make the next commit's copy lose, and quarantine the counter again)."""
+    known = [v for v in (ledger_version, copy_writetime) if v is not None]
+    return max(known) + 1 if known else now_micros
+
+
+def versioned_by_copy(checkpoint: Checkpoint, copy_writetime: int | None) -> Checkpoint:
+    """The checkpoint whose copy (equal to it) was written after its version, a restored one,
+    with that write time as its version: the next commit's copy (``next_version``) is newer."""
+    if copy_writetime is not None and copy_writetime > (checkpoint.version or 0):
+        return replace(checkpoint, version=copy_writetime)
+    return checkpoint
 
 
 # --- fold planning ------------------------------------------------------------------------

@@ -33,13 +33,16 @@ from .core import (
     Fold,
     Key,
     Tally,
+    epoch_for,
     fold_recount,
     format_key,
     from_millis,
     needs_pending,
+    restored_version,
     to_millis,
     truncate_ms,
     utc_naive,
+    versioned_by_copy,
 )
 from .errors import ChecksFailed, EngineError
 from .identity import check_family, check_partition
@@ -72,8 +75,10 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     ledger = store.read_ledger(shard, bucket, [counter])
     check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
+    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    if checkpoint is not None and copy is not None and copy.commit_id == checkpoint.commit_id:
+        checkpoint = versioned_by_copy(checkpoint, copy.writetime)  # a restored copy
     if checkpoint is None:
-        copy = store.read_copies(shard, bucket, [counter]).get(counter)
         if copy is not None and copy.commit_id is not None:
             raise EngineError(
                 f"family {store.family.name!r} counter {format_key(counter)}: its compact row "
@@ -115,9 +120,11 @@ def reset_counter(
     """Set a counter back to zero at ``at``: increments after ``at`` count, the ones at or
     before it are consumed (deleted, for a deleting family). Retry-safe: a reset whose point the
     counter was already reset at finds it and does nothing, and so does a reset without ``at``
-    (the point is now) within ``RESET_REPEAT_WINDOW`` of the counter's last reset: an operator
-    repeating the command after an unknown outcome resets once. Pass ``at`` to reset again. A
-    point in the future is refused: readers would not see the rows before it until a fold.
+    and without ``reset_id`` within ``RESET_REPEAT_WINDOW`` of the counter's last reset: an operator
+    repeating the command after an unknown outcome resets once. Pass ``at`` or a new
+    ``reset_id`` to reset again: a given id decides alone (its reset is found in the run log,
+    whatever committed since). Without ``at`` the point is ``default_reset_point``. A point in
+    the future is refused: readers would not see the rows before it until a fold.
     """
     family = store.family
     if family.kind is Kind.UNIQUE:
@@ -138,7 +145,14 @@ def reset_counter(
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
-    if at is None:
+    if reset_id is not None:
+        done_at = _reset_done(store, counter, reset_id)
+        if done_at is not None:  # this id's reset applied: a retry
+            store.mark_touched([counter])  # the next run finishes what the reset left
+            return ResetResult(
+                counter, reset_id, from_millis(done_at), value_before, already_done=True
+            )
+    elif at is None:
         origin = _base(store, counter)[3].origin_ms
         if origin is not None and to_millis(current) - origin < _window_ms():
             point = from_millis(origin)
@@ -150,12 +164,13 @@ def reset_counter(
                 value_before,
                 already_done=True,
             )
-    at = current if at is None else truncate_ms(utc_naive(at))
+    at = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
     at_ms = to_millis(at)
+    given_id = reset_id is not None
     reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
     for _attempt in range(MAX_ATTEMPTS):
         shard, bucket, head, base = _base(store, counter)
-        if base.run_id == reset_id or base.origin_ms == at_ms:
+        if base.run_id == reset_id or (not given_id and base.origin_ms == at_ms):
             store.mark_touched([counter])  # the next run finishes what the reset left
             return ResetResult(counter, reset_id, at, value_before, already_done=True)
         if base.epoch_ms is not None and at_ms < base.epoch_ms:
@@ -229,6 +244,25 @@ def reset_counter(
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
     )
+
+
+def default_reset_point(now: datetime, lag: timedelta) -> datetime:
+    """The point of a reset given none: now less the family's lag, truncated to the minute as a
+    run's epoch is (``core.epoch_for``). A write in flight just before now has a time after it
+    and counts in the new era, and every repeat within the minute computes the same point."""
+    return epoch_for(now, lag)
+
+
+def _reset_done(store: Store, counter: Key, reset_id: str) -> int | None:
+    """The point (ms) of this counter's reset by ``reset_id`` if one applied, found in the run
+    log (kept 14 days) whatever committed since: a commit its reset verified, or one whose point
+    is still the counter's reset point (applied, then a crash before it was verified)."""
+    shard, _bucket = store.bucket(counter)
+    origin = _base(store, counter)[3].origin_ms
+    for entry, epoch_ms, verified in store.run_entries(reset_id, shard):
+        if entry == counter and (verified or epoch_ms == origin):
+            return epoch_ms
+    return None
 
 
 def _archived(
@@ -402,14 +436,19 @@ def release(store: Store, counter: Key) -> Checkpoint:
         store.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
-        # a newer write timestamp than the changed copy's, so the restored copy wins
+        # after the ledger's version and the changed copy's, so the restored copy wins, and
+        # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
+        copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        version = restored_version(
+            checkpoint.version, copy.writetime if copy is not None else None, _micros()
+        )
         restored = Checkpoint(
             checkpoint.value,
             checkpoint.epoch_ms,
             checkpoint.commit_id,
             checkpoint.pending,
             checkpoint.pending_sum,
-            _micros(),
+            version,
             checkpoint.run_id,
         )
         store.copy_compact([(counter, restored)], checkpoint.run_id or "release", _micros())

@@ -206,3 +206,15 @@ def test_expect_keep_to_prune_with_the_configured_age(tmp_path: Path, monkeypatc
         evidence.EvidenceConfigError, match=r"COUNTERS_GX_KEEP_DAYS must be .* 'a week'"
     ):
         evidence.keep("fam", "x", suite_report(), now=now, location=store)
+
+
+def test_integers_past_their_audit_column_are_left_out_and_kept_in_the_message():
+    record = {"sum_folded": 2**63, "late_sum": -(2**63), "counters": 2**31, "message": "ran"}
+    row = audit.fit_integers(record)
+    assert (row["sum_folded"], row["late_sum"], row["counters"]) == (None, -(2**63), None)
+    assert row["message"].startswith("ran [") and f"sum_folded {2**63}" in row["message"]
+    assert f"counters {2**31}" in row["message"]
+    assert audit.fit_integers({"sum_folded": 2**63 - 1, "message": "m"}) == {
+        "sum_folded": 2**63 - 1,
+        "message": "m",
+    }

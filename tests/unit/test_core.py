@@ -516,3 +516,30 @@ class TestReadersBase:
             "fold starts from value 100 of commit c1"
             in readers_base(self.fold(), 90, 0, "c0", False)[1]
         )
+
+
+def test_a_restored_copy_is_versioned_after_the_ledger_and_the_changed_copy_not_the_clock():
+    from counters.core import Checkpoint, restored_version, versioned_by_copy
+
+    assert restored_version(100, 250, now_micros=10**12) == 251  # a clock ahead is not used
+    assert restored_version(300, 250, now_micros=5) == 301  # nor one behind
+    assert restored_version(None, None, now_micros=7) == 7  # nothing known: the clock
+    committed = Checkpoint(5, 60_000, None, version=100)
+    assert versioned_by_copy(committed, 251).version == 251  # the next commit writes after it
+    assert versioned_by_copy(committed, 100) is committed
+    assert versioned_by_copy(committed, None) is committed
+
+
+def test_a_quarantine_entry_is_looked_up_in_every_shard_a_reshard_may_have_moved_it_to():
+    from counters.core import overlapping_shards, quarantine_shards
+
+    assert list(overlapping_shards(1, 2, 8)) == [4, 5, 6, 7]
+    assert list(overlapping_shards(5, 8, 2)) == [1]
+    assert list(overlapping_shards(1, 3, 2)) == [0, 1]  # straddles the new boundary
+    assert quarantine_shards(1, [2]) == [1]
+    assert quarantine_shards(1, [2, 8]) == [0, 1, 4, 5, 6, 7]  # either count numbered the run
+    assert quarantine_shards(5, [8, 2]) == [1, 5]  # the run numbered by 8, the entries by 2
+    for before, after in [(2, 8), (4, 1), (3, 5), (7, 16)]:
+        for token in range(-(2**63) + 1, 2**63 - 1, 2**59 + 12345):
+            shard = shard_of(token, before)
+            assert shard_of(token, after) in quarantine_shards(shard, [before, after])

@@ -23,6 +23,7 @@ from ..core import (
     format_key,
     needs_pending,
     readers_base,
+    versioned_by_copy,
 )
 from ..identity import check_partition
 from ..store import Copy, Ledger
@@ -102,6 +103,8 @@ def _bases(
                 f"differs from its last commit {cp.value} (epoch {cp.epoch_ms}): changed "
                 "outside the engine",
             )
+        else:  # a copy restored after the commit (a release): the next copy must be newer
+            bases[counter] = versioned_by_copy(cp, copy.writetime)
     return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from functools import cached_property
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..connection import BULK_PROFILE
 from ..core import (
     Key,
+    quarantine_shards,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +57,30 @@ class ControlState(StoreBase):
             tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
             for r in self.session.execute(statement, (shard,), execution_profile=BULK_PROFILE)
         }
+
+    def shard_counts(self) -> set[int]:
+        """Every shard count the family's entries may be numbered by: the YAML's, the one its
+        state and tables record, and both ends of a reshard under way."""
+        counts = {self.family.shards}
+        recorded = self.family_state().shards
+        if recorded:
+            counts.add(recorded)
+        for owner in self.table_owners().values():
+            identity = json.loads(owner.identity or "{}")
+            moving = identity.get("resharding") or {}
+            counts.update(
+                int(n) for n in (identity.get("shards"), moving.get("from"), moving.get("to")) if n
+            )
+        return counts
+
+    def read_quarantine_anywhere(self, shard: int) -> dict[Key, Quarantined]:
+        """The quarantine entries of every partition that can hold one of a counter the run
+        knew in ``shard`` (``core.quarantine_shards``), whatever the shard count is now: a
+        cleanup keeps the rows of a counter quarantined before a reshard moved its entry."""
+        found: dict[Key, Quarantined] = {}
+        for place in quarantine_shards(shard, self.shard_counts()):
+            found.update(self.read_quarantine(place))
+        return found
 
     def release(self, counter: Key) -> None:
         statement = self.prepare(

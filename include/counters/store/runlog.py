@@ -169,6 +169,23 @@ class RunLog(StoreBase):
             out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec, *extra))
         return out
 
+    def run_entries(self, run_id: str, shard: int) -> list[tuple[Key, int, bool]]:
+        """``(counter, epoch ms, verified)`` of every commit record a run wrote in a shard,
+        whatever its outcome: a reset looks its own id up here (a record whose commit did not
+        apply is told apart by the caller)."""
+        statement = self.prepare(
+            "runs_entries",
+            "SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?",
+        )
+        _encode, decode = self._key_codec()
+        self.requests[self.phase] += 1
+        return [
+            (decode(counter), epoch_ms, verified_by is not None)
+            for blob, verified_by in self.session.execute(statement, (run_id, shard))
+            if blob is not None
+            for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.key_codec)
+        ]
+
     def commit_record(
         self, run_id: str, shard: int, bucket: int, commit_id: Any
     ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:

@@ -377,3 +377,20 @@ def test_expect_counterctl_to_export_any_range_in_every_format(long_trail, tmp_p
     ]
     wrong = invoke(*common[:5], "--since", "2027-01-01", "--until", "2026-01-01")
     assert wrong.exit_code == 2 and "--since (2027-01-01) must be before --until" in wrong.output
+
+
+def test_a_family_total_past_a_bigint_still_leaves_the_runs_audit_row(make_family, t0):
+    """Issue #43 item 6: two counters near 2^63 each fit a bigint, their run's sum does not.
+    The run deletes their rows, so it must leave its audit row: the column too small for the
+    total is left empty and the exact total is in the row's message."""
+    _family, store, client = make_family()
+    big = 2**62 + 2**61  # each fits a bigint; the two together do not
+    at = t0 + timedelta(seconds=10)
+    client.record([Increment((f"c{i}",), big, at, ("w", i)) for i in (1, 2)])
+    epoch = t0 + timedelta(minutes=1)
+    engine.run_family(store, epoch, run_id="big-sums", now=epoch + timedelta(minutes=2))
+    [row] = [r for r in store.read_audit(5) if r["run_id"] == "big-sums"]
+    assert row["outcome"] == "success" and row["rows_deleted"] == 2
+    assert row["sum_folded"] is None and row["rows_folded"] == 2
+    assert f"sum_folded {2 * big}" in row["message"]
+    assert [client.read(f"c{i}") for i in (1, 2)] == [big, big]

@@ -357,6 +357,40 @@ def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_fami
     assert rows_at_or_below(store, ("IBM",), epoch) == 0 and client.read("IBM") == 255
 
 
+@pytest.mark.parametrize("skew", ["operator_clock_ahead", "copy_written_in_the_future"])
+def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clocks(
+    make_family, t0, monkeypatch, skew
+):
+    """Issue #43 item 8: the restored copy is written strictly after the ledger's version and
+    after the changed copy, never at the operator's clock, and the next commit's copy is newer
+    still: it neither loses to the restored copy nor quarantines the counter again."""
+    from counters import maintenance
+    from counters.compaction.common import _micros
+
+    family, store, client = make_family()
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    run(store, epoch)
+    hour_us = 3600 * 10**6
+    stamp = f" USING TIMESTAMP {_micros() + hour_us}" if skew != "operator_clock_ahead" else ""
+    store.session.execute(
+        f"UPDATE {family.keyspace}.{family.compact_table}{stamp} SET value = 7 WHERE type = 'IBM'"
+    )
+    later = epoch + timedelta(minutes=1)
+    with pytest.raises(engine.ChecksFailed, match="quarantined"):
+        run(store, later)
+    if skew == "operator_clock_ahead":
+        monkeypatch.setattr(maintenance, "_micros", lambda *_a: _micros() + hour_us)
+    engine.release(store, ("IBM",))
+    monkeypatch.undo()
+    assert client.read("IBM") == 255
+    client.record([inc("IBM", 5, later + timedelta(seconds=1), "w", 77)])
+    last = later + timedelta(minutes=1)
+    assert run(store, last).outcome == "success"
+    assert engine.quarantined(store) == [] and client.read("IBM") == 260
+    assert compact_row(store, ("IBM",)).value == 260  # the new commit's copy won
+
+
 def test_compact_row_changed_between_runs_is_detected_at_the_next_run(make_family, t0):
     family, store, client = make_family()
     load(client, t0)

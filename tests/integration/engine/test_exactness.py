@@ -42,6 +42,32 @@ def test_an_identity_without_the_events_time_is_refused_and_writes_nothing(make_
     assert client.read("r") == 0
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Increment(("r",), 5, None, ("P1", 2)),
+        Increment(("r",), 5, "2026-11-25T10:00:00", ("P1", 2)),
+        Increment(("r",), 5, "t0", ("P1", None)),
+    ],
+    ids=["no_time", "time_as_text", "identity_with_none"],
+)
+def test_record_keeps_the_rules_of_increment_and_writes_nothing_when_one_event_breaks_them(
+    make_family, t0, bad
+):
+    """Issue #43 item 8: ``record`` refuses what ``increment`` refuses (an event without its
+    own time, an identity with a missing part), naming the family, the field and the value,
+    before it writes any event of the call."""
+    _family, store, client = make_family()
+    good = Increment(("r",), 7, t0, ("P0", 1))
+    if bad.time == "t0":
+        bad = Increment(bad.counter, bad.increment, t0, bad.identity)
+    field = "identity" if bad.time is t0 else "time"
+    with pytest.raises(ValueError, match=rf"family '{_family.name}'.*{field}"):
+        client.record([good, bad])
+    assert rows_at_or_below(store, ("r",), t0 + timedelta(minutes=1)) == 0
+    assert client.read("r") == 0
+
+
 def test_actor_without_version_is_refused_so_two_events_never_merge(make_family, t0):
     _family, _store, client = make_family()
     at = t0 + timedelta(seconds=1)

@@ -379,14 +379,54 @@ def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):
     now = t0 + timedelta(minutes=10)
     client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(3)])
     first = engine.reset_counter(store, ("IBM",), now=now)
-    assert (first.value_before, first.already_done, first.at) == (30, False, now)
-    client.record([Increment(("IBM",), 3, now + timedelta(seconds=30), ("w", 9))])
+    point = now - timedelta(minutes=1)  # now less the lag, truncated as an epoch is
+    assert (first.value_before, first.already_done, first.at) == (30, False, point)
+    client.record([Increment(("IBM",), 3, point + timedelta(seconds=30), ("w", 9))])
     later = now + timedelta(minutes=5)
     again = engine.reset_counter(store, ("IBM",), now=later)  # the operator repeats it
-    assert again.already_done and again.at == now
+    assert again.already_done and again.at == point
     assert client.read("IBM") == 3  # the increment after the first reset still counts
     explicit = engine.reset_counter(store, ("IBM",), later, now=later)  # a point: a new reset
     assert not explicit.already_done and client.read("IBM") == 0
+
+
+def test_a_reset_with_a_new_id_inside_the_window_resets_again_and_its_retry_once(make_family, t0):
+    """Issue #43 item 5: the idempotency id decides when given (the one-hour window only
+    without one); its retry after a run committed the counter finds the reset in the run log."""
+    from counters.client import Increment
+
+    _family, store, client = make_family()
+    now = t0 + timedelta(minutes=10)
+    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(3)])
+    engine.reset_counter(store, ("IBM",), now=now, reset_id="first")
+    client.record([Increment(("IBM",), 7, now + timedelta(seconds=1), ("w", 7))])
+    later = now + timedelta(minutes=5)
+    assert client.read("IBM") == 7
+    second = engine.reset_counter(store, ("IBM",), now=later, reset_id="second")
+    assert (second.already_done, second.value_before) == (False, 7)
+    assert client.read("IBM") == 0
+    assert second.at == later - timedelta(minutes=1)  # a point every retry computes alike
+    client.record([Increment(("IBM",), 5, later + timedelta(seconds=1), ("w", 5))])
+    run_at = later + timedelta(minutes=2)
+    engine.run_family(store, run_at, now=run_at + timedelta(minutes=1))  # the ledger moves on
+    retry = engine.reset_counter(
+        store, ("IBM",), now=later + timedelta(minutes=20), reset_id="second"
+    )
+    assert retry.already_done and retry.at == second.at
+    assert client.read("IBM") == 5  # the increment after the reset still counts
+
+
+def test_a_reset_without_a_point_leaves_a_write_just_before_now_to_the_new_era(make_family, t0):
+    """Without --at the point is now less the lag (truncated to the minute as an epoch is): a
+    write in flight with a time just before now counts after the reset, as a run would."""
+    from counters.client import Increment
+
+    _family, store, client = make_family()
+    now = t0 + timedelta(minutes=10, seconds=30)
+    client.record([Increment(("IBM",), 10, t0, ("w", 1))])
+    engine.reset_counter(store, ("IBM",), now=now)
+    client.record([Increment(("IBM",), 4, now - timedelta(seconds=5), ("w", 2))])  # in flight
+    assert client.read("IBM") == 4
 
 
 def test_a_reset_point_in_the_future_is_refused(make_family, t0):

@@ -147,3 +147,28 @@ def test_a_run_planned_before_a_reshard_commits_nothing_after_it(conn, make_fami
     engine.run_family(four, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 12)
     assert sum(rows_at_or_below(store, (c,), later) for c in counters) == 0
+
+
+def test_a_reshard_between_verify_and_cleanup_keeps_a_quarantined_counters_rows(make_family, t0):
+    """Issue #43 item 8: the run's cleanup finds a counter's quarantine entry wherever a
+    reshard moved it (its shard under the new count), not only under the run's numbering."""
+    from counters.core import bucket_of
+
+    _family, store, client = make_family(shards=2)
+    counters = [f"q{i}" for i in range(40)]
+    client.record(_events(counters, t0 + timedelta(seconds=10), 5))
+    held = next(c for c in counters if bucket_of(store.token((c,)), 8)[0] != store.bucket((c,))[0])
+    epoch = t0 + timedelta(minutes=1)
+    resharded: list[str] = []
+
+    def reshard_before_cleanup(point: str) -> None:
+        if point == "cleanup_read_log" and not resharded:
+            store.quarantine("verify", [((held,), "check_failed", f"{held}: held for the test")])
+            resharded.append(point)
+            reshard(store, 8)
+
+    engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=reshard_before_cleanup)
+    assert resharded
+    assert rows_at_or_below(store, (held,), epoch) == 1  # quarantined: none of its rows deleted
+    others = [c for c in counters if c != held]
+    assert sum(rows_at_or_below(store, (c,), epoch) for c in others) == 0
