@@ -851,8 +851,8 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
     never before the first run. Exit code 0 when every family is fresh or late, 8 when one
     is stale or was never compacted (5/6 when Cassandra does not answer), so a cron job, a
     Kubernetes probe or a monitoring check sees compaction stop even when the scheduler
-    (which runs the freshness DAG) is down. Sends each lag as the lag_seconds metric where
-    Airflow's metrics are configured.
+    (which runs the freshness DAG) is down. Sends each family's gauges (compacted epoch,
+    lag, limit, quarantined counters) where Airflow's metrics are configured.
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
     now = datetime.now(UTC)
