@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -358,7 +359,11 @@ def compact_command(
     def on_audit(record: dict[str, Any], tally: Tally) -> None:
         """The run's metrics, as the DAG sends them (whatever the outcome)."""
         audited.append(record["outcome"])
-        metrics.emit_run(record, tally.counters_quarantined)
+        metrics.emit_run(
+            record,
+            quarantined=lambda: health.quarantined_now(store),
+            stale_after=health.stale_after(family),
+        )
         configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
 
     try:
@@ -375,7 +380,11 @@ def compact_command(
     except click.ClickException:
         if not audited:  # failed before (or while) writing its audit row: still count it
             failed = {"family": family.name, "outcome": "failed", "started_at": started}
-            metrics.emit_run(failed, 0)
+            metrics.emit_run(
+                failed,
+                quarantined=lambda: health.quarantined_now(store),
+                stale_after=health.stale_after(family),
+            )
             configure_logging(obj.verbose)
         raise
     if as_json:
@@ -847,15 +856,21 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
     never before the first run. Exit code 0 when every family is fresh or late, 8 when one
     is stale or was never compacted (5/6 when Cassandra does not answer), so a cron job, a
     Kubernetes probe or a monitoring check sees compaction stop even when the scheduler
-    (which runs the freshness DAG) is down. Sends each lag as the lag_seconds metric where
-    Airflow's metrics are configured.
+    (which runs the freshness DAG) is down. Sends each family's gauges (compacted epoch,
+    lag, limit, quarantined counters) where Airflow's metrics are configured.
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
     now = datetime.now(UTC)
     with reported():
         lags = health.read_lags((Store(obj.conn, f) for f in families), now)
     for lag in lags:
-        metrics.emit_lag(lag.family.name, lag.epoch, now)
+        metrics.emit_family(
+            lag.family.name,
+            lag.epoch,
+            stale_after=health.stale_after(lag.family),
+            quarantined=partial(health.quarantined_now, Store(obj.conn, lag.family)),
+            now=now,
+        )
     configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
     bad = health.unhealthy(lags)
     if as_json:

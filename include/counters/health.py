@@ -8,6 +8,7 @@ monitoring check can tell, from outside, that compaction stopped.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +19,8 @@ from .core import utc_naive
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import Store
+
+log = logging.getLogger(__name__)
 
 HEALTHY = (Freshness.FRESH, Freshness.LATE)
 """Within the limit (a family more than half way to it is ``late``, still healthy)."""
@@ -66,6 +69,24 @@ def family_lag(family: Family, epoch: datetime | None, now: datetime) -> FamilyL
     """Pure: the family's lag at ``now`` from its compacted epoch."""
     lag = freshness(epoch, now, family)
     return FamilyLag(family, epoch, lag.state, lag.behind, lag.limit)
+
+
+def stale_after(family: Family) -> timedelta:
+    """Pure: how far the compacted epoch may fall behind now before the family is stale (the
+    freshness rule: ``now - lag - epoch > freshness``), sent as a gauge for alert rules."""
+    return family.lag + family.freshness
+
+
+def quarantined_now(store: Store) -> int | None:
+    """How many of the family's counters are quarantined now, for the metric; None when it
+    cannot be read (best effort: a metric must not fail a run, Cassandra may be what failed)."""
+    try:
+        return store.count_quarantined()
+    except Exception:
+        log.warning(
+            "family %s: could not count quarantined counters", store.family.name, exc_info=True
+        )
+        return None
 
 
 def read_lags(stores: Iterable[Store], now: datetime) -> list[FamilyLag]:

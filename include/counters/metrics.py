@@ -4,22 +4,33 @@ is): a StatsD server (often Prometheus's statsd_exporter), DogStatsD or OpenTele
 
 Every run sends the same metrics, whoever ran it: the DAG's tasks and ``counterctl compact``
 call :func:`emit_run` with the run's audit record, whatever its outcome; the freshness DAG and
-``counterctl health`` send the lag. Names (after Airflow's ``statsd_prefix``, ``airflow``), each
-also tagged ``family`` (and ``outcome``) for backends that keep tags:
+``counterctl health`` send the family's gauges. Names carry no data (Airflow 3's modern names:
+backends turn tags into labels, so a name per family would be a new metric per family); the
+family and the outcome are tags. After Airflow's ``statsd_prefix`` (``airflow``):
 
-========================================  =======  ==========================================
-``counters.<family>.lag_seconds``         gauge    now - the compacted epoch
-``counters.<family>.rows_folded``         counter  raw rows folded by a run
-``counters.<family>.rows_deleted``        counter  raw rows deleted by a run
-``counters.<family>.late_rows``           counter  rows that arrived behind the epoch
-``counters.<family>.quarantined``         counter  counters a run kept out of compaction
-``counters.<family>.run_duration``        timer    a run's wall time, start to audit (ms)
-``counters.<family>.runs.<outcome>``      counter  one per run: success, partial, failed,
-                                                   noop, idle, dry_run
-========================================  =======  ==========================================
+=====================================  =======  ===============================================
+``counters.rows_folded``               counter  raw rows folded by a run (family, outcome)
+``counters.rows_deleted``              counter  raw rows deleted by a run (family, outcome)
+``counters.late_rows``                 counter  rows that arrived behind the epoch (family,
+                                                outcome)
+``counters.runs``                      counter  one per run (family, outcome: success, partial,
+                                                failed, noop, idle, dry_run)
+``counters.run_duration``              timer    a run's wall time, start to audit, ms (family,
+                                                outcome)
+``counters.compacted_epoch_seconds``   gauge    the compacted epoch, Unix seconds (family): what
+                                                to alert on, ``time() -`` it keeps growing when
+                                                runs stop, where a frozen lag would not
+``counters.stale_after_seconds``       gauge    lag + freshness: the family's alert limit
+``counters.lag_seconds``               gauge    now - the compacted epoch, when measured (family)
+``counters.quarantined``               gauge    counters quarantined now (family)
+=====================================  =======  ===============================================
 
-The pure part (:func:`run_metrics`, :func:`lag_metrics`) builds the values; :func:`emit` sends
-them. A metrics backend that fails never fails a run: it is logged.
+With ``COUNTERS_LEGACY_METRIC_NAMES=1`` each is also sent under the per-family name of earlier
+versions, ``counters.<family>.<what>`` (``runs``: ``counters.<family>.runs.<outcome>``), for a
+plain StatsD backend that drops tags.
+
+The pure part (:func:`run_metrics`, :func:`family_metrics`, :func:`with_legacy_names`) builds the
+values; :func:`emit` sends them. A metrics backend that fails never fails a run: it is logged.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -39,6 +50,7 @@ log = logging.getLogger(__name__)
 PREFIX = "counters"
 OUTCOMES = ("success", "partial", "failed", "noop", "idle", "dry_run")
 """Every outcome a run can end with (the audit's ``dry-run`` is sent as ``dry_run``)."""
+LEGACY_NAMES_ENV = "COUNTERS_LEGACY_METRIC_NAMES"
 
 Kind = Literal["incr", "gauge", "timing"]
 
@@ -51,42 +63,99 @@ class Metric:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def _name(family: str, what: str) -> str:
-    return f"{PREFIX}.{family}.{what}"
+def _name(what: str) -> str:
+    return f"{PREFIX}.{what}"
 
 
-def lag_metrics(family: str, epoch: datetime | None, now: datetime) -> list[Metric]:
-    """The lag gauge: seconds from the compacted epoch to ``now`` (none before the first run)."""
-    if epoch is None:
-        return []
-    lag = (utc_naive(now) - utc_naive(epoch)).total_seconds()
-    return [Metric("gauge", _name(family, "lag_seconds"), lag, {"family": family})]
+def unix_seconds(at: datetime) -> float:
+    """``at`` (naive UTC, or aware) as Unix seconds: what Prometheus's ``time()`` compares."""
+    return utc_naive(at).replace(tzinfo=UTC).timestamp()
+
+
+def family_metrics(
+    family: str,
+    epoch: datetime | None,
+    now: datetime,
+    *,
+    stale_after: timedelta | None = None,
+    quarantined: int | None = None,
+) -> list[Metric]:
+    """The family's gauges: its compacted epoch (as a timestamp) and lag (none before the first
+    run), its alert limit (``lag + freshness``) and the counters quarantined now (when read)."""
+    tags = {"family": family}
+    gauges = []
+    if epoch is not None:
+        lag = (utc_naive(now) - utc_naive(epoch)).total_seconds()
+        gauges.append(Metric("gauge", _name("compacted_epoch_seconds"), unix_seconds(epoch), tags))
+        gauges.append(Metric("gauge", _name("lag_seconds"), lag, tags))
+    if stale_after is not None:
+        limit = stale_after.total_seconds()
+        gauges.append(Metric("gauge", _name("stale_after_seconds"), limit, tags))
+    if quarantined is not None:
+        gauges.append(Metric("gauge", _name("quarantined"), int(quarantined), tags))
+    return gauges
 
 
 def outcome_name(outcome: str) -> str:
-    """The audit's outcome as a metric name part (``dry-run`` -> ``dry_run``)."""
+    """The audit's outcome as a tag value (``dry-run`` -> ``dry_run``)."""
     return outcome.replace("-", "_")
 
 
-def run_metrics(record: Mapping[str, Any], quarantined: int, now: datetime) -> list[Metric]:
-    """A run's metrics from its audit record (``engine.audit_record``) and the number of
-    counters it quarantined: the counts, the outcome, the duration and the lag after it."""
+def run_metrics(
+    record: Mapping[str, Any],
+    now: datetime,
+    *,
+    quarantined: int | None = None,
+    stale_after: timedelta | None = None,
+) -> list[Metric]:
+    """A run's metrics from its audit record (``engine.audit_record``): the counts, the outcome
+    and the duration, tagged with the family and the outcome; then the family's gauges after it
+    (``quarantined``: the counters quarantined now, None when it could not be read)."""
     family = str(record["family"])
-    outcome = outcome_name(str(record["outcome"]))
-    tags = {"family": family}
+    tags = {"family": family, "outcome": outcome_name(str(record["outcome"]))}
     started = record.get("started_at")
     duration_ms = (
         max((utc_naive(now) - utc_naive(started)).total_seconds(), 0.0) * 1000 if started else 0.0
     )
     return [
-        Metric("incr", _name(family, "rows_folded"), int(record.get("rows_folded") or 0), tags),
-        Metric("incr", _name(family, "rows_deleted"), int(record.get("rows_deleted") or 0), tags),
-        Metric("incr", _name(family, "late_rows"), int(record.get("late_rows") or 0), tags),
-        Metric("incr", _name(family, "quarantined"), int(quarantined), tags),
-        Metric("timing", _name(family, "run_duration"), duration_ms, tags),
-        Metric("incr", _name(family, f"runs.{outcome}"), 1, {**tags, "outcome": outcome}),
-        *lag_metrics(family, record.get("epoch_after"), now),
+        Metric("incr", _name("rows_folded"), int(record.get("rows_folded") or 0), tags),
+        Metric("incr", _name("rows_deleted"), int(record.get("rows_deleted") or 0), tags),
+        Metric("incr", _name("late_rows"), int(record.get("late_rows") or 0), tags),
+        Metric("timing", _name("run_duration"), duration_ms, tags),
+        Metric("incr", _name("runs"), 1, tags),
+        *family_metrics(
+            family,
+            record.get("epoch_after"),
+            now,
+            stale_after=stale_after,
+            quarantined=quarantined,
+        ),
     ]
+
+
+def legacy_name(metric: Metric) -> str:
+    """The per-family name of earlier versions: ``counters.<family>.<what>``, and
+    ``counters.<family>.runs.<outcome>`` for the run count."""
+    what = metric.name.removeprefix(f"{PREFIX}.")
+    family = metric.tags["family"]
+    if what == "runs":
+        return f"{PREFIX}.{family}.runs.{metric.tags['outcome']}"
+    return f"{PREFIX}.{family}.{what}"
+
+
+def with_legacy_names(metrics: Iterable[Metric], legacy: bool) -> list[Metric]:
+    """``metrics``, each followed by its legacy per-family copy when ``legacy`` is on."""
+    sent = []
+    for metric in metrics:
+        sent.append(metric)
+        if legacy:
+            sent.append(Metric(metric.kind, legacy_name(metric), metric.value, metric.tags))
+    return sent
+
+
+def legacy_names_on(env: Mapping[str, str]) -> bool:
+    """``COUNTERS_LEGACY_METRIC_NAMES``: 1/true/yes/on sends the per-family names too."""
+    return env.get(LEGACY_NAMES_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 # --- the shell: Airflow's facade ------------------------------------------------------------
@@ -97,6 +166,7 @@ _CONFIG_KEYS = (
     "statsd_port",
     "statsd_prefix",
     "statsd_datadog_enabled",
+    "statsd_influxdb_enabled",
     "otel_on",
     "otel_host",
     "otel_port",
@@ -105,18 +175,29 @@ _CONFIG_KEYS = (
 _configured: tuple[Any, ...] | None = None
 
 
+def _in_task() -> bool:
+    """Whether this runs inside an Airflow task (``get_current_context`` answers only there)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        get_current_context()
+    except Exception:
+        return False
+    return True
+
+
 def _stats() -> Any:
-    """Airflow's metrics module. In a task process the task runner has set it up from
-    ``[metrics]``: used as it is (a second StatsD client or OpenTelemetry meter provider would
-    be wasteful, or refused). Elsewhere (``counterctl``, ``dag.test()``) this sets it up the
-    same way, again when that configuration changed (a test, a long-lived process)."""
+    """Airflow's metrics module, through its public surface (``airflow.sdk.observability``). In
+    a task the task runner has set it up from ``[metrics]``: used as it is (a second StatsD
+    client or OpenTelemetry meter provider would be wasteful, or would lose what the first had
+    not exported yet). Elsewhere (``counterctl``) this sets it up the same way, again when that
+    configuration changed (a test, a long-lived process)."""
     global _configured
-    from airflow.sdk._shared.observability.metrics import stats as facade
     from airflow.sdk.configuration import conf
     from airflow.sdk.observability import stats
     from airflow.sdk.observability.metrics import stats_utils
 
-    if _configured is None and getattr(facade, "_factory", None) is not None:
+    if _configured is None and _in_task():
         return stats
     config = tuple(conf.get("metrics", key, fallback=None) for key in _CONFIG_KEYS)
     if config != _configured:
@@ -144,8 +225,9 @@ def airflow_configured(env: Mapping[str, str] | None = None) -> bool:
 
 
 def emit(metrics: Iterable[Metric]) -> None:
-    """Send ``metrics`` through Airflow's facade; never raises (metrics must not fail a run)."""
-    metrics = list(metrics)
+    """Send ``metrics`` (and their legacy names, when ``COUNTERS_LEGACY_METRIC_NAMES`` is on)
+    through Airflow's facade; never raises (metrics must not fail a run)."""
+    metrics = with_legacy_names(metrics, legacy_names_on(os.environ))
     if not metrics or not airflow_configured():
         return
     try:
@@ -163,12 +245,42 @@ def emit(metrics: Iterable[Metric]) -> None:
         )
 
 
-def emit_run(record: Mapping[str, Any], quarantined: int, now: datetime | None = None) -> None:
+QuarantineCount = Callable[[], int | None]
+"""Reads how many counters are quarantined now (None when it cannot): called only when metrics
+are sent, so ``counterctl`` without Airflow does not read it."""
+
+
+def _count(quarantined: QuarantineCount | None) -> int | None:
+    return quarantined() if quarantined is not None else None
+
+
+def emit_run(
+    record: Mapping[str, Any],
+    *,
+    quarantined: QuarantineCount | None,
+    stale_after: timedelta | None,
+    now: datetime | None = None,
+) -> None:
     """Send a finished run's metrics (the DAG's tasks and ``counterctl compact`` call this with
     the audit record they wrote)."""
-    emit(run_metrics(record, quarantined, now or datetime.now(UTC)))
+    if not airflow_configured():
+        return
+    now = now or datetime.now(UTC)
+    count = _count(quarantined)
+    emit(run_metrics(record, now, quarantined=count, stale_after=stale_after))
 
 
-def emit_lag(family: str, epoch: datetime | None, now: datetime | None = None) -> None:
-    """Send a family's lag (the freshness DAG, ``counterctl health``)."""
-    emit(lag_metrics(family, epoch, now or datetime.now(UTC)))
+def emit_family(
+    family: str,
+    epoch: datetime | None,
+    *,
+    stale_after: timedelta | None,
+    quarantined: QuarantineCount | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Send a family's gauges (the freshness DAG, ``counterctl health``)."""
+    if not airflow_configured():
+        return
+    now = now or datetime.now(UTC)
+    count = _count(quarantined)
+    emit(family_metrics(family, epoch, now, stale_after=stale_after, quarantined=count))

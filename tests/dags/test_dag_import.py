@@ -35,9 +35,18 @@ def families() -> list[Family]:
     return list(load_catalog(DEFAULT_CONFIG_PATH).families)
 
 
+CLUSTER = "Cassandra.Example.COM:9042"
+"""``COUNTERS_ASSET_CLUSTER`` for the bag: asset URIs carry it, lower-cased."""
+
+
+def table_uri(keyspace: str, table: str) -> str:
+    return f"cassandra://cassandra.example.com:9042/{keyspace.lower()}/{table.lower()}"
+
+
 @pytest.fixture(scope="module")
 def bag(families: list[Family]) -> Any:
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COUNTERS_ASSET_CLUSTER", CLUSTER)
         return parse(mp, DEFAULT_CONFIG_PATH)
 
 
@@ -63,8 +72,8 @@ def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
     run compacted anything)."""
     for family in families:
         dag = bag.dags[family.dag_id]
-        raw = f"cassandra://{family.keyspace}/{family.raw_table}"
-        compact = f"cassandra://{family.keyspace}/{family.compact_table}"
+        raw = table_uri(family.keyspace, family.raw_table)
+        compact = table_uri(family.keyspace, family.compact_table)
         run, audit = dag.task_dict["run"], dag.task_dict["record_audit"]
         assert [a.uri for a in run.inlets] == [raw] == [a.uri for a in audit.inlets]
         assert [a.uri for a in audit.outlets] == [compact]
@@ -77,9 +86,19 @@ def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
 def test_the_example_consumer_is_scheduled_on_the_compact_table(bag: Any, families) -> None:
     trades = next(f for f in families if f.name == "trades")
     dag = bag.dags["counters_example_after_trades"]
-    uri = f"cassandra://{trades.keyspace}/{trades.compact_table}"
+    uri = table_uri(trades.keyspace, trades.compact_table)
     assert [a.uri for a in dag.timetable.asset_condition.objects] == [uri]
     assert dag.max_active_runs == 1 and "example" in dag.tags
+
+
+def test_a_bad_asset_cluster_is_an_import_error_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COUNTERS_ASSET_CLUSTER", "cassandra.example.com/9042")
+    errors = parse(monkeypatch, DEFAULT_CONFIG_PATH).import_errors
+    assert errors, "a bad COUNTERS_ASSET_CLUSTER must not build DAGs with wrong assets"
+    for error in errors.values():
+        assert "COUNTERS_ASSET_CLUSTER" in error and "cassandra.example.com/9042" in error
 
 
 def test_dags_are_configured_as_their_family(bag: Any, families: list[Family]) -> None:

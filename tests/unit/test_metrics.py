@@ -1,15 +1,24 @@
-"""A run's metrics and a family's lag, built from the audit record (no backend here)."""
+"""A run's metrics and a family's gauges, built from the audit record (no backend here)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from counters.metrics import Metric, airflow_configured, lag_metrics, run_metrics
+from counters.metrics import (
+    Metric,
+    airflow_configured,
+    family_metrics,
+    legacy_names_on,
+    run_metrics,
+    unix_seconds,
+    with_legacy_names,
+)
 
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 22, 10, 0, 30)
+EPOCH = datetime(2026, 11, 22, 9, 59)
 
 
 def record(**overrides):
@@ -17,7 +26,7 @@ def record(**overrides):
         "family": "trades",
         "outcome": "success",
         "started_at": NOW - timedelta(seconds=12),
-        "epoch_after": datetime(2026, 11, 22, 9, 59),
+        "epoch_after": EPOCH,
         "rows_folded": 120,
         "rows_deleted": 118,
         "late_rows": 3,
@@ -25,41 +34,86 @@ def record(**overrides):
     }
 
 
-def test_expect_every_count_the_outcome_the_duration_and_the_lag_of_a_run() -> None:
-    tags = {"family": "trades"}
-    assert run_metrics(record(), quarantined=2, now=NOW) == [
-        Metric("incr", "counters.trades.rows_folded", 120, tags),
-        Metric("incr", "counters.trades.rows_deleted", 118, tags),
-        Metric("incr", "counters.trades.late_rows", 3, tags),
-        Metric("incr", "counters.trades.quarantined", 2, tags),
-        Metric("timing", "counters.trades.run_duration", 12_000.0, tags),
-        Metric("incr", "counters.trades.runs.success", 1, {**tags, "outcome": "success"}),
-        Metric("gauge", "counters.trades.lag_seconds", 90.0, tags),
+def test_expect_names_without_data_and_the_family_and_outcome_as_tags() -> None:
+    run = {"family": "trades", "outcome": "success"}
+    family = {"family": "trades"}
+    sent = run_metrics(record(), NOW, quarantined=2, stale_after=timedelta(minutes=11))
+    assert sent == [
+        Metric("incr", "counters.rows_folded", 120, run),
+        Metric("incr", "counters.rows_deleted", 118, run),
+        Metric("incr", "counters.late_rows", 3, run),
+        Metric("timing", "counters.run_duration", 12_000.0, run),
+        Metric("incr", "counters.runs", 1, run),
+        Metric("gauge", "counters.compacted_epoch_seconds", unix_seconds(EPOCH), family),
+        Metric("gauge", "counters.lag_seconds", 90.0, family),
+        Metric("gauge", "counters.stale_after_seconds", 660.0, family),
+        Metric("gauge", "counters.quarantined", 2, family),
     ]
+    assert not any("trades" in m.name for m in sent)
 
 
-def test_expect_a_failed_run_before_any_compaction_to_send_no_lag() -> None:
+def test_expect_the_compacted_epoch_as_unix_seconds_whatever_its_timezone() -> None:
+    assert unix_seconds(datetime(1970, 1, 1, 0, 1)) == 60.0
+    aware = datetime(2026, 11, 22, 11, 59, tzinfo=UTC).astimezone()
+    assert unix_seconds(aware) == unix_seconds(datetime(2026, 11, 22, 11, 59))
+
+
+def test_expect_a_failed_run_before_any_compaction_to_send_no_epoch_and_no_lag() -> None:
     sent = run_metrics(
-        {"family": "likes", "outcome": "failed", "started_at": NOW, "epoch_after": None},
-        quarantined=0,
-        now=NOW,
+        {"family": "likes", "outcome": "failed", "started_at": NOW, "epoch_after": None}, NOW
     )
-    names = [m.name for m in sent]
-    assert "counters.likes.runs.failed" in names
-    assert not any(name.endswith("lag_seconds") for name in names)
-    assert {m.name: m.value for m in sent}["counters.likes.rows_folded"] == 0
+    names = {m.name: m for m in sent}
+    assert names["counters.runs"].tags == {"family": "likes", "outcome": "failed"}
+    assert "counters.lag_seconds" not in names
+    assert "counters.compacted_epoch_seconds" not in names
+    assert "counters.quarantined" not in names  # not read: no gauge, rather than a wrong 0
+    assert names["counters.rows_folded"].value == 0
 
 
-def test_expect_the_dry_run_outcome_as_a_metric_name() -> None:
-    names = [m.name for m in run_metrics(record(outcome="dry-run"), 0, NOW)]
-    assert "counters.trades.runs.dry_run" in names
+def test_expect_the_dry_run_outcome_as_a_tag() -> None:
+    sent = run_metrics(record(outcome="dry-run"), NOW)
+    assert {m.tags.get("outcome") for m in sent if m.kind == "incr"} == {"dry_run"}
 
 
-def test_expect_the_lag_from_the_compacted_epoch_and_none_before_the_first_run() -> None:
-    assert lag_metrics("trades", datetime(2026, 11, 22, 9, 0, 30), NOW) == [
-        Metric("gauge", "counters.trades.lag_seconds", 3600.0, {"family": "trades"})
+def test_expect_quarantined_as_a_gauge_of_the_counters_quarantined_now() -> None:
+    """A counter that stays quarantined through two runs is one counter, not two: the metric
+    is a gauge (last value wins), the same value after each run, not a per-run count."""
+    first = run_metrics(record(), NOW, quarantined=1)
+    second = run_metrics(record(), NOW + timedelta(minutes=1), quarantined=1)
+    for sent in (first, second):
+        (gauge,) = [m for m in sent if m.name == "counters.quarantined"]
+        assert gauge == Metric("gauge", "counters.quarantined", 1, {"family": "trades"})
+
+
+def test_expect_the_family_gauges_and_none_before_the_first_run() -> None:
+    tags = {"family": "trades"}
+    assert family_metrics("trades", datetime(2026, 11, 22, 9, 0, 30), NOW) == [
+        Metric("gauge", "counters.compacted_epoch_seconds", 1795338030.0, tags),
+        Metric("gauge", "counters.lag_seconds", 3600.0, tags),
     ]
-    assert lag_metrics("trades", None, NOW) == []
+    assert family_metrics("trades", None, NOW) == []
+    assert family_metrics("trades", None, NOW, stale_after=timedelta(minutes=2)) == [
+        Metric("gauge", "counters.stale_after_seconds", 120.0, tags)
+    ]
+
+
+def test_expect_legacy_per_family_names_only_when_asked() -> None:
+    sent = run_metrics(record(), NOW, quarantined=0)
+    assert with_legacy_names(sent, legacy=False) == sent
+    legacy = {m.name for m in with_legacy_names(sent, legacy=True)} - {m.name for m in sent}
+    assert legacy == {
+        "counters.trades.rows_folded",
+        "counters.trades.rows_deleted",
+        "counters.trades.late_rows",
+        "counters.trades.run_duration",
+        "counters.trades.runs.success",
+        "counters.trades.compacted_epoch_seconds",
+        "counters.trades.lag_seconds",
+        "counters.trades.quarantined",
+    }
+    assert legacy_names_on({"COUNTERS_LEGACY_METRIC_NAMES": "1"})
+    assert not legacy_names_on({"COUNTERS_LEGACY_METRIC_NAMES": "0"})
+    assert not legacy_names_on({})
 
 
 def test_expect_metrics_only_where_airflow_is_configured(tmp_path) -> None:

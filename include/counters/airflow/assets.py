@@ -1,10 +1,20 @@
 """Each family's tables as Airflow Assets, so other DAGs can run after "trades compacted".
 
-A table is ``cassandra://<keyspace>/<table>`` (the asset's name is its URI, so a DAG anywhere in
-the deployment schedules on ``Asset("cassandra://counters_demo/trade_totals")`` and means the same
-asset). A family's DAG reads its raw table (an inlet of ``run`` and ``record_audit``) and updates
-its compact table, with an asset event only when the run committed something: an idle or no-op
-run (``run`` skipped), a run that committed no counter and a failed or partial run emit none.
+A table is ``cassandra://<host>:<port>/<keyspace>/<table>``: OpenLineage's Cassandra dataset
+naming (namespace ``cassandra://<host>:<port>``, name ``<keyspace>.<table>``), so two clusters
+with the same keyspace are two assets, and lineage tools name the table as the provider
+integrations do. The cluster comes from ``COUNTERS_ASSET_CLUSTER`` (``host:port``), else the
+first of ``CASSANDRA_HOSTS`` with ``CASSANDRA_PORT``, else ``localhost:9042``: environment only,
+because a DAG file is parsed without I/O (the Airflow connection's host is a metadata-DB or
+secrets-backend read). Host, keyspace and table are lower-cased: CQL folds unquoted names, and
+the families YAML allows only those, so ``Trades`` and ``trades`` are one table.
+
+The asset's name is its URI, so a DAG anywhere in the deployment schedules on
+``Asset("cassandra://cassandra.example.com:9042/counters_demo/trade_totals")`` and means the
+same asset (``compact_asset(family)`` builds it). A family's DAG reads its raw table (an inlet
+of ``run`` and ``record_audit``) and updates its compact table, with an asset event only when
+the run committed something: an idle or no-op run (``run`` skipped), a run that committed no
+counter and a failed or partial run emit none.
 
 * A larger run: ``record_audit`` has the compact table as its outlet (Airflow records the event
   when the task succeeds); it ends ``skipped`` when the run committed nothing. This outlet also
@@ -19,27 +29,80 @@ The event's ``extra`` holds the run: ``family``, ``run_id``, ``epoch_before``, `
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, AssetAlias
 
 from ..config import Family
 
 SCHEME = "cassandra"
+CLUSTER_ENV = "COUNTERS_ASSET_CLUSTER"
+DEFAULT_PORT = 9042
+DEFAULT_CLUSTER = f"localhost:{DEFAULT_PORT}"
+_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
 
 
-def table_uri(keyspace: str, table: str) -> str:
-    return f"{SCHEME}://{keyspace}/{table}"
+class AssetClusterError(ValueError):
+    """The cluster address for asset URIs is not ``host[:port]``."""
 
 
-def compact_asset(family: Family) -> Asset:
+def cluster_address(value: str, setting: str = CLUSTER_ENV) -> str:
+    """Pure: ``host[:port]`` as the URI's authority, lower-cased, port defaulted to 9042 (two
+    spellings of one cluster must be one asset); an error names the setting and the value."""
+    text = value.strip()
+    host, port = text, str(DEFAULT_PORT)
+    if text.count(":") == 1 or (text.startswith("[") and "]:" in text):
+        host, _, port = text.rpartition(":")
+    if not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise AssetClusterError(
+            f"{setting} must be host[:port] (the cluster in asset URIs, e.g. "
+            f"cassandra.example.com:9042), got {value!r}"
+        )
+    return f"{host.lower()}:{int(port)}"
+
+
+def configured_cluster(env: Mapping[str, str] | None = None) -> str:
+    """The cluster in asset URIs, from the environment (no I/O at DAG parse):
+    ``COUNTERS_ASSET_CLUSTER``, else the first ``CASSANDRA_HOSTS`` host with ``CASSANDRA_PORT``,
+    else ``localhost:9042``."""
+    env = os.environ if env is None else env
+    if env.get(CLUSTER_ENV, "").strip():
+        return cluster_address(env[CLUSTER_ENV])
+    hosts = [h.strip() for h in env.get("CASSANDRA_HOSTS", "").split(",") if h.strip()]
+    if hosts:
+        port = env.get("CASSANDRA_PORT", "").strip() or str(DEFAULT_PORT)
+        return cluster_address(f"{hosts[0]}:{port}", "CASSANDRA_HOSTS/CASSANDRA_PORT")
+    return DEFAULT_CLUSTER
+
+
+def table_uri(cluster: str, keyspace: str, table: str) -> str:
+    """Pure: the table's asset URI, ``cassandra://host:port/keyspace/table``, lower-cased."""
+    return f"{SCHEME}://{cluster_address(cluster)}/{keyspace.lower()}/{table.lower()}"
+
+
+def openlineage_dataset(uri: str) -> tuple[str, str]:
+    """Pure: the OpenLineage dataset of a table's URI: (``cassandra://host:port``,
+    ``keyspace.table``), what a lineage converter for the ``cassandra`` scheme returns."""
+    parts = urlsplit(uri)
+    keyspace, _, table = parts.path.strip("/").partition("/")
+    if parts.scheme != SCHEME or not keyspace or not table or "/" in table:
+        raise ValueError(f"not a Cassandra table asset URI: {uri!r}")
+    return f"{SCHEME}://{parts.netloc}", f"{keyspace}.{table}"
+
+
+def compact_asset(family: Family, cluster: str | None = None) -> Asset:
     """The family's compact table (what downstream DAGs schedule on)."""
-    return Asset(table_uri(family.keyspace, family.compact_table))
+    cluster = cluster or configured_cluster()
+    return Asset(table_uri(cluster, family.keyspace, family.compact_table))
 
 
-def raw_asset(family: Family) -> Asset:
-    return Asset(table_uri(family.keyspace, family.raw_table))
+def raw_asset(family: Family, cluster: str | None = None) -> Asset:
+    cluster = cluster or configured_cluster()
+    return Asset(table_uri(cluster, family.keyspace, family.raw_table))
 
 
 def compacted_alias(family: Family) -> AssetAlias:

@@ -173,7 +173,11 @@ def _audit(
     store.provenance = Provenance.from_dict(run.get("provenance"))
     store.write_audit(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
-    metrics.emit_run(record, tally.counters_quarantined)
+    metrics.emit_run(
+        record,
+        quarantined=lambda: health.quarantined_now(store),
+        stale_after=health.stale_after(family),
+    )
 
 
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
@@ -532,7 +536,13 @@ def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
     family's ``freshness``; skip a family that was never compacted."""
     now = utc_naive(now or datetime.now(UTC))
     epoch = store_for(family).family_epoch()
-    metrics.emit_lag(family.name, epoch, now)
+    metrics.emit_family(
+        family.name,
+        epoch,
+        stale_after=health.stale_after(family),
+        quarantined=lambda: health.quarantined_now(store_for(family)),
+        now=now,
+    )
     if epoch is None:
         raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
     lag = health.family_lag(family, epoch, now)  # the rule `counterctl health` applies

@@ -82,6 +82,18 @@ class ControlState(StoreBase):
             found.update(self.read_quarantine(place))
         return found
 
+    def count_quarantined(self) -> int:
+        """How many counters are quarantined now: one count per shard partition (the
+        quarantine metric is a gauge of this, so a counter that stays quarantined counts once)."""
+        statement = self.prepare(
+            "quarantine_count", "SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"
+        )
+        total = 0
+        for shard in range(self.family.shards):
+            self.requests[self.phase] += 1
+            total += int(self.session.execute(statement, (shard,)).one()[0])
+        return total
+
     def release(self, counter: Key) -> None:
         statement = self.prepare(
             "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,7 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
             "AIRFLOW__METRICS__STATSD_ON": "True",
             "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
             "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags reach StatsD
             "PYTHONWARNINGS": "ignore",
         }
         epoch = (t0 + timedelta(minutes=5)).isoformat()
@@ -53,19 +54,26 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
         assert bad.returncode == 2  # refused before planning: no run, no metrics
         health = counterctl(families.path, env, "health", "--family", family.name)
         assert health.returncode == 8  # its epoch is a day old: stale
-        name = f"airflow.counters.{family.name}"
+        tag = {"family": family.name}
+
+        def values(what: str, **tags: str) -> list[tuple[float, str]]:
+            return listener.values(f"airflow.counters.{what}", **tag, **tags)
+
         for _ in range(100):  # sent before the commands exited; the reader thread may lag
-            if (
-                listener.values(f"{name}.runs.success")
-                and len(listener.values(f"{name}.lag_seconds")) == 2
-            ):
+            if values("runs", outcome="success") and len(values("lag_seconds")) == 2:
                 break
             time.sleep(0.1)
-        assert listener.values(f"{name}.runs.success") == [(1.0, "c")]
-        assert listener.values(f"{name}.rows_folded") == [(12.0, "c")]
-        assert listener.values(f"{name}.rows_deleted") == [(12.0, "c")]
-        lags = listener.values(f"{name}.lag_seconds")
+        assert values("runs", outcome="success") == [(1.0, "c")]
+        assert values("rows_folded", outcome="success") == [(12.0, "c")]
+        assert values("rows_deleted") == [(12.0, "c")]
+        lags = values("lag_seconds")
         assert len(lags) == 2 and all(kind == "g" and lag > 86_000 for lag, kind in lags)
-        assert not any(".runs.failed" in line for line in listener.lines)
+        epoch = (t0 + timedelta(minutes=5)).replace(tzinfo=UTC).timestamp()
+        assert values("compacted_epoch_seconds") == [(epoch, "g")] * 2
+        limit = (family.lag + family.freshness).total_seconds()
+        assert values("stale_after_seconds") == [(limit, "g")] * 2
+        assert values("quarantined") == [(0.0, "g")] * 2  # a gauge: the count now
+        assert values("runs", outcome="failed") == []
+        assert not any(f".{family.name}." in line for line in listener.lines)  # no legacy names
     finally:
         listener.close()

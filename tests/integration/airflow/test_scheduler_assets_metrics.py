@@ -64,12 +64,15 @@ class StatsdListener:
                 return
             self.lines.extend(line for line in data.decode().splitlines() if line)
 
-    def values(self, name: str) -> list[tuple[float, str]]:
-        """(value, type) of every line for metric ``name``, in arrival order."""
+    def values(self, name: str, **tags: str) -> list[tuple[float, str]]:
+        """(value, type) of every line for metric ``name`` carrying ``tags`` (InfluxDB format,
+        ``name,family=f:1|c``: Airflow's ``statsd_influxdb_enabled``), in arrival order."""
         out = []
         for line in list(self.lines):
             metric, _, rest = line.partition(":")
-            if metric == name:
+            sent, *pairs = metric.split(",")
+            sent_tags = dict(pair.partition("=")[::2] for pair in pairs)
+            if sent == name and tags.items() <= sent_tags.items():
                 value, _, kind = rest.partition("|")
                 out.append((float(value), kind.split("|")[0]))
         return out
@@ -104,8 +107,10 @@ class LocalAirflow:
             "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
             "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port),
             "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags reach StatsD
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "COUNTERS_EXAMPLE_FAMILY": example_family,
+            "COUNTERS_ASSET_CLUSTER": "Cassandra-Test",  # asset URIs: cassandra-test:9042
             "PYTHONWARNINGS": "ignore",
         }
 
@@ -224,7 +229,7 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
     home.mkdir()
     airflow = LocalAirflow(home, statsd.port, family.name)
     downstream = f"counters_example_after_{family.name}"
-    compact_uri = f"cassandra://{family.keyspace}/{family.compact_table}"
+    compact_uri = f"cassandra://cassandra-test:9042/{family.keyspace}/{family.compact_table}"
     try:
         airflow.cli("db", "migrate")
         assert airflow.query("SELECT 1 FROM slot_pool WHERE pool = 'cassandra_compaction'") == []
@@ -308,29 +313,37 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
         assert airflow.xcom(downstream, after_3, "report_compaction")["runs"] == ["fold-3"]
         assert client.read_many(["K1"])[0].compact_value == 2 + 100
 
-        # the family's metrics reached the StatsD listener, one set per run
-        name = f"airflow.counters.{family.name}"
-        wanted = {f"{name}.runs.success": 2 + (idle_outcome == "success")}
-        wanted[f"{name}.runs.idle"] = int(idle_outcome == "idle")
+        # the family's metrics reached the StatsD listener, one set per run, tagged
+        tag = {"family": family.name}
+
+        def values(what: str, **tags: str) -> list[tuple[float, str]]:
+            return statsd.values(f"airflow.counters.{what}", **tag, **tags)
+
+        wanted = {"success": 2 + (idle_outcome == "success"), "idle": int(idle_outcome == "idle")}
         airflow.wait_for(
             "the runs' metrics",
-            lambda: all(len(statsd.values(m)) >= n for m, n in wanted.items()),
+            lambda: all(len(values("runs", outcome=o)) >= n for o, n in wanted.items()),
             30,
         )
-        assert sum(v for v, _ in statsd.values(f"{name}.rows_folded")) == len(first) + 1
-        assert sum(v for v, _ in statsd.values(f"{name}.rows_deleted")) == len(first) + 1
-        assert [k for _, k in statsd.values(f"{name}.rows_folded")] == ["c"] * 3  # one per run
-        assert sum(v for v, _ in statsd.values(f"{name}.quarantined")) == 0
-        assert sum(v for v, _ in statsd.values(f"{name}.late_rows")) == 0
-        assert [k for _, k in statsd.values(f"{name}.run_duration")] == ["ms"] * 3
-        assert all(v > 0 for v, _ in statsd.values(f"{name}.run_duration"))
-        lags = statsd.values(f"{name}.lag_seconds")
+        assert sum(v for v, _ in values("rows_folded")) == len(first) + 1
+        assert sum(v for v, _ in values("rows_deleted")) == len(first) + 1
+        assert [k for _, k in values("rows_folded")] == ["c"] * 3  # one per run
+        assert {v for v, _ in values("quarantined")} == {0} and len(values("quarantined")) == 3
+        assert sum(v for v, _ in values("late_rows")) == 0
+        assert [k for _, k in values("run_duration")] == ["ms"] * 3
+        assert all(v > 0 for v, _ in values("run_duration"))
+        lags = values("lag_seconds")
         assert len(lags) == 3 and {k for _, k in lags} == {"g"}
         # each lag is the moment it was sent minus the run's compacted epoch
         ended = datetime.now(UTC).replace(tzinfo=None)
         for (lag, _), minutes in zip(lags, (5, 10, 15), strict=True):
             sent = base + timedelta(minutes=minutes, seconds=lag)
             assert started <= sent <= ended, (lag, minutes)
-        assert statsd.values(f"{name}.runs.failed") == []
+        epochs = [v for v, _ in values("compacted_epoch_seconds")]
+        assert epochs == [
+            (base + timedelta(minutes=m)).replace(tzinfo=UTC).timestamp() for m in (5, 10, 15)
+        ]
+        assert values("runs", outcome="failed") == []
+        assert not any(f".{family.name}." in line for line in statsd.lines)  # no legacy names
     finally:
         airflow.stop()

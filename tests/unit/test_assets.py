@@ -1,0 +1,54 @@
+"""Asset URIs name the cluster as OpenLineage's Cassandra datasets do, from the environment
+alone (a DAG file is parsed without I/O), one spelling per table."""
+
+from __future__ import annotations
+
+import pytest
+from counters.airflow.assets import (
+    AssetClusterError,
+    cluster_address,
+    configured_cluster,
+    openlineage_dataset,
+    table_uri,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_expect_two_clusters_with_the_same_keyspace_to_be_two_assets() -> None:
+    one = table_uri("cass-a.example.com:9042", "counters_demo", "trade_totals")
+    two = table_uri("cass-b.example.com:9042", "counters_demo", "trade_totals")
+    assert one == "cassandra://cass-a.example.com:9042/counters_demo/trade_totals"
+    assert one != two
+
+
+def test_expect_one_uri_per_table_whatever_the_case_or_the_default_port() -> None:
+    """CQL folds unquoted names (the only ones the YAML allows) and DNS ignores case."""
+    assert table_uri("Cass-A.Example.com", "Counters_Demo", "Trade_Totals") == table_uri(
+        "cass-a.example.com:9042", "counters_demo", "trade_totals"
+    )
+
+
+def test_expect_the_openlineage_namespace_and_name_of_a_table() -> None:
+    uri = table_uri("10.0.0.7:9142", "counters_demo", "trade_totals")
+    assert openlineage_dataset(uri) == ("cassandra://10.0.0.7:9142", "counters_demo.trade_totals")
+    with pytest.raises(ValueError, match="not a Cassandra table asset URI"):
+        openlineage_dataset("cassandra://counters_demo/trade_totals")  # the old, clusterless URI
+
+
+def test_expect_the_cluster_from_the_setting_then_the_driver_variables_then_the_default() -> None:
+    assert configured_cluster({}) == "localhost:9042"
+    driver = {"CASSANDRA_HOSTS": "Node1.Example.com, node2", "CASSANDRA_PORT": "9142"}
+    assert configured_cluster(driver) == "node1.example.com:9142"
+    assert configured_cluster({"CASSANDRA_HOSTS": "node1"}) == "node1:9042"
+    chosen = {**driver, "COUNTERS_ASSET_CLUSTER": "prod-cassandra:9043"}
+    assert configured_cluster(chosen) == "prod-cassandra:9043"
+    assert cluster_address("[::1]:9142") == "[::1]:9142"
+
+
+@pytest.mark.parametrize("value", ["cass/ks", "cass:port", "cass:0", "cass:1:2", "http://x"])
+def test_expect_a_bad_cluster_refused_naming_the_setting_and_the_value(value: str) -> None:
+    with pytest.raises(AssetClusterError) as refused:
+        configured_cluster({"COUNTERS_ASSET_CLUSTER": value})
+    assert "COUNTERS_ASSET_CLUSTER" in str(refused.value)
+    assert repr(value) in str(refused.value)
