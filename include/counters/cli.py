@@ -206,9 +206,10 @@ def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: in
     """Compact event-sourced counters in Cassandra.
 
     Connection (without --conn-id): CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME,
-    CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC; TLS: CASSANDRA_TLS_CA_FILE (PEM; or
-    CASSANDRA_TLS=true for the system's CAs), CASSANDRA_TLS_CHECK_HOSTNAME (default true),
-    CASSANDRA_TLS_CERT_FILE and CASSANDRA_TLS_KEY_FILE (a client certificate: mutual TLS).
+    CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC, CASSANDRA_PROTOCOL_VERSION (unset: negotiated);
+    TLS: CASSANDRA_TLS_CA_FILE (PEM; or CASSANDRA_TLS=true for the system's CAs),
+    CASSANDRA_TLS_CHECK_HOSTNAME (default true), CASSANDRA_TLS_CERT_FILE and
+    CASSANDRA_TLS_KEY_FILE (a client certificate: mutual TLS).
 
     Metrics: where Airflow is configured (an airflow.cfg in AIRFLOW_HOME, or AIRFLOW__METRICS__*
     set), compact and health send the DAGs' metrics through Airflow's StatsD/OpenTelemetry
