@@ -139,6 +139,11 @@ def apply_cassandra_env(conns: dict[str, dict[str, Any]], env: dict[str, str]) -
         args["local_dc"] = env["CASSANDRA_LOCAL_DC"]
         conn["extra"] = json.dumps(extra, sort_keys=True)
         changed.append(f"local_dc={env['CASSANDRA_LOCAL_DC']}")
+    if env.get("CASSANDRA_PROTOCOL_VERSION"):  # unset: the connection's (none: negotiated)
+        extra = json.loads(conn.get("extra") or "{}")
+        extra["protocol_version"] = int(env["CASSANDRA_PROTOCOL_VERSION"])
+        conn["extra"] = json.dumps(extra, sort_keys=True)
+        changed.append(f"protocol_version={extra['protocol_version']}")
     return changed
 
 

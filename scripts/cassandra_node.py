@@ -934,7 +934,7 @@ def cql_answers(host: str, port: int) -> str | None:
     if not port_accepts(host, port):
         return None
     quiet_driver_logs()
-    cluster = make_cluster([host], port, protocol_version=5)
+    cluster = make_cluster([host], port)
     try:
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local", timeout=10).one()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: everything for a local demo, in the foreground until Ctrl-C.
 #   setup -> dev Cassandra (127.0.0.1:9042, unless CASSANDRA_HOSTS) -> counterctl init --with-demo-tables
+#   (on another cluster, init needs its replication: COUNTERS_REPLICATION="{'class': ...}")
 #   -> Airflow DB + airflow_settings.yaml -> counterctl demo-writer (background)
 #   -> airflow standalone (own process group) -> wait for /api/v2/monitor/health -> print login.
 # On Ctrl-C / TERM / exit it stops Airflow (whole process group), the demo writer, and the dev

@@ -3,7 +3,9 @@
 `make test` (scripts/test.sh) starts the local `test` instance on 127.0.0.1:9142 and exports
 CASSANDRA_HOSTS/CASSANDRA_PORT for pytest. Run by hand, the default is 127.0.0.1:9042 (the `dev`
 instance of `make run`). Point at another cluster with CASSANDRA_HOSTS (comma separated),
-CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD and CASSANDRA_LOCAL_DC.
+CASSANDRA_PORT, CASSANDRA_USERNAME, CASSANDRA_PASSWORD and CASSANDRA_LOCAL_DC. The protocol
+version is negotiated; CASSANDRA_PROTOCOL_VERSION=4 (or --protocol-version 4) pins it, for the
+fixtures and for the library, as it would be against a Cassandra 3.11 or 4.x cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +23,25 @@ from counters.connection import ConnectionSettings
 
 DEFAULT_HOST = "127.0.0.1"
 TIERS = ("unit", "integration", "airflow", "cluster")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--protocol-version",
+        help="Pin the native protocol version (sets CASSANDRA_PROTOCOL_VERSION for the fixtures "
+        "and the library; default: negotiated).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    pinned = config.getoption("--protocol-version", None)
+    if pinned:
+        os.environ["CASSANDRA_PROTOCOL_VERSION"] = str(pinned)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    pinned = os.environ.get("CASSANDRA_PROTOCOL_VERSION")
+    return f"Cassandra protocol: {'v' + pinned + ' (pinned)' if pinned else 'negotiated'}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -98,7 +119,8 @@ def local_instance() -> str:
 
 @pytest.fixture(scope="session")
 def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Cluster]:
-    """A driver Cluster: token aware over DC-aware round robin, protocol v5."""
+    """A driver Cluster: token aware over DC-aware round robin, the protocol negotiated
+    unless CASSANDRA_PROTOCOL_VERSION pins it."""
     hosts, port = cassandra_contact
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(
@@ -109,14 +131,16 @@ def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Clus
     username = os.environ.get("CASSANDRA_USERNAME")
     password = os.environ.get("CASSANDRA_PASSWORD")
     auth = PlainTextAuthProvider(username, password) if username else None
+    settings = ConnectionSettings.from_env()  # CASSANDRA_TLS_*, CASSANDRA_PROTOCOL_VERSION
+    pinned = {"protocol_version": settings.protocol_version} if settings.protocol_version else {}
     cluster = Cluster(
         contact_points=hosts,
         port=port,
-        protocol_version=5,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
         connect_timeout=10,
-        ssl_context=ConnectionSettings.from_env().ssl_context(),  # CASSANDRA_TLS_* if set
+        ssl_context=settings.ssl_context(),
+        **pinned,
     )
     yield cluster
     cluster.shutdown()

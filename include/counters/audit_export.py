@@ -7,6 +7,8 @@ page at a time, so an export of a year of minute runs holds one page in memory:
 * ``csv``: a header line (``status.AUDIT_COLUMNS``), then a line per row; the JSON columns as
   JSON text.
 * ``json``: ``{"family", "since", "until", "rows": [...]}``, written row by row.
+* ``jsonl``: one JSON object per row and line (the ``rows`` of ``json``), for tools that read
+  a stream a line at a time (``jq``, log shippers) without holding the whole document.
 * ``parquet``: typed columns (times as UTC timestamps in ms, counts as int64, the JSON columns
   as JSON text), a row group every ``ROW_GROUP_ROWS`` rows (pyarrow).
 """
@@ -26,10 +28,11 @@ from .status import AUDIT_COLUMNS, JSON_COLUMNS, AuditRow, csv_cells
 if TYPE_CHECKING:
     import pyarrow as pa
 
-FORMATS = ("csv", "json", "parquet")
+FORMATS = ("csv", "json", "jsonl", "parquet")
 MEDIA_TYPES = {
     "csv": "text/csv",
     "json": "application/json",
+    "jsonl": "application/jsonl",
     "parquet": "application/vnd.apache.parquet",
 }
 ROW_GROUP_ROWS = 10_000
@@ -102,6 +105,11 @@ def json_chunks(
         yield ((", " if not first else "") + text).encode()
         first = False
     yield b"]}\n"
+
+
+def jsonl_chunks(rows: Iterable[AuditRow], batch_rows: int = ROW_GROUP_ROWS) -> Iterator[bytes]:
+    for batch in _batches(rows, batch_rows):
+        yield "".join(json.dumps(row.as_dict()) + "\n" for row in batch).encode()
 
 
 def parquet_schema() -> pa.Schema:
@@ -189,4 +197,6 @@ def chunks(
         return csv_chunks(rows)
     if fmt == "json":
         return json_chunks(rows, family, since, until)
+    if fmt == "jsonl":
+        return jsonl_chunks(rows)
     return parquet_chunks(rows)

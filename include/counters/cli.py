@@ -10,6 +10,7 @@ failed check, a compact row changed outside the engine) compacts the rest and ex
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from cassandra import DriverException, Unauthorized
 from cassandra.cluster import NoHostAvailable
 
 from . import audit_export, engine, health, metrics
-from .audit import Provenance, config_fingerprint
+from .audit import Provenance, code_version, config_fingerprint
 from .config import Catalog, ConfigError, Family, load_catalog
 from .connection import (
     CassandraUnavailable,
@@ -154,6 +155,7 @@ class Context:
         self.verbose = verbose
         self._catalog: Catalog | None = None
         self._conn: Connection | None = None
+        self._settings: ConnectionSettings | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -167,15 +169,23 @@ class Context:
             return self.catalog.get(name)
 
     @property
-    def conn(self) -> Connection:
+    def settings(self) -> ConnectionSettings:
         """The Airflow connection ``--conn-id`` names (as the DAGs connect), else the
         ``CASSANDRA_*`` environment."""
-        if self._conn is None:
+        if self._settings is None:
             with reported():
-                settings = None
                 if self.conn_id:
-                    settings = airflow_connection_settings(self.conn_id)
+                    self._settings = airflow_connection_settings(self.conn_id)
                     configure_logging(self.verbose)  # Airflow's import took over the logging
+                else:
+                    self._settings = ConnectionSettings.from_env()
+        return self._settings
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            settings = self.settings
+            with reported():
                 self._conn = connect(settings)
         return self._conn
 
@@ -185,6 +195,72 @@ class Context:
 
 
 pass_context = click.make_pass_decorator(Context)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"counterctl {code_version()}")
+    ctx.exit()
+
+
+def stdin_is_terminal() -> bool:
+    """Whether a person can answer a confirmation (tests replace it)."""
+    return sys.stdin.isatty()
+
+
+def can_confirm(yes: bool, what: str) -> None:
+    """Checked before connecting: a change goes on only with ``--yes`` or a person at a
+    terminal to say yes; without a terminal (a script, a pipe, cron) it is refused rather
+    than guessed."""
+    if not yes and not stdin_is_terminal():
+        raise Failure(
+            f"{what}: refusing to change anything without confirmation; standard input is not a "
+            "terminal, so pass --yes (or --dry-run to see what it would do)",
+            2,
+        )
+
+
+def confirm(yes: bool, question: str) -> None:
+    """Ask (unless ``--yes``); "no" aborts with nothing changed."""
+    if not yes:
+        click.confirm(question, abort=True, err=True)
+
+
+LOCAL_HOSTS = ("localhost",)
+DEV_REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+
+
+def is_local_host(host: str) -> bool:
+    """localhost or a loopback address (127.0.0.1, the local 3-node cluster's 127.0.0.2/3,
+    ::1): the local development setup."""
+    if host.strip().lower() in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:
+        return False
+
+
+def replication_for(given: str | None, hosts: tuple[str, ...]) -> str:
+    """The replication for keyspaces ``init`` creates: the one given, or SimpleStrategy RF 1
+    only when every contact point is local (a single dev node); a real cluster must say."""
+    if given:
+        return given
+    remote = [h for h in hosts if not is_local_host(h)]
+    if remote:
+        raise Failure(
+            f"init: --replication is required for the cluster at {', '.join(remote)}: "
+            f"SimpleStrategy with replication factor 1 is the default only for a local "
+            f"development node (localhost/127.0.0.1). E.g. --replication \"{{'class': "
+            f"'NetworkTopologyStrategy', 'datacenter1': 3}}\" (or COUNTERS_REPLICATION)",
+            2,
+        )
+    return DEV_REPLICATION
+
+
+def echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
 
 
 @click.group()
@@ -202,14 +278,23 @@ pass_context = click.make_pass_decorator(Context)
     "of the CASSANDRA_* environment. Also $COUNTERS_CONN_ID.",
 )
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the version (the package's, and the checkout's commit) and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: int) -> None:
     """Compact event-sourced counters in Cassandra.
 
     Connection (without --conn-id): CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME,
-    CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC; TLS: CASSANDRA_TLS_CA_FILE (PEM; or
-    CASSANDRA_TLS=true for the system's CAs), CASSANDRA_TLS_CHECK_HOSTNAME (default true),
-    CASSANDRA_TLS_CERT_FILE and CASSANDRA_TLS_KEY_FILE (a client certificate: mutual TLS).
+    CASSANDRA_PASSWORD, CASSANDRA_LOCAL_DC, CASSANDRA_PROTOCOL_VERSION (unset: negotiated);
+    TLS: CASSANDRA_TLS_CA_FILE (PEM; or CASSANDRA_TLS=true for the system's CAs),
+    CASSANDRA_TLS_CHECK_HOSTNAME (default true), CASSANDRA_TLS_CERT_FILE and
+    CASSANDRA_TLS_KEY_FILE (a client certificate: mutual TLS).
 
     Metrics: where Airflow is configured (an airflow.cfg in AIRFLOW_HOME, or AIRFLOW__METRICS__*
     set), compact and health send the DAGs' metrics through Airflow's StatsD/OpenTelemetry
@@ -226,9 +311,18 @@ def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: in
     is_flag=True,
     help="Also print each family's configuration hash (the audit rows' config_hash).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print every family's fields as JSON.")
 @pass_context
-def families_command(obj: Context, hashes: bool) -> None:
+def families_command(obj: Context, hashes: bool, as_json: bool) -> None:
     """List the families of the config file."""
+    if as_json:
+        echo_json(
+            [
+                {**f.model_dump(mode="json"), "config_hash": config_fingerprint(f)}
+                for f in obj.catalog.families
+            ]
+        )
+        return
     for family in obj.catalog.families:
         line = (
             f"{family.name}\t{family.kind.value}\t{family.keyspace}.{family.raw_table} -> "
@@ -241,9 +335,11 @@ def families_command(obj: Context, hashes: bool) -> None:
 @click.option("--family", "names", multiple=True, help="Only these families (default: all).")
 @click.option(
     "--replication",
-    default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
-    show_default=True,
-    help="Replication map for keyspaces that do not exist yet.",
+    envvar="COUNTERS_REPLICATION",
+    help="Replication map for keyspaces that do not exist yet, e.g. \"{'class': "
+    "'NetworkTopologyStrategy', 'datacenter1': 3}\". Required unless every contact point is "
+    "local (localhost/127.0.0.1: then SimpleStrategy with replication factor 1). Also "
+    "$COUNTERS_REPLICATION.",
 )
 @click.option(
     "--with-demo-tables",
@@ -261,14 +357,18 @@ def families_command(obj: Context, hashes: bool) -> None:
     show_default=True,
     help="The role --print-grants grants to.",
 )
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what was done (or the grants) as JSON."
+)
 @pass_context
 def init_command(
     obj: Context,
     names: tuple[str, ...],
-    replication: str,
+    replication: str | None,
     with_demo_tables: bool,
     print_grants: bool,
     role: str,
+    as_json: bool,
 ) -> None:
     """Create keyspaces and tables (IF NOT EXISTS); check existing tables against the YAML.
 
@@ -280,13 +380,18 @@ def init_command(
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
     if print_grants:
-        _print_grants(families, role)
+        if as_json:
+            echo_json({"role": role, "statements": compactor_grants(families, role)})
+        else:
+            _print_grants(families, role)
         return
+    replication = replication_for(replication, obj.settings.hosts)
     if with_demo_tables:
         from .demo import create_demo_tables
 
         with reported():
             create_demo_tables(obj.conn.session, families, replication)
+    done = []
     for family in families:
         with reported():
             layout = ensure_schema(obj.conn.session, family, replication)
@@ -294,6 +399,19 @@ def init_command(
                 moved = Store(obj.conn, family, layout).audit_log.upgrade()
             except AuditUpgradeError as exc:
                 raise Failure(str(exc), 1) from exc
+        if as_json:
+            done.append(
+                {
+                    "family": family.name,
+                    "keyspace": family.keyspace,
+                    "raw_table": family.raw_table,
+                    "compact_table": family.compact_table,
+                    "key": [c.name for c in layout.key],
+                    "clustering": [c.name for c in layout.clustering],
+                    "audit_rows_moved": moved,
+                }
+            )
+            continue
         click.echo(
             f"{family.name}: ready ({family.keyspace}.{family.raw_table}: key "
             f"{[c.name for c in layout.key]}, clustering {[c.name for c in layout.clustering]})"
@@ -303,6 +421,8 @@ def init_command(
                 f"{family.name}: {moved} audit row(s) moved from {family.keyspace}."
                 f"{LEGACY_AUDIT_TABLE} into month partitions ({family.keyspace}.{AUDIT_TABLE})"
             )
+    if as_json:
+        echo_json(done)
 
 
 def _print_grants(families: list[Family], role: str) -> None:
@@ -501,25 +621,87 @@ def _split_counter(family: Family, text: str) -> list[str]:
     help="Idempotency id (default: derived from counter and point). When given it alone "
     "decides: the same id is one reset (found in the run log, 14 days), a new id resets again.",
 )
+@click.option("--dry-run", is_flag=True, help="Show what the reset would do; change nothing.")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask for confirmation (required when standard input is not a terminal).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("counter")
 @pass_context
 def reset_command(
-    obj: Context, name: str, at: str | None, reset_id: str | None, counter: str
+    obj: Context,
+    name: str,
+    at: str | None,
+    reset_id: str | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    counter: str,
 ) -> None:
-    """Set COUNTER back to zero; repeating the command is one reset (recorded in the audit)."""
+    """Set COUNTER back to zero; repeating the command is one reset (recorded in the audit).
+
+    \b
+    Asks for confirmation on a terminal (shows the value it takes back to zero); elsewhere
+    refuses without --yes. --dry-run shows the same and changes nothing.
+    """
     family = obj.family(name)
+    moment = _parse_epoch(at)
+    if not dry_run:
+        can_confirm(yes, f"reset of {counter} (family {family.name})")
     store = Store(obj.conn, family)
     store.provenance = _by_cli()
-    moment = _parse_epoch(at)
     with reported():
         try:
             key = store.parse_key(_split_counter(family, counter))
         except ValueError as exc:
             raise Failure(str(exc), 2) from exc
         try:
+            plan = engine.plan_reset(store, key, moment, reset_id)
+            if dry_run:
+                _print_reset(family, plan, as_json, dry_run=True)
+                return
+            if not plan.already_done:
+                confirm(
+                    yes,
+                    f"{family.name}: reset {format_key(key)} from {plan.value_before} to 0 at "
+                    f"{plan.at.isoformat()} ({plan.rows_deleted} raw row(s) consumed)?",
+                )
             result = engine.reset_counter(store, key, moment, reset_id)
         except engine.EngineError as exc:
             raise Failure(str(exc), 2) from exc
+    _print_reset(family, result, as_json, dry_run=False)
+
+
+def _print_reset(family: Family, result: engine.ResetResult, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        echo_json(
+            {
+                "family": family.name,
+                "counter": format_key(result.counter),
+                "at": result.at.isoformat(),
+                "value_before": result.value_before,
+                "already_done": result.already_done,
+                "rows_consumed": result.rows_deleted,
+                "reset_id": result.reset_id,
+                "dry_run": dry_run,
+            }
+        )
+        return
+    if dry_run:
+        what = (
+            "already reset: nothing to do"
+            if result.already_done
+            else f"would reset it from {result.value_before} to 0, consuming "
+            f"{result.rows_deleted} raw row(s)"
+        )
+        click.echo(
+            f"{family.name}: {format_key(result.counter)} at {result.at.isoformat()}: {what} "
+            f"(id {result.reset_id}; dry run, nothing changed)"
+        )
+        return
     state = "already done" if result.already_done else f"was {result.value_before}"
     click.echo(
         f"{family.name}: {format_key(result.counter)} reset to 0 at {result.at.isoformat()} "
@@ -527,25 +709,69 @@ def reset_command(
     )
 
 
+FINISHING = " (finishing the reshard under way)"
+
+
 @cli.command("reshard")
 @click.option("--family", "name", required=True)
 @click.option("--shards", type=int, required=True, help="The new shard count (1..256).")
+@click.option(
+    "--dry-run", is_flag=True, help="Count the checkpoints it would move; change nothing."
+)
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask for confirmation (required when standard input is not a terminal).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_context
-def reshard_command(obj: Context, name: str, shards: int) -> None:
+def reshard_command(
+    obj: Context, name: str, shards: int, dry_run: bool, yes: bool, as_json: bool
+) -> None:
     """Move the family's checkpoints to another shard count, exactly.
 
     Every counter's checkpoint, quarantine entry, index mark and record of counted keys moves to
     its place under --shards; runs are refused meanwhile (pause the family's DAG first, or they
     fail until it is done). Resumable: after a crash, run the same command again. Then set
-    'shards' in the YAML to the new count."""
-    from .reshard import reshard
+    'shards' in the YAML to the new count. Asks for confirmation on a terminal; elsewhere
+    refuses without --yes. --dry-run counts what would move and changes nothing."""
+    from dataclasses import asdict
+
+    from .reshard import plan_reshard, reshard
 
     family = obj.family(name)
+    if not dry_run:
+        can_confirm(yes, f"reshard of family {family.name}")
+    store = Store(obj.conn, family)
     with reported():
         try:
-            done = reshard(Store(obj.conn, family), shards, progress=click.echo)
+            plan = plan_reshard(store, shards)
+            if dry_run:
+                if as_json:
+                    echo_json({**asdict(plan), "dry_run": True})
+                else:
+                    click.echo(
+                        f"{family.name}: {plan.shards_before} -> {plan.shards_after} shard(s) "
+                        f"would move {plan.checkpoints_to_move} of {plan.checkpoints} "
+                        f"checkpoint(s){FINISHING if plan.under_way else ''} (dry run, nothing "
+                        "changed)"
+                    )
+                return
+            if plan.shards_before != plan.shards_after or plan.under_way:
+                confirm(
+                    yes,
+                    f"{family.name}: move {plan.checkpoints_to_move} of {plan.checkpoints} "
+                    f"checkpoint(s) from {plan.shards_before} to {plan.shards_after} shard(s)? "
+                    "Runs are refused meanwhile",
+                )
+            progress = None if as_json else click.echo
+            done = reshard(store, shards, progress=progress)
         except engine.EngineError as exc:
             raise Failure(str(exc), 2) from exc
+    if as_json:
+        echo_json(asdict(done))
+        return
     click.echo(
         f"{family.name}: {done.shards_before} -> {done.shards_after} shard(s): "
         f"{done.checkpoints_moved} checkpoint(s), {done.records_moved} record(s) of counted keys, "
@@ -764,7 +990,8 @@ def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_js
     type=click.Choice(["table", *audit_export.FORMATS]),
     default="table",
     show_default=True,
-    help="csv, json and parquet stream every row of the range (a page at a time) with every "
+    help="csv, json, jsonl (a JSON object per line) and parquet stream every row of the range "
+    "(a page at a time) with every "
     "column: who, parameters, code version, configuration hash, GX suite and result.",
 )
 @click.option(
@@ -887,7 +1114,7 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         raise SystemExit(EXIT_UNHEALTHY)
 
 
-@cli.command("demo-writer")
+@cli.command("demo-writer", hidden=True)
 @click.option("--family", "names", multiple=True, help="Only these families (default: all).")
 @click.option("--rate", default=20.0, show_default=True, help="Increments per second per family.")
 @click.option("--counters", default=50, show_default=True, help="Distinct counters per family.")

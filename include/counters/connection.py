@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import ssl
 import threading
@@ -28,7 +29,9 @@ from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
     LoadBalancingPolicy,
+    RoundRobinPolicy,
     TokenAwarePolicy,
+    WhiteListRoundRobinPolicy,
 )
 from cassandra.query import PreparedStatement, tuple_factory
 
@@ -123,6 +126,130 @@ SSL_OPTION_KEYS = (
 context from the first seven and wraps sockets with the last three)."""
 
 
+PROTOCOL_VERSIONS = {4: "v4", 5: "v5", 65: "DSE_V1", 66: "DSE_V2"}
+"""The native protocol versions a connection may pin. Unset, the driver negotiates (the
+highest both sides speak: v5 on Cassandra 4.0+, v4 on 3.x, DSE's own on DSE); v3 and older
+lack the unset values the engine binds."""
+
+
+def parse_protocol_version(value: object, where: str) -> int | None:
+    """A pinned protocol version, or None (negotiate) for an empty or absent value; ``where``
+    names the setting for the error."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        version = int(str(value).strip()) if not isinstance(value, bool) else -1
+    except ValueError:
+        version = -1
+    if version == 0:
+        return None  # as the provider's hook reads it: falsy, negotiate
+    if version not in PROTOCOL_VERSIONS:
+        known = ", ".join(f"{v} ({name})" for v, name in PROTOCOL_VERSIONS.items())
+        raise ConnectionConfigError(
+            f"{where} must be one of {known}, or unset to negotiate; got {value!r}"
+        )
+    return version
+
+
+LB_CHILD_POLICIES = ("DCAwareRoundRobinPolicy", "WhiteListRoundRobinPolicy", "RoundRobinPolicy")
+"""The policies the provider's CassandraHook builds by name (and ``TokenAwarePolicy`` over one
+of them). The engine always routes token aware: a single-partition request goes to a replica;
+which nodes it may use is the named policy's."""
+
+LB_ARGS = {
+    "DCAwareRoundRobinPolicy": ("local_dc", "used_hosts_per_remote_dc"),
+    "WhiteListRoundRobinPolicy": ("hosts",),
+    "RoundRobinPolicy": (),
+    "TokenAwarePolicy": ("child_load_balancing_policy", "child_load_balancing_policy_args"),
+}
+
+
+@dataclass(frozen=True)
+class Balancing:
+    """Which nodes the driver may send requests to (under token awareness)."""
+
+    policy: str = "DCAwareRoundRobinPolicy"
+    local_dc: str | None = None
+    used_hosts_per_remote_dc: int = 0
+    hosts: tuple[str, ...] = ()
+
+
+def parse_load_balancing(name: object, args: object, where: str) -> Balancing:
+    """The extra's ``load_balancing_policy`` and ``load_balancing_policy_args``, read as the
+    provider's CassandraHook reads them, except that what it would ignore or silently replace
+    (an unknown policy or argument, an unknown child of ``TokenAwarePolicy``) is refused here.
+    Without a name: DC-aware round robin (the hook's default is plain round robin; the engine's
+    is DC-aware), with the args' ``local_dc`` if given."""
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ConnectionConfigError(f"{where}_args must be a mapping, got {args!r}")
+    if name is None:
+        local = args.get("local_dc") or (args.get("child_load_balancing_policy_args") or {}).get(
+            "local_dc"
+        )
+        return Balancing(local_dc=local or None)
+    if name not in LB_ARGS:
+        raise ConnectionConfigError(f"{where} must be one of {', '.join(LB_ARGS)}, got {name!r}")
+    unknown = sorted(set(args) - set(LB_ARGS[str(name)]))
+    if unknown:
+        allowed = ", ".join(LB_ARGS[str(name)]) or "none"
+        raise ConnectionConfigError(
+            f"{where}_args: unknown keys {unknown} for {name} (supported: {allowed})"
+        )
+    if name == "TokenAwarePolicy":
+        child = args.get("child_load_balancing_policy", "RoundRobinPolicy")
+        if child not in LB_CHILD_POLICIES:
+            raise ConnectionConfigError(
+                f"{where}_args.child_load_balancing_policy must be one of "
+                f"{', '.join(LB_CHILD_POLICIES)}, got {child!r}"
+            )
+        return parse_load_balancing(
+            child,
+            args.get("child_load_balancing_policy_args") or {},
+            f"{where}_args.child_load_balancing_policy",
+        )
+    if name == "WhiteListRoundRobinPolicy":
+        hosts = args.get("hosts")
+        if isinstance(hosts, str):
+            hosts = [h.strip() for h in hosts.split(",") if h.strip()]
+        if not hosts or not isinstance(hosts, list | tuple):
+            raise ConnectionConfigError(
+                f"{where}_args.hosts: WhiteListRoundRobinPolicy needs a list of hosts, got "
+                f"{args.get('hosts')!r}"
+            )
+        return Balancing(policy=str(name), hosts=tuple(str(h) for h in hosts))
+    if name == "DCAwareRoundRobinPolicy":
+        remote = args.get("used_hosts_per_remote_dc", 0)
+        try:
+            remote_hosts = int(remote)
+        except (TypeError, ValueError):
+            remote_hosts = -1
+        if remote_hosts < 0:
+            raise ConnectionConfigError(
+                f"{where}_args.used_hosts_per_remote_dc must be a whole number >= 0, got {remote!r}"
+            )
+        return Balancing(
+            policy=str(name),
+            local_dc=args.get("local_dc") or None,
+            used_hosts_per_remote_dc=remote_hosts,
+        )
+    return Balancing(policy=str(name))
+
+
+CQL_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+def parse_cql_version(value: object, where: str) -> str | None:
+    """The extra's ``cql_version`` (sent in the connection's STARTUP; the node refuses one it
+    does not speak), or None."""
+    if value is None or value == "":
+        return None
+    if not CQL_VERSION.match(str(value).strip()):
+        raise ConnectionConfigError(f"{where} must look like 3.4.7, got {value!r}")
+    return str(value).strip()
+
+
 def _ssl_version(value: object, where: str) -> str:
     by_number = {int(getattr(ssl, name)): name for name in SSL_VERSIONS if hasattr(ssl, name)}
     name = by_number.get(value) if isinstance(value, int) else str(value).strip()
@@ -156,7 +283,15 @@ class ConnectionSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     local_dc: str | None = None
-    protocol_version: int = 5
+    protocol_version: int | None = None
+    """None: negotiated with the nodes (the driver never lowers a pinned version)."""
+    cql_version: str | None = None
+    balancing: str = "DCAwareRoundRobinPolicy"
+    """Which nodes requests may go to: ``DCAwareRoundRobinPolicy`` (``local_dc``,
+    ``used_hosts_per_remote_dc``), ``WhiteListRoundRobinPolicy`` (``allowed_hosts``) or
+    ``RoundRobinPolicy``; always token aware."""
+    used_hosts_per_remote_dc: int = 0
+    allowed_hosts: tuple[str, ...] = ()
     request_timeout: float = 30.0
     tls: bool = False
     tls_ca_file: str | None = None
@@ -177,7 +312,8 @@ class ConnectionSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConnectionSettings:
         """``CASSANDRA_HOSTS`` (comma separated), ``CASSANDRA_PORT``, ``CASSANDRA_USERNAME``,
-        ``CASSANDRA_PASSWORD``, ``CASSANDRA_LOCAL_DC``, ``CASSANDRA_PROTOCOL_VERSION``; TLS with
+        ``CASSANDRA_PASSWORD``, ``CASSANDRA_LOCAL_DC``, ``CASSANDRA_PROTOCOL_VERSION`` (unset:
+        negotiated); TLS with
         ``CASSANDRA_TLS=true`` or a ``CASSANDRA_TLS_CA_FILE`` (PEM), host names checked unless
         ``CASSANDRA_TLS_CHECK_HOSTNAME=false``; a client certificate (mutual TLS) with
         ``CASSANDRA_TLS_CERT_FILE`` and ``CASSANDRA_TLS_KEY_FILE``."""
@@ -185,11 +321,11 @@ class ConnectionSettings:
         hosts = tuple(h.strip() for h in env.get("CASSANDRA_HOSTS", "127.0.0.1").split(",") if h)
         try:
             port = int(env.get("CASSANDRA_PORT", "9042"))
-            protocol = int(env.get("CASSANDRA_PROTOCOL_VERSION", "5"))
         except ValueError as exc:
-            raise ConnectionConfigError(
-                f"CASSANDRA_PORT/CASSANDRA_PROTOCOL_VERSION must be integers: {exc}"
-            ) from None
+            raise ConnectionConfigError(f"CASSANDRA_PORT must be an integer: {exc}") from None
+        protocol = parse_protocol_version(
+            env.get("CASSANDRA_PROTOCOL_VERSION"), "CASSANDRA_PROTOCOL_VERSION"
+        )
         ca_file = env.get("CASSANDRA_TLS_CA_FILE") or None
         cert_file = env.get("CASSANDRA_TLS_CERT_FILE") or None
         settings = cls(
@@ -224,12 +360,16 @@ class ConnectionSettings:
         (PEM), ``certfile`` and ``keyfile`` (the client's certificate: mutual TLS),
         ``cert_reqs``, ``check_hostname``, ``ssl_version``, ``ciphers``, ``server_hostname``,
         ``do_handshake_on_connect``, ``suppress_ragged_eofs``. One difference: host names are
-        checked unless ``check_hostname`` is false (the driver leaves them unchecked)."""
+        checked unless ``check_hostname`` is false (the driver leaves them unchecked).
+        ``load_balancing_policy`` (+ ``_args``), ``cql_version`` and ``protocol_version`` as
+        the hook reads them (``parse_load_balancing``); unset, the protocol is negotiated."""
         extra = conn.extra_dejson or {}
-        lb_args = extra.get("load_balancing_policy_args") or {}
-        local_dc = lb_args.get("local_dc") or (
-            lb_args.get("child_load_balancing_policy_args") or {}
-        ).get("local_dc")
+        here = f"Airflow connection {conn.conn_id!r}: extra"
+        balancing = parse_load_balancing(
+            extra.get("load_balancing_policy"),
+            extra.get("load_balancing_policy_args"),
+            f"{here}.load_balancing_policy",
+        )
         hosts = tuple(h.strip() for h in (conn.host or "127.0.0.1").split(",") if h.strip())
         where = f"Airflow connection {conn.conn_id!r}: extra.ssl_options"
         ssl_options = extra.get("ssl_options")
@@ -253,8 +393,14 @@ class ConnectionSettings:
             port=int(conn.port or 9042),
             username=conn.login or None,
             password=conn.password or None,
-            local_dc=local_dc,
-            protocol_version=int(extra.get("protocol_version", 5)),
+            local_dc=balancing.local_dc,
+            protocol_version=parse_protocol_version(
+                extra.get("protocol_version"), f"{here}.protocol_version"
+            ),
+            cql_version=parse_cql_version(extra.get("cql_version"), f"{here}.cql_version"),
+            balancing=balancing.policy,
+            used_hosts_per_remote_dc=balancing.used_hosts_per_remote_dc,
+            allowed_hosts=balancing.hosts,
             tls="ssl_options" in extra,
             tls_ca_file=ssl_options.get("ca_certs") or None,
             tls_check_hostname=check_hostname and cert_reqs != "CERT_NONE",
@@ -371,14 +517,27 @@ class QueueingConnection(DefaultConnection):
         super()._process_segment_buffer()
 
 
+def balancing_policy(settings: ConnectionSettings) -> LoadBalancingPolicy:
+    """Token aware over the policy the settings name."""
+    child: LoadBalancingPolicy
+    if settings.balancing == "WhiteListRoundRobinPolicy":
+        child = WhiteListRoundRobinPolicy(list(settings.allowed_hosts))
+    elif settings.balancing == "RoundRobinPolicy":
+        child = RoundRobinPolicy()
+    else:
+        child = DCAwareRoundRobinPolicy(
+            local_dc=settings.local_dc, used_hosts_per_remote_dc=settings.used_hosts_per_remote_dc
+        )
+    return TokenAwarePolicy(child)
+
+
 def build_cluster(
     settings: ConnectionSettings, load_balancing_policy: LoadBalancingPolicy | None = None
 ) -> Cluster:
-    """The driver cluster; ``load_balancing_policy`` replaces the token-aware DC round robin
-    (tests pin a run's coordinator with it)."""
-    policy = load_balancing_policy or TokenAwarePolicy(
-        DCAwareRoundRobinPolicy(local_dc=settings.local_dc)
-    )
+    """The driver cluster; ``load_balancing_policy`` replaces the settings' (tests pin a run's
+    coordinator with it). The protocol version is passed only when pinned: an explicit one
+    the driver never lowers, so a cluster that does not speak it could not be reached."""
+    policy = load_balancing_policy or balancing_policy(settings)
     profile = ExecutionProfile(
         load_balancing_policy=policy,
         consistency_level=ConsistencyLevel.LOCAL_QUORUM,
@@ -395,11 +554,16 @@ def build_cluster(
         request_timeout=settings.request_timeout,
         row_factory=tuple_factory,
     )
+    pinned: dict[str, Any] = {}
+    if settings.protocol_version is not None:
+        pinned["protocol_version"] = settings.protocol_version
+    if settings.cql_version is not None:
+        pinned["cql_version"] = settings.cql_version
     return Cluster(
         contact_points=list(settings.hosts),
         port=settings.port,
         auth_provider=auth,
-        protocol_version=settings.protocol_version,
+        **pinned,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile, BULK_PROFILE: bulk},
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 10.0),
         connect_timeout=10,

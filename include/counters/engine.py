@@ -43,6 +43,7 @@ from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
     ResetResult,
+    plan_reset,
     quarantined,
     reconcile,
     release,
@@ -89,6 +90,7 @@ __all__ = [
     "epoch_advanced",
     "hot_counter_outcomes",
     "new_run_id",
+    "plan_reset",
     "plan_run",
     "prune_archive",
     "quarantine_message",

@@ -66,6 +66,86 @@ class ResetResult:
     rows_deleted: int = 0
 
 
+def _resettable(
+    family: Family, counter: Key, at: datetime | None, now: datetime | None
+) -> datetime:
+    """Refuse a reset that cannot be done (a unique counter, a point in the future); now, to
+    the millisecond."""
+    if family.kind is Kind.UNIQUE:
+        raise EngineError(
+            f"family {family.name!r}: a unique counter cannot be reset: its set rows are written "
+            "with timestamps near Long.MAX (first write wins), so no delete can remove them "
+            "without also shadowing every later write of the same member"
+        )
+    current = truncate_ms(utc_naive(now or datetime.now(UTC)))
+    if at is not None and truncate_ms(utc_naive(at)) > current:
+        raise EngineError(
+            f"family {family.name!r} counter {format_key(counter)}: reset point "
+            f"{utc_naive(at).isoformat()} is in the future (now {current.isoformat()}): readers "
+            "would not see the increments before it until a run folds them; choose a point at "
+            "or before now"
+        )
+    return current
+
+
+def plan_reset(
+    store: Store,
+    counter: Key,
+    at: datetime | None = None,
+    reset_id: str | None = None,
+    now: datetime | None = None,
+) -> ResetResult:
+    """What ``reset_counter`` would do now, read only (``counterctl reset --dry-run`` and its
+    confirmation): the same refusals, the value it would take back to zero, the point, whether
+    that reset is already done, and ``rows_deleted``: the raw rows at or before the point (the
+    ones it would consume; deleted only by a deleting family). Writes nothing."""
+    family = store.family
+    current = _resettable(family, counter, at, now)
+    check_family(store, record=False)
+    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    value_before = compact_value + newer
+    _shard, _bucket, _head, base = _base(store, counter)
+    if reset_id is not None:  # the same decisions as reset_counter's, read only
+        done_at = _reset_done(store, counter, reset_id)
+        if done_at is not None:
+            return ResetResult(
+                counter, reset_id, from_millis(done_at), value_before, already_done=True
+            )
+    elif (
+        at is None
+        and base.origin_ms is not None
+        and to_millis(current) - base.origin_ms < _window_ms()
+    ):
+        point = from_millis(base.origin_ms)
+        return ResetResult(
+            counter,
+            f"reset:{format_key(counter)}@{point.isoformat()}",
+            point,
+            value_before,
+            already_done=True,
+        )
+    at = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
+    at_ms = to_millis(at)
+    given_id = reset_id is not None
+    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    if base.run_id == reset_id or (not given_id and base.origin_ms == at_ms):
+        return ResetResult(counter, reset_id, at, value_before, already_done=True)
+    if base.epoch_ms is not None and at_ms < base.epoch_ms:
+        raise EngineError(
+            f"family {family.name!r} counter {format_key(counter)}: reset point "
+            f"{at.isoformat()} is before its compacted epoch; increments after the reset "
+            "point are already folded in, choose a later point"
+        )
+    consumed = 0
+    if not family.folds_by_slice:
+        consumed = sum(
+            1 for time_ms, _k, _i in store.read_rows([counter])[counter] if time_ms <= at_ms
+        )
+    return ResetResult(
+        counter, reset_id, at, value_before, already_done=False, rows_deleted=consumed
+    )
+
+
 def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     """(shard, bucket, head, checkpoint) of one counter, read from its ledger partition (a
     counter compacted before the ledger existed: from its compact row, if that names no
@@ -127,20 +207,7 @@ def reset_counter(
     the future is refused: readers would not see the rows before it until a fold.
     """
     family = store.family
-    if family.kind is Kind.UNIQUE:
-        raise EngineError(
-            f"family {family.name!r}: a unique counter cannot be reset: its set rows are written "
-            "with timestamps near Long.MAX (first write wins), so no delete can remove them "
-            "without also shadowing every later write of the same member"
-        )
-    current = truncate_ms(utc_naive(now or datetime.now(UTC)))
-    if at is not None and truncate_ms(utc_naive(at)) > current:
-        raise EngineError(
-            f"family {family.name!r} counter {format_key(counter)}: reset point "
-            f"{utc_naive(at).isoformat()} is in the future (now {current.isoformat()}): readers "
-            "would not see the increments before it until a run folds them; choose a point at "
-            "or before now"
-        )
+    current = _resettable(family, counter, at, now)
     check_family(store, record=True, run_id=reset_id or "reset")
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
     compact_value, _epoch, newer = store.read_values([counter])[counter]

@@ -78,13 +78,50 @@ def reshard(
     return Resharded(family.name, before, shards, moved, records, quarantined, marks)
 
 
-def _recorded_shards(store: Store, shards: int) -> tuple[int, dict[str, Any]]:
+@dataclass(frozen=True)
+class ReshardPlan:
+    family: str
+    shards_before: int
+    shards_after: int
+    checkpoints: int
+    """Checkpoints in the ledger."""
+    checkpoints_to_move: int
+    """Of them, those the new count puts in another partition."""
+    under_way: bool
+    """A reshard to ``shards_after`` was interrupted; running it finishes it."""
+
+
+def plan_reshard(store: Store, shards: int) -> ReshardPlan:
+    """What ``reshard`` would move, read only (``counterctl reshard --dry-run`` and its
+    confirmation): the same refusals, then every ledger partition read, nothing written."""
+    family = store.family
+    if not 1 <= shards <= 256:
+        raise EngineError(f"family {family.name!r}: --shards must be 1..256, got {shards}")
+    before, recorded = _recorded_shards(store, shards, record=False)
+    under_way = "resharding" in recorded
+    total = moving = 0
+    for shard in range(before):
+        for bucket in range(BUCKETS):
+            for counter, _row in store.ledger_rows(shard, bucket):
+                total += 1
+                if bucket_of(store.token(counter), shards) != (shard, bucket):
+                    moving += 1
+    return ReshardPlan(family.name, before, shards, total, moving, under_way)
+
+
+def _recorded_shards(
+    store: Store, shards: int, *, record: bool = True
+) -> tuple[int, dict[str, Any]]:
     """The shard count the family's tables were committed with, and the recorded identity
-    (recorded now from the ledger if an older version committed without one)."""
+    (recorded now from the ledger if an older version committed without one; with ``record``
+    false, nothing is recorded and a family without one gets an empty identity)."""
     family = store.family
     owners = store.table_owners()
     if not owners:  # committed by an older version, or never: check the rest, then record
-        check_identity(store.with_shards(_written(store)), record=True, run_id="reshard")
+        written = _written(store)
+        check_identity(store.with_shards(written), record=record, run_id="reshard")
+        if not record:
+            return written, {}
         owners = store.table_owners()
     recorded: dict[str, Any] = {}
     for table, owner in owners.items():

@@ -1,9 +1,18 @@
 """The driver's cluster as the engine builds it (no connection is opened)."""
 
 import socket
+from types import SimpleNamespace
 
 import pytest
-from counters.connection import ConnectionSettings, build_cluster
+from cassandra.cluster import EXEC_PROFILE_DEFAULT
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    LoadBalancingPolicy,
+    RoundRobinPolicy,
+    TokenAwarePolicy,
+    WhiteListRoundRobinPolicy,
+)
+from counters.connection import ConnectionConfigError, ConnectionSettings, build_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -73,3 +82,157 @@ def test_a_segment_header_split_across_reads_is_kept() -> None:
         assert frames == bodies, cut
     frames, errors = _receive(data, list(range(1, len(data))))  # a byte a read
     assert (frames, errors) == (bodies, [])
+
+
+def airflow_conn(extra: dict[str, object]) -> SimpleNamespace:
+    return SimpleNamespace(
+        conn_id="cassandra_default",
+        host="10.0.0.1",
+        port=9042,
+        login=None,
+        password=None,
+        extra_dejson=extra,
+    )
+
+
+def settings_of(extra: dict[str, object]) -> ConnectionSettings:
+    return ConnectionSettings.from_airflow_connection(airflow_conn(extra))
+
+
+def test_the_protocol_is_negotiated_unless_pinned() -> None:
+    """A pinned version the driver never lowers: Cassandra 3.11/4.x (v4), DSE, ScyllaDB could
+    not be reached when v5 was always passed."""
+    assert ConnectionSettings.from_env({}).protocol_version is None
+    assert settings_of({}).protocol_version is None
+    assert settings_of({"protocol_version": 0}).protocol_version is None  # the hook: falsy
+    negotiated = build_cluster(ConnectionSettings.from_env({}))
+    pinned = build_cluster(ConnectionSettings.from_env({"CASSANDRA_PROTOCOL_VERSION": "4"}))
+    try:
+        assert not negotiated._protocol_version_explicit
+        assert pinned._protocol_version_explicit and pinned.protocol_version == 4
+    finally:
+        negotiated.shutdown()
+        pinned.shutdown()
+    assert settings_of({"protocol_version": "4"}).protocol_version == 4
+    assert settings_of({"protocol_version": 66}).protocol_version == 66
+
+
+@pytest.mark.parametrize("value", ["3", "7", "v4", "4.0", True])
+def test_a_protocol_version_the_engine_cannot_use_is_refused_by_name(value: object) -> None:
+    with pytest.raises(ConnectionConfigError, match=r"CASSANDRA_PROTOCOL_VERSION .*got"):
+        ConnectionSettings.from_env({"CASSANDRA_PROTOCOL_VERSION": str(value)})
+    with pytest.raises(
+        ConnectionConfigError, match=r"'cassandra_default': extra\.protocol_version"
+    ):
+        settings_of({"protocol_version": value})
+
+
+def test_cql_version_is_passed_to_the_driver() -> None:
+    settings = settings_of({"cql_version": "3.4.5"})
+    assert settings.cql_version == "3.4.5"
+    cluster = build_cluster(settings)
+    try:
+        assert cluster.cql_version == "3.4.5"
+    finally:
+        cluster.shutdown()
+    assert settings_of({}).cql_version is None
+    with pytest.raises(ConnectionConfigError, match=r"extra\.cql_version .*'three'"):
+        settings_of({"cql_version": "three"})
+
+
+def policy_chain(settings: ConnectionSettings) -> list[LoadBalancingPolicy]:
+    cluster = build_cluster(settings)
+    try:
+        policy = cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].load_balancing_policy
+    finally:
+        cluster.shutdown()
+    chain = [policy]
+    while getattr(chain[-1], "_child_policy", None) is not None:
+        chain.append(chain[-1]._child_policy)
+    return chain
+
+
+def test_load_balancing_policies_are_read_as_the_provider_hook_reads_them() -> None:
+    top, dc_aware = policy_chain(
+        settings_of(
+            {
+                "load_balancing_policy": "DCAwareRoundRobinPolicy",
+                "load_balancing_policy_args": {"local_dc": "eu", "used_hosts_per_remote_dc": "2"},
+            }
+        )
+    )
+    assert isinstance(top, TokenAwarePolicy) and isinstance(dc_aware, DCAwareRoundRobinPolicy)
+    assert (dc_aware.local_dc, dc_aware.used_hosts_per_remote_dc) == ("eu", 2)
+
+    _, white = policy_chain(
+        settings_of(
+            {
+                "load_balancing_policy": "WhiteListRoundRobinPolicy",
+                "load_balancing_policy_args": {"hosts": ["127.0.0.1", "127.0.0.2"]},
+            }
+        )
+    )
+    assert isinstance(white, WhiteListRoundRobinPolicy)
+    assert sorted(white._allowed_hosts) == ["127.0.0.1", "127.0.0.2"]
+
+    child = {
+        "load_balancing_policy": "TokenAwarePolicy",
+        "load_balancing_policy_args": {
+            "child_load_balancing_policy": "DCAwareRoundRobinPolicy",
+            "child_load_balancing_policy_args": {"local_dc": "us"},
+        },
+    }
+    settings = settings_of(child)
+    assert settings.local_dc == "us"
+    assert policy_chain(settings)[1].local_dc == "us"
+    # the hook's TokenAwarePolicy without a child: round robin under it
+    chain = policy_chain(settings_of({"load_balancing_policy": "TokenAwarePolicy"}))
+    assert type(chain[1]) is RoundRobinPolicy
+    chain = policy_chain(settings_of({"load_balancing_policy": "RoundRobinPolicy"}))
+    assert type(chain[1]) is RoundRobinPolicy
+    # no name: the engine's default, DC-aware (with the args' local_dc)
+    chain = policy_chain(settings_of({"load_balancing_policy_args": {"local_dc": "ap"}}))
+    assert isinstance(chain[1], DCAwareRoundRobinPolicy) and chain[1].local_dc == "ap"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"load_balancing_policy": "LatencyAwarePolicy"},
+            r"extra\.load_balancing_policy must be one of .*got 'LatencyAwarePolicy'",
+        ),
+        (
+            {
+                "load_balancing_policy": "TokenAwarePolicy",
+                "load_balancing_policy_args": {"child_load_balancing_policy": "Nope"},
+            },
+            r"extra\.load_balancing_policy_args\.child_load_balancing_policy must be one of "
+            r".*got 'Nope'",
+        ),
+        (
+            {"load_balancing_policy": "WhiteListRoundRobinPolicy"},
+            r"extra\.load_balancing_policy_args\.hosts: WhiteListRoundRobinPolicy needs",
+        ),
+        (
+            {
+                "load_balancing_policy": "DCAwareRoundRobinPolicy",
+                "load_balancing_policy_args": {"localdc": "eu"},
+            },
+            r"extra\.load_balancing_policy_args: unknown keys \['localdc'\]",
+        ),
+        (
+            {
+                "load_balancing_policy": "DCAwareRoundRobinPolicy",
+                "load_balancing_policy_args": {"used_hosts_per_remote_dc": "many"},
+            },
+            r"extra\.load_balancing_policy_args\.used_hosts_per_remote_dc must be a whole number "
+            r">= 0, got 'many'",
+        ),
+    ],
+)
+def test_a_load_balancing_setting_the_hook_would_ignore_is_refused_by_name(
+    extra: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConnectionConfigError, match=r"'cassandra_default': " + message):
+        settings_of(extra)

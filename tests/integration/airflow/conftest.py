@@ -73,7 +73,12 @@ def airflow_env(cassandra_contact: tuple[list[str], int]) -> Iterator[None]:
                     "local_dc": os.environ.get("CASSANDRA_LOCAL_DC") or "datacenter1"
                 },
             },
-            "protocol_version": 5,
+            # negotiated, as a connection without it is, unless the run pins one
+            **(
+                {"protocol_version": int(os.environ["CASSANDRA_PROTOCOL_VERSION"])}
+                if os.environ.get("CASSANDRA_PROTOCOL_VERSION")
+                else {}
+            ),
         },
     }
     if os.environ.get("CASSANDRA_USERNAME"):

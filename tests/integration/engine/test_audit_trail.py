@@ -252,7 +252,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     reset_at = (t0 + timedelta(minutes=6)).isoformat()
     assert (
         invoke(
-            "--config", path, "reset", "--family", trades.name, "--at", reset_at, "IBM"
+            "--config", path, "reset", "--family", trades.name, "--at", reset_at, "--yes", "IBM"
         ).exit_code
         == 0
     )
@@ -354,6 +354,7 @@ def test_expect_counterctl_to_export_any_range_in_every_format(long_trail, tmp_p
 
     as_csv = invoke(*common, "--format", "csv")
     as_json = invoke(*common, "--format", "json")
+    as_jsonl = invoke(*common, "--format", "jsonl")
     target = tmp_path / "trail.parquet"
     as_parquet = invoke(*common, "--format", "parquet", "-o", target)
 
@@ -364,6 +365,8 @@ def test_expect_counterctl_to_export_any_range_in_every_format(long_trail, tmp_p
     assert lines[0]["triggered_by"] == "scheduled"
     body = json.loads(as_json.output)
     assert [r["run_id"] for r in body["rows"]] == expected
+    assert as_jsonl.exit_code == 0 and as_jsonl.output.endswith("}\n")
+    assert [json.loads(line) for line in as_jsonl.output.splitlines()] == body["rows"]
     assert body["family"] == family.name and body["since"].startswith(since.isoformat())
     table = pq.read_table(target)
     assert table.column("run_id").to_pylist() == expected

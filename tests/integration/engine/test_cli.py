@@ -160,3 +160,109 @@ def test_unreachable_cassandra_exit_5(families_file, monkeypatch):
     monkeypatch.setenv("CASSANDRA_PORT", "1")
     result = invoke("--config", path, "read", "--family", family, "IBM")
     assert result.exit_code == 5 and "cannot reach Cassandra" in result.output
+
+
+# --- reset and reshard: dry runs and confirmation ----------------------------------------
+
+
+def everything(store) -> dict:
+    """Every row a reset or a reshard could change: the ledger of every partition the family
+    may use, the compact and raw tables, the identity records and the audit trail."""
+    f = store.family
+    session = store.session
+    return {
+        "ledger": [
+            (shard, bucket, counter, sorted(row.items()))
+            for shard in range(8)
+            for bucket in range(16)
+            for counter, row in store.ledger_rows(shard, bucket)
+        ],
+        "compact": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.compact_table}")),
+        "raw": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.raw_table}")),
+        "owners": store.table_owners(),
+        "audit": store.read_audit(50),
+    }
+
+
+@pytest.fixture
+def compacted(families_file, conn):
+    """A family of 40 counters, compacted once, with 3 newer rows of IBM."""
+    from counters.client import CounterClient, Increment
+    from counters.config import load_catalog
+    from counters.store import Store
+
+    path, family, _ = families_file
+    assert invoke("--config", path, "init").exit_code == 0
+    fam = load_catalog(path).get(family)
+    client = CounterClient(conn, fam)
+    past = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=30)
+    client.record(
+        [Increment((f"c{i}",), i + 1, past, ("w", i)) for i in range(40)]
+        + [Increment(("IBM",), 10, past, ("w", 100))]
+    )
+    epoch = (past + timedelta(minutes=1)).isoformat()
+    assert invoke("--config", path, "compact", "--family", family, "--epoch", epoch).exit_code == 0
+    client.record(
+        [Increment(("IBM",), 5, past + timedelta(minutes=2 + i), ("w", 200 + i)) for i in range(3)]
+    )
+    return path, family, Store(conn, fam), client
+
+
+def test_reset_dry_run_changes_nothing_and_says_what_it_would_do(compacted):
+    path, family, store, client = compacted
+    before = everything(store)
+    result = invoke("--config", path, "reset", "--family", family, "--dry-run", "--json", "IBM")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["value_before"], plan["rows_consumed"], plan["already_done"]) == (25, 3, False)
+    assert plan["dry_run"] is True
+    assert everything(store) == before and client.read("IBM") == 25
+    # and the reset itself, with --yes, does what the dry run said
+    done = invoke("--config", path, "reset", "--family", family, "--yes", "--json", "IBM")
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output)
+    assert (result["value_before"], result["rows_consumed"], result["dry_run"]) == (25, 3, False)
+    assert client.read("IBM") == 0
+
+
+def test_a_reset_declined_at_the_prompt_changes_nothing(compacted, monkeypatch):
+    from counters import cli as cli_module
+
+    path, family, store, client = compacted
+    monkeypatch.setattr(cli_module, "stdin_is_terminal", lambda: True)
+    before = everything(store)
+    result = CliRunner().invoke(
+        cli, ["--config", str(path), "reset", "--family", family, "IBM"], input="n\n"
+    )
+    assert result.exit_code == 1 and "reset IBM from 25 to 0" in result.output, result.output
+    assert "Aborted" in result.output
+    assert everything(store) == before and client.read("IBM") == 25
+    accepted = CliRunner().invoke(
+        cli, ["--config", str(path), "reset", "--family", family, "IBM"], input="y\n"
+    )
+    assert accepted.exit_code == 0 and client.read("IBM") == 0, accepted.output
+
+
+def test_reshard_dry_run_changes_nothing_and_counts_what_moves(compacted):
+    path, family, store, client = compacted
+    before = everything(store)
+    values = {c.counter: c.value for c in client.read_many([f"c{i}" for i in range(40)])}
+    result = invoke(
+        "--config", path, "reshard", "--family", family, "--shards", "5", "--dry-run", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["shards_before"], plan["shards_after"], plan["checkpoints"]) == (2, 5, 41)
+    assert 0 < plan["checkpoints_to_move"] < 41 and plan["dry_run"] is True
+    assert everything(store) == before
+    # the reshard moves exactly what the dry run counted
+    done = invoke(
+        "--config", path, "reshard", "--family", family, "--shards", "5", "--yes", "--json"
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["checkpoints_moved"] == plan["checkpoints_to_move"]
+    resharded = store.with_shards(5)
+    from counters.client import CounterClient
+
+    after = CounterClient(store.conn, resharded.family, resharded)
+    assert {c.counter: c.value for c in after.read_many([f"c{i}" for i in range(40)])} == values

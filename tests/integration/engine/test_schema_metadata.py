@@ -24,10 +24,11 @@ def unaware_session(cassandra_contact: tuple[list[str], int]) -> Iterator[Sessio
     hosts, port = cassandra_contact
     settings = ConnectionSettings.from_env()
     auth = settings.username and PlainTextAuthProvider(settings.username, settings.password)
+    pinned = {"protocol_version": settings.protocol_version} if settings.protocol_version else {}
     cluster = Cluster(
         contact_points=hosts,
         port=port,
-        protocol_version=5,
+        **pinned,
         auth_provider=auth or None,
         ssl_context=settings.ssl_context(),
         schema_event_refresh_window=-1,

@@ -1,0 +1,121 @@
+"""counterctl's habits that need no node: --version, --json everywhere, the confirmation of
+reset and reshard, init's replication outside a local node, the hidden demo writer."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from counters import audit_export
+from counters import cli as cli_module
+from counters.audit import code_version
+from counters.cli import cli, is_local_host, replication_for
+from counters.status import AuditRow
+
+pytestmark = pytest.mark.unit
+
+CONFIG = Path(__file__).resolve().parents[2] / "include" / "counter_families.yaml"
+
+
+@pytest.fixture
+def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connecting fails the test: these refusals come before any connection."""
+
+    def connect(*_a: object, **_k: object) -> None:
+        raise AssertionError("counterctl connected to Cassandra")
+
+    monkeypatch.setattr(cli_module, "connect", connect)
+
+
+def invoke(*args: str, env: dict[str, str] | None = None, stdin: str | None = None):
+    return CliRunner().invoke(cli, ["--config", str(CONFIG), *args], env=env, input=stdin)
+
+
+def test_version_prints_the_code_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.output == f"counterctl {code_version()}\n"
+
+
+def test_every_command_that_prints_takes_json() -> None:
+    for name, command in cli.commands.items():
+        if command.hidden:
+            continue
+        options = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        assert "--json" in options, f"counterctl {name} has no --json"
+
+
+def test_families_json_lists_every_family_with_its_hash() -> None:
+    result = invoke("families", "--json")
+    assert result.exit_code == 0, result.output
+    families = json.loads(result.output)
+    assert "trades" in {f["name"] for f in families}
+    assert all(f["config_hash"].startswith("sha256:") for f in families)
+
+
+def test_init_print_grants_json_needs_no_connection(no_connection: None) -> None:
+    result = invoke("init", "--print-grants", "--family", "trades", "--json", "--role", "ops")
+    assert result.exit_code == 0, result.output
+    grants = json.loads(result.output)
+    assert grants["role"] == "ops" and all(g.endswith(' TO "ops"') for g in grants["statements"])
+
+
+def test_demo_writer_is_hidden_from_help_but_runs() -> None:
+    assert "demo-writer" not in CliRunner().invoke(cli, ["--help"]).output
+    assert CliRunner().invoke(cli, ["demo-writer", "--help"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("reset", "--family", "trades", "IBM"),
+        ("reshard", "--family", "trades", "--shards", "8"),
+    ],
+)
+def test_a_change_without_a_terminal_is_refused_without_yes(
+    no_connection: None, args: tuple[str, ...]
+) -> None:
+    """CliRunner's stdin is not a terminal: a script must say --yes; nothing is connected to,
+    so nothing can change."""
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "standard input is not a terminal, so pass --yes" in result.output
+    assert "family trades" in result.output
+
+
+def test_init_outside_a_local_node_requires_replication(no_connection: None) -> None:
+    result = invoke("init", env={"CASSANDRA_HOSTS": "127.0.0.1,cassandra-1.prod"})
+    assert result.exit_code == 2, result.output
+    assert "--replication is required for the cluster at cassandra-1.prod" in result.output
+    assert "localhost/127.0.0.1" in result.output
+
+
+def test_the_dev_replication_is_only_the_default_for_local_hosts() -> None:
+    dev = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    assert replication_for(None, ("127.0.0.1",)) == dev
+    assert replication_for(None, ("localhost", "127.0.0.2", "::1")) == dev
+    given = "{'class': 'NetworkTopologyStrategy', 'dc1': 3}"
+    assert replication_for(given, ("10.0.0.1",)) == given
+    for host in ("10.0.0.1", "cassandra.example.com", "0.0.0.0"):
+        assert not is_local_host(host)
+        with pytest.raises(click.ClickException, match="--replication is required"):
+            replication_for(None, (host,))
+
+
+def test_audit_jsonl_is_one_json_object_per_row_and_line() -> None:
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    rows = [
+        AuditRow.from_record(
+            {"started_at": start + timedelta(minutes=i), "run_id": f"r{i}", "outcome": "success"}
+        )
+        for i in range(5)
+    ]
+    data = b"".join(audit_export.chunks("jsonl", iter(rows), "trades", None, None))
+    lines = data.decode().splitlines()
+    assert [json.loads(line)["run_id"] for line in lines] == ["r0", "r1", "r2", "r3", "r4"]
+    assert data.endswith(b"\n") and json.loads(lines[0]) == rows[0].as_dict()
+    assert list(audit_export.jsonl_chunks([], batch_rows=2)) == []
+    assert len(list(audit_export.jsonl_chunks(rows, batch_rows=2))) == 3  # streamed in batches
