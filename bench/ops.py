@@ -616,3 +616,10 @@ def tombstone_index_marks(store: Any, keys: Sequence[tuple], ts_micros: int) -> 
     entries = [Touched(key, ts_micros) for key in keys]
     for group in chunked(entries, 20000):
         store.forget_touched(group)
+
+
+def sweeping_far_away() -> dict[str, str]:
+    """Family fields under which a family's first run sweeps (it never swept) and its next one,
+    minutes later, does not: sweeps a day apart, the next one half a day away."""
+    away = (utc_now() - datetime(1970, 1, 1) + timedelta(hours=12)) % timedelta(days=1)
+    return {"sweep_interval": "1d", "sweep_offset": f"{int(away.total_seconds())}s"}
