@@ -27,7 +27,7 @@ from ..errors import EngineError
 from ..schema import q
 from .base import (
     MOVING,
-    _consistency,
+    consistency_of,
     pack_commit_keys,
     unpack_commit_keys,
 )
@@ -145,7 +145,7 @@ class ReshardMoves(LedgerRows, ControlState):
         (both or neither, eventually): a reshard that dies between two moves leaves each row
         at one place or the other, never at none."""
         batch = BatchStatement(
-            batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
+            batch_type=BatchType.LOGGED, consistency_level=consistency_of(self.family)
         )
         batch.add(insert, at_new)
         batch.add(delete, at_old)
