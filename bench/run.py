@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -60,6 +59,7 @@ from .ops import (
     Meter,
     compare,
     count_rows,
+    engine_step_failed_in,
     flush_tables,
     load_twin,
     load_write_path,
@@ -1009,13 +1009,11 @@ class Bench:
                     }
                 )
             except Exception as exc:
-                frames = traceback.extract_tb(exc.__traceback__)
-                where = [f.name for f in frames if f.filename.endswith("engine.py")]
                 folds.append(
                     {
                         "ok": False,
                         "seconds": round(time.perf_counter() - started, 3),
-                        "failed_in": where[-1] if where else None,
+                        "failed_in": engine_step_failed_in(exc),
                         "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                     }
                 )
