@@ -23,19 +23,17 @@ from typing import Any
 import pyarrow.parquet as pq
 from counters.recount import recount
 
-from .ops import Dataset, load_write_path, utc_now
+from .ops import Dataset, load_write_path, sweeping_far_away, utc_now
 
 RECOUNT_SAMPLE = 200
 
 
 def run(bench: Any, rounds: int) -> dict[str, Any]:
-    from .run import _sweeping_far_away
-
     p = bench.p
     root = Path(p.out).parent / f"archive-{bench.keyspace}"
     sides = {
-        "off": bench.make_family("bench_archive_off", **_sweeping_far_away()),
-        "on": bench.make_family("bench_archive_on", archive=str(root), **_sweeping_far_away()),
+        "off": bench.make_family("bench_archive_off", **sweeping_far_away()),
+        "on": bench.make_family("bench_archive_on", archive=str(root), **sweeping_far_away()),
     }
     figures: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     try:

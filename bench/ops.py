@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from typing import Any
 
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
+from counters import compaction
 from counters.client import CounterClient, Increment
 from counters.config import Family
 from counters.connection import BULK_PROFILE, Connection
@@ -616,3 +618,23 @@ def tombstone_index_marks(store: Any, keys: Sequence[tuple], ts_micros: int) -> 
     entries = [Touched(key, ts_micros) for key in keys]
     for group in chunked(entries, 20000):
         store.forget_touched(group)
+
+
+def sweeping_far_away() -> dict[str, str]:
+    """Family fields under which a family's first run sweeps (it never swept) and its next one,
+    minutes later, does not: sweeps a day apart, the next one half a day away."""
+    away = (utc_now() - datetime(1970, 1, 1) + timedelta(hours=12)) % timedelta(days=1)
+    return {"sweep_interval": "1d", "sweep_offset": f"{int(away.total_seconds())}s"}
+
+
+def engine_step_failed_in(exc: BaseException) -> str | None:
+    """The innermost function of the engine's steps (``counters/compaction/``) that ``exc``
+    passed through, as ``module.function`` (None if none did): ``engine.py`` only re-exports
+    them, so its name is never in a traceback."""
+    steps = Path(compaction.__file__).parent
+    where = [
+        f"{Path(frame.filename).stem}.{frame.name}"
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).parent == steps
+    ]
+    return where[-1] if where else None

@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -60,6 +59,7 @@ from .ops import (
     Meter,
     compare,
     count_rows,
+    engine_step_failed_in,
     flush_tables,
     load_twin,
     load_write_path,
@@ -69,6 +69,7 @@ from .ops import (
     scan_raw,
     scan_values,
     server_pid,
+    sweeping_far_away,
     tombstone_index_marks,
     utc_now,
     wait_for_quiet_node,
@@ -465,7 +466,7 @@ class Bench:
         t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
         self.main_data = Dataset("c", p.counters, p.rows_per_counter, t0)
         self.main_family, self.main_store, self.main_client = self.make_family(
-            "bench_main", **_sweeping_far_away()
+            "bench_main", **sweeping_far_away()
         )
         self.say(f"loading {self.main_data.row_count:,} rows through CounterClient.record")
         with Meter(self.server) as meter:
@@ -522,7 +523,7 @@ class Bench:
         (``bench.required``), on the main data before the measured run. The scratch family's
         tables and Paxos state are emptied and flushed after, and the node left quiet, so none
         of it lands in the measured run."""
-        family, store, _client = self.make_family("bench_required", **_sweeping_far_away())
+        family, store, _client = self.make_family("bench_required", **sweeping_far_away())
         data = self.main_data
         waited = wait_for_quiet_node(self.conn)
         self.say("required work: the run's steps by the engine's primitives alone")
@@ -584,7 +585,7 @@ class Bench:
         t0 = (utc_now() - timedelta(days=2)).replace(second=0, microsecond=0)
         data = Dataset("w", n, self.p.rows_per_counter, t0)
         later = data.next_round()
-        family, _store, client = self.make_family("bench_warmup", **_sweeping_far_away())
+        family, _store, client = self.make_family("bench_warmup", **sweeping_far_away())
         figures = {}
         for label, round_ in (("warm-up", data), ("warm-up next run", later)):
             load_write_path(client, round_)
@@ -710,7 +711,7 @@ class Bench:
         p = self.p
         t0 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
         data = Dataset("y", p.steady_counters, p.rows_per_counter, t0)
-        family, store, client = self.make_family("bench_steady", **_sweeping_far_away())
+        family, store, client = self.make_family("bench_steady", **sweeping_far_away())
         expected = dict.fromkeys(data.expected(), 0)
         # the raw table holds up to rounds x rows tombstones per counter: ~20 partitions a range
         ranges = max(32, p.steady_counters // 20)
@@ -1008,13 +1009,11 @@ class Bench:
                     }
                 )
             except Exception as exc:
-                frames = traceback.extract_tb(exc.__traceback__)
-                where = [f.name for f in frames if f.filename.endswith("engine.py")]
                 folds.append(
                     {
                         "ok": False,
                         "seconds": round(time.perf_counter() - started, 3),
-                        "failed_in": where[-1] if where else None,
+                        "failed_in": engine_step_failed_in(exc),
                         "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                     }
                 )
@@ -1116,13 +1115,6 @@ class Bench:
 
     def drop(self) -> None:
         self.conn.session.execute(f"DROP KEYSPACE IF EXISTS {self.keyspace}", timeout=120)
-
-
-def _sweeping_far_away() -> dict[str, str]:
-    """Family fields under which a family's first run sweeps (it never swept) and its next one,
-    minutes later, does not: sweeps a day apart, the next one half a day away."""
-    away = (utc_now() - datetime(1970, 1, 1) + timedelta(hours=12)) % timedelta(days=1)
-    return {"sweep_interval": "1d", "sweep_offset": f"{int(away.total_seconds())}s"}
 
 
 def family_tables(family: Family) -> list[str]:

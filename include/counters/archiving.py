@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 Fault = Any
 
 
-def _no_fault(point: str) -> None:
+def no_fault(point: str) -> None:
     del point
 
 
@@ -87,7 +87,7 @@ def archive_commits(
     runs: dict[int, list[CommitRecord]],
     quarantined: set[Key],
     started_at: datetime | None,
-    fault: Fault = _no_fault,
+    fault: Fault = no_fault,
 ) -> Archived:
     """Archive the rows of ``runs`` (a shard's verified commits, by bucket) that a cleanup
     deletes, before it deletes any: see the module. ``started_at``: the run's start, the key of

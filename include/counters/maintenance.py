@@ -22,7 +22,7 @@ from .compaction import (
     committed_checkpoint,
     new_run_id,
 )
-from .compaction.common import _micros
+from .compaction.common import micros
 from .config import Family, Kind
 from .core import (
     BUCKETS,
@@ -290,7 +290,7 @@ def reset_counter(
         if family.archive is None or _archived(
             store, shard, bucket, reset_id, committed, started_at
         ):
-            ts = max(_micros(), _micros(now), at_ms * 1000 + 1000)
+            ts = max(micros(), micros(now), at_ms * 1000 + 1000)
             deleted = store.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
             store.mark_touched([counter])
@@ -507,7 +507,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
         # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
         copy = store.read_copies(shard, bucket, [counter]).get(counter)
         version = restored_version(
-            checkpoint.version, copy.writetime if copy is not None else None, _micros()
+            checkpoint.version, copy.writetime if copy is not None else None, micros()
         )
         restored = Checkpoint(
             checkpoint.value,
@@ -518,7 +518,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             version,
             checkpoint.run_id,
         )
-        store.copy_compact([(counter, restored)], checkpoint.run_id or "release", _micros())
+        store.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
     store.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "

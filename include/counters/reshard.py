@@ -21,7 +21,7 @@ from typing import Any
 
 from .core import BUCKETS, bucket_of
 from .errors import EngineError
-from .identity import IdentityMismatch, check_identity, family_identity
+from .identity import IdentityMismatch, check_identity, encode, family_identity
 from .schema import SchemaError
 from .store import Store
 
@@ -166,7 +166,7 @@ def _written(store: Store) -> int:
 
 def _record(store: Store, expected: dict[str, Any], identity: dict[str, Any]) -> None:
     for table in store.family.tables:
-        if not store.replace_identity(table, expected, identity):
+        if not store.replace_identity(table, encode(expected), encode(identity)):
             raise SchemaError(
                 f"family {store.family.name!r}: the identity of {table} changed meanwhile (another "
                 "reshard?); run the command again. Nothing more was changed."

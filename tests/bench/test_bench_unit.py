@@ -7,12 +7,20 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from counters.compaction.common import iso
 from counters.config import parse_catalog
 
 from bench import dags as bench_dags
 from bench import run as bench
 from bench.kinds import KINDS, KindContext
-from bench.ops import Dataset, compare, node_background_tasks, percentile, wait_for_quiet_node
+from bench.ops import (
+    Dataset,
+    compare,
+    engine_step_failed_in,
+    node_background_tasks,
+    percentile,
+    wait_for_quiet_node,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.bench]
 
@@ -23,6 +31,16 @@ def test_percentile_is_nearest_rank():
     assert percentile(values, 99) == 99
     assert percentile(values, 100) == 100
     assert percentile([3.0], 99) == 3.0
+
+
+def test_a_failed_engine_step_is_named_by_its_module_and_function():
+    """The limits section's ``failed_in``: the innermost engine step an error passed through."""
+    with pytest.raises(AttributeError) as in_step:
+        iso("not a datetime")  # type: ignore[arg-type]
+    assert engine_step_failed_in(in_step.value) == "common.iso"
+    with pytest.raises(ValueError) as elsewhere:
+        int("x")
+    assert engine_step_failed_in(elsewhere.value) is None
 
 
 def test_dataset_rows_are_at_or_below_epoch_and_totals_match_events():

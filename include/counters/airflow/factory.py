@@ -44,8 +44,8 @@ def _tasks() -> ModuleType:
 
 
 DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
-"""Where a family with ``catchup: true`` starts catching up (until families get a
-``start_date`` of their own, which the factory then uses)."""
+"""Where the schedule of the freshness and example DAGs starts, and that of a family without a
+``start_date`` of its own (where it starts catching up, with ``catchup: true``)."""
 
 FIRST_TASK = "run"
 """The first task of every run: it plans the run, ends a run with nothing to do, and does a
@@ -103,7 +103,7 @@ def retries() -> int:
 
 
 def _start_date(family: Family) -> datetime:
-    return getattr(family, "start_date", None) or DEFAULT_START_DATE
+    return family.start_date or DEFAULT_START_DATE
 
 
 def _columns(family: Family) -> str:

@@ -2,7 +2,8 @@
 
 ``run_family`` runs every step for ``counterctl compact`` (shards in parallel processes); the
 Airflow tasks call the same step functions, one task per step (compact and cleanup mapped over
-shards). The engine is the only place that sequences a run.
+shards). So a run is sequenced in two places, ``run_family`` and the DAG factory
+(``airflow/factory.py``), from the same steps: what a step does lives here once.
 
 A shard is worked a bucket at a time (a token sub-range: one ledger partition, one index
 partition, one raw-table scan), so every step costs requests per bucket, not per counter:

@@ -25,13 +25,13 @@ from .common import (
     CLEANUP_CHECK_SAMPLE,
     MEMBER_INDEX,
     Fault,
-    _micros,
-    _no_fault,
     collector_relaxed,
+    micros,
+    no_fault,
     peak_rss_mib,
 )
 from .shard import (
-    _each_bucket,
+    each_bucket,
 )
 from .verify import (
     recount_tolerant,
@@ -83,7 +83,7 @@ def cleanup_shard(
     executions: Sequence[str],
     *,
     now: datetime | None = None,
-    fault: Fault = _no_fault,
+    fault: Fault = no_fault,
     started_at: datetime | None = None,
 ) -> CleanupReport:
     """Delete the raw rows counted by the run's commits that ``executions`` verified (the
@@ -118,7 +118,7 @@ def cleanup_shard(
         report.archive_seconds = archived.seconds
     # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
     # planned with) and than the epoch: retries of the deleted rows stay deleted
-    now_us = max(_micros(), _micros(now))
+    now_us = max(micros(), micros(now))
 
     def one(bucket: int) -> CleanupReport:
         store.phase = "cleanup"  # this thread's requests
@@ -157,7 +157,7 @@ def cleanup_shard(
         _check_left(store, shard, bucket, mine, part)
         return part
 
-    for part in _each_bucket(one, sorted(runs)):
+    for part in each_bucket(one, sorted(runs)):
         report.rows_deleted += part.rows_deleted
         report.leftovers += part.leftovers
         report.late_rows += part.late_rows

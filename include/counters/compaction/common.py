@@ -93,7 +93,7 @@ MEMBER_INDEX = 1
 """A unique family's derived rows are clustered by (first_time, member)."""
 
 
-def _no_fault(point: str) -> None:
+def no_fault(point: str) -> None:
     del point
 
 
@@ -102,11 +102,11 @@ def new_run_id(prefix: str = "cli") -> str:
     return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _micros(moment: datetime | None = None) -> int:
+def micros(moment: datetime | None = None) -> int:
     return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
 
 
-def _iso(moment: datetime | None) -> str | None:
+def iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
@@ -175,14 +175,14 @@ class ShardReport:
         )
 
 
-_EPOCH0 = datetime(1970, 1, 1)
+EPOCH0 = datetime(1970, 1, 1)
 
 
 # --- compact -----------------------------------------------------------------------------
 
 
 @dataclass
-class _Context:
+class ShardContext:
     store: Store
     shard: int
     epoch_ms: int

@@ -18,7 +18,7 @@ from ..errors import ArchiveError
 from ..store import Store
 from .common import (
     Phases,
-    _iso,
+    iso,
 )
 from .plan import (
     RunPlan,
@@ -55,11 +55,11 @@ def epoch_advanced(plan: RunPlan, family_epoch: datetime | None) -> CheckOutcome
         "family_epoch_advanced",
         advanced,
         True,
-        f"compacted epoch {_iso(plan.epoch_before)} -> {_iso(family_epoch)} "
-        f"(run epoch {_iso(plan.epoch)})"
+        f"compacted epoch {iso(plan.epoch_before)} -> {iso(family_epoch)} "
+        f"(run epoch {iso(plan.epoch)})"
         if advanced
-        else f"the compacted epoch is {_iso(family_epoch)} after finishing, expected at least "
-        f"{_iso(plan.epoch)}",
+        else f"the compacted epoch is {iso(family_epoch)} after finishing, expected at least "
+        f"{iso(plan.epoch)}",
     )
 
 

@@ -32,14 +32,14 @@ from .common import (
     FOLD_KEY_BYTES,
     MAX_FOLD_ROWS,
     MEMBER_INDEX,
-    _Context,
+    ShardContext,
     read_rows_tolerant,
 )
 
 log = logging.getLogger(__name__)
 
 
-def _refusal(fold: Fold) -> str:
+def refusal(fold: Fold) -> str:
     name = format_key(fold.counter)
     if fold.bad_rows:
         keys = ", ".join(str(k) for k in fold.bad_rows[:5])
@@ -54,7 +54,7 @@ def _refusal(fold: Fold) -> str:
     )
 
 
-def _bases(
+def fold_bases(
     ledger: dict[Key, Checkpoint],
     copies: dict[Key, Copy],
     rows: dict[Key, list[Row]],
@@ -108,8 +108,8 @@ def _bases(
     return {c: b for c, b in bases.items() if c in rows}, recopy, suspects
 
 
-def _settle(
-    ctx: _Context,
+def settle(
+    ctx: ShardContext,
     bucket: int,
     bases: dict[Key, Checkpoint],
     copies: dict[Key, Copy],
@@ -123,15 +123,15 @@ def _settle(
     if not suspects:
         return suspects
     fresh = ctx.store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
-    now, _recopy, still = _bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)
+    now, _recopy, still = fold_bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)
     for counter in suspects:
         if counter not in still and counter in now and counter in bases:
             bases[counter] = now[counter]
     return still
 
 
-def _load_pending(
-    ctx: _Context, bucket: int, checkpoints: dict[Key, Checkpoint], rows: dict[Key, list[Row]]
+def load_pending_keys(
+    ctx: ShardContext, bucket: int, checkpoints: dict[Key, Checkpoint], rows: dict[Key, list[Row]]
 ) -> list[tuple[Key, str, str]]:
     """Load the counted keys of the checkpoints whose counters still have rows at or below
     their epoch (only those rows can be counted already); the ones whose record is gone are
@@ -140,10 +140,10 @@ def _load_pending(
         c for c, found in rows.items() if c in checkpoints and needs_pending(checkpoints[c], found)
     ]
     missing = ctx.store.load_pending(ctx.shard, bucket, checkpoints, need)
-    return [(c, "keys_missing", _keys_missing(c, checkpoints[c])) for c in missing]
+    return [(c, "keys_missing", keys_missing_message(c, checkpoints[c])) for c in missing]
 
 
-def _keys_missing(counter: Key, cp: Checkpoint) -> str:
+def keys_missing_message(counter: Key, cp: Checkpoint) -> str:
     return (
         f"{format_key(counter)}: rows at or below its epoch are present, and the record of "
         f"which {cp.pending_rows} row(s) commit {cp.commit_id} (run {cp.run_id}) counted is "
@@ -152,8 +152,8 @@ def _keys_missing(counter: Key, cp: Checkpoint) -> str:
     )
 
 
-def _against_readers(
-    ctx: _Context,
+def against_readers(
+    ctx: ShardContext,
     bucket: int,
     folds: list[Fold],
     copies: dict[Key, Copy],
@@ -173,7 +173,7 @@ def _against_readers(
     kept: list[Fold] = []
     refused: list[tuple[Key, str, str]] = []
     for fold in folds:
-        copy = None if _gone(copies.get(fold.counter)) else copies[fold.counter]
+        copy = None if copy_gone(copies.get(fold.counter)) else copies[fold.counter]
         before, problem = readers_base(
             fold,
             None if copy is None else copy.value,
@@ -185,12 +185,12 @@ def _against_readers(
             kept.append(replace(fold, readers_before=before))
         else:
             refused.append((fold.counter, "check_failed", f"{problem}: not committed"))
-    _quarantine(ctx, refused, rows)
+    quarantine_counters(ctx, refused, rows)
     return kept
 
 
-def _quarantine(
-    ctx: _Context, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
+def quarantine_counters(
+    ctx: ShardContext, entries: list[tuple[Key, str, str]], rows: dict[Key, list[Row]]
 ) -> None:
     entries = [e for e in entries if e[0] not in ctx.quarantined]
     if not entries:
@@ -205,7 +205,9 @@ def _quarantine(
         log.warning("quarantined %s (%s): %s", format_key(counter), reason, detail)
 
 
-def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]) -> list[Fold]:
+def fold_rows(
+    ctx: ShardContext, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]
+) -> list[Fold]:
     store = ctx.store
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
@@ -244,8 +246,8 @@ def _fold(ctx: _Context, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint
     return folds
 
 
-def _refold(
-    ctx: _Context, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
+def refold(
+    ctx: ShardContext, bucket: int, counters: list[Key], rows: dict[Key, list[Row]]
 ) -> tuple[list[Fold], Ledger]:
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
@@ -254,21 +256,23 @@ def _refold(
     copies = store.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
-    bases, _recopy, suspects = _bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
-    _quarantine(ctx, list(_quarantined(_settle(ctx, bucket, bases, copies, suspects))), fresh)
-    _quarantine(ctx, _load_pending(ctx, bucket, bases, fresh), fresh)
+    bases, _recopy, suspects = fold_bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
+    quarantine_counters(
+        ctx, list(quarantine_entries(settle(ctx, bucket, bases, copies, suspects))), fresh
+    )
+    quarantine_counters(ctx, load_pending_keys(ctx, bucket, bases, fresh), fresh)
     folds = [
-        replace(f, restore=True) if _gone(copies.get(f.counter)) and f.base.commit_id else f
-        for f in _fold(ctx, fresh, bases)
+        replace(f, restore=True) if copy_gone(copies.get(f.counter)) and f.base.commit_id else f
+        for f in fold_rows(ctx, fresh, bases)
     ]
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
-    return _against_readers(ctx, bucket, folds, copies, fresh), ledger
+    return against_readers(ctx, bucket, folds, copies, fresh), ledger
 
 
-def _quarantined(suspects: dict[Key, tuple[str, str]]) -> list[tuple[Key, str, str]]:
+def quarantine_entries(suspects: dict[Key, tuple[str, str]]) -> list[tuple[Key, str, str]]:
     return [(c, reason, detail) for c, (reason, detail) in suspects.items()]
 
 
-def _gone(copy: Copy | None) -> bool:
+def copy_gone(copy: Copy | None) -> bool:
     """A copy readers cannot use: no row, or a row whose value expired or was deleted."""
     return copy is None or copy.writetime is None

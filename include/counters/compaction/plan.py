@@ -17,7 +17,7 @@ from ..errors import EpochInFuture
 from ..identity import check_family
 from ..store import Store
 from .common import (
-    _EPOCH0,
+    EPOCH0,
     SMALL_RUN_COUNTERS,
 )
 
@@ -125,7 +125,7 @@ def sweep_due(
     if last_sweep is None or cheap_sweep(family, last_size):
         return True
     interval = family.sweep_interval
-    since_point = (utc_naive(now) - _EPOCH0 - family.sweep_phase) % interval
+    since_point = (utc_naive(now) - EPOCH0 - family.sweep_phase) % interval
     return utc_naive(last_sweep) < utc_naive(now) - since_point
 
 

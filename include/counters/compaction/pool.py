@@ -31,8 +31,8 @@ from .common import (
     Fault,
     Phases,
     ShardReport,
-    _no_fault,
     new_run_id,
+    no_fault,
 )
 from .conclude import (
     audit_record,
@@ -147,7 +147,7 @@ def run_family(
     use_lease: bool = True,
     workers: int = 1,
     commit_chunk: int = COMMIT_CHUNK,
-    fault: Fault = _no_fault,
+    fault: Fault = no_fault,
     progress: Callable[[str], None] | None = None,
     now: datetime | None = None,
     on_audit: Callable[[dict[str, Any], Tally], None] | None = None,
@@ -190,7 +190,7 @@ def run_family(
         return finish("noop", plan.noop_reason or "")
     if plan.idle:
         return finish("idle", "nothing touched since the last run, no sweep due")
-    parallel = workers > 1 and fault is _no_fault and len(plan.shards) > 1
+    parallel = workers > 1 and fault is no_fault and len(plan.shards) > 1
     pool = (
         ProcessPoolExecutor(
             min(workers, len(plan.shards)),

@@ -45,30 +45,30 @@ from .common import (
     SCAN_THRESHOLD,
     Fault,
     Phases,
+    ShardContext,
     ShardReport,
-    _Context,
-    _micros,
-    _no_fault,
     collector_relaxed,
+    micros,
+    no_fault,
     peak_rss_mib,
     read_rows_tolerant,
 )
 from .fold import (
-    _against_readers,
-    _bases,
-    _fold,
-    _gone,
-    _keys_missing,
-    _load_pending,
-    _quarantine,
-    _quarantined,
-    _refold,
-    _refusal,
-    _settle,
+    against_readers,
+    copy_gone,
+    fold_bases,
+    fold_rows,
+    keys_missing_message,
+    load_pending_keys,
+    quarantine_counters,
+    quarantine_entries,
+    refold,
+    refusal,
+    settle,
 )
 from .verify import (
-    _forget,
-    _verify_bucket,
+    forget_marks,
+    verify_bucket,
 )
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def compact_shard(
     dry_run: bool = False,
     use_lease: bool = True,
     commit_chunk: int = COMMIT_CHUNK,
-    fault: Fault = _no_fault,
+    fault: Fault = no_fault,
 ) -> ShardReport:
     """Fold, commit, copy and verify every counter of the shard with rows at or below
     ``epoch``: the touched counters, or every counter when the run sweeps."""
@@ -102,10 +102,10 @@ def compact_shard(
     try:
         with report.phases.timed("discover", store):
             quarantine = store.read_quarantine(shard)
-            index_read_at = _micros()
+            index_read_at = micros()
             marks = _placed(store, shard, store.touched(shard), dry_run)
         fault("discover")
-        ctx = _Context(
+        ctx = ShardContext(
             store,
             shard,
             epoch_ms,
@@ -125,7 +125,7 @@ def compact_shard(
             ctx.tally.add_quarantined(counter)
         work = [b for b in range(BUCKETS) if sweep or marks.get(b)]
 
-        def one(bucket: int) -> _Context:
+        def one(bucket: int) -> ShardContext:
             local = replace(
                 ctx,
                 tally=Tally(),
@@ -138,7 +138,7 @@ def compact_shard(
             return local
 
         last_renewal = time.monotonic()
-        for local in _each_bucket(one, work):
+        for local in each_bucket(one, work):
             report.tally = ctx.tally = report.tally.merge(local.tally)
             report.phases = ctx.phases = report.phases.merge(local.phases)
             report.evidence.extend(local.report.evidence)
@@ -189,7 +189,7 @@ def _placed(
     return placed
 
 
-def _each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
+def each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
     """``work(bucket)`` for every bucket, ``BUCKET_THREADS`` at a time (one bucket's requests
     wait on the server while another's rows are folded), results as they finish. The first
     failure stops the buckets not yet started and is raised."""
@@ -212,7 +212,7 @@ def _release_quietly(store: Store, shard: int, run_id: str) -> None:
 
 
 def _compact_bucket(
-    ctx: _Context, bucket: int, touched: list[Touched], *, sweep: bool, scan: bool
+    ctx: ShardContext, bucket: int, touched: list[Touched], *, sweep: bool, scan: bool
 ) -> None:
     """One bucket: its checkpoints (all of them in a sweep, else the touched counters'), then
     its raw rows (a token-range scan, or ``IN`` reads when few counters were touched), fold,
@@ -273,13 +273,13 @@ def _compact_bucket(
     ctx.tally.rows_read += sum(map(len, rows.values()))
     if windowed:
         ctx.tally.add_windowed(list(windowed))
-    checkpoints, recopy, suspects = _bases(ledger.checkpoints, copies, rows, ctx.quarantined)
+    checkpoints, recopy, suspects = fold_bases(ledger.checkpoints, copies, rows, ctx.quarantined)
     with phases.timed("read_compact", store):
-        suspects = _settle(ctx, bucket, checkpoints, copies, suspects)
-    _quarantine(ctx, _quarantined(suspects), rows)
+        suspects = settle(ctx, bucket, checkpoints, copies, suspects)
+    quarantine_counters(ctx, quarantine_entries(suspects), rows)
     recopy = _own(ctx, bucket, recopy)
-    missing = [c for c in recopy if _gone(copies.get(c))]
-    recopy = [c for c in recopy if not _gone(copies.get(c))]  # behind: copied again as it is
+    missing = [c for c in recopy if copy_gone(copies.get(c))]
+    recopy = [c for c in recopy if not copy_gone(copies.get(c))]  # behind: copied again as it is
     removed: list[Key] = []
     if missing and not ctx.dry_run:
         for counter in missing:  # restored by a commit (below), whatever rows it has
@@ -288,21 +288,21 @@ def _compact_bucket(
         with phases.timed("read_compact", store):
             removed = [c for c in missing if _copy_was_verified(ctx, bucket, c, ledger)]
     with phases.timed("read_compact", store):
-        lost = _load_pending(ctx, bucket, checkpoints, rows)
-    _quarantine(ctx, lost, rows)
+        lost = load_pending_keys(ctx, bucket, checkpoints, rows)
+    quarantine_counters(ctx, lost, rows)
     with phases.timed("plan", store):
-        folds = _fold(ctx, rows, checkpoints)
+        folds = fold_rows(ctx, rows, checkpoints)
     if missing:  # a dry run too: it tells what the run would do
         restore = set(missing)
         folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
     bad = [
-        (f.counter, "bad_rows" if f.bad_rows else "overflow", _refusal(f))
+        (f.counter, "bad_rows" if f.bad_rows else "overflow", refusal(f))
         for f in folds
         if f.refused
     ]
-    _quarantine(ctx, bad, rows)
+    quarantine_counters(ctx, bad, rows)
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
-    folds = _against_readers(ctx, bucket, folds, copies, rows)
+    folds = against_readers(ctx, bucket, folds, copies, rows)
     if ctx.dry_run:
         for fold in folds:
             ctx.tally.add_fold(fold)
@@ -310,30 +310,38 @@ def _compact_bucket(
     committed = _commit(ctx, bucket, ledger, folds, rows)
     if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
         for counter in store.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
-            _quarantine(
+            quarantine_counters(
                 ctx,
-                [(counter, "keys_missing", _keys_missing(counter, ledger.checkpoints[counter]))],
+                [
+                    (
+                        counter,
+                        "keys_missing",
+                        keys_missing_message(counter, ledger.checkpoints[counter]),
+                    )
+                ],
                 rows,
             )
         recopy = [c for c in recopy if c not in ctx.quarantined]
     with phases.timed("copy", store):
         copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
         copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
-        store.copy_compact(copies_to_write, ctx.run_id, _micros())
+        store.copy_compact(copies_to_write, ctx.run_id, micros())
     ctx.fault("copy")
     with phases.timed("verify", store):
-        _verify_bucket(ctx, bucket, committed, whole)
+        verify_bucket(ctx, bucket, committed, whole)
     with phases.timed("log", store):  # what this execution's cleanup deletes
         commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
         store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
-    _quarantine(ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows)
+    quarantine_counters(
+        ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows
+    )
     ctx.fault("verify")
     with phases.timed("forget", store):
-        _forget(ctx, bucket, touched, folds, rows, windowed)
+        forget_marks(ctx, bucket, touched, folds, rows, windowed)
     ctx.fault("forget")
 
 
-def _own(ctx: _Context, bucket: int, counters: list[Key]) -> list[Key]:
+def _own(ctx: ShardContext, bucket: int, counters: list[Key]) -> list[Key]:
     """The counters whose checkpoint belongs to this bucket. A ledger row of another bucket's
     counter (filed here by a run before marks were placed by token, ``_placed``) is never
     copied to readers: its copy is read through the bucket's token range, where it is not, and
@@ -362,7 +370,7 @@ def _checkpointed(ledger: Ledger, copies: dict[Key, Copy]) -> list[Key]:
     return list(dict.fromkeys([*ledger.checkpoints, *legacy]))
 
 
-def _copy_was_verified(ctx: _Context, bucket: int, counter: Key, ledger: Ledger) -> bool:
+def _copy_was_verified(ctx: ShardContext, bucket: int, counter: Key, ledger: Ledger) -> bool:
     """Whether a counter's missing copy had been written: its commit was verified (its copy
     read back), so someone deleted it or let it expire. Otherwise a crash came between the
     commit and its copy, and restoring it is the run's ordinary work."""
@@ -384,7 +392,9 @@ def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -
     )
 
 
-def _slice(ctx: _Context, touched: list[Touched], ledger: Ledger) -> tuple[int | None, list[Key]]:
+def _slice(
+    ctx: ShardContext, touched: list[Touched], ledger: Ledger
+) -> tuple[int | None, list[Key]]:
     """How a run that is no sweep reads a bucket's marked counters: the time after which it
     reads their rows, by token range or by name (None: whole), and the counters whose past
     reaches below it (read whole, by name). Each counter's own floor is ``core.read_floor``; they
@@ -411,7 +421,7 @@ def _only(ledger: Ledger, copies: dict[Key, Copy], counters: list[Key]) -> tuple
 
 
 def _commit(
-    ctx: _Context,
+    ctx: ShardContext,
     bucket: int,
     ledger: Ledger,
     folds: list[Fold],
@@ -458,7 +468,7 @@ def _commit(
             len(lost),
             attempt + 1,
         )
-        todo, fresh = _refold(ctx, bucket, [f.counter for f in lost], rows)
+        todo, fresh = refold(ctx, bucket, [f.counter for f in lost], rows)
         head, population = fresh.head, fresh.population
     raise EngineError(
         f"family {store.family.name!r} shard {ctx.shard} bucket {bucket}: commits kept "
@@ -467,7 +477,7 @@ def _commit(
 
 
 def _keyed_chunks(
-    ctx: _Context, folds: Sequence[Fold]
+    ctx: ShardContext, folds: Sequence[Fold]
 ) -> Iterator[tuple[Sequence[Fold], bytes, bytes | None]]:
     """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
     (``Store.commit_keys``, and for a family with an archive ``Store.archive_rows``) is at most
@@ -493,7 +503,7 @@ def commit_folds(
     head: Any,
     folds: Sequence[Fold],
     run_id: str,
-    fault: Fault = _no_fault,
+    fault: Fault = no_fault,
     population: int | None = None,
     keys: bytes | None = None,
     archive_rows: bytes | None = None,
@@ -506,7 +516,7 @@ def commit_folds(
     already (``Store.commit_keys``); ``archive_rows``: their archive record (``Store.archive_rows``:
     packed here when the family has an archive and it is not given)."""
     commit_id = store.new_commit_id()
-    now = _micros()
+    now = micros()
     store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:

@@ -35,18 +35,18 @@ from .common import (
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
     SCAN_THRESHOLD,
+    ShardContext,
     ShardReport,
-    _Context,
 )
 from .fold import (
-    _quarantine,
+    quarantine_counters,
 )
 
 log = logging.getLogger(__name__)
 
 
-def _verify_bucket(
-    ctx: _Context,
+def verify_bucket(
+    ctx: ShardContext,
     bucket: int,
     committed: dict[Key, tuple[Fold, Checkpoint]],
     whole: bool,
@@ -152,7 +152,7 @@ def _verify_bucket(
             if c not in again.checkpoints
             or again.checkpoints[c].commit_id == committed[c][1].commit_id
         ]
-    _quarantine(ctx, failures, {})
+    quarantine_counters(ctx, failures, {})
     ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 
 
@@ -163,7 +163,7 @@ def _in_phase(store: Store, phase: str, work: Callable[..., Any], *args: Any) ->
 
 
 def _recount_committed(
-    ctx: _Context,
+    ctx: ShardContext,
     bucket: int,
     committed: dict[Key, tuple[Fold, Checkpoint]],
     wanted: Sequence[Key] | None,
@@ -296,8 +296,8 @@ def _late_sum(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> i
     )
 
 
-def _forget(
-    ctx: _Context,
+def forget_marks(
+    ctx: ShardContext,
     bucket: int,
     touched: list[Touched],
     folds: list[Fold],

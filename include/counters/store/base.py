@@ -129,7 +129,7 @@ class Touched:
     (the counter's past must then be read whole)."""
 
 
-_NO_KEYS: frozenset[Packed] = frozenset()
+NO_KEYS: frozenset[Packed] = frozenset()
 
 
 class Copy(NamedTuple):
@@ -230,11 +230,11 @@ def outcome_unknown(exc: BaseException) -> bool:
     return isinstance(exc, OperationTimedOut)
 
 
-def _consistency(family: Family) -> int:
+def consistency_of(family: Family) -> int:
     return getattr(ConsistencyLevel, family.consistency.value)
 
 
-def _serial(family: Family) -> int:
+def serial_consistency_of(family: Family) -> int:
     """The Paxos consistency that matches the family's: a local quorum's commits are serial
     within the data center; any other level's across the cluster (two data centers must not
     both win a compare-and-set)."""
@@ -311,7 +311,7 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def _pending_flags(
+def pending_flags_of(
     archive: tuple[bytes | None, str | None] | None, counter: list[Any], keys: Sequence[Packed]
 ) -> tuple[dict[Packed, int], bool]:
     """The ``ROW_*`` flags of a counter's pending keys from its commit's archive record, each
@@ -339,7 +339,7 @@ def _pending_flags(
     return flagged, from_zero and not archived
 
 
-def _normal(key: Sequence[Any]) -> tuple[Any, ...]:
+def normal_key(key: Sequence[Any]) -> tuple[Any, ...]:
     """A key with the driver's own value types made plain (``cassandra.util.Date`` -> date)."""
     return tuple(v.date() if isinstance(v, CassandraDate) else v for v in key)
 
@@ -566,7 +566,10 @@ class StoreBase:
     def prepare(self, name: str, cql: str, serial: bool = False) -> PreparedStatement:
         statement = self._prepared.get(name)
         if statement is None:
-            consistency = _consistency(self.family), _serial(self.family) if serial else None
+            consistency = (
+                consistency_of(self.family),
+                serial_consistency_of(self.family) if serial else None,
+            )
             statement, new = self.conn.prepare(cql.format(**self._names), consistency)
             if new:
                 statement.column_metadata = [
@@ -872,7 +875,7 @@ class StoreBase:
 
     def _batch_of(self, bound: Sequence[BoundStatement]) -> Any:
         batch = BatchStatement(
-            batch_type=BatchType.UNLOGGED, consistency_level=_consistency(self.family)
+            batch_type=BatchType.UNLOGGED, consistency_level=consistency_of(self.family)
         )
         for one in bound:
             batch.add(one)

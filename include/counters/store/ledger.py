@@ -36,16 +36,16 @@ if TYPE_CHECKING:
     pass
 
 from .base import (
-    _NO_KEYS,
     COPY_BATCH_PARTITIONS,
+    NO_KEYS,
     ROWS_PER_BATCH,
     Copy,
     Ledger,
     StoreBase,
-    _consistency,
-    _normal,
-    _serial,
     bind,
+    consistency_of,
+    normal_key,
+    serial_consistency_of,
 )
 
 log = logging.getLogger(__name__)
@@ -137,9 +137,9 @@ class LedgerRows(StoreBase):
         ]
         results = self._run(requests)
         head, population, shards = self._head_of(results[0].one())
-        asked = {_normal(c): c for c in counters}  # the caller's key values (a date, not a Date)
+        asked = {normal_key(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
-            asked.get(_normal(r[:width]), tuple(r[:width])): self._checkpoint(
+            asked.get(normal_key(r[:width]), tuple(r[:width])): self._checkpoint(
                 r[width:], with_pending
             )
             for result in results[1:]
@@ -210,8 +210,8 @@ class LedgerRows(StoreBase):
         )
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED,
-            consistency_level=_consistency(self.family),
-            serial_consistency_level=_serial(self.family),
+            consistency_level=consistency_of(self.family),
+            serial_consistency_level=serial_consistency_of(self.family),
         )
         reset_row = self.prepare(
             "ledger_state_write_origin",
@@ -271,7 +271,7 @@ class LedgerRows(StoreBase):
         commit still in flight (accepted by some replicas when its coordinator timed out) is
         completed or superseded before it answers, and cannot apply afterwards."""
         bound = self._head_statement().bind((shard, bucket))
-        bound.consistency_level = _serial(self.family)
+        bound.consistency_level = serial_consistency_of(self.family)
         self.requests[self.phase] += 1
         return self._head_of(self.session.execute(bound).one())[0]
 
@@ -336,7 +336,7 @@ class LedgerRows(StoreBase):
         legacy = (
             frozenset(self.pack_clustering(p) for p in row[4])
             if len(row) > 4 and row[4]
-            else _NO_KEYS
+            else NO_KEYS
         )
         epoch = row[1]
         epoch_ms = epoch if type(epoch) is int else self.epoch_ms_of(epoch)

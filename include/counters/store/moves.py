@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 from cassandra.query import (
     BatchStatement,
@@ -25,13 +25,9 @@ from ..core import (
 )
 from ..errors import EngineError
 from ..schema import q
-
-if TYPE_CHECKING:
-    from . import Store
-
 from .base import (
     MOVING,
-    _consistency,
+    consistency_of,
     pack_commit_keys,
     unpack_commit_keys,
 )
@@ -44,27 +40,22 @@ log = logging.getLogger(__name__)
 class ReshardMoves(LedgerRows, ControlState):
     # --- reshard: moving the rows that depend on the shard count --------------------------
 
-    def with_shards(self, shards: int) -> Store:
+    def with_shards(self, shards: int) -> Self:
         """This store for the same family at another shard count (a reshard's old count)."""
-        from . import Store
-
         family = self.family.model_copy(update={"shards": shards})
-        return Store(self.conn, family, self._layout, self.concurrency)
+        return type(self)(self.conn, family, self._layout, self.concurrency)
 
-    def replace_identity(
-        self, table: str, expected: dict[str, Any], identity: dict[str, Any]
-    ) -> bool:
-        """Replace ``table``'s recorded identity if it is still ``expected`` (a lightweight
-        transaction); whether it was."""
-        from ..identity import encode
-
+    def replace_identity(self, table: str, expected: str, identity: str) -> bool:
+        """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
+        ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
+        was."""
         statement = self.prepare(
             "tables_replace",
             "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
             serial=True,
         )
-        result = self.session.execute(statement, (encode(identity), table, encode(expected)))
-        return result.was_applied or encode(identity) == result.one().identity
+        result = self.session.execute(statement, (identity, table, expected))
+        return result.was_applied or identity == result.one().identity
 
     def fence_bucket(self, shard: int, bucket: int) -> None:
         """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
@@ -154,7 +145,7 @@ class ReshardMoves(LedgerRows, ControlState):
         (both or neither, eventually): a reshard that dies between two moves leaves each row
         at one place or the other, never at none."""
         batch = BatchStatement(
-            batch_type=BatchType.LOGGED, consistency_level=_consistency(self.family)
+            batch_type=BatchType.LOGGED, consistency_level=consistency_of(self.family)
         )
         batch.add(insert, at_new)
         batch.add(delete, at_old)

@@ -26,9 +26,9 @@ from .base import (
     RUN_LOG_FETCH,
     CommitRecord,
     StoreBase,
-    _normal,
-    _pending_flags,
+    normal_key,
     pack_commit_keys,
+    pending_flags_of,
     unpack_commit_keys,
 )
 
@@ -242,7 +242,7 @@ class RunLog(StoreBase):
             row = result.one()
             if row is not None and row[0] is not None:
                 records[ref] = {
-                    _normal(decode(c)): keys
+                    normal_key(decode(c)): keys
                     for c, _epoch, keys in unpack_commit_keys(row[0], self.key_codec)
                 }
                 if archived:
@@ -251,12 +251,12 @@ class RunLog(StoreBase):
         for counter in wanted:
             cp = checkpoints[counter]
             ref = (cp.run_id or "", cp.commit_id)
-            keys = records.get(ref, {}).get(_normal(counter))
+            keys = records.get(ref, {}).get(normal_key(counter))
             if keys is None:
                 missing.append(counter)
                 continue
             flags, from_zero = (
-                _pending_flags(archives.get(ref), encode(counter), keys.keys)
+                pending_flags_of(archives.get(ref), encode(counter), keys.keys)
                 if archived
                 else (None, False)
             )

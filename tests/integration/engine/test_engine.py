@@ -365,14 +365,14 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
     after the changed copy, never at the operator's clock, and the next commit's copy is newer
     still: it neither loses to the restored copy nor quarantines the counter again."""
     from counters import maintenance
-    from counters.compaction.common import _micros
+    from counters.compaction.common import micros
 
     family, store, client = make_family()
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
     run(store, epoch)
     hour_us = 3600 * 10**6
-    stamp = f" USING TIMESTAMP {_micros() + hour_us}" if skew != "operator_clock_ahead" else ""
+    stamp = f" USING TIMESTAMP {micros() + hour_us}" if skew != "operator_clock_ahead" else ""
     store.session.execute(
         f"UPDATE {family.keyspace}.{family.compact_table}{stamp} SET value = 7 WHERE type = 'IBM'"
     )
@@ -380,7 +380,7 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
     with pytest.raises(engine.ChecksFailed, match="quarantined"):
         run(store, later)
     if skew == "operator_clock_ahead":
-        monkeypatch.setattr(maintenance, "_micros", lambda *_a: _micros() + hour_us)
+        monkeypatch.setattr(maintenance, "micros", lambda *_a: micros() + hour_us)
     engine.release(store, ("IBM",))
     monkeypatch.undo()
     assert client.read("IBM") == 255

@@ -19,8 +19,8 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
     conn, make_family, t0
 ):
     """Run A reads X's ledger row (commit C1); run B commits C2 and writes its copy; A reads
-    the copies: C2's. ``_bases`` reads the ledger again and clears the suspicion, but the fold
-    keeps C1 as its base, and ``_against_readers`` (``core.readers_base``) refuses it: copy
+    the copies: C2's. ``fold_bases`` reads the ledger again and clears the suspicion, but the fold
+    keeps C1 as its base, and ``against_readers`` (``core.readers_base``) refuses it: copy
     of C2, fold on C1, copy not behind. X is quarantined as ``check_failed`` (a false alarm:
     the fold would have lost its compare-and-set and been folded again on C2)."""
     family, store, client = make_family(shards=1)
