@@ -354,7 +354,7 @@ def test_expect_the_audit_export_of_a_time_range_as_csv_and_json(
     assert table.column("run_id").to_pylist() == [f"run-{i}" for i in (4, 3, 2, 1, 0)]
 
     for params, message in (
-        ({"format": "xml"}, "format must be one of csv, json, parquet"),
+        ({"format": "xml"}, "format must be one of csv, json, jsonl, parquet"),
         ({"limit": 0}, "limit"),
         ({"since": "tuesday"}, "since: not an ISO 8601 time"),
         ({"since": until[:-1], "until": since[:-1]}, "must be before until"),
