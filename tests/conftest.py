@@ -19,7 +19,7 @@ import pytest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from counters.connection import ConnectionSettings
+from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
 DEFAULT_HOST = "127.0.0.1"
 TIERS = ("unit", "integration", "airflow", "cluster")
@@ -139,6 +139,7 @@ def cassandra_cluster(cassandra_contact: tuple[list[str], int]) -> Iterator[Clus
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         auth_provider=auth,
         connect_timeout=10,
+        control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
         ssl_context=settings.ssl_context(),
         **pinned,
     )

@@ -13,7 +13,7 @@ import pytest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import Cluster, Session
 from counters import schema
-from counters.connection import Connection, ConnectionSettings
+from counters.connection import CONTROL_CONNECTION_TIMEOUT, Connection, ConnectionSettings
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +32,10 @@ def unaware_session(cassandra_contact: tuple[list[str], int]) -> Iterator[Sessio
         auth_provider=auth or None,
         ssl_context=settings.ssl_context(),
         schema_event_refresh_window=-1,
+        # The driver's defaults (5 s to connect, 2 s for the schema read on connect) time out
+        # on a node busy with the suite's few hundred tables: CI failed on that once.
+        connect_timeout=10,
+        control_connection_timeout=CONTROL_CONNECTION_TIMEOUT,
     )
     try:
         yield cluster.connect()
