@@ -17,10 +17,11 @@ FAMILY = Family.model_validate(
     {"name": "trades", "keyspace": "k", "raw_table": "t_raw", "compact_table": "t_c", "lag": "1m"}
 )
 X = ("IBM",)
+EMPTY = Checkpoint()
 
 
 def decide(
-    base: Checkpoint = Checkpoint(),
+    base: Checkpoint = EMPTY,
     at: datetime | None = None,
     reset_id: str | None = None,
     done_at_ms: int | None = None,
