@@ -24,7 +24,17 @@ SOURCES = {"counters": ROOT / "include" / "counters", "bench": ROOT / "bench"}
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("config",)),
     ("core", ("core", "audit", "errors", "rowkeys")),
-    ("archive", ("archive", "archive_files")),
+    (
+        "archive",
+        (
+            "archive",
+            "archive.values",
+            "archive.record",
+            "archive.table",
+            "archive.recount_rule",
+            "archive.storage",
+        ),
+    ),
     ("store", ("store", "store.*", "schema", "connection")),
     (
         "engine",
@@ -34,7 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "maintenance",
             "identity",
             "reshard",
-            "archiving",
+            "archive.writer",
             "recount",
             "engine",
         ),
