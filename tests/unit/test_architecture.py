@@ -23,7 +23,7 @@ SOURCES = {"counters": ROOT / "include" / "counters", "bench": ROOT / "bench"}
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("config",)),
-    ("core", ("core", "audit", "errors", "rowkeys")),
+    ("core", ("core", "core.*", "audit", "errors", "rowkeys")),
     (
         "archive",
         (
