@@ -334,27 +334,53 @@ METADATA_ATTEMPTS = 4
 """Tries of a schema metadata refresh (1, 2, 3 s apart) before a step gives up."""
 
 
-def _table_meta(session: Session, keyspace: str, table: str):
-    if not _has_table(session, keyspace, table):
-        return None
+def _retrying_refresh(refresh: Any) -> None:
     from cassandra import DriverException
 
-    cluster = session.cluster
     for attempt in range(METADATA_ATTEMPTS):
         try:
-            if keyspace not in cluster.metadata.keyspaces:
-                # a keyspace another client created a moment ago, whose schema event this
-                # session has not processed yet: the driver drops a table refresh for a
-                # keyspace it does not know
-                cluster.refresh_keyspace_metadata(keyspace)
-            cluster.refresh_table_metadata(keyspace, table)
-            break
+            refresh()
+            return
         except DriverException:
             # "metadata was not refreshed": the control connection is reconnecting (a node
             # restarted) while requests already succeed; it is back within seconds
             if attempt == METADATA_ATTEMPTS - 1:
                 raise
             time.sleep(1.0 + attempt)
+
+
+def keyspace_metadata(session: Session, keyspace: str) -> Any:
+    """The driver's metadata of a keyspace (its replication), read from the cluster when the
+    driver does not hold it: a connection without the full schema model
+    (``ConnectionSettings.schema_metadata``) knows only the keyspaces it asked for, and routes
+    a statement to its replicas (token aware) only once it knows the keyspace's replication.
+    None when the keyspace does not exist."""
+    cluster = session.cluster
+    if keyspace not in cluster.metadata.keyspaces:
+        _retrying_refresh(lambda: cluster.refresh_keyspace_metadata(keyspace))
+    return cluster.metadata.keyspaces.get(keyspace)
+
+
+def table_metadata(session: Session, keyspace: str, table: str) -> Any:
+    """The driver's metadata of a table, refreshed from the cluster (None if it does not
+    exist)."""
+    return _table_meta(session, keyspace, table)
+
+
+def _table_meta(session: Session, keyspace: str, table: str):
+    if not _has_table(session, keyspace, table):
+        return None
+    cluster = session.cluster
+
+    def refresh() -> None:
+        if keyspace not in cluster.metadata.keyspaces:
+            # a keyspace another client created a moment ago, whose schema event this
+            # session has not processed yet (or a session without the full schema model):
+            # the driver drops a table refresh for a keyspace it does not know
+            cluster.refresh_keyspace_metadata(keyspace)
+        cluster.refresh_table_metadata(keyspace, table)
+
+    _retrying_refresh(refresh)
     ks = cluster.metadata.keyspaces.get(keyspace)
     return ks.tables.get(table) if ks else None
 
@@ -555,6 +581,9 @@ def ensure_schema(
             "older layout (partition key (shard)); drop it, run `counterctl init`, and let one "
             "compaction with `discovery: scan` find the counters it marked"
         )
-    session.cluster.refresh_schema_metadata()
+    if session.cluster.schema_metadata_enabled:
+        session.cluster.refresh_schema_metadata()
+    else:  # the keyspace's replication may have been created here; its tables are read as needed
+        _retrying_refresh(lambda: session.cluster.refresh_keyspace_metadata(family.keyspace))
     check_table_options(session, family)
     return layout
