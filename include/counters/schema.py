@@ -14,6 +14,7 @@ Table options (explained in docs/data-model.md, "Table options"):
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy 
     from cassandra.cluster import Session
 
 from .config import Family, Kind
+
+log = logging.getLogger(__name__)
 
 INTEGER_TYPES = {"tinyint", "smallint", "int", "bigint", "varint"}
 TIME_TYPES = {"timestamp", "timeuuid"}
@@ -354,10 +357,17 @@ def keyspace_metadata(session: Session, keyspace: str) -> Any:
     driver does not hold it: a connection without the full schema model
     (``ConnectionSettings.schema_metadata``) knows only the keyspaces it asked for, and routes
     a statement to its replicas (token aware) only once it knows the keyspace's replication.
-    None when the keyspace does not exist."""
+    None when the keyspace does not exist, or when it cannot be read now (the control
+    connection is reconnecting after a node restart while requests already succeed: a run must
+    not fail on that; its statements then go to any node, and the next call reads it)."""
+    from cassandra import DriverException
+
     cluster = session.cluster
     if keyspace not in cluster.metadata.keyspaces:
-        _retrying_refresh(lambda: cluster.refresh_keyspace_metadata(keyspace))
+        try:
+            cluster.refresh_keyspace_metadata(keyspace)
+        except DriverException as exc:
+            log.warning("keyspace %s: its metadata could not be read now (%s)", keyspace, exc)
     return cluster.metadata.keyspaces.get(keyspace)
 
 
