@@ -52,19 +52,23 @@ def test_a_lean_connection_routes_a_familys_statements_to_its_replicas(
 def test_a_lean_connection_reads_the_keyspaces_replication(
     conn: Connection, lean: Connection
 ) -> None:
-    """A keyspace that replicates to none of the cluster's data centers (factor 0) reads as no
-    data center; without its replication the check falls back to every host's data center."""
+    """``replication_dcs`` reads the keyspace's own replication (its data centers and factors),
+    not only the hosts' data centers it falls back to for a keyspace it does not know. A single
+    node cannot hold a keyspace of two data centers: the multi-DC rule is tested pure
+    (``tests/unit/test_identity.py``)."""
     here = next(h.datacenter for h in conn.cluster.metadata.all_hosts())
     keyspace = f"t_lean_{secrets.token_hex(3)}"
     conn.session.execute(
         f"CREATE KEYSPACE {keyspace} WITH replication = "
-        f"{{'class': 'NetworkTopologyStrategy', '{here}': 0}}"
+        f"{{'class': 'NetworkTopologyStrategy', '{here}': 1}}"
     )
     try:
         assert keyspace not in lean.cluster.metadata.keyspaces
-        assert identity.replication_dcs(lean.session, keyspace) == set()
-        assert schema.keyspace_metadata(lean.session, keyspace) is not None
-        assert identity.replication_dcs(lean.session, "t_lean_missing") == {here}
+        assert identity.replication_dcs(lean.session, keyspace) == {here}
+        known = lean.cluster.metadata.keyspaces[keyspace]
+        assert known.replication_strategy.dc_replication_factors == {here: 1}
+        assert schema.keyspace_metadata(lean.session, keyspace) is known
+        assert schema.keyspace_metadata(lean.session, "t_lean_missing") is None
     finally:
         conn.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
 
@@ -102,7 +106,7 @@ def test_a_task_process_keeps_one_store_per_family_and_resets_its_run_state(
     family, _store, _client = make_family()
     other, _other_store, _ = make_family()
     store = runtime.store_for(family)
-    assert store.family_state() is not None
+    assert store.read_quarantine(0) == {}
     assert sum(store.requests.values()) > 0
     store.provenance = Provenance("airflow")
     again = runtime.store_for(family)
