@@ -50,6 +50,12 @@ def _preload() -> None:
     except Exception:  # a task imports them itself and reports the real error there
         log.warning("counters: preloading the task modules failed", exc_info=True)
         return
+    try:  # the families YAML, parsed once here: every task's DAG-file parse reuses it
+        from counters.config import load_families_leniently
+
+        load_families_leniently()
+    except Exception:  # a task parses it itself and reports the real error there
+        log.warning("counters: preloading the families YAML failed", exc_info=True)
     log.info("counters: task modules preloaded in %.1f CPU-s", time.process_time() - started)
 
 
