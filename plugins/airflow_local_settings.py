@@ -46,7 +46,7 @@ def _preload() -> None:
         import cassandra.cluster  # noqa: F401
         import counters.airflow.checks
         import counters.airflow.factory
-        import counters.airflow.tasks  # noqa: F401
+        import counters.airflow.tasks
         import great_expectations  # noqa: F401
         import pandas  # noqa: F401
     except Exception:  # a task imports them itself and reports the real error there

@@ -277,9 +277,9 @@ _gx: _Gx | None = None
 def quiet() -> None:
     """No thread and no chatter: tqdm's monitor thread (started by the first progress bar,
     even a disabled one) would not survive a fork, and GX's INFO lines cost every task."""
-    import tqdm
+    import importlib
 
-    tqdm.tqdm.monitor_interval = 0
+    importlib.import_module("tqdm").tqdm.monitor_interval = 0  # tqdm ships no type stubs
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -231,5 +231,7 @@ def page(
         partial.write_text(html, encoding="utf-8")
         partial.rename(result.parent / PAGE_FILE)
     except OSError:
-        log.warning("GX results: cannot store the page of %s/%s/%s", family, day, folder, exc_info=True)
+        log.warning(
+            "GX results: cannot store the page of %s/%s/%s", family, day, folder, exc_info=True
+        )
     return html

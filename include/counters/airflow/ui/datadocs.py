@@ -4,11 +4,11 @@ plugin with its CDN assets local.
 A run stores only its GX validation result (``evidence.keep``); the plugin renders its Data
 Docs page with GX's own renderer the first time someone opens it (``render_page``, stored
 beside the result by ``evidence.page``). GX's page is HTML that loads Bootstrap, jQuery, Font
-Awesome, bootstrap-table and Vega from five CDNs; without internet the pages render unstyled. ``make setup`` fetches exactly
-those files once, from the npm registry with ``npm pack`` (integrity pinned below), into
-``.cache/datadocs-assets/``; the plugin serves them and rewrites each page's CDN addresses (and
-its links into the GX site it was rendered in) as it serves the page. The stored files stay as
-GX wrote them.
+Awesome, bootstrap-table and Vega from five CDNs; without internet the pages render unstyled.
+``make setup`` fetches exactly those files once, from the npm registry with ``npm pack``
+(integrity pinned below), into ``.cache/datadocs-assets/``; the plugin serves them and rewrites
+each page's CDN addresses (and its links into the GX site it was rendered in) as it serves the
+page. The stored files stay as GX wrote them.
 
     python -m counters.airflow.ui.datadocs fetch [DEST]
 """
