@@ -43,8 +43,10 @@ def _forks_tasks(argv: list[str]) -> bool:
 def _preload() -> None:
     started = time.process_time()
     try:
-        import cassandra.cluster  # noqa: F401
         import counters.airflow.checks
+
+        counters.airflow.checks.quiet()  # GX logs INFO lines as it is imported
+        import cassandra.cluster  # noqa: F401
         import counters.airflow.factory
         import counters.airflow.tasks
         import great_expectations  # noqa: F401

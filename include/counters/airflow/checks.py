@@ -247,9 +247,10 @@ def _suite_fingerprint(the_rules: Sequence[Rule]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-QUIET_LOGGERS = ("great_expectations",)
-"""Loggers held at WARNING: GX logs several INFO lines per validation, and every task log line
-is handled three times (task process, supervisor file, the executor's stdout copy)."""
+QUIET_LOGGERS = ("great_expectations", "great_expectations.data_context.types.base")
+"""Loggers held at WARNING: GX logs INFO lines as it is imported and per context, and every
+task log line is handled three times (task process, supervisor file, the executor's stdout
+copy). The second sets its own level as it is imported."""
 
 
 @dataclass
@@ -290,9 +291,10 @@ def _context() -> _Gx:
     global _gx
     if _gx is None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-        quiet()
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        quiet()  # after the imports: one of GX's modules sets its logger's level
 
         context = gx.get_context(mode="ephemeral")
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
