@@ -20,7 +20,7 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
-from . import assets, checks
+from . import assets
 from .alerting import FAILING, STALE
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
@@ -164,7 +164,6 @@ def doc_md(family: Family, channels: Channels) -> str:
         ("alerts", channels.describe()),
     ]
     table = "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
-    docs = checks.gx_root(family.name) / "gx" / "uncommitted" / "data_docs" / "local_site"
     return f"""\
 ### Counter family `{family.name}` ({family.kind.value})
 
@@ -179,13 +178,14 @@ def doc_md(family: Family, channels: Channels) -> str:
 whose epoch is not newer than the compacted epoch records a `noop`, one with nothing touched
 and no sweep due an `idle` audit row, and the rest is skipped. A small run (few counters
 touched, no sweep: most minutes) is then done start to end in `run` itself, every phase below
-one after the other in one process (its log and its XComs `summary` and `gx_result` give each
-phase's outcome; a failing phase fails it and audits as its own task would), and the rest is
-skipped. A larger run goes on in the tasks below: `compact` (per shard: fold, commit a bucket
-at a time in conditional batches, write the readers' copies, recount on the server and
-quarantine any counter that does not add up) -> `verify` (the conservation evidence, by the
-engine and the Great Expectations suite; Data Docs in `{docs}`) -> `cleanup` (per shard:
-delete exactly the rows the commits counted, count what is left) -> `verify_cleanup` ->
+one after the other in one process (its log and its XCom `summary` give each phase's outcome,
+`gx_result` in it where the GX result is stored; a failing phase fails it and audits as its
+own task would), and the rest is skipped. A larger run goes on in the tasks below: `compact`
+(per shard: fold, commit a bucket at a time in conditional batches, write the readers' copies,
+recount on the server and quarantine any counter that does not add up) -> `verify` (the
+conservation evidence, by the engine and the Great Expectations suite; its result stored, its
+Data Docs page under Browse > Counter families) -> `cleanup` (per shard: delete exactly the
+rows the commits counted, count what is left) -> `verify_cleanup` ->
 `record_audit` (advance the compacted epoch, audit row; fails, and so alerts, when counters
 are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 `counterctl quarantine --family {family.name}`.
@@ -280,7 +280,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             ti.xcom_push("run", run)
             if not run["whole"]:
                 return run["groups"]
-            summary = _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
+            summary = _tasks().whole_run(family, run)
             ti.xcom_push("summary", summary)
             notify_recovery(family.name, channels, FAILING, context)
             if assets.committed(summary):
@@ -294,8 +294,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
 
         @task
         def verify(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
-            ti = get_current_context()["ti"]
-            return _tasks().verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
+            return _tasks().verify(family, run, _all(reports))
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
         def cleanup(run: Run, verified: dict[str, Any], shards: list[int]) -> list[dict[str, Any]]:

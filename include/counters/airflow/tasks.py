@@ -309,18 +309,10 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
     return reports
 
 
-def verify(
-    family: Family,
-    run: Run,
-    reports: Iterable[Mapping[str, Any]],
-    *,
-    push: Callable[[str, Any], None] | None = None,
-) -> dict[str, Any]:
+def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The family-level conservation checks over the shards' evidence (engine rules, then the
-    GX suite with Data Docs). A dry run stops here with a ``dry-run`` audit row.
-
-    ``push(key, value)`` stores the full GX result (XCom ``gx_result``).
-    """
+    GX suite; its result stored for the audit row and the UI). A dry run stops here with a
+    ``dry-run`` audit row."""
     shard_reports, phases = _shard_reports(reports)
     with phases.timed("verify"):
         verification = engine.verify_run(shard_reports)
@@ -331,20 +323,16 @@ def verify(
         raise AirflowSkipException(message)
     with phases.timed("verify_gx"):
         suite = checks.validate_evidence(family.name, run["run_id"], verification.evidence)
+        gx = {
+            "gx_suite": suite.fingerprint,
+            "gx_result": evidence.keep(family.name, run["run_id"], suite),
+        }
     log.info(
-        "Great Expectations: %s expectation(s) passed of %s; Data Docs: %s (this run: %s)",
+        "Great Expectations: %s expectation(s) passed of %s; result stored at %s",
         suite.statistics.get("successful_expectations"),
         suite.statistics.get("evaluated_expectations"),
-        suite.docs_index,
-        suite.docs_page,
+        gx["gx_result"],
     )
-    if push is not None:
-        push("gx_result", suite.result)
-    gx = {
-        "gx_suite": suite.fingerprint,
-        "gx_result": evidence.keep(family.name, run["run_id"], suite),
-    }
-    log.info("GX result and page stored at %s", gx["gx_result"])
     outcomes = list(verification.outcomes) + [
         CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
         for o in suite.outcomes
@@ -358,8 +346,8 @@ def verify(
             f"{run['run_id']!r}; nothing was deleted: "
             + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
         ) + (
-            f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
-            f"{suite.docs_page or suite.docs_index}"
+            f". Full GX result: {gx['gx_result']}/{evidence.RESULT_FILE} (its Data Docs page: "
+            f"Browse > Counter families > {family.name})"
         )
         _audit(
             family,
@@ -392,8 +380,6 @@ def verify(
         "seconds": dict(phases.seconds),
         "executions": {str(k): v for k, v in verification.executions.items()},
         "checks": [_outcome_dict(o) for o in outcomes],
-        "data_docs": str(suite.docs_index) if suite.docs_index else None,
-        "data_docs_page": suite.docs_page,
         **gx,
     }
 
@@ -502,15 +488,13 @@ def record_audit(
         "epoch_before": run["epoch_before"],
         "epoch": run["epoch"],
         **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
-        "data_docs": verified.get("data_docs"),
+        "gx_result": verified.get("gx_result"),
     }
     log.info("run finished: %s", summary)
     return summary
 
 
-def whole_run(
-    family: Family, run: Run, *, push: Callable[[str, Any], None] | None = None
-) -> dict[str, Any]:
+def whole_run(family: Family, run: Run) -> dict[str, Any]:
     """A small run's phases in the ``run`` task (one process instead of six): compact every
     shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
     phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
@@ -518,7 +502,7 @@ def whole_run(
     if not run.get("whole"):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     shards = run["shards"]
-    verified = verify(family, run, compact(family, run, shards), push=push)
+    verified = verify(family, run, compact(family, run, shards))
     cleaned = verify_cleanup(family, run, verified, cleanup(family, run, verified, shards))
     summary = record_audit(family, run, verified, cleaned)
     summary["phases"] = {
