@@ -61,14 +61,40 @@ def _preload() -> None:
         threads = []
     if threads:
         log.warning("counters: the GX warm-up left threads running (lost in forks): %s", threads)
-    try:  # the families YAML, parsed once here: every task's DAG-file parse reuses it
-        from counters.config import load_families_leniently
-
-        load_families_leniently()
-    except Exception:  # a task parses it itself and reports the real error there
-        log.warning("counters: preloading the families YAML failed", exc_info=True)
+    _warm_families()
     log.info("counters: task modules preloaded in %.1f CPU-s", time.process_time() - started)
 
 
-if os.environ.get("COUNTERS_PRELOAD", "1") != "0" and _forks_tasks(sys.argv):
-    _preload()
+def _warm_families() -> None:
+    """The families YAML, parsed once here: every forked DAG-file parse reuses it (the memo
+    is keyed on the file's path, mtime and size, so an edited file is parsed again)."""
+    try:
+        from counters.config import load_families_leniently
+
+        load_families_leniently()
+    except Exception:  # a parse reads it itself and reports the real error there
+        log.warning("counters: preloading the families YAML failed", exc_info=True)
+
+
+def _preload_parsing() -> None:
+    """The DAG processor forks a child per DAG-file parse: the DAG factory imported and the
+    YAML parsed here are inherited by each (no GX, pandas or driver: parsing needs none)."""
+    started = time.process_time()
+    try:
+        import counters.airflow.factory  # noqa: F401
+    except Exception:  # the parse imports it itself and reports the real error there
+        log.warning("counters: preloading the DAG factory failed", exc_info=True)
+        return
+    _warm_families()
+    log.info("counters: DAG factory preloaded in %.1f CPU-s", time.process_time() - started)
+
+
+def _forks_parses(argv: list[str]) -> bool:
+    return bool(argv) and os.path.basename(argv[0]) == "airflow" and argv[1:2] == ["dag-processor"]
+
+
+if os.environ.get("COUNTERS_PRELOAD", "1") != "0":
+    if _forks_tasks(sys.argv):
+        _preload()
+    elif _forks_parses(sys.argv):
+        _preload_parsing()
