@@ -60,7 +60,8 @@ def test_one_dag_per_family_plus_freshness_and_the_example(
     example = {"counters_example_after_trades"}  # the demo YAML has `trades`
     assert set(bag.dag_ids) == {f.dag_id for f in families} | {"counters_freshness"} | example
     freshness = bag.dags["counters_freshness"]
-    assert {t.task_id for t in freshness.tasks} == {f.name for f in families}
+    assert [t.task_id for t in freshness.tasks] == ["check_freshness"]  # one task, every family
+    assert all(f"`{f.name}`" in freshness.doc_md for f in families)
 
 
 def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
 from . import assets, checks
-from .alerting import FAILING, STALE
+from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
 
@@ -333,9 +333,14 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
     return dag
 
 
+FRESHNESS_TASK = "check_freshness"
+
+
 def build_freshness_dag(families: list[Family], env: dict[str, str] | None = None) -> DAG:
-    """``counters_freshness``: every 5 minutes, one task per family; a stale family fails its
-    task, which alerts that family's channels."""
+    """``counters_freshness``: every 5 minutes, one task that checks every family (one task
+    process, not one per family each parsing the whole DAG); a stale family alerts its own
+    channels, and the task fails naming every stale family."""
+    channels = {f.name: Channels.for_family(f, env) for f in families}
     with DAG(
         dag_id=FRESHNESS_DAG_ID,
         description="Alert when a counter family's compacted epoch falls behind now - lag",
@@ -348,37 +353,30 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
             [
                 "### Freshness of the counter families",
                 "",
-                "Every 5 minutes, per family: fail (and alert the family's channels) when its "
-                "compacted epoch is behind `now - lag` by more than its `freshness` (e.g. the "
-                "scheduler stopped, the DAG is paused, or its runs keep failing). A family that "
-                "was never compacted is skipped.",
+                f"Every 5 minutes, one task (`{FRESHNESS_TASK}`) checks every family: a family "
+                "whose compacted epoch is behind `now - lag` by more than its `freshness` (e.g. "
+                "the scheduler stopped, the DAG is paused, or its runs keep failing) alerts its "
+                "own channels (once, then reminders; a notice when it is fresh again), and the "
+                "task fails naming every stale family. Its log has one line per family, its "
+                "return value (XCom `freshness` when it fails) every family's state. A family "
+                "that was never compacted is left alone.",
                 "",
                 "| family | lag | freshness | alerts |",
                 "| --- | --- | --- | --- |",
                 *(
-                    f"| `{f.name}` | {f.lag} | {f.freshness} | "
-                    f"{Channels.for_family(f, env).describe()} |"
+                    f"| `{f.name}` | {f.lag} | {f.freshness} | {channels[f.name].describe()} |"
                     for f in families
                 ),
             ]
         ),
         default_args={"owner": "counters", "retries": 1, "retry_delay": timedelta(seconds=30)},
     ) as dag:
-        for family in families:
-            channels = Channels.for_family(family, env)
 
-            @task(
-                task_id=family.name,
-                owner=family.owner,
-                on_failure_callback=[CountersAlertNotifier(family.name, channels, STALE)],
-                retry_policy=RETRY_POLICY,
-            )
-            def check(family: Family = family, channels: Channels = channels) -> dict[str, Any]:
-                state = _tasks().freshness(family)
-                notify_recovery(family.name, channels, STALE, get_current_context())
-                return state
+        @task(task_id=FRESHNESS_TASK, retry_policy=RETRY_POLICY)
+        def check_freshness() -> dict[str, Any]:
+            return _tasks().check_freshness(families, channels, get_current_context())
 
-            check()
+        check_freshness()
     return dag
 
 
