@@ -380,6 +380,51 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
     return dag
 
 
+METADATA_CLEANUP_DAG_ID = "counters_metadata_cleanup"
+METADATA_CLEANUP_SCHEDULE = "17 3 * * *"
+"""Daily, at a quiet minute (not on the hour, where other daily DAGs start)."""
+
+
+def build_metadata_cleanup_dag() -> DAG:
+    """``counters_metadata_cleanup``: daily, ``airflow db clean`` of the metadata older than
+    ``$COUNTERS_METADATA_RETENTION_DAYS`` (default 14): minute runs of 100 families write about
+    860k task-instance rows a day."""
+    with DAG(
+        dag_id=METADATA_CLEANUP_DAG_ID,
+        description="Delete Airflow metadata (runs, task instances, XComs, logs) past retention",
+        schedule=METADATA_CLEANUP_SCHEDULE,
+        start_date=DEFAULT_START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["counters", "maintenance"],
+        doc_md=(
+            "### Airflow metadata retention\n\n"
+            "Daily: `airflow db clean --clean-before-timestamp <now - retention> --skip-archive "
+            "--yes --error-on-cleanup-failure` over every metadata table (dag runs, task "
+            "instances, XComs, logs, asset events, ...; Airflow keeps each DAG's latest "
+            "scheduled run). Retention: `COUNTERS_METADATA_RETENTION_DAYS` (default 14). The "
+            "task needs the metadata DB as the worker's host configures it (see docs/airflow.md, "
+            "Metadata retention); where workers have no access, pause this DAG and run the same "
+            "command on a schedule beside the scheduler."
+        ),
+        default_args={"owner": "counters", "retries": 1, "retry_delay": timedelta(minutes=5)},
+    ) as dag:
+
+        @task
+        def clean_metadata() -> dict[str, Any]:
+            return _tasks().clean_metadata()
+
+        clean_metadata()
+    return dag
+
+
+def metadata_cleanup_dags() -> dict[str, DAG]:
+    """The maintenance DAG (nothing when a worker parses for another DAG)."""
+    if get_parsing_context().dag_id not in (None, METADATA_CLEANUP_DAG_ID):
+        return {}
+    return {METADATA_CLEANUP_DAG_ID: build_metadata_cleanup_dag()}
+
+
 EXAMPLE_FAMILY_ENV = "COUNTERS_EXAMPLE_FAMILY"
 DEFAULT_EXAMPLE_FAMILY = "trades"
 
