@@ -646,8 +646,15 @@ def check_freshness(
     left alone. An unreadable family is retried with the task, and alerts on its last try.
     Fails naming every stale and unreadable family; returns every family's state."""
     now = utc_naive(now or datetime.now(UTC))
-    conn = connection()  # once: a Store per family shares it
-    verdict = FreshnessVerdict(tuple(_read_lag(f, conn, now) for f in families), now)
+    try:
+        conn = connection()  # once: a Store per family shares it
+    except Exception as exc:  # no family can be read: each one is unreadable, and alerts
+        log.warning("cannot connect to Cassandra", exc_info=True)
+        problem = f"{type(exc).__name__}: {exc}"
+        lags = tuple(replace(health.family_lag(f, None, now), problem=problem) for f in families)
+    else:
+        lags = tuple(_read_lag(f, conn, now) for f in families)
+    verdict = FreshnessVerdict(lags, now)
     final = _final_try(context)
     for lag in verdict.lags:
         name = lag.family.name
