@@ -2,8 +2,9 @@
 
 The astro CLI runs this file for `astro dev parse` and for the parse step of `astro deploy`.
 This is its default DAG integrity test adapted to Airflow 3.3: DAGs are parsed with the
-``DagBag`` of ``airflow.dag_processing.dagbag``, connections and Variables are the Task SDK's
-(``airflow.sdk``), and no metadata DB is initialised (parsing needs none). A DAG file that
+``DagBag`` of ``airflow.dag_processing.dagbag`` (no ``include_examples`` there any more),
+connections and Variables are the Task SDK's (``airflow.sdk``), and no metadata DB is
+initialised (parsing needs none). A DAG file that
 reads a connection or a Variable while it is parsed gets a placeholder here instead of an error
 (this project's DAG files read neither). The project's tests run it too
 (``tests/dags/test_astro_integrity.py``, part of ``make test``).
@@ -63,7 +64,7 @@ def _relative(path: str) -> str:
 
 def _bag() -> DagBag:
     with _quiet("airflow"):
-        return DagBag(include_examples=False)
+        return DagBag()  # the dags_folder; Airflow 3's DagBag has no example DAGs to leave out
 
 
 BAG = _bag()
