@@ -220,6 +220,7 @@ def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroH
         for name in (
             "counter_families.py",
             "counters_freshness.py",
+            "counters_metadata_cleanup.py",
             "counters_example_downstream.py",
         )
     }
