@@ -12,6 +12,7 @@ Needs a migrated Airflow DB and the project's ``dags/`` as the dags folder: ``ma
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -286,3 +287,36 @@ def t0() -> datetime:
     """A minute boundary a day back: runs are in the past, so no epoch is "in the future"."""
     now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
     return now - timedelta(days=1)
+
+
+class TaskLog(logging.Handler):
+    """The lines the project's loggers write during a test (a task run by ``dag.test()`` runs
+    in the test's process). Read from the loggers themselves: the handler through which
+    ``dag.test()`` prints keeps the stdout of the first test that ran one, so a later test's
+    capsys sees nothing of it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def task_log() -> Iterator[TaskLog]:
+    logger = logging.getLogger("counters")
+    handler, level, disabled = TaskLog(), logger.level, logger.disabled
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled

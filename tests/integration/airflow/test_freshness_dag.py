@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 
 def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_again(
-    conn, make_families, dagbag, receivers, capsys
+    conn, make_families, dagbag, receivers, task_log
 ):
     port = receivers.http_port
     families = make_families(
@@ -39,7 +39,7 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert sorted(state["stale"]) == sorted([a.name, b.name])
     assert state["fresh"] == [fresh.name] and state["never_compacted"] == [new.name]
     assert 39 * 60 <= state["families"][b.name]["behind_s"] < 44 * 60  # 40m - lag, + test time
-    log = capsys.readouterr().out  # the task's log (dag.test() prints it)
+    log = task_log.text  # the task's log lines
     for family, state in ((a, "stale"), (b, "stale"), (fresh, "fresh"), (new, "never")):
         assert f"freshness {family.name}\t{state}\t" in log
     assert f"4 families checked, 2 stale: {', '.join(sorted([a.name, b.name]))}" in log

@@ -7,6 +7,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from counters.airflow import tasks
 from counters.airflow.tasks import DB_ACCESS_BLOCKED
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -53,9 +54,7 @@ def test_cleanup_deletes_rows_past_retention_and_keeps_recent_ones(dagbag, monke
     assert timedelta(days=9) <= now - cutoff + timedelta(minutes=5) < timedelta(days=9, hours=1)
 
 
-def test_a_bad_retention_fails_the_run_naming_the_setting_and_deletes_nothing(
-    dagbag, monkeypatch, capsys
-):
+def test_a_bad_retention_fails_the_run_naming_the_setting_and_deletes_nothing(dagbag, monkeypatch):
     prefix = f"counters_test_{secrets.token_hex(3)}"
     add_log(f"{prefix}_old", datetime.now(UTC) - timedelta(days=300))
     monkeypatch.setenv("COUNTERS_METADATA_RETENTION_DAYS", "two weeks")
@@ -64,5 +63,5 @@ def test_a_bad_retention_fails_the_run_naming_the_setting_and_deletes_nothing(
 
     assert run.state == "failed"
     assert events(prefix) == [f"{prefix}_old"]
-    log = capsys.readouterr().out  # the task's log (dag.test() prints it)
-    assert "COUNTERS_METADATA_RETENTION_DAYS must be a whole number of days" in log
+    with pytest.raises(ValueError, match="COUNTERS_METADATA_RETENTION_DAYS must be a whole"):
+        tasks.clean_metadata()  # what the task raised, and its log shows
