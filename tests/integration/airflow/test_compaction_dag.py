@@ -361,16 +361,16 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
     rewritten: list[str] = []
 
     def outlive_the_delete(point: str) -> None:
-        """Before the first cleanup deletes: IBM's first row written again, far in the future."""
+        """Before the first cleanup deletes: IBM's first row (counted: at t0, before the epoch)
+        written again, far in the future."""
         if point == "cleanup_read_log" and not rewritten:
-            row = store.session.execute(
-                f"SELECT JSON * FROM {raw} WHERE type = 'IBM' LIMIT 1"
-            ).one()
+            rows = store.session.execute(f"SELECT JSON * FROM {raw} WHERE type = 'IBM'")
+            first = min((r[0] for r in rows), key=lambda text: json.loads(text)["modify_time"])
             future_us = int((datetime.now(UTC) + timedelta(days=30)).timestamp() * 1_000_000)
             store.session.execute(
-                f"INSERT INTO {raw} JSON %s USING TIMESTAMP {future_us}", (row[0],)
+                f"INSERT INTO {raw} JSON %s USING TIMESTAMP {future_us}", (first,)
             )
-            rewritten.append(row[0])
+            rewritten.append(first)
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(outlive_the_delete):
@@ -383,5 +383,6 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
     audit = store.read_audit(5)
     assert [a["outcome"] for a in audit] == ["failed"]
     assert "cleanup check failed" in audit[0]["message"]
-    assert json.loads(audit[0]["checks"])["no_counted_rows_remain_after_cleanup"] == "fail"
+    cleanup_check = json.loads(audit[0]["checks"])["no_counted_rows_remain_after_cleanup"]
+    assert cleanup_check.startswith("FAIL: 1 counted row(s) still present"), cleanup_check
     assert store.family_epoch() is None  # not advanced: the run did not finish
