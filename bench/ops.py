@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import re
 import resource
 import subprocess
@@ -638,3 +639,39 @@ def engine_step_failed_in(exc: BaseException) -> str | None:
         if Path(frame.filename).parent == steps
     ]
     return where[-1] if where else None
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def code_state() -> dict[str, Any]:
+    """The commit measured, and files of the package that differ from it (others edit the tree
+    while benchmarks run)."""
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).resolve().parents[1],
+                timeout=20,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dirty = git("status", "--porcelain", "--", "include/counters", "dags")
+    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": dirty.splitlines()}
+
+
+def machine() -> dict[str, Any]:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load,
+    }

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from .ops import percentile
+from .ops import code_state, machine, percentile
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -421,6 +421,12 @@ def main(argv: list[str] | None = None) -> int:
         pass
     writer = Writer(families, args.rate)
     report: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": 'make bench-airflow ARGS="'
+        + " ".join(sys.argv[1:] if argv is None else argv)
+        + '"',
+        "machine": machine(),
+        "code": code_state(),
         "families": args.families,
         "shards": args.shards,
         "preload": not args.no_preload,

@@ -135,10 +135,55 @@ FIGURES: list[Figure] = [
         ),
     ),
     (
+        "Airflow, minute families: runs done / due",
+        lambda r: _runs(r),
+    ),
+    (
+        "Airflow CPU-s per family-run",
+        lambda r: _number(_at(r, "active.airflow_cpu_s_per_family_run")),
+    ),
+    (
+        "... task processes / scheduler / API server",
+        lambda r: _per_run(r, "task processes", "scheduler", "api server"),
+    ),
+    (
+        "Cassandra CPU-s per family-run",
+        lambda r: _number(_ratio(_at(r, "active.cassandra_cpu_s"), _at(r, "active.family_runs"))),
+    ),
+    (
+        "machine busy, run start delay p99 (s)",
+        lambda r: _pair(
+            _number(_at(r, "active.machine_busy_fraction")),
+            _number(_at(r, "active.start_delay_s.p99"), 1),
+        ),
+    ),
+    (
         "archive on / off, 1M-row run (medians)",
         lambda r: _number(_at(r, "ratios.archive_over_plain"), 3),
     ),
 ]
+
+
+def _ratio(value: Any, per: Any) -> float | None:
+    return None if value is None or not per else value / per
+
+
+def _runs(r: dict[str, Any]) -> str | None:
+    """``make bench-airflow``'s active window: family-runs done, of one per family and minute
+    (the bench's own ``family_runs_expected`` counts only the families that had a run)."""
+    done, families = _at(r, "active.family_runs"), r.get("families")
+    minutes = _at(r, "active.window.minutes")
+    if done is None or not families or not minutes:
+        return None
+    return f"{done} / {families * minutes} ({families} families, {minutes} min)"
+
+
+def _per_run(r: dict[str, Any], *kinds: str) -> str | None:
+    runs = _at(r, "active.family_runs")
+    by_kind = _at(r, "active.airflow_cpu_by_kind_s")
+    if not runs or not isinstance(by_kind, dict):
+        return None
+    return " / ".join(_number(_ratio(by_kind.get(k), runs)) or NONE for k in kinds)
 
 
 def _mb(value: Any) -> float | None:

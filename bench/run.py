@@ -17,7 +17,6 @@ import importlib.util
 import itertools
 import json
 import os
-import platform
 import re
 import secrets
 import signal
@@ -57,12 +56,14 @@ from .nodeprofile import Recording, sampled_cpu_s, summarize
 from .ops import (
     Dataset,
     Meter,
+    code_state,
     compare,
     count_rows,
     engine_step_failed_in,
     flush_tables,
     load_twin,
     load_write_path,
+    machine,
     naive_compact,
     naive_ddl,
     percentile,
@@ -1214,35 +1215,6 @@ def targets(rat: dict[str, float | None]) -> dict[str, dict[str, Any]]:
             met = value >= goal if op == ">=" else value <= goal if op == "<=" else value < goal
         out[name] = {"target": f"{op} {goal:g}", "value": value, "met": met}
     return out
-
-
-def code_state() -> dict[str, Any]:
-    """The commit measured, and files of the package that differ from it (others edit the tree
-    while benchmarks run)."""
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *args], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=20
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    dirty = git("status", "--porcelain", "--", "include/counters", "dags")
-    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": dirty.splitlines()}
-
-
-def machine() -> dict[str, Any]:
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_at_start": load,
-    }
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -119,7 +119,7 @@ if [[ -x "$VENV/bin/counterctl" ]] && "$VENV/bin/counterctl" --help >/dev/null 2
   log "counterctl init (keyspaces and tables for $(basename "$COUNTERS_CONFIG"))"
   "$VENV/bin/counterctl" init --with-demo-tables
 else
-  log "WARNING: counterctl is not available yet (include/counters/cli.py); skipping init and the demo writer"
+  log "WARNING: counterctl is not available yet (include/counters/cli/); skipping init and the demo writer"
 fi
 
 # --- Airflow DB and settings ------------------------------------------------------------------

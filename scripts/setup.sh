@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make setup`: idempotent. Creates .venv (python3.11) if missing, installs requirements-dev.txt
-# (requirements.txt, what a deployment installs, plus Airflow and the test tools) only when one of
+# (requirements.txt, what a deployment installs, plus Airflow and the test tools) at the versions
+# of requirements-lock.txt, only when one of
 # them changed since the last successful install (stamp in .venv), installs this project editable
 # (--no-deps) when pyproject.toml changed, and fetches the Cassandra jars once.
 set -euo pipefail
@@ -22,11 +23,12 @@ if [[ ! -x "$PY" ]]; then
 fi
 
 req_stamp="$VENV/.requirements.sha256"
-req_hash="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+req_hash="$(cat requirements.txt requirements-dev.txt requirements-lock.txt | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$req_stamp" 2>/dev/null || true)" != "$req_hash" ]]; then
   t=$(now)
-  log "pip install -r requirements-dev.txt (first time: ~700 MB from PyPI)"
-  "$PY" -m pip install -q "${pip_quiet[@]}" --disable-pip-version-check -r requirements-dev.txt
+  log "pip install -r requirements-dev.txt -c requirements-lock.txt (first time: ~700 MB from PyPI)"
+  "$PY" -m pip install -q "${pip_quiet[@]}" --disable-pip-version-check -r requirements-dev.txt \
+    -c requirements-lock.txt
   printf '%s\n' "$req_hash" >"$req_stamp"
   log "requirements installed in $(since "$t") s"
 else

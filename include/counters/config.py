@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -512,15 +513,55 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     return parse_catalog(_read_yaml(resolved), resolved)
 
 
+FileStamp = tuple[str, int, int]
+"""A file's (path, mtime_ns, size): what a memoized parse of it is keyed on."""
+
+RACY_S = 2.0
+"""A file changed this recently is not memoized: its mtime comes from a coarse clock (a few
+ms), so a rewrite of the same size within that tick would keep the same stamp."""
+
+_lenient_memo: dict[str, tuple[FileStamp, list[Family], dict[str, str]]] = {}
+
+
+def file_stamp(path: Path) -> FileStamp | None:
+    """The file's stamp, or None when it cannot be read (the loader then reports why)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def memo_usable(stamp: FileStamp | None, now_ns: int, racy_s: float = RACY_S) -> bool:
+    """Whether a parse of the file with ``stamp`` may be kept and reused: it exists and was
+    not changed in the last ``racy_s`` (``RACY_S``). Pure."""
+    return stamp is not None and now_ns - stamp[1] >= racy_s * 1e9
+
+
 def load_families_leniently(
     path: str | os.PathLike[str] | None = None,
 ) -> tuple[list[Family], dict[str, str]]:
     """Validate entry by entry: good families, and an error per bad entry (keyed by its name).
 
     The DAG factory uses this so one broken family shows up as one import error and the
-    other families still load.
+    other families still load. Memoized per process on the file's (path, mtime_ns, size):
+    every task process parses its DAG file at startup, and the parse of a large YAML is most
+    of that (the preload warms the memo, so forked task processes inherit it).
     """
     resolved = config_path(path)
+    stamp = file_stamp(resolved)
+    kept = _lenient_memo.get(str(resolved))
+    if kept is not None and stamp is not None and kept[0] == stamp:
+        return list(kept[1]), dict(kept[2])
+    good, errors = _parse_leniently(resolved)
+    if memo_usable(stamp, time.time_ns()) and stamp is not None:
+        _lenient_memo[str(resolved)] = (stamp, list(good), dict(errors))
+    else:
+        _lenient_memo.pop(str(resolved), None)
+    return good, errors
+
+
+def _parse_leniently(resolved: Path) -> tuple[list[Family], dict[str, str]]:
     raw = _read_yaml(resolved)
     if not isinstance(raw, Mapping) or not isinstance(raw.get("families"), list):
         raise ConfigError(f"{resolved}: top level must be a mapping with a 'families:' list")

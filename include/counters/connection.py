@@ -308,6 +308,11 @@ class ConnectionSettings:
     """The name the nodes' certificates must carry, when it is not the address dialled."""
     tls_wrap_options: tuple[tuple[str, bool], ...] = ()
     """``do_handshake_on_connect`` / ``suppress_ragged_eofs`` passed through to the driver."""
+    schema_metadata: bool = False
+    """Whether the driver keeps the full schema model (every keyspace and table, read on
+    connect and on every schema event). Off: a short-lived task process reads only what the
+    code asks for (its family's keyspace and tables, ``schema.keyspace_metadata``), which is
+    also what token-aware routing and the replication checks need."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConnectionSettings:
@@ -316,7 +321,8 @@ class ConnectionSettings:
         negotiated); TLS with
         ``CASSANDRA_TLS=true`` or a ``CASSANDRA_TLS_CA_FILE`` (PEM), host names checked unless
         ``CASSANDRA_TLS_CHECK_HOSTNAME=false``; a client certificate (mutual TLS) with
-        ``CASSANDRA_TLS_CERT_FILE`` and ``CASSANDRA_TLS_KEY_FILE``."""
+        ``CASSANDRA_TLS_CERT_FILE`` and ``CASSANDRA_TLS_KEY_FILE``;
+        ``CASSANDRA_SCHEMA_METADATA=true`` for the driver's full schema model."""
         env = os.environ if env is None else env
         hosts = tuple(h.strip() for h in env.get("CASSANDRA_HOSTS", "127.0.0.1").split(",") if h)
         try:
@@ -343,6 +349,9 @@ class ConnectionSettings:
             ),
             tls_cert_file=cert_file,
             tls_key_file=env.get("CASSANDRA_TLS_KEY_FILE") or None,
+            schema_metadata=_flag(
+                env.get("CASSANDRA_SCHEMA_METADATA") or "false", "CASSANDRA_SCHEMA_METADATA"
+            ),
         )
         settings.check_tls_files(
             {
@@ -362,7 +371,9 @@ class ConnectionSettings:
         ``do_handshake_on_connect``, ``suppress_ragged_eofs``. One difference: host names are
         checked unless ``check_hostname`` is false (the driver leaves them unchecked).
         ``load_balancing_policy`` (+ ``_args``), ``cql_version`` and ``protocol_version`` as
-        the hook reads them (``parse_load_balancing``); unset, the protocol is negotiated."""
+        the hook reads them (``parse_load_balancing``); unset, the protocol is negotiated.
+        ``schema_metadata`` (this project's key; default false): the driver's full schema
+        model."""
         extra = conn.extra_dejson or {}
         here = f"Airflow connection {conn.conn_id!r}: extra"
         balancing = parse_load_balancing(
@@ -417,6 +428,7 @@ class ConnectionSettings:
                 for key in ("do_handshake_on_connect", "suppress_ragged_eofs")
                 if key in ssl_options
             ),
+            schema_metadata=_flag(extra.get("schema_metadata", False), f"{here}.schema_metadata"),
         )
         settings.check_tls_files(
             {"ca": f"{where}.ca_certs", "cert": f"{where}.certfile", "key": f"{where}.keyfile"}
@@ -577,6 +589,9 @@ def build_cluster(
         # `make bench ARGS="--only probes"`).
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         connection_class=QueueingConnection,
+        # Without the full model the driver still builds the token map (token metadata stays
+        # on); a keyspace's replicas are known once ``schema.keyspace_metadata`` has read it.
+        schema_metadata_enabled=settings.schema_metadata,
     )
 
 

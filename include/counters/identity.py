@@ -20,7 +20,7 @@ from cassandra import InvalidRequest
 
 from .config import Family
 from .core import BUCKETS, bucket_of
-from .schema import TABLES_TABLE, SchemaError, check_table_options
+from .schema import TABLES_TABLE, SchemaError, check_table_options, keyspace_metadata
 from .store import MOVING, Ledger, Store, TableOwner
 
 IDENTITY_FIELDS = (
@@ -118,11 +118,21 @@ def refusal(family: Family, table: str, owner: TableOwner, current: dict[str, An
     )
 
 
-def check_family(store: Store, *, record: bool, run_id: str = "") -> None:
+def check_family(
+    store: Store, *, record: bool, run_id: str = "", once_per_run: bool = False
+) -> None:
     """Everything that must hold before a step reads or writes a family's checkpoints: its
     tables' options (``schema.option_problems``), that its commits are serialised wherever they
     run (``serial_problem``), and its identity (``check_identity``). ``record``: the caller may
-    commit (its first commit records the identity)."""
+    commit (its first commit records the identity). ``once_per_run``: the steps of one run on
+    one ``Store`` (the plan, then each shard a task compacts) share one check; a commit is
+    still conditioned on its ledger partition's shard count, and a step that may record checks
+    again unless every table was already recorded."""
+    if once_per_run and run_id and store.checked_run is not None:
+        checked_id, covers_record = store.checked_run
+        if checked_id == run_id and (covers_record or not record):
+            return
+    store.checked_run = None  # a check that fails below leaves nothing to skip the next one
     session = store.session
     check_table_options(session, store.family)
     problem = serial_problem(
@@ -130,7 +140,8 @@ def check_family(store: Store, *, record: bool, run_id: str = "") -> None:
     )
     if problem:
         raise SchemaError(problem)
-    check_identity(store, record=record, run_id=run_id)
+    recorded = check_identity(store, record=record, run_id=run_id)
+    store.checked_run = (run_id, record or recorded) if run_id else None
 
 
 def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | None:
@@ -167,9 +178,11 @@ def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | Non
 
 def replication_dcs(session: Any, keyspace: str) -> set[str]:
     """The data centers a keyspace's replicas are in (every data center of the cluster for a
-    ``SimpleStrategy``, which places replicas around the ring whatever their data center)."""
+    ``SimpleStrategy``, which places replicas around the ring whatever their data center).
+    The keyspace is read from the cluster when the driver does not hold it (a connection
+    without the full schema model)."""
     meta = session.cluster.metadata
-    keyspace_meta = meta.keyspaces.get(keyspace)
+    keyspace_meta = keyspace_metadata(session, keyspace)
     factors = getattr(
         getattr(keyspace_meta, "replication_strategy", None), "dc_replication_factors", None
     )
@@ -209,10 +222,11 @@ def check_partition(store: Store, shard: int, bucket: int, ledger: Ledger) -> No
     )
 
 
-def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:
+def check_identity(store: Store, *, record: bool, run_id: str = "") -> bool:
     """Refuse (``IdentityMismatch``) a family whose YAML differs from what its tables were
     first committed with, or whose tables another family owns. ``record``: the caller may
-    commit, and records the identity where none is yet (its first commit)."""
+    commit, and records the identity where none is yet (its first commit). Returns whether
+    every table's identity was already recorded."""
     family = store.family
     current = family_identity(family)
     try:
@@ -231,16 +245,17 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> None:
             raise IdentityMismatch(reason)
     missing = [t for t in family.tables if t not in owners]
     if not missing:
-        return
+        return True
     _check_unrecorded(store)
     if not record:
-        return
+        return False
     for table in missing:
         recorded = store.claim_table(table, encode(current), run_id)
         if recorded is not None:  # another first commit recorded it meanwhile
             reason = refusal(family, table, recorded, current)
             if reason:
                 raise IdentityMismatch(reason)
+    return True
 
 
 def _check_unrecorded(store: Store) -> None:

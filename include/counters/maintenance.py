@@ -88,6 +88,55 @@ def _resettable(
     return current
 
 
+@dataclass(frozen=True)
+class ResetPoint:
+    """What a reset decides: its id, its point, and whether that reset is already done."""
+
+    reset_id: str
+    at: datetime
+    already_done: bool
+
+
+def decide_reset(
+    family: Family,
+    counter: Key,
+    *,
+    at: datetime | None,
+    reset_id: str | None,
+    current: datetime,
+    base: Checkpoint,
+    done_at_ms: int | None,
+) -> ResetPoint:
+    """The reset's decisions, pure (``reset_counter`` and its dry run take them from here):
+    a given id found applied (``done_at_ms``, from the run log) decides alone; without a point,
+    a reset within ``RESET_REPEAT_WINDOW`` of the counter's last one is a repeat of it; else the
+    point is ``at`` or ``default_reset_point``, done if the base already starts there, refused
+    if it is before the compacted epoch."""
+    if reset_id is not None and done_at_ms is not None:
+        return ResetPoint(reset_id, from_millis(done_at_ms), already_done=True)
+    if (
+        reset_id is None
+        and at is None
+        and base.origin_ms is not None
+        and to_millis(current) - base.origin_ms < _window_ms()
+    ):
+        point = from_millis(base.origin_ms)
+        return ResetPoint(f"reset:{format_key(counter)}@{point.isoformat()}", point, True)
+    point = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
+    point_ms = to_millis(point)
+    given_id = reset_id is not None
+    reset_id = reset_id or f"reset:{format_key(counter)}@{point.isoformat()}"
+    if base.run_id == reset_id or (not given_id and base.origin_ms == point_ms):
+        return ResetPoint(reset_id, point, already_done=True)
+    if base.epoch_ms is not None and point_ms < base.epoch_ms:
+        raise EngineError(
+            f"family {family.name!r} counter {format_key(counter)}: reset point "
+            f"{point.isoformat()} is before its compacted epoch; increments after the reset "
+            "point are already folded in, choose a later point"
+        )
+    return ResetPoint(reset_id, point, already_done=False)
+
+
 def plan_reset(
     store: Store,
     counter: Key,
@@ -104,45 +153,21 @@ def plan_reset(
     check_family(store, record=False)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
-    _shard, _bucket, _head, base = _base(store, counter)
-    if reset_id is not None:  # the same decisions as reset_counter's, read only
-        done_at = _reset_done(store, counter, reset_id)
-        if done_at is not None:
-            return ResetResult(
-                counter, reset_id, from_millis(done_at), value_before, already_done=True
-            )
-    elif (
-        at is None
-        and base.origin_ms is not None
-        and to_millis(current) - base.origin_ms < _window_ms()
-    ):
-        point = from_millis(base.origin_ms)
-        return ResetResult(
-            counter,
-            f"reset:{format_key(counter)}@{point.isoformat()}",
-            point,
-            value_before,
-            already_done=True,
-        )
-    at = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
-    at_ms = to_millis(at)
-    given_id = reset_id is not None
-    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
-    if base.run_id == reset_id or (not given_id and base.origin_ms == at_ms):
-        return ResetResult(counter, reset_id, at, value_before, already_done=True)
-    if base.epoch_ms is not None and at_ms < base.epoch_ms:
-        raise EngineError(
-            f"family {family.name!r} counter {format_key(counter)}: reset point "
-            f"{at.isoformat()} is before its compacted epoch; increments after the reset "
-            "point are already folded in, choose a later point"
-        )
+    base = _base(store, counter)[3]
+    done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
+    point = decide_reset(
+        family, counter, at=at, reset_id=reset_id, current=current, base=base, done_at_ms=done_at
+    )
+    if point.already_done:
+        return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
     consumed = 0
     if not family.folds_by_slice:
+        at_ms = to_millis(point.at)
         consumed = sum(
             1 for time_ms, _k, _i in store.read_rows([counter])[counter] if time_ms <= at_ms
         )
     return ResetResult(
-        counter, reset_id, at, value_before, already_done=False, rows_deleted=consumed
+        counter, point.reset_id, point.at, value_before, already_done=False, rows_deleted=consumed
     )
 
 
@@ -212,40 +237,22 @@ def reset_counter(
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
     compact_value, _epoch, newer = store.read_values([counter])[counter]
     value_before = compact_value + newer
-    if reset_id is not None:
-        done_at = _reset_done(store, counter, reset_id)
-        if done_at is not None:  # this id's reset applied: a retry
-            store.mark_touched([counter])  # the next run finishes what the reset left
-            return ResetResult(
-                counter, reset_id, from_millis(done_at), value_before, already_done=True
-            )
-    elif at is None:
-        origin = _base(store, counter)[3].origin_ms
-        if origin is not None and to_millis(current) - origin < _window_ms():
-            point = from_millis(origin)
-            store.mark_touched([counter])  # the next run finishes what the reset left
-            return ResetResult(
-                counter,
-                reset_id or f"reset:{format_key(counter)}@{point.isoformat()}",
-                point,
-                value_before,
-                already_done=True,
-            )
-    at = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
-    at_ms = to_millis(at)
-    given_id = reset_id is not None
-    reset_id = reset_id or f"reset:{format_key(counter)}@{at.isoformat()}"
+    done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
     for _attempt in range(MAX_ATTEMPTS):
         shard, bucket, head, base = _base(store, counter)
-        if base.run_id == reset_id or (not given_id and base.origin_ms == at_ms):
+        point = decide_reset(
+            family,
+            counter,
+            at=at,
+            reset_id=reset_id,
+            current=current,
+            base=base,
+            done_at_ms=done_at,
+        )
+        if point.already_done:
             store.mark_touched([counter])  # the next run finishes what the reset left
-            return ResetResult(counter, reset_id, at, value_before, already_done=True)
-        if base.epoch_ms is not None and at_ms < base.epoch_ms:
-            raise EngineError(
-                f"family {family.name!r} counter {format_key(counter)}: reset point "
-                f"{at.isoformat()} is before its compacted epoch; increments after the reset "
-                "point are already folded in, choose a later point"
-            )
+            return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
+        at_ms = to_millis(point.at)
         consumed: list[tuple[Any, ...]] = []
         consumed_sum = 0
         values: list[Any] = []
@@ -276,11 +283,12 @@ def reset_counter(
             values=tuple(values),
             kinds=bytes(kinds),
         )
-        committed = commit_counter(store, shard, bucket, head, fold, reset_id)
+        committed = commit_counter(store, shard, bucket, head, fold, point.reset_id)
         if committed is not None:
             break
     else:
         raise EngineError(f"counter {format_key(counter)}: reset kept conflicting with runs")
+    at, reset_id = point.at, point.reset_id
     copy = store.read_copies(shard, bucket, [counter]).get(counter)
     if copy is None or copy.value != 0 or copy.epoch_ms != at_ms:
         raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
@@ -343,7 +351,7 @@ def _archived(
     """Archive the rows a reset consumes before it deletes them (``archive_commits``: its
     manifest into the reset's audit row); whether its commit's rows are archived. Not when its
     commit was not verified (its copy did not read back as its own) or has no values."""
-    from .archiving import archive_commits
+    from .archive.writer import archive_commits
 
     runs = store.read_run_commits(reset_id, shard, [reset_id])
     mine = [r for r in runs.get(bucket, []) if r.commit_id == committed.commit_id]

@@ -28,7 +28,7 @@ from .archive import (
     recount_counter,
     unpack_record,
 )
-from .archive_files import day_files, day_in_url, days, pruned_before, read_file
+from .archive.storage import day_files, day_in_url, days, pruned_before, read_file
 from .core import BUCKETS, ROW_ARCHIVED, ROW_COUNTED, Key, utc_naive
 from .errors import ArchiveError
 from .store import Store

@@ -14,6 +14,7 @@ Table options (explained in docs/data-model.md, "Table options"):
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy 
     from cassandra.cluster import Session
 
 from .config import Family, Kind
+
+log = logging.getLogger(__name__)
 
 INTEGER_TYPES = {"tinyint", "smallint", "int", "bigint", "varint"}
 TIME_TYPES = {"timestamp", "timeuuid"}
@@ -334,27 +337,60 @@ METADATA_ATTEMPTS = 4
 """Tries of a schema metadata refresh (1, 2, 3 s apart) before a step gives up."""
 
 
-def _table_meta(session: Session, keyspace: str, table: str):
-    if not _has_table(session, keyspace, table):
-        return None
+def _retrying_refresh(refresh: Any) -> None:
     from cassandra import DriverException
 
-    cluster = session.cluster
     for attempt in range(METADATA_ATTEMPTS):
         try:
-            if keyspace not in cluster.metadata.keyspaces:
-                # a keyspace another client created a moment ago, whose schema event this
-                # session has not processed yet: the driver drops a table refresh for a
-                # keyspace it does not know
-                cluster.refresh_keyspace_metadata(keyspace)
-            cluster.refresh_table_metadata(keyspace, table)
-            break
+            refresh()
+            return
         except DriverException:
             # "metadata was not refreshed": the control connection is reconnecting (a node
             # restarted) while requests already succeed; it is back within seconds
             if attempt == METADATA_ATTEMPTS - 1:
                 raise
             time.sleep(1.0 + attempt)
+
+
+def keyspace_metadata(session: Session, keyspace: str) -> Any:
+    """The driver's metadata of a keyspace (its replication), read from the cluster when the
+    driver does not hold it: a connection without the full schema model
+    (``ConnectionSettings.schema_metadata``) knows only the keyspaces it asked for, and routes
+    a statement to its replicas (token aware) only once it knows the keyspace's replication.
+    None when the keyspace does not exist, or when it cannot be read now (the control
+    connection is reconnecting after a node restart while requests already succeed: a run must
+    not fail on that; its statements then go to any node, and the next call reads it)."""
+    from cassandra import DriverException
+
+    cluster = session.cluster
+    if keyspace not in cluster.metadata.keyspaces:
+        try:
+            cluster.refresh_keyspace_metadata(keyspace)
+        except DriverException as exc:
+            log.warning("keyspace %s: its metadata could not be read now (%s)", keyspace, exc)
+    return cluster.metadata.keyspaces.get(keyspace)
+
+
+def table_metadata(session: Session, keyspace: str, table: str) -> Any:
+    """The driver's metadata of a table, refreshed from the cluster (None if it does not
+    exist)."""
+    return _table_meta(session, keyspace, table)
+
+
+def _table_meta(session: Session, keyspace: str, table: str):
+    if not _has_table(session, keyspace, table):
+        return None
+    cluster = session.cluster
+
+    def refresh() -> None:
+        if keyspace not in cluster.metadata.keyspaces:
+            # a keyspace another client created a moment ago, whose schema event this
+            # session has not processed yet (or a session without the full schema model):
+            # the driver drops a table refresh for a keyspace it does not know
+            cluster.refresh_keyspace_metadata(keyspace)
+        cluster.refresh_table_metadata(keyspace, table)
+
+    _retrying_refresh(refresh)
     ks = cluster.metadata.keyspaces.get(keyspace)
     return ks.tables.get(table) if ks else None
 
@@ -555,6 +591,9 @@ def ensure_schema(
             "older layout (partition key (shard)); drop it, run `counterctl init`, and let one "
             "compaction with `discovery: scan` find the counters it marked"
         )
-    session.cluster.refresh_schema_metadata()
+    if session.cluster.schema_metadata_enabled:
+        session.cluster.refresh_schema_metadata()
+    else:  # the keyspace's replication may have been created here; its tables are read as needed
+        _retrying_refresh(lambda: session.cluster.refresh_keyspace_metadata(family.keyspace))
     check_table_options(session, family)
     return layout

@@ -280,7 +280,7 @@ def cluster_family(
 ) -> Callable[..., ClusterFamily]:
     """``cluster_family(**overrides)``: tables created by the admin (as `counterctl init`
     does), the compactor granted what ``--print-grants`` prints; ``COUNTERS_CONFIG`` and
-    ``COUNTERS_GX_DIR`` point into the test's tmp dir."""
+    ``COUNTERS_GX_RESULTS`` point into the test's tmp dir."""
 
     def factory(**overrides: Any) -> ClusterFamily:
         suffix = secrets.token_hex(3)
@@ -302,7 +302,7 @@ def cluster_family(
         layout = ensure_schema(admin_conn.session, family, REPLICATION)
         grant_printed(config, family.name, admin_conn)
         monkeypatch.setenv("COUNTERS_CONFIG", str(config))
-        monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path / "gx"))
+        monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
         admin = Store(admin_conn, family, layout)
         return ClusterFamily(
             family=family,

@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from counters.airflow import tasks
+from counters.airflow import evidence, tasks
+from counters.airflow.ui import datadocs
 
 from tests.integration.airflow.conftest import DAGS, airflow_ready
 from tests.integration.airflow.test_compaction_dag import mail_text
@@ -161,11 +162,14 @@ def test_a_run_as_the_compactor_over_tls_leaks_its_password_nowhere(
         "alert posts": "\n".join(body.decode() for _path, body in receivers.posts),
         "DAG doc_md": "\n".join(d.doc_md or "" for d in bag.dags.values()),
     }
-    outputs.update(texts_under(Path(os.environ["COUNTERS_GX_DIR"])))  # Data Docs
+    results = Path(os.environ["COUNTERS_GX_RESULTS"])
+    for stored in evidence.runs(family.name, location=results):  # each page as the UI renders it
+        evidence.page(family.name, stored.day, stored.folder, datadocs.render_page, results)
+    outputs.update(texts_under(results))  # GX results and Data Docs
     outputs.update(texts_under(Path(os.environ["AIRFLOW_HOME"]) / "logs", since=started))
     for node in local_cluster.status()["nodes"]:
         outputs.update(texts_under(Path(node["log_dir"])))
-    assert any("data_docs" in name and name.endswith(".html") for name in outputs), outputs.keys()
+    assert any(name.endswith(evidence.PAGE_FILE) for name in outputs), outputs.keys()
     assert "IBM" in outputs["alert posts"] and "IBM" in outputs["audit rows"]
 
     core = compactor_password[3:27]  # its random hex: survives URL quoting and JSON escaping

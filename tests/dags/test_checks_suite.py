@@ -1,12 +1,18 @@
-"""The GX suite on tiny evidence sets (a file context in a tmp dir; no services)."""
+"""The GX suite on tiny evidence sets (the process's in-memory context; no services), a page
+rendered from a stored result, and the preload's warm-up in a forked child."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 from counters.airflow import checks
+from counters.airflow.ui import datadocs
 from counters.core import Evidence, evaluate_evidence
 
 pytestmark = pytest.mark.airflow
@@ -38,29 +44,27 @@ def failed(report: checks.SuiteReport) -> dict[str, tuple[str, ...]]:
     return {o.name: o.counters for o in report.outcomes if not o.success}
 
 
-def test_expect_a_clean_run_to_pass_and_write_data_docs(tmp_path: Path) -> None:
+def test_expect_a_clean_run_to_pass_and_write_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # arrange
+    monkeypatch.chdir(tmp_path)
     rows = [evidence(0, 55), evidence(1, 15), evidence(7, 0)]
     # act
-    report = checks.validate_evidence("fam", "run:1", rows, base_dir=tmp_path)
+    report = checks.validate_evidence("fam", "run:1", rows)
     # assert
     assert report.success and failed(report) == {}
-    assert report.docs_index == (
-        tmp_path / "fam" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    )
-    assert report.docs_index.exists()
-    assert report.docs_page and report.docs_page.startswith("file://")
-    assert Path(report.docs_page.removeprefix("file://")).exists()
     assert report.statistics["unsuccessful_expectations"] == 0
-    json.dumps(report.result)  # goes to XCom
+    assert report.result["suite_name"] == "counters_fam"
+    assert report.result["meta"]["run_id"]["run_name"] == "run_1"
+    json.dumps(report.result, default=str)  # what evidence.keep stores
+    assert list(tmp_path.iterdir()) == []  # no GX project, no Data Docs
 
 
-def test_expect_values_that_moved_by_more_than_was_folded_to_name_the_bucket(
-    tmp_path: Path,
-) -> None:
+def test_expect_values_that_moved_by_more_than_was_folded_to_name_the_bucket() -> None:
     rows = [evidence(3, 55, value_delta=999), evidence(4, 15)]
 
-    report = checks.validate_evidence("fam", "run-2", rows, base_dir=tmp_path)
+    report = checks.validate_evidence("fam", "run-2", rows)
 
     assert not report.success
     assert failed(report) == {
@@ -74,10 +78,10 @@ def test_expect_values_that_moved_by_more_than_was_folded_to_name_the_bucket(
     assert engine == {"value_change_equals_folded_sum", "family_total_conserved"}
 
 
-def test_expect_a_recount_that_differs_from_the_counted_rows_to_fail(tmp_path: Path) -> None:
+def test_expect_a_recount_that_differs_from_the_counted_rows_to_fail() -> None:
     rows = [evidence(0, 10, recount_rows=3, recount_sum=7), evidence(1, 5, recount_sum=6)]
 
-    report = checks.validate_evidence("fam", "run-3", rows, base_dir=tmp_path)
+    report = checks.validate_evidence("fam", "run-3", rows)
 
     found = failed(report)
     assert set(found) == {"recount_equals_counted_rows"}
@@ -85,60 +89,97 @@ def test_expect_a_recount_that_differs_from_the_counted_rows_to_fail(tmp_path: P
     assert not report.success
 
 
-def test_expect_a_quarantined_counter_to_warn_without_failing_the_suite(tmp_path: Path) -> None:
-    report = checks.validate_evidence(
-        "fam", "run-q", [evidence(0, 10, quarantined=1)], base_dir=tmp_path
-    )
+def test_expect_a_quarantined_counter_to_warn_without_failing_the_suite() -> None:
+    report = checks.validate_evidence("fam", "run-q", [evidence(0, 10, quarantined=1)])
     assert report.success
     warning = {o.name: o for o in report.outcomes}["no_counter_quarantined"]
     assert not warning.success and not warning.critical
 
 
-def test_expect_amounts_past_a_bigint_to_fail_the_integer_check(tmp_path: Path) -> None:
+def test_expect_amounts_past_a_bigint_to_fail_the_integer_check() -> None:
     report = checks.validate_evidence(
-        "fam",
-        "run-4",
-        [evidence(0, 5), evidence(1, 2**63, value_delta=2**63)],
-        base_dir=tmp_path,
+        "fam", "run-4", [evidence(0, 5), evidence(1, 2**63, value_delta=2**63)]
     )
     assert "sum_folded_is_integer" in failed(report)
 
 
-def test_expect_no_evidence_to_pass(tmp_path: Path) -> None:
-    assert checks.validate_evidence("fam", "empty", [], base_dir=tmp_path).success
+def test_expect_no_evidence_to_pass() -> None:
+    assert checks.validate_evidence("fam", "empty", []).success
 
 
-def test_expect_old_results_pruned_beyond_keep(tmp_path: Path) -> None:
-    for run in ("a", "b", "c"):
-        checks.validate_evidence("fam", run, [evidence(0, 1)], base_dir=tmp_path, keep=2)
-    store = tmp_path / "fam" / "gx" / "uncommitted" / "validations" / "counters_fam"
-    site = tmp_path / "fam" / "gx" / "uncommitted" / "data_docs" / "local_site" / "validations"
-    assert sorted(p.name for p in store.iterdir()) == ["b", "c"]
-    assert sorted(p.name for p in (site / "counters_fam").iterdir()) == ["b", "c"]
+def test_expect_each_family_its_own_suite_with_the_same_rules() -> None:
+    first = checks.validate_evidence("fam_a", "r", [evidence(0, 1)])
+    second = checks.validate_evidence("fam_b", "r", [evidence(0, 1, value_delta=2)])
+    again = checks.validate_evidence("fam_a", "r2", [evidence(0, 1, recount_sum=9)])
 
-
-def test_expect_minute_runs_to_skip_the_index_until_it_is_due_or_a_run_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # arrange: an index built by a first run, and the GX objects it wrote
-    monkeypatch.setenv(checks.INDEX_EVERY_ENV, "3600")
-    first = checks.validate_evidence("fam", "run-1", [evidence(0, 1)], base_dir=tmp_path)
-    assert first.docs_index is not None
-    built = first.docs_index.read_text()
-    suites = tmp_path / "fam" / "gx" / "expectations"
-    written = {p: p.stat().st_mtime_ns for p in suites.rglob("*.json")}
-    # act: a passing run within the hour
-    second = checks.validate_evidence("fam", "run-2", [evidence(0, 2)], base_dir=tmp_path)
-    # assert: its own page exists, the index and the suite were left as they were
-    assert Path(second.docs_page.removeprefix("file://")).exists()
-    assert first.docs_index.read_text() == built and "run-2" not in built
-    assert {p: p.stat().st_mtime_ns for p in suites.rglob("*.json")} == written
-    # a failing run rebuilds the index at once, listing every kept run
-    third = checks.validate_evidence(
-        "fam", "run-3", [evidence(0, 3, value_delta=4)], base_dir=tmp_path
+    assert (first.result["suite_name"], second.result["suite_name"]) == (
+        "counters_fam_a",
+        "counters_fam_b",
     )
-    assert not third.success
-    index = first.docs_index.read_text()
-    assert "run-2" in index and "run-3" in index
-    # and the whole site can be rebuilt on demand (e.g. before it is shown)
-    assert checks.build_data_docs("fam", base_dir=tmp_path) == first.docs_index
+    assert first.fingerprint == second.fingerprint == again.fingerprint
+    assert first.success and not second.success and not again.success
+    assert set(failed(again)) == {"recount_equals_counted_rows"}
+
+
+def stored(report: checks.SuiteReport) -> dict:
+    """The result as ``evidence.keep`` stores it and the UI reads it back."""
+    return json.loads(json.dumps(report.result, default=str, sort_keys=True))
+
+
+def test_expect_a_page_rendered_from_a_stored_result_to_show_the_run_and_its_failures() -> None:
+    passed = checks.validate_evidence("fam", "manual__ok", [evidence(0, 5)])
+    broken = checks.validate_evidence("fam", "manual__bad", [evidence(0, 5, value_delta=7)])
+
+    good, bad = datadocs.render_page(stored(passed)), datadocs.render_page(stored(broken))
+
+    for html, run, status, failing in (
+        (good, "manual__ok", "Succeeded", 0),
+        (bad, "manual__bad", "Failed", 2),
+    ):
+        text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+        assert "Expectation Validation Result" in html and f"Run Name {run}" in text
+        assert f"Expectation Suite: counters_fam Data asset: None Status: {status}" in text
+        assert f"Unsuccessful Expectations {failing} " in text
+        assert datadocs.remote_assets(datadocs.rewrite(html, "/a", "/s")) == []
+
+
+WARM_AND_FORK = textwrap.dedent(
+    """
+    import json, os, sys, threading
+    from counters.airflow import checks
+    from counters.core import Evidence
+
+    def bucket(delta):
+        return Evidence(0, 0, 1, 1, 5, delta, 1, 5, 1, 5, 0, 0, 0, delta)
+
+    left = checks.warm()
+    threads = [t.name for t in threading.enumerate()]
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a task process forked from the preloaded parent
+        good = checks.validate_evidence("fam", "good", [bucket(5)]).success
+        bad = checks.validate_evidence("fam", "bad", [bucket(6)])
+        os.write(write, json.dumps([good, bad.success, [o.name for o in bad.outcomes
+                                    if not o.success], len(threading.enumerate())]).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    print(json.dumps({"left": left, "threads": threads, "status": status,
+                      "child": json.loads(os.read(read, 65536) or b"null")}))
+    """
+)
+
+
+def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -> None:
+    """What the preload does (``checks.warm``) in a fresh interpreter, then a fork: no thread
+    is left to lose in the fork, and the child's suite still fails a wrong total."""
+    done = subprocess.run(
+        [sys.executable, "-c", WARM_AND_FORK], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["left"] == [] and got["threads"] == ["MainThread"], got
+    assert got["status"] == 0
+    good, bad, failures, threads = got["child"]
+    assert good is True and bad is False and threads == 1
+    assert set(failures) == {"value_change_equals_folded_sum", "family_total_conserved"}

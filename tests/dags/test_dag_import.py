@@ -54,13 +54,15 @@ def test_no_import_errors(bag: Any) -> None:
     assert bag.import_errors == {}
 
 
-def test_one_dag_per_family_plus_freshness_and_the_example(
+def test_one_dag_per_family_plus_freshness_cleanup_and_the_example(
     bag: Any, families: list[Family]
 ) -> None:
     example = {"counters_example_after_trades"}  # the demo YAML has `trades`
-    assert set(bag.dag_ids) == {f.dag_id for f in families} | {"counters_freshness"} | example
+    fixed = {"counters_freshness", "counters_metadata_cleanup"}
+    assert set(bag.dag_ids) == {f.dag_id for f in families} | fixed | example
     freshness = bag.dags["counters_freshness"]
-    assert {t.task_id for t in freshness.tasks} == {f.name for f in families}
+    assert [t.task_id for t in freshness.tasks] == ["check_freshness"]  # one task, every family
+    assert all(f"`{f.name}`" in freshness.doc_md for f in families)
 
 
 def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
@@ -181,7 +183,12 @@ def test_broken_family_is_one_import_error_naming_it_and_the_others_load(
     assert "1 counter family could not be loaded" in message
     assert "- broken:" in message and "field 'lag'" in message and "field 'shards'" in message
     assert "alpha" not in message and "gamma" not in message
-    assert set(bag.dag_ids) == {"compact_alpha", "compact_gamma", "counters_freshness"}
+    assert set(bag.dag_ids) == {
+        "compact_alpha",
+        "compact_gamma",
+        "counters_freshness",
+        "counters_metadata_cleanup",
+    }
 
 
 def test_unreadable_families_file_is_one_import_error(
@@ -194,7 +201,7 @@ def test_unreadable_families_file_is_one_import_error(
 
     assert list(bag.import_errors) == [CHECK_FILE]
     assert "malformed YAML" in bag.import_errors[CHECK_FILE]
-    assert bag.dag_ids == []
+    assert bag.dag_ids == ["counters_metadata_cleanup"]  # needs no family
 
 
 PARSE_PROBE = """

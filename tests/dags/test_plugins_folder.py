@@ -46,3 +46,35 @@ def test_expect_the_ui_plugin_loaded_without_errors_or_heavy_imports() -> None:
     assert probe["apps"] == [["Counter families", "/counters"]]
     assert probe["views"] == [["counter-families", "counters/", "nav"]]
     assert probe["heavy"] == []
+
+
+PRELOAD_PROBE = """
+import json, sys
+sys.argv = [sys.argv[1] + "/airflow", *sys.argv[2:]]
+import airflow_local_settings  # what Airflow imports first in every process
+heavy = ("counters.airflow.factory", "cassandra.cluster", "pandas", "great_expectations")
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "loaded"),
+    [
+        (["dag-processor"], ["counters.airflow.factory"]),  # each parse's fork inherits it
+        (["api-server"], []),
+        (["dags", "list"], []),
+    ],
+)
+def test_the_dag_processor_preloads_the_dag_factory_and_nothing_heavier(
+    command: list[str], loaded: list[str]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PROBE, "/opt/bin", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == loaded

@@ -23,8 +23,18 @@ SOURCES = {"counters": ROOT / "include" / "counters", "bench": ROOT / "bench"}
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("config",)),
-    ("core", ("core", "audit", "errors", "rowkeys")),
-    ("archive", ("archive", "archive_files")),
+    ("core", ("core", "core.*", "audit", "errors", "rowkeys")),
+    (
+        "archive",
+        (
+            "archive",
+            "archive.values",
+            "archive.record",
+            "archive.table",
+            "archive.recount_rule",
+            "archive.storage",
+        ),
+    ),
     ("store", ("store", "store.*", "schema", "connection")),
     (
         "engine",
@@ -34,7 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "maintenance",
             "identity",
             "reshard",
-            "archiving",
+            "archive.writer",
             "recount",
             "engine",
         ),
@@ -42,7 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reads", ("status", "client", "audit_export")),
     (
         "interfaces",
-        ("", "__main__", "cli", "metrics", "health", "demo", "airflow", "airflow.*"),
+        ("", "__main__", "cli", "cli.*", "metrics", "health", "demo", "airflow", "airflow.*"),
     ),
 )
 """CONTRIBUTING.md's table, bottom first, as module names under ``counters`` ("" is the package

@@ -114,24 +114,25 @@ def test_expect_provenance_to_survive_xcom() -> None:
 # --- the GX results store ------------------------------------------------------------------
 
 
-def suite_report(page: Path | None = None) -> checks.SuiteReport:
+def suite_report() -> checks.SuiteReport:
     return checks.SuiteReport(
         success=True,
         outcomes=[],
         result={"success": True, "statistics": {"evaluated_expectations": 3}},
-        docs_page=page.as_uri() if page else None,
         fingerprint="abc",
     )
 
 
-def test_expect_a_result_and_its_page_stored_and_found_again(tmp_path: Path) -> None:
-    page = tmp_path / "local" / "page.html"
-    page.parent.mkdir()
-    page.write_text("<html>the page</html>")
+def test_expect_a_result_stored_and_its_page_rendered_once_when_opened(tmp_path: Path) -> None:
     store = tmp_path / "store"
     at = datetime(2026, 11, 25, 16, 10, 14, 130283, tzinfo=UTC)
+    rendered: list[dict] = []
 
-    url = evidence.keep("fam", "manual__2026:x", suite_report(page), now=at, location=store)
+    def render(result: dict) -> str:
+        rendered.append(result)
+        return f"<html>{result['statistics']['evaluated_expectations']} checked</html>"
+
+    url = evidence.keep("fam", "manual__2026:x", suite_report(), now=at, location=store)
 
     assert url == f"{store.as_uri()}/fam/2026-11-25/20261125T161014.130283Z__manual__2026_x"
     stored = evidence.stored_of("fam", url, location=store)
@@ -142,8 +143,20 @@ def test_expect_a_result_and_its_page_stored_and_found_again(tmp_path: Path) -> 
         result is not None
         and evidence.read_json(result)["statistics"]["evaluated_expectations"] == 3
     )
-    html = evidence.open_file("fam", stored.day, stored.folder, "page.html", location=store)
-    assert html is not None and html.read_text() == "<html>the page</html>"
+    # no page until someone opens it; then rendered from the result, once, and kept
+    assert evidence.open_file("fam", stored.day, stored.folder, "page.html", store) is None
+    for _ in range(2):
+        html = evidence.page("fam", stored.day, stored.folder, render, location=store)
+        assert html == "<html>3 checked</html>"
+    assert rendered == [{"success": True, "statistics": {"evaluated_expectations": 3}}]
+    folder = store / "fam" / stored.day / stored.folder
+    assert sorted(p.name for p in folder.iterdir()) == ["page.html", "result.json"]
+    # a page stored before (a run of an older version) is served as it is
+    (folder / "page.html").write_text("<html>rendered by the run</html>")
+    kept = evidence.page("fam", stored.day, stored.folder, render, location=store)
+    assert kept == "<html>rendered by the run</html>"
+    assert len(rendered) == 1
+    assert evidence.page("fam", stored.day, "20261125T000000.000000Z__none", render, store) is None
     assert evidence.latest("fam", location=store) == stored
     assert evidence.stored_of("other", url, location=store) is None
     assert evidence.stored_of("fam", "s3://elsewhere/fam/2026-11-25/x", location=store) is None

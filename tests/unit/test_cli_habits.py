@@ -11,9 +11,10 @@ import click
 import pytest
 from click.testing import CliRunner
 from counters import audit_export
-from counters import cli as cli_module
 from counters.audit import code_version
-from counters.cli import cli, is_local_host, replication_for
+from counters.cli import cli
+from counters.cli import common as cli_module
+from counters.cli.common import is_local_host, replication_for
 from counters.status import AuditRow
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""The conservation rules of a run as a Great Expectations suite, with Data Docs per family.
+"""The conservation rules of a run as a Great Expectations suite, validated in memory.
 
 Before anything is deleted, the engine recounts on the server (``GROUP BY`` over each token
 range) the raw rows each commit counted, reads the committed ledger rows and the readers'
@@ -6,22 +6,23 @@ copies back, and quarantines any counter that does not add up (``core.check_comm
 it found is kept per bucket as ``core.Evidence``: what the commits claim (rows and sum folded,
 rows and sum counted) beside what Cassandra recounted, and what the readers' copies held before
 the commit (read by key, not through the fold) and after it. GX validates those rows
-(the same rules as ``core.evaluate_evidence``) and keeps the evidence: a validation result and
-an HTML page per run.
+(the same rules as ``core.evaluate_evidence``); ``evidence.keep`` stores each run's result.
 
-GX and pandas are imported inside the functions: they cost seconds, and only the ``verify`` task
+The suite and its validation definition live in an ephemeral (in-memory) GX context built once
+per process: the preload builds it and validates once (``warm``) in the process that forks the
+task processes, so a task only validates. No GX file project, no Data Docs per run: the UI
+renders a run's page from its stored result when someone opens it.
+
+GX and pandas are imported inside the functions: they cost seconds, and only the ``verify`` step
 needs them.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
-import shutil
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,10 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-GX_DIR_ENV = "COUNTERS_GX_DIR"
-GX_KEEP_ENV = "COUNTERS_GX_KEEP"
-DEFAULT_KEEP = 200
-"""Validation results (and their pages) kept per family; older ones are pruned each run."""
 
 EVIDENCE_COLUMNS = (
     "shard",
@@ -64,16 +61,6 @@ AMOUNT_COLUMNS = (
     "readers_before",
     "readers_after",
 )
-
-
-def gx_root(family: str, base: str | os.PathLike[str] | None = None) -> Path:
-    """The family's GX project folder: ``$COUNTERS_GX_DIR/<family>`` (default ``var/gx``).
-
-    One project per family, so verify tasks of different families never write the same
-    GX config file at once (one family's runs do not overlap: ``max_active_runs=1``).
-    """
-    root = Path(base or os.environ.get(GX_DIR_ENV) or PROJECT_ROOT / "var" / "gx")
-    return root / family
 
 
 # --- the frame --------------------------------------------------------------------------
@@ -195,8 +182,8 @@ class SuiteReport:
     success: bool
     outcomes: list[CheckOutcome]
     result: dict[str, Any]
-    docs_index: Path | None = None
-    docs_page: str | None = None
+    """the validation result (``to_json_dict``): ``evidence.keep`` stores it, the UI renders
+    its Data Docs page from it"""
     statistics: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
     """the suite's fingerprint (``_suite_fingerprint``): audit rows name the suite with it"""
@@ -244,57 +231,13 @@ def _outcome(frame: pd.DataFrame, rule: Rule, expectation_result: Any) -> CheckO
     return CheckOutcome(rule.check, False, critical, detail, counters)
 
 
-@contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def run_name(run_id: str) -> str:
-    """The GX run name (and Data Docs folder) of an Airflow run id."""
+    """The GX run name (and stored folder's suffix) of an Airflow run id."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
 
 
-def prune(root: Path, suite: str, keep: int, slack: int = 0) -> int:
-    """Keep the newest ``keep`` validation results of ``suite`` (and their pages), once there
-    are more than ``keep + slack`` (pruning makes the index stale: it is then rebuilt, so it is
-    done every ``slack`` runs, not every run)."""
-    store = root / "gx" / "uncommitted" / "validations" / suite
-    site = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "validations" / suite
-    if not store.is_dir():
-        return 0
-    runs = sorted(
-        (p for p in store.glob("*/*") if p.is_dir()), key=lambda p: (p.name, p.parent.name)
-    )
-    removed = 0
-    if len(runs) <= keep + slack:
-        return 0
-    for path in runs[: max(0, len(runs) - keep)]:
-        relative = path.relative_to(store)
-        shutil.rmtree(path, ignore_errors=True)
-        shutil.rmtree(site / relative, ignore_errors=True)
-        for parent in (path.parent, (site / relative).parent):
-            if parent.is_dir() and not any(parent.iterdir()):
-                parent.rmdir()
-        removed += 1
-    return removed
-
-
-INDEX_EVERY_ENV = "COUNTERS_GX_INDEX_EVERY_S"
-DEFAULT_INDEX_EVERY_S = 600
-"""How old the Data Docs index may get before a run rebuilds it (a failed run always does).
-Each run stores its validation result and renders its own page (~0.25 CPU-s); the index lists
-every kept result and costs more the more there are, so minute runs do not rebuild it."""
-
-
 def _suite_fingerprint(the_rules: Sequence[Rule]) -> str:
-    """Identifies the suite's expectations: the stored GX objects are rewritten only when it
-    changes (a new version of the rules), not every run."""
+    """Identifies the suite's expectations (a new version of the rules): audit rows name it."""
     import hashlib
     import json
 
@@ -304,86 +247,134 @@ def _suite_fingerprint(the_rules: Sequence[Rule]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _definition(context: Any, suite_name: str, the_rules: Sequence[Rule]) -> Any:
-    """The family's validation definition, created (or rewritten) only when missing or when
-    the rules changed: writing the GX objects costs more than validating."""
+QUIET_LOGGERS = ("great_expectations", "great_expectations.data_context.types.base")
+"""Loggers held at WARNING: GX logs INFO lines as it is imported and per context, and every
+task log line is handled three times (task process, supervisor file, the executor's stdout
+copy). The second sets its own level as it is imported."""
+
+
+@dataclass
+class _Suite:
+    """A family's validation definition in the process's context, and its rules."""
+
+    definition: Any
+    rules: list[Rule]
+    fingerprint: str
+
+
+@dataclass
+class _Gx:
+    """The process's ephemeral (in-memory) GX context: its pandas batch definition and each
+    family's suite, built once per process (in the preload, for every forked task)."""
+
+    context: Any
+    batch: Any
+    suites: dict[str, _Suite] = field(default_factory=dict)
+
+
+_gx: _Gx | None = None
+
+
+def quiet() -> None:
+    """No thread and no chatter: tqdm's monitor thread (started by the first progress bar,
+    even a disabled one) would not survive a fork, and GX's INFO lines cost every task."""
+    import importlib
+
+    importlib.import_module("tqdm").tqdm.monitor_interval = 0  # tqdm ships no type stubs
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _context() -> _Gx:
+    """The process's GX context: an ephemeral one writes no file, so nothing per run touches
+    disk but the result ``evidence.keep`` stores."""
+    global _gx
+    if _gx is None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        quiet()  # after the imports: one of GX's modules sets its logger's level
+
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        source = context.data_sources.add_pandas(name="counters")
+        asset = source.add_dataframe_asset(name="conservation_evidence")
+        _gx = _Gx(context, asset.add_batch_definition_whole_dataframe("run"))
+    return _gx
+
+
+def _suite(family: str) -> _Suite:
+    """The family's suite (``counters_<family>``) and validation definition, built once per
+    process; the rules are the same for every family, the name tells the results apart."""
+    gx_state = _context()
+    known = gx_state.suites.get(family)
+    if known is not None:
+        return known
     import great_expectations as gx
 
-    fingerprint = _suite_fingerprint(the_rules)
-    try:
-        definition = context.validation_definitions.get(suite_name)
-        if (definition.suite.meta or {}).get("rules") == fingerprint:
-            return definition
-    except Exception:  # missing (first run) or unreadable: write it afresh
-        pass
-    source = context.data_sources.add_or_update_pandas(name="counters")
-    asset = next((a for a in source.assets if a.name == "conservation_evidence"), None)
-    asset = asset or source.add_dataframe_asset(name="conservation_evidence")
-    batch = next((b for b in asset.batch_definitions if b.name == "run"), None)
-    batch = batch or asset.add_batch_definition_whole_dataframe("run")
-    suite = gx.ExpectationSuite(name=suite_name, meta={"rules": fingerprint})
-    for rule in the_rules:
-        suite.add_expectation(rule.expectation)
-    suite = context.suites.add_or_update(suite)
-    return context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite_name, data=batch, suite=suite)
-    )
-
-
-def _index_due(index_page: Path, every_s: float) -> bool:
-    try:
-        return datetime.now(UTC).timestamp() - index_page.stat().st_mtime >= every_s
-    except OSError:
-        return True
-
-
-def validate_evidence(
-    family: str,
-    run_id: str,
-    evidence: Sequence[Evidence],
-    *,
-    base_dir: str | os.PathLike[str] | None = None,
-    keep: int | None = None,
-    build_index: bool | None = None,
-) -> SuiteReport:
-    """Run the suite over the run's evidence in the family's file-mode GX project.
-
-    Stores a validation result and renders its Data Docs page; rebuilds the index
-    (``index.html``, every kept result) when the run failed, when ``build_index`` says so, or
-    when it is older than ``$COUNTERS_GX_INDEX_EVERY_S`` (600 s). Keeps the newest ``keep``
-    results (``$COUNTERS_GX_KEEP``, default 200).
-    """
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    frame = evidence_frame(evidence)
-    root = gx_root(family, base_dir)
-    keep = keep if keep is not None else int(os.environ.get(GX_KEEP_ENV) or DEFAULT_KEEP)
-    every_s = float(os.environ.get(INDEX_EVERY_ENV) or DEFAULT_INDEX_EVERY_S)
-    suite_name = f"counters_{family}"
     the_rules = rules()
     fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
-    index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    with _locked(root):
-        context = gx.get_context(mode="file", project_root_dir=str(root))
-        context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        definition = _definition(context, suite_name, the_rules)
-        removed = prune(root, suite_name, max(keep - 1, 0), slack=keep // 10)
-        validation = definition.run(
-            batch_parameters={"dataframe": frame},
-            result_format="COMPLETE",
-            run_id=gx.RunIdentifier(run_name=run_name(run_id), run_time=datetime.now(UTC)),
-        )
-        identifier = _result_identifier(context, suite_name, validation)
-        index = (
-            build_index
-            if build_index is not None
-            else not validation.success or bool(removed) or _index_due(index_page, every_s)
-        )
-        context.build_data_docs(resource_identifiers=[identifier], build_index=index)
-        pages = context.get_docs_sites_urls(resource_identifier=identifier)
-    by_check = {rule.check: rule for rule in the_rules}
+    name = f"counters_{family}"
+    suite = gx.ExpectationSuite(name=name, meta={"rules": fingerprint})
+    for rule in the_rules:
+        suite.add_expectation(rule.expectation)
+    suite = gx_state.context.suites.add(suite)
+    definition = gx_state.context.validation_definitions.add(
+        gx.ValidationDefinition(name=name, data=gx_state.batch, suite=suite)
+    )
+    gx_state.suites[family] = _Suite(definition, the_rules, fingerprint)
+    return gx_state.suites[family]
+
+
+WARM_UP_FAMILY = "warm-up"
+"""The suite ``warm`` validates once under (no family's name: names have no ``-``)."""
+
+
+def warm() -> list[str]:
+    """Build the context and validate one bucket of evidence, so a process forked afterwards
+    (a task) finds GX ready; returns the names of threads this left running (none expected:
+    a forked child would not have them)."""
+    import threading
+
+    before = {t.ident for t in threading.enumerate()}
+    sample = Evidence(
+        shard=0,
+        bucket=0,
+        counters=1,
+        rows_folded=1,
+        sum_folded=1,
+        value_delta=1,
+        pending_rows=1,
+        pending_sum=1,
+        recount_rows=1,
+        recount_sum=1,
+        late_arrivals=0,
+        quarantined=0,
+        readers_before=0,
+        readers_after=1,
+    )
+    validate_evidence(WARM_UP_FAMILY, "warm_up", [sample])
+    return [t.name for t in threading.enumerate() if t.ident not in before]
+
+
+def validate_evidence(family: str, run_id: str, evidence: Sequence[Evidence]) -> SuiteReport:
+    """Run the family's suite over the run's evidence in the process's in-memory GX context.
+
+    Nothing is written: the caller stores ``result`` (``evidence.keep``), from which the UI
+    renders the Data Docs page when someone opens it.
+    """
+    import great_expectations as gx
+
+    suite = _suite(family)
+    frame = evidence_frame(evidence)
+    validation = suite.definition.run(
+        batch_parameters={"dataframe": frame},
+        result_format="COMPLETE",
+        run_id=gx.RunIdentifier(run_name=run_name(run_id), run_time=datetime.now(UTC)),
+    )
+    _forget_results(_context().context)
+    by_check = {rule.check: rule for rule in suite.rules}
     outcomes = [
         _outcome(frame, by_check[result.expectation_config.meta["check"]], result)
         for result in validation.results
@@ -393,37 +384,17 @@ def validate_evidence(
         success=all(o.success for o in merged if o.critical),
         outcomes=merged,
         result=validation.to_json_dict(),
-        docs_index=index_page if index_page.exists() else None,
-        docs_page=(pages[0].get("site_url") if pages else None),
         statistics=dict(validation.statistics),
-        fingerprint=fingerprint,
+        fingerprint=suite.fingerprint,
     )
 
 
-def _result_identifier(context: Any, suite_name: str, validation: Any) -> Any:
-    """The stored result's key (a validation definition's run returns the result, not it)."""
-    run_name = validation.meta["run_id"].run_name
-    keys = [
-        k
-        for k in context.validation_results_store.list_keys()
-        if k.expectation_suite_identifier.name == suite_name and k.run_id.run_name == run_name
-    ]
-    return max(keys, key=lambda k: str(k.run_id.run_time))
-
-
-def build_data_docs(family: str, base_dir: str | os.PathLike[str] | None = None) -> Path | None:
-    """Rebuild a family's whole Data Docs site (index and every kept page), e.g. before
-    showing it; None when the family has no GX project yet."""
-    root = gx_root(family, base_dir)
-    if not (root / "gx").is_dir():
-        return None
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
-
-    with _locked(root):
-        gx.get_context(mode="file", project_root_dir=str(root)).build_data_docs()
-    index_page = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    return index_page if index_page.exists() else None
+def _forget_results(context: Any) -> None:
+    """Empty the in-memory results store the run wrote to: the result is kept by
+    ``evidence.keep``, and a long-lived process (a test run, a worker) should not grow."""
+    store = context.validation_results_store
+    for key in store.list_keys():
+        store.remove_key(key)
 
 
 def _merge_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:

@@ -1,10 +1,8 @@
-"""Check results that outlive the worker: each run's GX validation result and Data Docs page,
-kept at a configurable location through Airflow's ``ObjectStoragePath``, pruned by age.
+"""Check results that outlive the worker: each run's GX validation result and its Data Docs
+page, kept at a configurable location through Airflow's ``ObjectStoragePath``, pruned by age.
 
-GX works in a per-worker folder (``checks.gx_root``, ``$COUNTERS_GX_DIR``): its suite, its
-validation definition and a count-bounded cache of results. Under Celery or Kubernetes that
-folder is on whichever worker ran the task, and the UI cannot see it. So after each validation
-the ``verify`` step copies the result (``result.json``) and its page (``page.html``) to
+GX validates in memory (``checks.validate_evidence``), on whichever worker ran the task. After
+each validation the ``verify`` step stores the result (``result.json``) at
 
     $COUNTERS_GX_RESULTS/<family>/<YYYY-MM-DD>/<run time>__<run name>/
 
@@ -12,7 +10,9 @@ the ``verify`` step copies the result (``result.json``) and its page (``page.htm
 ``s3://bucket/prefix`` or ``gs://...`` in a deployment, with the Airflow connection
 ``$COUNTERS_GX_RESULTS_CONN_ID`` for credentials), records that folder in the run's audit row
 (``gx_result``), and deletes the day folders older than ``$COUNTERS_GX_KEEP_DAYS`` (90). The UI
-reads pages and results from there.
+reads results from there, and renders a run's page (``page.html``) from its result the first
+time someone opens it, stored beside it (``page``): rendering costs more than validating, and
+few of a minute family's pages are ever read. Folders kept before this have their page already.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import json
 import logging
 import os
 import re
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -114,27 +116,17 @@ def keep(
     now: datetime | None = None,
     location: str | os.PathLike[str] | None = None,
 ) -> str:
-    """Copy a validation's result and page to the store; returns the folder's URL (the audit
-    row's ``gx_result``). Then prunes the family's days older than the kept age."""
+    """Store a validation's result; returns the folder's URL (the audit row's ``gx_result``).
+    Then prunes the family's days older than the kept age. The page is rendered on demand."""
     now = now or datetime.now(UTC)
     root = family_root(family, location)
     target = root / now.astimezone(UTC).strftime("%Y-%m-%d") / folder_name(now, run_id)
     target.mkdir(parents=True, exist_ok=True)
     (target / RESULT_FILE).write_text(json.dumps(report.result, default=str, sort_keys=True))
-    page = _local_page(report.docs_page)
-    if page is not None:
-        (target / PAGE_FILE).write_bytes(page.read_bytes())
     removed = prune(family, now=now, location=location)
     if removed:
         log.info("GX results of family %s: %d day(s) older than kept removed", family, removed)
     return str(target)
-
-
-def _local_page(url: str | None) -> Path | None:
-    if not url:
-        return None
-    path = Path(url.removeprefix("file://"))
-    return path if path.is_file() else None
 
 
 def days(family: str, location: str | os.PathLike[str] | None = None) -> list[str]:
@@ -214,3 +206,32 @@ def open_file(
 
 def read_json(path: ObjectStoragePath) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def page(
+    family: str,
+    day: str,
+    folder: str,
+    render: Callable[[dict[str, Any]], str],
+    location: str | os.PathLike[str] | None = None,
+) -> str | None:
+    """A stored run's Data Docs page (HTML): the stored one, else rendered from its result by
+    ``render`` and stored beside it, written once (under a temporary name, then renamed, so no
+    reader sees half a page; a store the caller may not write to is logged, and the page is
+    still returned). None when the run has no stored result."""
+    stored = open_file(family, day, folder, PAGE_FILE, location)
+    if stored is not None:
+        return stored.read_text(encoding="utf-8")
+    result = open_file(family, day, folder, RESULT_FILE, location)
+    if result is None:
+        return None
+    html = render(read_json(result))
+    partial = result.parent / f".{PAGE_FILE}.{uuid.uuid4().hex}.tmp"
+    try:
+        partial.write_text(html, encoding="utf-8")
+        partial.rename(result.parent / PAGE_FILE)
+    except OSError:
+        log.warning(
+            "GX results: cannot store the page of %s/%s/%s", family, day, folder, exc_info=True
+        )
+    return html

@@ -20,8 +20,8 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
-from . import assets, checks
-from .alerting import FAILING, STALE
+from . import assets
+from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
 
@@ -164,7 +164,6 @@ def doc_md(family: Family, channels: Channels) -> str:
         ("alerts", channels.describe()),
     ]
     table = "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
-    docs = checks.gx_root(family.name) / "gx" / "uncommitted" / "data_docs" / "local_site"
     return f"""\
 ### Counter family `{family.name}` ({family.kind.value})
 
@@ -179,15 +178,16 @@ def doc_md(family: Family, channels: Channels) -> str:
 whose epoch is not newer than the compacted epoch records a `noop`, one with nothing touched
 and no sweep due an `idle` audit row, and the rest is skipped. A small run (few counters
 touched, no sweep: most minutes) is then done start to end in `run` itself, every phase below
-one after the other in one process (its log and its XComs `summary` and `gx_result` give each
-phase's outcome; a failing phase fails it and audits as its own task would), and the rest is
-skipped. A larger run goes on in the tasks below: `compact` (per shard: fold, commit a bucket
-at a time in conditional batches, write the readers' copies, recount on the server and
-quarantine any counter that does not add up) -> `verify` (the conservation evidence, by the
-engine and the Great Expectations suite; Data Docs in `{docs}`) -> `cleanup` (per shard:
-delete exactly the rows the commits counted, count what is left) -> `record_audit` (check
-that no counted row is left, advance the compacted epoch, audit row; fails, and so alerts,
-when counters are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
+one after the other in one process (its log and its XCom `summary` give each phase's outcome,
+`gx_result` in it where the GX result is stored; a failing phase fails it and audits as its
+own task would), and the rest is skipped. A larger run goes on in the tasks below: `compact`
+(per shard: fold, commit a bucket at a time in conditional batches, write the readers' copies,
+recount on the server and quarantine any counter that does not add up) -> `verify` (the
+conservation evidence, by the engine and the Great Expectations suite; its result stored, its
+Data Docs page under Browse > Counter families) -> `cleanup` (per shard: delete exactly the
+rows the commits counted, count what is left) -> `record_audit` (check that no counted row is
+left, advance the compacted epoch, audit row; fails, and so alerts, when counters are
+quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 `counterctl quarantine --family {family.name}`.
 
 **Params.** `epoch`: fold up to this ISO time instead of the scheduled time minus the lag;
@@ -282,7 +282,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             ti.xcom_push("run", run)
             if not run["whole"]:
                 return run["groups"]
-            summary = _tasks().whole_run(family, run, push=lambda k, v: ti.xcom_push(k, v))
+            summary = _tasks().whole_run(family, run)
             ti.xcom_push("summary", summary)
             notify_recovery(family.name, channels, FAILING, context)
             if assets.committed(summary):
@@ -296,8 +296,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
 
         @task
         def verify(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
-            ti = get_current_context()["ti"]
-            return _tasks().verify(family, run, _all(reports), push=lambda k, v: ti.xcom_push(k, v))
+            return _tasks().verify(family, run, _all(reports))
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
         def cleanup(run: Run, verified: dict[str, Any], shards: list[int]) -> list[dict[str, Any]]:
@@ -330,9 +329,14 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
     return dag
 
 
+FRESHNESS_TASK = "check_freshness"
+
+
 def build_freshness_dag(families: list[Family], env: dict[str, str] | None = None) -> DAG:
-    """``counters_freshness``: every 5 minutes, one task per family; a stale family fails its
-    task, which alerts that family's channels."""
+    """``counters_freshness``: every 5 minutes, one task that checks every family (one task
+    process, not one per family each parsing the whole DAG); a stale family alerts its own
+    channels, and the task fails naming every stale family."""
+    channels = {f.name: Channels.for_family(f, env) for f in families}
     with DAG(
         dag_id=FRESHNESS_DAG_ID,
         description="Alert when a counter family's compacted epoch falls behind now - lag",
@@ -345,38 +349,77 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
             [
                 "### Freshness of the counter families",
                 "",
-                "Every 5 minutes, per family: fail (and alert the family's channels) when its "
-                "compacted epoch is behind `now - lag` by more than its `freshness` (e.g. the "
-                "scheduler stopped, the DAG is paused, or its runs keep failing). A family that "
-                "was never compacted is skipped.",
+                f"Every 5 minutes, one task (`{FRESHNESS_TASK}`) checks every family: a family "
+                "whose compacted epoch is behind `now - lag` by more than its `freshness` (e.g. "
+                "the scheduler stopped, the DAG is paused, or its runs keep failing) alerts its "
+                "own channels (once, then reminders; a notice when it is fresh again), and the "
+                "task fails naming every stale family. Its log has one line per family, its "
+                "return value (XCom `freshness` when it fails) every family's state. A family "
+                "that was never compacted is left alone.",
                 "",
                 "| family | lag | freshness | alerts |",
                 "| --- | --- | --- | --- |",
                 *(
-                    f"| `{f.name}` | {f.lag} | {f.freshness} | "
-                    f"{Channels.for_family(f, env).describe()} |"
+                    f"| `{f.name}` | {f.lag} | {f.freshness} | {channels[f.name].describe()} |"
                     for f in families
                 ),
             ]
         ),
         default_args={"owner": "counters", "retries": 1, "retry_delay": timedelta(seconds=30)},
     ) as dag:
-        for family in families:
-            channels = Channels.for_family(family, env)
 
-            @task(
-                task_id=family.name,
-                owner=family.owner,
-                on_failure_callback=[CountersAlertNotifier(family.name, channels, STALE)],
-                retry_policy=RETRY_POLICY,
-            )
-            def check(family: Family = family, channels: Channels = channels) -> dict[str, Any]:
-                state = _tasks().freshness(family)
-                notify_recovery(family.name, channels, STALE, get_current_context())
-                return state
+        @task(task_id=FRESHNESS_TASK, retry_policy=RETRY_POLICY)
+        def check_freshness() -> dict[str, Any]:
+            return _tasks().check_freshness(families, channels, get_current_context())
 
-            check()
+        check_freshness()
     return dag
+
+
+METADATA_CLEANUP_DAG_ID = "counters_metadata_cleanup"
+METADATA_CLEANUP_SCHEDULE = "17 3 * * *"
+"""Daily, at a quiet minute (not on the hour, where other daily DAGs start)."""
+
+
+def build_metadata_cleanup_dag() -> DAG:
+    """``counters_metadata_cleanup``: daily, ``airflow db clean`` of the metadata older than
+    ``$COUNTERS_METADATA_RETENTION_DAYS`` (default 14): minute runs of 100 families write about
+    860k task-instance rows a day."""
+    with DAG(
+        dag_id=METADATA_CLEANUP_DAG_ID,
+        description="Delete Airflow metadata (runs, task instances, XComs, logs) past retention",
+        schedule=METADATA_CLEANUP_SCHEDULE,
+        start_date=DEFAULT_START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        tags=["counters", "maintenance"],
+        doc_md=(
+            "### Airflow metadata retention\n\n"
+            "Daily: `airflow db clean --clean-before-timestamp <now - retention> --skip-archive "
+            "--yes --error-on-cleanup-failure` over every metadata table (dag runs, task "
+            "instances, XComs, logs, asset events, ...; Airflow keeps each DAG's latest "
+            "scheduled run). Retention: `COUNTERS_METADATA_RETENTION_DAYS` (default 14). The "
+            "task needs the metadata DB as the worker's host configures it (see docs/airflow.md, "
+            "Metadata retention); where workers have no access, pause this DAG and run the same "
+            "command on a schedule beside the scheduler."
+        ),
+        # a failed cleanup (its log says what the CLI said) is done by the next day's run
+        default_args={"owner": "counters", "retries": 0},
+    ) as dag:
+
+        @task
+        def clean_metadata() -> dict[str, Any]:
+            return _tasks().clean_metadata()
+
+        clean_metadata()
+    return dag
+
+
+def metadata_cleanup_dags() -> dict[str, DAG]:
+    """The maintenance DAG (nothing when a worker parses for another DAG)."""
+    if get_parsing_context().dag_id not in (None, METADATA_CLEANUP_DAG_ID):
+        return {}
+    return {METADATA_CLEANUP_DAG_ID: build_metadata_cleanup_dag()}
 
 
 EXAMPLE_FAMILY_ENV = "COUNTERS_EXAMPLE_FAMILY"

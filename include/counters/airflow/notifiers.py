@@ -351,38 +351,47 @@ class CountersAlertNotifier(BaseNotifier):
         self.kind = kind
 
     def notify(self, context: Any) -> None:
-        alert = alert_from_context(self.family, context)
-        streaks = VariableStreaks()
-        key = state_key(self.family, self.kind)
-        try:
-            before = streaks.load(key)
-        except Exception:  # the state cannot be read: alert rather than stay silent
-            log.warning("alert streak %s unreadable; alerting", key, exc_info=True)
-            deliver(alert.for_streak(self.kind, "started", None), self.channels, context)
-            return
-        decision = after_failure(
-            before,
-            run_id=alert.run_id,
-            now=datetime.now(UTC),
-            remind_every=self.channels.remind_every,
-            what=f"{alert.task}: {alert.what}",
+        notify_failure(self.family, self.channels, self.kind, context)
+
+
+def notify_failure(
+    family: str, channels: Channels, kind: StreakKind, context: Mapping[str, Any]
+) -> None:
+    """The family failed (``kind`` failing) or was found stale (``kind`` stale), the error in
+    ``context["exception"]``: alert its channels when its streak starts, remind at
+    ``channels.remind_every`` while it lasts, stay quiet in between. The freshness check calls
+    it once per stale family from its one task."""
+    alert = alert_from_context(family, context)
+    streaks = VariableStreaks()
+    key = state_key(family, kind)
+    try:
+        before = streaks.load(key)
+    except Exception:  # the state cannot be read: alert rather than stay silent
+        log.warning("alert streak %s unreadable; alerting", key, exc_info=True)
+        deliver(alert.for_streak(kind, "started", None), channels, context)
+        return
+    decision = after_failure(
+        before,
+        run_id=alert.run_id,
+        now=datetime.now(UTC),
+        remind_every=channels.remind_every,
+        what=f"{alert.task}: {alert.what}",
+    )
+    _save(streaks, key, before, decision.streak)
+    if decision.notice is None:
+        streak = decision.streak
+        log.info(
+            "family %s still %s (since %s, %d failure(s), last alert %s): not alerting "
+            "again before %s after the last alert",
+            family,
+            kind,
+            streak.since if streak else "-",
+            streak.failures if streak else 0,
+            streak.last_sent if streak else "-",
+            channels.remind_every or "never",
         )
-        _save(streaks, key, before, decision.streak)
-        if decision.notice is None:
-            streak = decision.streak
-            log.info(
-                "family %s still %s (since %s, %d failure(s), last alert %s): not alerting "
-                "again before %s after the last alert",
-                self.family,
-                self.kind,
-                streak.since if streak else "-",
-                streak.failures if streak else 0,
-                streak.last_sent if streak else "-",
-                self.channels.remind_every or "never",
-            )
-            return
-        alert = alert.for_streak(self.kind, decision.notice, decision.streak)
-        deliver(alert, self.channels, context)
+        return
+    deliver(alert.for_streak(kind, decision.notice, decision.streak), channels, context)
 
 
 def _save(streaks: VariableStreaks, key: str, before: Streak | None, after: Streak | None) -> None:

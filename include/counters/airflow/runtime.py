@@ -1,13 +1,17 @@
-"""Per-process resources of the tasks: one Cassandra connection, created on first use.
+"""Per-process resources of the tasks: one Cassandra connection and one ``Store`` per family,
+created on first use.
 
 Nothing here runs at DAG parse time. Inside a task, the connection settings come from the Airflow
 connection ``cassandra_default`` (``airflow_settings.yaml``); in tests, from the environment
-variable ``AIRFLOW_CONN_CASSANDRA_DEFAULT``.
+variable ``AIRFLOW_CONN_CASSANDRA_DEFAULT``. A task process lives for one task, so what is
+fetched once (the settings: one execution-API request) or read once (a family's table layout,
+its prepared statements) cannot go stale within it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from ..config import Family
@@ -18,14 +22,30 @@ log = logging.getLogger(__name__)
 
 CASSANDRA_CONN_ID = "cassandra_default"
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _connection: Connection | None = None
+_settings: dict[tuple[str, str | None], ConnectionSettings] = {}
+"""Per connection id (and the value of its ``AIRFLOW_CONN_<ID>`` variable, which tests set),
+the settings fetched from Airflow."""
+_stores: dict[str, Store] = {}
+"""Per family name, the process's ``Store`` (on the current connection)."""
+
+DRIVER_LOGGER = "cassandra"
 
 
 def connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
-    from airflow.sdk import BaseHook
+    """The Airflow connection's settings, fetched once per process: each fetch is a request to
+    the execution API (through the task's supervisor), and a run asked ~5 times."""
+    key = (conn_id, os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"))
+    with _lock:
+        settings = _settings.get(key)
+    if settings is None:
+        from airflow.sdk import BaseHook
 
-    return ConnectionSettings.from_airflow_connection(BaseHook.get_connection(conn_id))
+        settings = ConnectionSettings.from_airflow_connection(BaseHook.get_connection(conn_id))
+        with _lock:
+            _settings[key] = settings
+    return settings
 
 
 def server_connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
@@ -50,20 +70,46 @@ def connection(
             log.info("Cassandra connection settings changed; reconnecting")
             _connection.close()
             _connection = None
+            _stores.clear()
         if _connection is None:
+            quiet_driver_logs()
             _connection = Connection(settings)
             log.info("connected to Cassandra at %s:%s", ",".join(settings.hosts), settings.port)
         return _connection
 
 
+def quiet_driver_logs(logger: logging.Logger | None = None) -> None:
+    """The driver's INFO lines (the data center it picked, hosts it added) at every connect are
+    noise in each task's log (every line is copied by the supervisor and the executor): keep
+    its warnings. A level set explicitly (logging config) is left as it is."""
+    logger = logger or logging.getLogger(DRIVER_LOGGER)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+
+
 def store_for(family: Family) -> Store:
-    return Store(connection(), family)
+    """The process's ``Store`` of the family: its layout is read and its statements prepared
+    once per process, not per phase. What a Store keeps about a run is reset here (the request
+    counts a phase reports, who started the changes); a changed family (another YAML) or a new
+    connection gets a new Store."""
+    conn = connection()
+    with _lock:
+        store = _stores.get(family.name)
+        if store is None or store.conn is not conn or store.family != family:
+            store = Store(conn, family)
+            _stores[family.name] = store
+        store.requests.clear()
+        store.provenance = None
+        return store
 
 
 def close() -> None:
-    """Close the process's connection (tests; a worker process just exits)."""
+    """Close the process's connection and forget its settings and stores (tests; a worker
+    process just exits)."""
     global _connection
     with _lock:
         if _connection is not None:
             _connection.close()
             _connection = None
+        _stores.clear()
+        _settings.clear()

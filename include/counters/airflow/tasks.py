@@ -12,10 +12,14 @@ task that decides the outcome: ``plan`` (noop), ``verify`` (dry-run), ``record_a
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -23,12 +27,18 @@ from airflow.sdk.exceptions import AirflowSkipException
 from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
+from ..connection import Connection
 from ..core import CheckOutcome, Tally, epoch_for, utc_naive
 from ..core import parse_epoch as core_parse_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
+from ..health import FamilyLag
+from ..status import Freshness
+from ..store import Store
 from . import checks, evidence
+from .alerting import STALE
 from .errors import CheckFailed, FamilyStale, RunRefused
-from .runtime import store_for
+from .notifiers import Channels, notify_failure, notify_recovery
+from .runtime import connection, store_for
 
 log = logging.getLogger(__name__)
 
@@ -309,18 +319,10 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
     return reports
 
 
-def verify(
-    family: Family,
-    run: Run,
-    reports: Iterable[Mapping[str, Any]],
-    *,
-    push: Callable[[str, Any], None] | None = None,
-) -> dict[str, Any]:
+def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The family-level conservation checks over the shards' evidence (engine rules, then the
-    GX suite with Data Docs). A dry run stops here with a ``dry-run`` audit row.
-
-    ``push(key, value)`` stores the full GX result (XCom ``gx_result``).
-    """
+    GX suite; its result stored for the audit row and the UI). A dry run stops here with a
+    ``dry-run`` audit row."""
     shard_reports, phases = _shard_reports(reports)
     with phases.timed("verify"):
         verification = engine.verify_run(shard_reports)
@@ -331,20 +333,16 @@ def verify(
         raise AirflowSkipException(message)
     with phases.timed("verify_gx"):
         suite = checks.validate_evidence(family.name, run["run_id"], verification.evidence)
+        gx = {
+            "gx_suite": suite.fingerprint,
+            "gx_result": evidence.keep(family.name, run["run_id"], suite),
+        }
     log.info(
-        "Great Expectations: %s expectation(s) passed of %s; Data Docs: %s (this run: %s)",
+        "Great Expectations: %s expectation(s) passed of %s; result stored at %s",
         suite.statistics.get("successful_expectations"),
         suite.statistics.get("evaluated_expectations"),
-        suite.docs_index,
-        suite.docs_page,
+        gx["gx_result"],
     )
-    if push is not None:
-        push("gx_result", suite.result)
-    gx = {
-        "gx_suite": suite.fingerprint,
-        "gx_result": evidence.keep(family.name, run["run_id"], suite),
-    }
-    log.info("GX result and page stored at %s", gx["gx_result"])
     outcomes = list(verification.outcomes) + [
         CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
         for o in suite.outcomes
@@ -358,8 +356,8 @@ def verify(
             f"{run['run_id']!r}; nothing was deleted: "
             + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
         ) + (
-            f". Full GX result: XCom 'gx_result' of task 'verify'; Data Docs: "
-            f"{suite.docs_page or suite.docs_index}"
+            f". Full GX result: {gx['gx_result']}/{evidence.RESULT_FILE} (its Data Docs page: "
+            f"Browse > Counter families > {family.name})"
         )
         _audit(
             family,
@@ -392,8 +390,6 @@ def verify(
         "seconds": dict(phases.seconds),
         "executions": {str(k): v for k, v in verification.executions.items()},
         "checks": [_outcome_dict(o) for o in outcomes],
-        "data_docs": str(suite.docs_index) if suite.docs_index else None,
-        "data_docs_page": suite.docs_page,
         **gx,
     }
 
@@ -502,7 +498,7 @@ def record_audit(
         "epoch_before": run["epoch_before"],
         "epoch": run["epoch"],
         **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
-        "data_docs": verified.get("data_docs"),
+        "gx_result": verified.get("gx_result"),
     }
     log.info("run finished: %s", summary)
     return summary
@@ -518,9 +514,7 @@ def finish(
     return record_audit(family, run, verified, cleaned)
 
 
-def whole_run(
-    family: Family, run: Run, *, push: Callable[[str, Any], None] | None = None
-) -> dict[str, Any]:
+def whole_run(family: Family, run: Run) -> dict[str, Any]:
     """A small run's phases in the ``run`` task (one process instead of five): compact every
     shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
     phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
@@ -528,7 +522,7 @@ def whole_run(
     if not run.get("whole"):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     shards = run["shards"]
-    verified = verify(family, run, compact(family, run, shards), push=push)
+    verified = verify(family, run, compact(family, run, shards))
     cleaned = verify_cleanup(family, run, verified, cleanup(family, run, verified, shards))
     summary = record_audit(family, run, verified, cleaned)
     summary["phases"] = {
@@ -541,42 +535,226 @@ def whole_run(
     return summary
 
 
-def freshness(family: Family, *, now: datetime | None = None) -> dict[str, Any]:
-    """Fail (and so alert) when the compacted epoch is behind ``now - lag`` by more than the
-    family's ``freshness``; skip a family that was never compacted."""
-    now = utc_naive(now or datetime.now(UTC))
-    epoch = store_for(family).family_epoch()
-    metrics.emit_family(
-        family.name,
-        epoch,
-        stale_after=health.stale_after(family),
-        quarantined=lambda: health.quarantined_now(store_for(family)),
-        now=now,
+@dataclass(frozen=True)
+class FreshnessVerdict:
+    """What one freshness check found, family by family (pure: from the families' lags)."""
+
+    lags: tuple[FamilyLag, ...]
+    now: datetime
+
+    def named(self, *states: Freshness) -> list[str]:
+        return [lag.family.name for lag in self.lags if lag.problem is None and lag.state in states]
+
+    @property
+    def stale(self) -> list[str]:
+        return self.named(Freshness.STALE)
+
+    @property
+    def fresh(self) -> list[str]:
+        """Fresh or late: within the limit (a stale streak of theirs is over)."""
+        return self.named(Freshness.FRESH, Freshness.LATE)
+
+    @property
+    def never_compacted(self) -> list[str]:
+        return self.named(Freshness.NEVER)
+
+    @property
+    def unreadable(self) -> dict[str, str]:
+        return {lag.family.name: lag.problem for lag in self.lags if lag.problem is not None}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The task's return value (and XCom ``freshness`` when it fails): every family."""
+        return {
+            "checked_at": _iso(self.now),
+            "stale": self.stale,
+            "unreadable": self.unreadable,
+            "never_compacted": self.never_compacted,
+            "fresh": self.fresh,
+            "families": {lag.family.name: lag.as_dict() for lag in self.lags},
+        }
+
+    def failure(self) -> str | None:
+        """Why the check fails (naming every stale and unreadable family), or None."""
+        parts = []
+        if self.stale:
+            parts.append(f"{len(self.stale)} stale: {', '.join(self.stale)}")
+        if self.unreadable:
+            unread = "; ".join(f"{name} ({why})" for name, why in self.unreadable.items())
+            parts.append(f"{len(self.unreadable)} unreadable: {unread}")
+        if not parts:
+            return None
+        checked = f"{len(self.lags)} famil{'y' if len(self.lags) == 1 else 'ies'} checked"
+        return f"{checked}, {'; '.join(parts)}"
+
+
+class FreshnessUnreadable(RuntimeError):
+    """A family's state could not be read (a Cassandra timeout): the task is tried again."""
+
+
+def stale_message(lag: FamilyLag, now: datetime) -> str:
+    """The alert's text for a stale family (pure)."""
+    family = lag.family
+    expected = utc_naive(now) - family.lag
+    return (
+        f"family {family.name!r} is stale: compacted epoch {_iso(lag.epoch)} is {lag.behind} "
+        f"behind now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
+        f"check the {family.dag_id} DAG (paused, failing, or the scheduler stopped)"
     )
-    if epoch is None:
-        raise AirflowSkipException(f"family {family.name!r} has not been compacted yet")
-    lag = health.family_lag(family, epoch, now)  # the rule `counterctl health` applies
-    expected = now - family.lag
-    behind = lag.behind or expected - utc_naive(epoch)
-    state = {
-        "family": family.name,
-        "epoch": _iso(epoch),
-        "expected": _iso(expected),
-        "behind_s": behind.total_seconds(),
-        "threshold_s": family.freshness.total_seconds(),
-        "state": lag.state.value,
-    }
-    if not lag.healthy:
-        raise FamilyStale(
-            f"family {family.name!r} is stale: compacted epoch {_iso(epoch)} is {behind} behind "
-            f"now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
-            f"check the {family.dag_id} DAG (paused, failing, or the scheduler stopped)",
-            checks=["freshness"],
+
+
+def _read_lag(family: Family, conn: Connection, now: datetime) -> FamilyLag:
+    """One family's lag (one point read), its gauges sent; an error is the family's
+    ``problem``, so one unreadable family does not stop the check of the others."""
+    try:
+        store = Store(conn, family)
+        epoch = store.family_epoch()
+        metrics.emit_family(
+            family.name,
+            epoch,
+            stale_after=health.stale_after(family),
+            quarantined=lambda: health.quarantined_now(store),
+            now=now,
         )
-    log.info(
-        "family %s is fresh: %s behind now - lag (threshold %s)",
-        family.name,
-        behind,
-        family.freshness,
+    except Exception as exc:
+        log.warning("family %s: freshness unreadable", family.name, exc_info=True)
+        never = health.family_lag(family, None, now)
+        return replace(never, problem=f"{type(exc).__name__}: {exc}")
+    return health.family_lag(family, epoch, now)
+
+
+def _final_try(context: Mapping[str, Any]) -> bool:
+    ti = context.get("ti")
+    return int(getattr(ti, "try_number", 1) or 1) > int(getattr(ti, "max_tries", 0) or 0)
+
+
+def check_freshness(
+    families: Sequence[Family],
+    channels: Mapping[str, Channels],
+    context: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Check every family in one task (one process per 5 minutes, not one per family), each
+    through its own channels and ``stale`` streak, as its own task did: a stale family alerts
+    (once, then reminders), a fresh or late one closes its streak; a family never compacted is
+    left alone. An unreadable family is retried with the task, and alerts on its last try.
+    Fails naming every stale and unreadable family; returns every family's state."""
+    now = utc_naive(now or datetime.now(UTC))
+    try:
+        conn = connection()  # once: a Store per family shares it
+    except Exception as exc:  # no family can be read: each one is unreadable, and alerts
+        log.warning("cannot connect to Cassandra", exc_info=True)
+        problem = f"{type(exc).__name__}: {exc}"
+        lags = tuple(replace(health.family_lag(f, None, now), problem=problem) for f in families)
+    else:
+        lags = tuple(_read_lag(f, conn, now) for f in families)
+    verdict = FreshnessVerdict(lags, now)
+    final = _final_try(context)
+    for lag in verdict.lags:
+        name = lag.family.name
+        log.info("freshness %s", lag.line())
+        if lag.problem is not None:
+            if final:
+                error = FamilyStale(
+                    f"family {name!r}: freshness unreadable: {lag.problem}",
+                    checks=["freshness_unreadable"],
+                )
+                notify_failure(name, channels[name], STALE, {**context, "exception": error})
+        elif lag.state is Freshness.STALE:
+            error = FamilyStale(stale_message(lag, now), checks=["freshness"])
+            notify_failure(name, channels[name], STALE, {**context, "exception": error})
+        elif lag.state is not Freshness.NEVER:
+            notify_recovery(name, channels[name], STALE, context)
+    summary = verdict.as_dict()
+    failure = verdict.failure()
+    if failure is None:
+        log.info("every family is fresh (or never compacted): %s", summary)
+        return summary
+    ti = context.get("ti")
+    if ti is not None:
+        ti.xcom_push(key="freshness", value=summary)
+    if verdict.unreadable and not final:
+        raise FreshnessUnreadable(f"{failure}; retrying")
+    raise FamilyStale(failure, checks=["freshness"])
+
+
+# --- metadata retention -------------------------------------------------------------------
+
+METADATA_RETENTION_ENV = "COUNTERS_METADATA_RETENTION_DAYS"
+DEFAULT_METADATA_RETENTION_DAYS = 14
+"""How many days of Airflow metadata (runs, task instances, XComs, logs, ...) are kept: 100
+minute-families write ~860k task-instance rows a day."""
+DB_ACCESS_BLOCKED = "airflow-db-not-allowed:///"
+"""What Airflow 3's task supervisor sets the metadata DB's URL to in a task process
+(``block_orm_access``), so task code cannot reach the DB."""
+DB_URL_VARIABLES = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN")
+DB_CLEAN_TIMEOUT_S = 3600
+
+
+def metadata_retention(env: Mapping[str, str]) -> timedelta:
+    """``$COUNTERS_METADATA_RETENTION_DAYS`` (whole days, at least 1), else 14 days."""
+    text = (env.get(METADATA_RETENTION_ENV) or "").strip()
+    if not text:
+        return timedelta(days=DEFAULT_METADATA_RETENTION_DAYS)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{METADATA_RETENTION_ENV} must be a whole number of days (at least 1), got {text!r}"
+        )
+    return timedelta(days=int(text))
+
+
+def db_clean_command(python: str, before: datetime) -> list[str]:
+    """``airflow db clean`` of every table for rows older than ``before`` (pure): no archive
+    tables (they would keep what the cleanup removes), no prompt, and a failed table fails the
+    command (by default it only logs and exits 0)."""
+    return [
+        python,
+        "-m",
+        "airflow",
+        "db",
+        "clean",
+        "--clean-before-timestamp",
+        before.astimezone(UTC).isoformat(),
+        "--skip-archive",
+        "--yes",
+        "--error-on-cleanup-failure",
+    ]
+
+
+def db_clean_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The CLI's environment (pure): the task's, without the placeholder URL Airflow 3 puts
+    there to keep task code off the metadata DB, so the CLI finds the DB as the deployment
+    configured it (``airflow.cfg``, ``*_CMD``, ``*_SECRET``). A real URL is left alone."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if not (name in DB_URL_VARIABLES and value == DB_ACCESS_BLOCKED)
+    }
+
+
+def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
+    """Delete Airflow metadata older than the retention, through ``airflow db clean`` (the CLI:
+    Airflow has no public Python or REST API for it). Fails, naming the CLI's error, when the
+    command does."""
+    retention = metadata_retention(os.environ)
+    before = (now or datetime.now(UTC)) - retention
+    command = db_clean_command(sys.executable, before)
+    log.info("cleaning Airflow metadata older than %s: %s", before.isoformat(), " ".join(command))
+    done = subprocess.run(
+        command,
+        env=db_clean_env(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=DB_CLEAN_TIMEOUT_S,
+        check=False,
     )
-    return state
+    for line in (done.stdout + done.stderr).splitlines():
+        log.info("airflow db clean: %s", line)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(
+            f"airflow db clean (rows before {before.isoformat()}, retention "
+            f"{METADATA_RETENTION_ENV}={retention.days}) exited {done.returncode}: "
+            + " | ".join(tail)
+        )
+    return {"clean_before": before.astimezone(UTC).isoformat(), "retention_days": retention.days}

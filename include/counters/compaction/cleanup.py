@@ -93,7 +93,7 @@ def cleanup_shard(
     other row a late write (folded by the next run).
 
     A family with an ``archive`` first writes every row it is about to delete to the archive
-    (``archiving.archive_commits``; ``started_at``: the run's start, its audit row's key); a
+    (``archive.writer.archive_commits``; ``started_at``: the run's start, its audit row's key); a
     failure there deletes nothing."""
     started = time.perf_counter()
     report = CleanupReport(shard)
@@ -106,7 +106,7 @@ def cleanup_shard(
     quarantined = set(store.read_quarantine_anywhere(shard))  # wherever a reshard moved it
     deferred: set[Any] = set()
     if store.family.archive is not None:
-        from ..archiving import archive_commits
+        from ..archive.writer import archive_commits
 
         store.phase = "archive"
         archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)

@@ -34,7 +34,7 @@ def prune_archive(family: Family, now: datetime | None = None) -> int:
     failed run: the rows are archived and deleted, and the next run prunes."""
     if family.archive is None or family.archive_retention is None:
         return 0
-    from ..archive_files import prune
+    from ..archive.storage import prune
 
     try:
         removed = prune(family, now or datetime.now(UTC))

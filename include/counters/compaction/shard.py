@@ -91,7 +91,9 @@ def compact_shard(
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
-    check_family(store, record=not dry_run, run_id=run_id)  # before any write
+    check_family(  # before any write
+        store, record=not dry_run, run_id=run_id, once_per_run=True
+    )
     holding = False
     if use_lease and not dry_run:
         holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)

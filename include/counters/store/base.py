@@ -508,6 +508,9 @@ class StoreBase:
         """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
         self.provenance: Provenance | None = None
         """Who started the changes this store makes (written into its audit rows)."""
+        self.checked_run: tuple[str, bool] | None = None
+        """The run whose family checks passed on this store, and whether they cover a step
+        that may record the identity (``identity.check_family(once_per_run=True)``)."""
 
     @property
     def phase(self) -> str:
@@ -534,6 +537,9 @@ class StoreBase:
     def _names(self) -> dict[str, str]:
         f = self.family
         lay = self.layout
+        # before the first statement is prepared: token-aware routing needs the keyspace's
+        # replication, which a connection without the full schema model reads only on demand
+        schema.keyspace_metadata(self.session, f.keyspace)
         ks = q(f.keyspace)
         return {
             "raw": f"{ks}.{q(f.fold_table)}",

@@ -94,9 +94,9 @@ class ReshardMoves(LedgerRows, ControlState):
     @cached_property
     def _ledger_row_columns(self) -> list[str]:
         """The ledger's columns a checkpoint's row holds (not its key, not the statics)."""
-        table = self.session.cluster.metadata.keyspaces[self.family.keyspace].tables[
-            schema.ledger_table(self.family)
-        ]
+        table = schema.table_metadata(
+            self.session, self.family.keyspace, schema.ledger_table(self.family)
+        )
         fixed = {c.name for c in (*table.partition_key, *table.clustering_key)}
         return [
             name

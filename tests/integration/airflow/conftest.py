@@ -236,8 +236,8 @@ def make_families(
     conn: Any, dag_keyspace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> FamiliesFactory:
     """``make_families(dict(...), ...)``: write the YAML, create the tables, point
-    ``COUNTERS_CONFIG``, ``COUNTERS_GX_DIR`` (GX's working folder) and ``COUNTERS_GX_RESULTS``
-    (the stored results and Data Docs) into the test's tmp dir."""
+    ``COUNTERS_CONFIG`` and ``COUNTERS_GX_RESULTS`` (the stored results and Data Docs) into the
+    test's tmp dir."""
     from counters.config import Family
     from counters.schema import ensure_schema
 
@@ -261,7 +261,6 @@ def make_families(
         for entry in entries:
             ensure_schema(conn.session, Family.model_validate(entry))
         monkeypatch.setenv("COUNTERS_CONFIG", str(path))
-        monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path / "gx"))
         monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
         return Families(path, dag_keyspace, entries)
 

@@ -1,4 +1,5 @@
-"""``counters_freshness``: a family whose compacted epoch fell behind alerts its channels."""
+"""``counters_freshness``: one task checks every family; a family whose compacted epoch fell
+behind alerts its own channels, and says so again only when it is fresh again."""
 
 from __future__ import annotations
 
@@ -11,31 +12,60 @@ from counters.store import Store
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 
-def test_stale_family_fails_its_task_and_alerts_fresh_and_new_ones_pass(
-    conn, make_families, dagbag, receivers
+def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_again(
+    conn, make_families, dagbag, receivers, capsys
 ):
-    hook = f"http://127.0.0.1:{receivers.http_port}/hook"
+    port = receivers.http_port
     families = make_families(
-        {"freshness": "10m", "alerts": {"webhook_url": hook}},  # stale
-        {"freshness": "10m", "alerts": {"webhook_url": hook}},  # fresh
-        {"alerts": {"webhook_url": hook}},  # never compacted
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}},  # stale
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},  # stale
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},  # fresh
+        {"alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},  # never compacted
     )
-    stale, fresh, new = (families.family(e["name"]) for e in families.entries)
+    a, b, fresh, new = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    Store(conn, stale).advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    Store(conn, a).advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    Store(conn, b).advance_family_epoch(now - timedelta(minutes=40), "old-run")
     Store(conn, fresh).advance_family_epoch(now - timedelta(minutes=2), "recent-run")
+    dag = dagbag().dags["counters_freshness"]
+    assert [t.task_id for t in dag.tasks] == ["check_freshness"]
 
-    run = dagbag().dags["counters_freshness"].test()
+    run = dag.test()
 
     assert run.state == "failed"
-    got = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert got == {stale.name: "failed", fresh.name: "success", new.name: "skipped"}
-    posts = receivers.json_posts("/hook")
-    assert len(posts) == 1, posts
-    alert = posts[0]
-    assert alert["family"] == stale.name and alert["checks"] == ["freshness"]
-    assert alert["dag_id"] == "counters_freshness"
-    assert f"family {stale.name!r} is stale" in alert["message"]
-    assert "more than its freshness 0:10:00" in alert["message"]
-    assert "/dags/counters_freshness/runs/" in alert["log_url"]
-    json.dumps(alert)
+    (ti,) = run.get_task_instances()
+    assert ti.state == "failed"
+    state = ti.xcom_pull(task_ids="check_freshness", key="freshness")
+    assert sorted(state["stale"]) == sorted([a.name, b.name])
+    assert state["fresh"] == [fresh.name] and state["never_compacted"] == [new.name]
+    assert 39 * 60 <= state["families"][b.name]["behind_s"] < 44 * 60  # 40m - lag, + test time
+    log = capsys.readouterr().out  # the task's log (dag.test() prints it)
+    for family, state in ((a, "stale"), (b, "stale"), (fresh, "fresh"), (new, "never")):
+        assert f"freshness {family.name}\t{state}\t" in log
+    assert f"4 families checked, 2 stale: {', '.join(sorted([a.name, b.name]))}" in log
+    for family, path in ((a, "/a"), (b, "/b")):
+        (alert,) = receivers.json_posts(path)
+        assert alert["family"] == family.name and alert["kind"] == "stale"
+        assert alert["checks"] == ["freshness"] and alert["dag_id"] == "counters_freshness"
+        assert f"family {family.name!r} is stale" in alert["message"]
+        assert "more than its freshness 0:10:00" in alert["message"]
+        assert "/dags/counters_freshness/runs/" in alert["log_url"]
+        json.dumps(alert)
+    assert receivers.json_posts("/c") == []
+
+    # a recovers: its notice only; b, still stale, is not alerted again (no reminder yet)
+    Store(conn, a).advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    assert dag.test().state == "failed"
+    assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
+    assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale"]
+
+    Store(conn, b).advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    done = dag.test()
+    assert done.state == "success"
+    summary = done.get_task_instances()[0].xcom_pull(task_ids="check_freshness")
+    assert summary["stale"] == [] and sorted(summary["fresh"]) == sorted(
+        [a.name, b.name, fresh.name]
+    )
+    assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale", "fresh_again"]
+    assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
+    assert receivers.json_posts("/c") == []

@@ -100,7 +100,6 @@ def test_expect_ctrl_c_on_a_piped_make_run_to_stop_airflow_the_writer_and_cassan
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "COUNTERS_RUN_DIR": str(run_dir),
-        "COUNTERS_GX_DIR": str(tmp_path / "gx"),
         "COUNTERS_GX_RESULTS": str(tmp_path / "gx-results"),
     }
     # `make run 2>&1 | tee run.log` in a terminal: one foreground process group for both, with

@@ -136,7 +136,6 @@ def demo_families(
     path = tmp_path / "families.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     monkeypatch.setenv("COUNTERS_CONFIG", str(path))
-    monkeypatch.setenv("COUNTERS_GX_DIR", str(tmp_path / "gx"))
     monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
     families = list(load_catalog(path).families)
     replication = "{'class': 'SimpleStrategy', 'replication_factor': 1}"

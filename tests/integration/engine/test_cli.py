@@ -226,7 +226,7 @@ def test_reset_dry_run_changes_nothing_and_says_what_it_would_do(compacted):
 
 
 def test_a_reset_declined_at_the_prompt_changes_nothing(compacted, monkeypatch):
-    from counters import cli as cli_module
+    from counters.cli import common as cli_module
 
     path, family, store, client = compacted
     monkeypatch.setattr(cli_module, "stdin_is_terminal", lambda: True)

@@ -61,7 +61,7 @@ def test_a_fold_from_a_wrong_base_is_quarantined_before_its_commit(make_family, 
 
 
 def test_without_the_per_counter_check_the_family_checks_see_the_wrong_base(
-    make_family, t0, monkeypatch, tmp_path
+    make_family, t0, monkeypatch
 ):
     """The per-counter check removed too: the commit lands, and the evidence (readers' copies
     read by key before and after) fails the family checks and the GX suite; nothing deleted."""
@@ -78,9 +78,7 @@ def test_without_the_per_counter_check_the_family_checks_see_the_wrong_base(
     assert not verification.passed
     failed = {o.name for o in verification.outcomes if o.critical and not o.success}
     assert failed == {"family_total_conserved", "value_change_equals_folded_sum"}
-    suite = checks.validate_evidence(
-        store.family.name, "run-wrong-base", verification.evidence, base_dir=tmp_path
-    )
+    suite = checks.validate_evidence(store.family.name, "run-wrong-base", verification.evidence)
     assert not suite.success
     assert {o.name for o in suite.outcomes if not o.success} >= {
         "family_total_conserved",

@@ -513,7 +513,7 @@ def register_files(app: FastAPI) -> None:
     def no_docs(family: Family) -> Problem:
         return Problem(
             404,
-            f"family {family.name!r} has no Data Docs yet: they are written by the "
+            f"family {family.name!r} has no Data Docs yet: a result is stored by the "
             f"{family.dag_id} DAG's verify step when a run folds rows (results store: "
             f"{evidence.results_root()})",
         )
@@ -559,16 +559,20 @@ def register_files(app: FastAPI) -> None:
         request: Request, user: User, name: str, day: str, folder: str, file: str
     ) -> Response:
         family = family_for(user, name)
-        target = evidence.open_file(family.name, day, folder, file)
-        if target is None:
+        if file == evidence.PAGE_FILE:
+            page = evidence.page(family.name, day, folder, datadocs.render_page)
+        else:
+            target = evidence.open_file(family.name, day, folder, file)
+            if target is not None:
+                return Response(target.read_bytes(), media_type="application/json")
+            page = None
+        if page is None:
             raise Problem(
                 404, f"no stored GX file {day}/{folder}/{file} for family {family.name!r}"
             )
-        if file == evidence.RESULT_FILE:
-            return Response(target.read_bytes(), media_type="application/json")
         base = Page.of(request).base
         html = datadocs.rewrite(
-            target.read_text(encoding="utf-8"),
+            page,
             assets_url=f"{base}/assets/datadocs",
             site_url=f"{base}/family/{quote(family.name)}/datadocs",
             back=(f"{base}/family/{quote(family.name)}", f"Counter family {family.name}"),

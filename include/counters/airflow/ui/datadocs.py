@@ -1,12 +1,14 @@
-"""GX Data Docs, readable offline: the pages served by the plugin with their CDN assets local.
+"""GX Data Docs, readable offline: a run's page rendered from its stored result, served by the
+plugin with its CDN assets local.
 
-GX writes each run's Data Docs page (``checks.validate_evidence``, copied to the results store
-by ``evidence.keep``) as HTML that loads Bootstrap, jQuery, Font Awesome, bootstrap-table and
-Vega from five CDNs; without internet the pages render unstyled. ``make setup`` fetches exactly
-those files once, from the npm registry with ``npm pack`` (integrity pinned below), into
-``.cache/datadocs-assets/``; the plugin serves them and rewrites each page's CDN addresses (and
-its links into the GX site it was rendered in) as it serves the page. The stored files stay as
-GX wrote them.
+A run stores only its GX validation result (``evidence.keep``); the plugin renders its Data
+Docs page with GX's own renderer the first time someone opens it (``render_page``, stored
+beside the result by ``evidence.page``). GX's page is HTML that loads Bootstrap, jQuery, Font
+Awesome, bootstrap-table and Vega from five CDNs; without internet the pages render unstyled.
+``make setup`` fetches exactly those files once, from the npm registry with ``npm pack``
+(integrity pinned below), into ``.cache/datadocs-assets/``; the plugin serves them and rewrites
+each page's CDN addresses (and its links into the GX site it was rendered in) as it serves the
+page. The stored files stay as GX wrote them.
 
     python -m counters.airflow.ui.datadocs fetch [DEST]
 """
@@ -24,8 +26,10 @@ import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from .. import checks
 
@@ -252,6 +256,30 @@ def missing_assets(root: Path | None = None) -> list[str]:
         for package, path in CDN.values()
         if not (root / package.folder / path).is_file()
     ]
+
+
+# --- rendering a stored result ---------------------------------------------------------------
+
+
+@cache
+def _page_makers() -> tuple[Any, Any]:
+    """GX's validation page renderer and HTML view, made once per process: the view compiles
+    its Jinja templates on first use and keeps them."""
+    checks.quiet()
+    from great_expectations.render.renderer import ValidationResultsPageRenderer
+    from great_expectations.render.view import DefaultJinjaPageView
+
+    return ValidationResultsPageRenderer(), DefaultJinjaPageView()
+
+
+def render_page(result: dict[str, Any]) -> str:
+    """The Data Docs page of a stored validation result (``result.json``), as GX's Data Docs
+    site renders it."""
+    from great_expectations.core import ExpectationSuiteValidationResultSchema
+
+    renderer, view = _page_makers()
+    validation = ExpectationSuiteValidationResultSchema().load(result)
+    return str(view.render(renderer.render(validation), show_how_to_buttons=True))
 
 
 # --- GX's own static files --------------------------------------------------------------------

@@ -13,7 +13,7 @@ retry or the next run archives no row twice):
    (this cleanup runs after a newer run's fold: the bucket's head is not this run's) only if
    it is still there and the counter's current commit does not hold it archived. Point reads,
    only of such rows, which only crashes and cleanups out of run order leave;
-2. one Parquet file per run and shard, written whole and read back (``archive_files``);
+2. one Parquet file per run and shard, written whole and read back (``archive.storage``);
 3. its manifest (rows, sum, sha256) added to the run's audit row;
 4. the commits marked archived in the run log (a retry skips them; a later fold carries their
    rows still present as archived).
@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .archive import (
+from ..core import ROW_ARCHIVED, Checkpoint, Key
+from ..errors import ArchiveError
+from ..store import CommitRecord, Store
+from . import (
     FILE_FORMAT,
     ROW_CARRIED,
     ArchiveRecord,
@@ -45,10 +48,7 @@ from .archive import (
     table_of,
     unpack_record,
 )
-from .archive_files import day_of, write_part
-from .core import ROW_ARCHIVED, Checkpoint, Key
-from .errors import ArchiveError
-from .store import CommitRecord, Store
+from .storage import day_of, write_part
 
 log = logging.getLogger(__name__)
 

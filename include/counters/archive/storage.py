@@ -1,7 +1,7 @@
 """The archive's files, through Airflow's ``ObjectStoragePath`` (as the GX results are kept):
 where a family's archive lives, a file written whole or not at all and read back, the day
 folders pruned by age. The only file I/O of the archive; what goes into a file is
-``archive``'s.
+``archive.table``'s.
 
 ``ObjectStoragePath`` is fsspec's ``UPath`` with Airflow's connections (credentials) and lineage
 on top. It is used where Airflow is imported anyway (a task) or where the family names an
@@ -24,9 +24,9 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Family
-from .core import utc_naive
-from .errors import ArchiveError
+from ..config import Family
+from ..core import utc_naive
+from ..errors import ArchiveError
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath

@@ -1,0 +1,258 @@
+"""What every ``counterctl`` command shares: the context, exit codes, confirmations."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import click
+from cassandra import DriverException, Unauthorized
+from cassandra.cluster import NoHostAvailable
+
+from .. import engine
+from ..audit import Provenance
+from ..config import Catalog, ConfigError, Family, load_catalog
+from ..connection import (
+    CassandraUnavailable,
+    Connection,
+    ConnectionConfigError,
+    ConnectionSettings,
+    connect,
+)
+from ..core import parse_epoch
+from ..schema import SchemaError
+
+EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches wins
+    ConfigError: 2,
+    engine.ArchiveError: 2,
+    SchemaError: 2,
+    ConnectionConfigError: 2,
+    engine.LeaseHeld: 3,
+    engine.EpochInFuture: 2,
+    engine.ChecksFailed: 4,
+    CassandraUnavailable: 5,
+    Unauthorized: 2,
+    NoHostAvailable: 6,
+    DriverException: 6,  # Unavailable, read/write timeouts and failures, OperationTimedOut
+}
+
+
+class Failure(click.ClickException):
+    """A one-line reason and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        # click types exit_code as a ClassVar, yet reads it from the instance (e.exit_code)
+        self.exit_code = code  # type: ignore[misc]
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Map library errors to one-line messages and exit codes."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except tuple(EXIT_CODES) as exc:
+        raise Failure(*failure(exc)) from exc
+
+
+def failure(exc: BaseException) -> tuple[str, int]:
+    """The one line and the exit code for an error; the driver's errors say what to do."""
+    transient = "Cannot achieve consistency level" in str(exc)
+    if isinstance(exc, Unauthorized) and not transient:
+        return (
+            f"permission denied: {exc} (the role needs the grants that `counterctl init "
+            "--print-grants` prints)",
+            2,
+        )
+    if isinstance(exc, DriverException | NoHostAvailable):
+        # an Unauthorized that could not read the role's permissions is an outage too
+        return (
+            f"{type(exc).__name__}: {exc} -- Cassandra could not serve the request at the "
+            "family's consistency level (too few live replicas, or a timeout): transient, retry "
+            "when the nodes are back. A failed run deletes no row it has not counted",
+            6,
+        )
+    return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
+
+
+def configure_logging(verbose: int) -> None:
+    """Warnings to stderr (-v info, -vv debug). Run again after importing Airflow, which sends
+    every log line to stdout, where the commands' output (JSON among it) goes."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
+        for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+EXIT_UNHEALTHY = 8
+"""``counterctl health``: a family is past its freshness limit, or was never compacted."""
+
+
+def airflow_connection_settings(conn_id: str) -> ConnectionSettings:
+    """The settings of an Airflow connection, read as Airflow's own processes read it: the
+    ``AIRFLOW_CONN_<ID>`` variable, the secrets backends, the metadata DB of ``$AIRFLOW_HOME``."""
+    try:
+        from ..airflow.runtime import server_connection_settings
+    except ImportError as exc:
+        raise Failure(f"--conn-id {conn_id!r}: Airflow is not installed here ({exc})", 2) from exc
+    try:
+        return server_connection_settings(conn_id)
+    except ConnectionConfigError:
+        raise
+    except Exception as exc:  # AirflowNotFoundException, a metadata DB that does not answer
+        home = os.environ.get("AIRFLOW_HOME") or "~/airflow"
+        raise Failure(
+            f"--conn-id {conn_id!r}: cannot read the Airflow connection ({type(exc).__name__}: "
+            f"{exc}); define it in the metadata DB of AIRFLOW_HOME={home}, a secrets backend or "
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            2,
+        ) from exc
+
+
+class Context:
+    def __init__(self, config: str | None, conn_id: str | None = None, verbose: int = 0):
+        self.config_path = config
+        self.conn_id = conn_id
+        self.verbose = verbose
+        self._catalog: Catalog | None = None
+        self._conn: Connection | None = None
+        self._settings: ConnectionSettings | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            with reported():
+                self._catalog = load_catalog(self.config_path)
+        return self._catalog
+
+    def family(self, name: str) -> Family:
+        with reported():
+            return self.catalog.get(name)
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        """The Airflow connection ``--conn-id`` names (as the DAGs connect), else the
+        ``CASSANDRA_*`` environment."""
+        if self._settings is None:
+            with reported():
+                if self.conn_id:
+                    self._settings = airflow_connection_settings(self.conn_id)
+                    configure_logging(self.verbose)  # Airflow's import took over the logging
+                else:
+                    self._settings = ConnectionSettings.from_env()
+        return self._settings
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            settings = self.settings
+            with reported():
+                self._conn = connect(settings)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+def stdin_is_terminal() -> bool:
+    """Whether a person can answer a confirmation (tests replace it)."""
+    return sys.stdin.isatty()
+
+
+def can_confirm(yes: bool, what: str) -> None:
+    """Checked before connecting: a change goes on only with ``--yes`` or a person at a
+    terminal to say yes; without a terminal (a script, a pipe, cron) it is refused rather
+    than guessed."""
+    if not yes and not stdin_is_terminal():
+        raise Failure(
+            f"{what}: refusing to change anything without confirmation; standard input is not a "
+            "terminal, so pass --yes (or --dry-run to see what it would do)",
+            2,
+        )
+
+
+def confirm(yes: bool, question: str) -> None:
+    """Ask (unless ``--yes``); "no" aborts with nothing changed."""
+    if not yes:
+        click.confirm(question, abort=True, err=True)
+
+
+LOCAL_HOSTS = ("localhost",)
+DEV_REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+
+
+def is_local_host(host: str) -> bool:
+    """localhost or a loopback address (127.0.0.1, the local 3-node cluster's 127.0.0.2/3,
+    ::1): the local development setup."""
+    if host.strip().lower() in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:
+        return False
+
+
+def replication_for(given: str | None, hosts: tuple[str, ...]) -> str:
+    """The replication for keyspaces ``init`` creates: the one given, or SimpleStrategy RF 1
+    only when every contact point is local (a single dev node); a real cluster must say."""
+    if given:
+        return given
+    remote = [h for h in hosts if not is_local_host(h)]
+    if remote:
+        raise Failure(
+            f"init: --replication is required for the cluster at {', '.join(remote)}: "
+            f"SimpleStrategy with replication factor 1 is the default only for a local "
+            f"development node (localhost/127.0.0.1). E.g. --replication \"{{'class': "
+            f"'NetworkTopologyStrategy', 'datacenter1': 3}}\" (or COUNTERS_REPLICATION)",
+            2,
+        )
+    return DEV_REPLICATION
+
+
+def echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def parse_time_option(value: str | None, option: str) -> datetime | None:
+    """An option's time (ISO 8601, UTC if no offset); a bad one exits 2 naming the option."""
+    if value is None:
+        return None
+    try:
+        return parse_epoch(value)
+    except ValueError as exc:
+        raise Failure(f"{option}: {exc}", 2) from exc
+
+
+def by_cli(**parameters: object) -> Provenance:
+    """Who runs this command (the OS user, the host and the Cassandra role are added to every
+    audit row it writes) and the options it was given."""
+    return Provenance("cli", None, {k: v for k, v in parameters.items() if v is not None})
+
+
+def split_counter(family: Family, text: str) -> list[str]:
+    parts = text.split("/") if len(family.columns.key) > 1 else [text]
+    if len(parts) != len(family.columns.key):
+        raise Failure(
+            f"counter {text!r}: family {family.name!r} has key {list(family.columns.key)}; "
+            "give one value per column, separated by '/'",
+            2,
+        )
+    return parts

@@ -1,0 +1,239 @@
+"""``counterctl compact``, ``read``, ``health`` and the demo writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import click
+
+from .. import engine, health, metrics
+from ..core import Tally, epoch_for, format_key
+from ..store import Store
+from .common import (
+    EXIT_UNHEALTHY,
+    Context,
+    Failure,
+    by_cli,
+    configure_logging,
+    parse_time_option,
+    pass_context,
+    reported,
+    split_counter,
+)
+
+
+@click.command("compact")
+@click.option("--family", "name", required=True)
+@click.option("--epoch", help="Fold rows up to this time (ISO 8601; default: now - lag).")
+@click.option("--dry-run", is_flag=True, help="Plan and report; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--run-id", help="Run id (default: generated).")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    help="Processes compacting shards in parallel (default: shards, at most the CPU count).",
+)
+@pass_context
+def compact_command(
+    obj: Context,
+    name: str,
+    epoch: str | None,
+    dry_run: bool,
+    as_json: bool,
+    run_id: str | None,
+    workers: int | None,
+) -> None:
+    """Compact one family: fold, verify, clean up, record the audit row."""
+    family = obj.family(name)
+    at = parse_time_option(epoch, "--epoch") or epoch_for(datetime.now(UTC), family.lag)
+    store = Store(obj.conn, family)
+    store.provenance = by_cli(epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers)
+    progress = _progress() if sys.stderr.isatty() and not as_json else None
+    workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
+    started = datetime.now(UTC)
+    audited: list[str] = []
+
+    def on_audit(record: dict[str, Any], tally: Tally) -> None:
+        """The run's metrics, as the DAG sends them (whatever the outcome)."""
+        audited.append(record["outcome"])
+        metrics.emit_run(
+            record,
+            quarantined=lambda: health.quarantined_now(store),
+            stale_after=health.stale_after(family),
+        )
+        configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+
+    try:
+        with reported():
+            summary = engine.run_family(
+                store,
+                at,
+                run_id,
+                dry_run=dry_run,
+                progress=progress,
+                workers=workers,
+                on_audit=on_audit,
+            )
+    except click.ClickException:
+        if not audited:  # failed before (or while) writing its audit row: still count it
+            failed = {"family": family.name, "outcome": "failed", "started_at": started}
+            metrics.emit_run(
+                failed,
+                quarantined=lambda: health.quarantined_now(store),
+                stale_after=health.stale_after(family),
+            )
+            configure_logging(obj.verbose)
+        raise
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
+    else:
+        _print_summary(summary)
+
+
+def _progress() -> Callable[[str], None]:
+    def say(message: str) -> None:
+        click.echo(f"  .. {message}", err=True)
+
+    return say
+
+
+def _print_summary(summary: engine.RunSummary) -> None:
+    data = summary.as_dict()
+    click.echo(f"{data['family']}: {data['outcome']} (run {data['run_id']})")
+    if summary.message:
+        click.echo(f"  {summary.message}")
+    click.echo(f"  epoch: {data['epoch_before']} -> {data['epoch']}")
+    click.echo(
+        f"  counters: {data['counters_committed']} committed, rows folded: {data['rows_folded']}, "
+        f"sum folded: {data['sum_folded']}, rows deleted: {data['rows_deleted']}, "
+        f"conflicts: {data['conflicts']}"
+    )
+    click.echo(
+        f"  late rows: {data['late_rows']} (sum {data['late_sum']}, worst lateness "
+        f"{data['max_lateness_ms'] / 1000:.3f} s)"
+    )
+    if data["checks"]:
+        click.echo(
+            "  checks: "
+            + ", ".join(f"{k}={'ok' if v else 'FAIL'}" for k, v in data["checks"].items())
+        )
+    click.echo("  durations: " + ", ".join(f"{k} {v:.3f}s" for k, v in data["durations_s"].items()))
+
+
+@click.command("read")
+@click.option("--family", "name", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("counters", nargs=-1, required=True)
+@pass_context
+def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ...]) -> None:
+    """Read counters: compact value + increments newer than its epoch.
+
+    \b
+    A composite key is written with '/' between its parts, e.g. 7/2026-11-22.
+    """
+    from ..client import CounterClient
+
+    family = obj.family(name)
+    client = CounterClient(obj.conn, family)
+    with reported():
+        try:
+            keys = [client.store.parse_key(split_counter(family, c)) for c in counters]
+        except ValueError as exc:
+            raise Failure(str(exc), 2) from exc
+        values = client.read_many(keys)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "counter": format_key(v.counter),
+                        "value": v.value,
+                        "compact_value": v.compact_value,
+                        "epoch": v.epoch.isoformat() if v.epoch else None,
+                        "newer_sum": v.newer_sum,
+                    }
+                    for v in values
+                ],
+                indent=2,
+            )
+        )
+        return
+    for v in values:
+        epoch = v.epoch.isoformat() if v.epoch else "-"
+        click.echo(
+            f"{format_key(v.counter)}\t{v.value}\t(compact {v.compact_value} @ {epoch} "
+            f"+ newer {v.newer_sum})"
+        )
+
+
+@click.command("health")
+@click.option("--family", "names", multiple=True, help="Only these families (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print every family's lag as JSON.")
+@pass_context
+def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Check every family's lag against its freshness limit, for a watchdog outside Airflow.
+
+    \b
+    The lag is now - the family's lag - its compacted epoch, read from Cassandra (the
+    counters_freshness DAG's rule): fresh, late (past half the limit) or stale (past it);
+    never before the first run. Exit code 0 when every family is fresh or late, 8 when one
+    is stale or was never compacted (5/6 when Cassandra does not answer), so a cron job, a
+    Kubernetes probe or a monitoring check sees compaction stop even when the scheduler
+    (which runs the freshness DAG) is down. Sends each family's gauges (compacted epoch,
+    lag, limit, quarantined counters) where Airflow's metrics are configured.
+    """
+    families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    now = datetime.now(UTC)
+    with reported():
+        lags = health.read_lags((Store(obj.conn, f) for f in families), now)
+    for lag in lags:
+        metrics.emit_family(
+            lag.family.name,
+            lag.epoch,
+            stale_after=health.stale_after(lag.family),
+            quarantined=partial(health.quarantined_now, Store(obj.conn, lag.family)),
+            now=now,
+        )
+    configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+    bad = health.unhealthy(lags)
+    if as_json:
+        click.echo(json.dumps([lag.as_dict() for lag in lags], indent=2))
+    else:
+        for lag in lags:
+            click.echo(lag.line())
+        click.echo(
+            f"{len(lags) - len(bad)} of {len(lags)} famil{'y' if len(lags) == 1 else 'ies'} "
+            "within their freshness limit"
+            + (f"; unhealthy: {', '.join(lag.family.name for lag in bad)}" if bad else "")
+        )
+    if bad:
+        raise SystemExit(EXIT_UNHEALTHY)
+
+
+@click.command("demo-writer", hidden=True)
+@click.option("--family", "names", multiple=True, help="Only these families (default: all).")
+@click.option("--rate", default=20.0, show_default=True, help="Increments per second per family.")
+@click.option("--counters", default=50, show_default=True, help="Distinct counters per family.")
+@click.option("--duration", default=0.0, help="Stop after this many seconds (0: until signalled).")
+@pass_context
+def demo_writer_command(
+    obj: Context, names: tuple[str, ...], rate: float, counters: int, duration: float
+) -> None:
+    """Keep appending increments to the demo families until SIGINT/SIGTERM."""
+    from ..demo import write_forever
+
+    families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with reported():
+        written = write_forever(obj.conn, families, rate, counters, stop, duration or None)
+    click.echo(f"demo writer stopped after {written} increments", err=True)

@@ -1,0 +1,166 @@
+"""The functional core: epochs, shards and fold plans. No I/O here; everything is unit-tested.
+
+The fold invariant (per counter), which every run preserves:
+
+* the compact row holds ``value`` and ``epoch`` plus ``pending``: the clustering keys of the raw
+  rows at or below ``epoch`` that ``value`` already includes and that may not be deleted yet;
+* a raw row at or below ``epoch`` whose key is in ``pending`` is counted; one that is not in
+  ``pending`` is a late write, not yet counted (readers do not see it until a run folds it);
+* readers compute ``value + sum(rows newer than epoch)``.
+
+A run folds every present row at or below its epoch that is not already counted, and commits the
+new (value, epoch, pending) with a compare-and-set on the commit id it read, so overlapping runs
+can never both build on the same state.
+
+The package: ``moments``, ``shards``, ``folds``, ``reads``, ``checks``, re-exported here.
+"""
+
+from __future__ import annotations
+
+from .checks import (
+    NAMED_MAX,
+    CheckOutcome,
+    Committed,
+    Evidence,
+    Tally,
+    check_committed,
+    counted_rows_gone,
+    evaluate_evidence,
+    needs_closer_look,
+    readers_base,
+)
+from .folds import (
+    EMPTY_CHECKPOINT,
+    FOLD_CARRIED,
+    FOLD_DUPLICATE,
+    FOLD_NEW,
+    KEY_SAMPLE,
+    LEDGER_STATE,
+    ROW_ARCHIVED,
+    ROW_COUNTED,
+    STATE_FIELDS,
+    STATE_FORMAT,
+    Checkpoint,
+    Fold,
+    Key,
+    Packed,
+    Row,
+    fold_counter,
+    fold_recount,
+    fold_row_limit,
+    fold_slice,
+    format_key,
+    key_bytes,
+    needs_pending,
+    next_version,
+    pack_state,
+    restored_version,
+    state_commit,
+    unpack_state,
+    versioned_by_copy,
+)
+from .moments import (
+    epoch_for,
+    from_millis,
+    minute_ms,
+    parse_epoch,
+    to_millis,
+    truncate_ms,
+    utc_naive,
+    write_timestamp,
+)
+from .reads import (
+    RECOUNT_WINDOW_MS,
+    WHOLE_BUCKET_SHARE,
+    grown_population,
+    lowest_floor,
+    read_floor,
+    shared_floor,
+    whole_bucket,
+)
+from .shards import (
+    BIGINT_MAX,
+    BIGINT_MIN,
+    BUCKETS,
+    MAX_TOKEN,
+    MIN_TOKEN,
+    bucket_bounds,
+    bucket_of,
+    chunks,
+    overlapping_shards,
+    quarantine_shards,
+    shard_bounds,
+    shard_of,
+    split_refused_range,
+    spread,
+)
+
+__all__ = [
+    "BIGINT_MAX",
+    "BIGINT_MIN",
+    "BUCKETS",
+    "EMPTY_CHECKPOINT",
+    "FOLD_CARRIED",
+    "FOLD_DUPLICATE",
+    "FOLD_NEW",
+    "KEY_SAMPLE",
+    "LEDGER_STATE",
+    "MAX_TOKEN",
+    "MIN_TOKEN",
+    "NAMED_MAX",
+    "RECOUNT_WINDOW_MS",
+    "ROW_ARCHIVED",
+    "ROW_COUNTED",
+    "STATE_FIELDS",
+    "STATE_FORMAT",
+    "WHOLE_BUCKET_SHARE",
+    "CheckOutcome",
+    "Checkpoint",
+    "Committed",
+    "Evidence",
+    "Fold",
+    "Key",
+    "Packed",
+    "Row",
+    "Tally",
+    "bucket_bounds",
+    "bucket_of",
+    "check_committed",
+    "chunks",
+    "counted_rows_gone",
+    "epoch_for",
+    "evaluate_evidence",
+    "fold_counter",
+    "fold_recount",
+    "fold_row_limit",
+    "fold_slice",
+    "format_key",
+    "from_millis",
+    "grown_population",
+    "key_bytes",
+    "lowest_floor",
+    "minute_ms",
+    "needs_closer_look",
+    "needs_pending",
+    "next_version",
+    "overlapping_shards",
+    "pack_state",
+    "parse_epoch",
+    "quarantine_shards",
+    "read_floor",
+    "readers_base",
+    "restored_version",
+    "shard_bounds",
+    "shard_of",
+    "shared_floor",
+    "split_refused_range",
+    "spread",
+    "state_commit",
+    "to_millis",
+    "truncate_ms",
+    "unpack_state",
+    "utc_naive",
+    "versioned_by_copy",
+    "whole_bucket",
+    "write_timestamp",
+]
