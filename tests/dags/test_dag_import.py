@@ -81,7 +81,7 @@ def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
         assert [a.uri for a in audit.outlets] == [compact]
         assert [type(a).__name__ for a in run.outlets] == ["AssetAlias"]
         assert run.outlets[0].name == f"counters_compacted_{family.name}"
-        for task_id in ("compact", "verify", "cleanup", "verify_cleanup"):
+        for task_id in ("compact", "verify", "cleanup"):
             assert not dag.task_dict[task_id].outlets, f"{task_id} must not update an asset"
 
 
@@ -128,8 +128,7 @@ def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
             "compact": {"run"},
             "verify": {"run", "compact"},
             "cleanup": {"run", "verify"},
-            "verify_cleanup": {"run", "verify", "cleanup"},
-            "record_audit": {"run", "verify", "verify_cleanup"},
+            "record_audit": {"run", "verify", "cleanup"},
         }
         for task in dag.tasks:
             where = f"{dag.dag_id}.{task.task_id} in {dag.fileloc}"

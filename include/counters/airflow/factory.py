@@ -185,9 +185,9 @@ own task would), and the rest is skipped. A larger run goes on in the tasks belo
 recount on the server and quarantine any counter that does not add up) -> `verify` (the
 conservation evidence, by the engine and the Great Expectations suite; its result stored, its
 Data Docs page under Browse > Counter families) -> `cleanup` (per shard: delete exactly the
-rows the commits counted, count what is left) -> `verify_cleanup` ->
-`record_audit` (advance the compacted epoch, audit row; fails, and so alerts, when counters
-are quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
+rows the commits counted, count what is left) -> `record_audit` (check that no counted row is
+left, advance the compacted epoch, audit row; fails, and so alerts, when counters are
+quarantined). Audit: `counterctl audit --family {family.name}`; quarantine:
 `counterctl quarantine --family {family.name}`.
 
 **Params.** `epoch`: fold up to this ISO time instead of the scheduled time minus the lag;
@@ -229,7 +229,9 @@ def _label(shards: Sequence[int]) -> str:
 
 def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> DAG:
     """The DAG of one family: run -> compact[shards] -> verify -> cleanup[shards] ->
-    verify_cleanup -> record_audit (``run`` does a small run itself; the rest is skipped)."""
+    record_audit (``run`` does a small run itself; the rest is skipped). Five tasks, the
+    fewest that keep a large run's per-shard tasks: every task of a DAG gets a task instance
+    row in every run, skipped or not (docs/airflow.md, "The DAG's shape")."""
     channels = Channels.for_family(family, env)
     with DAG(
         dag_id=family.dag_id,
@@ -301,19 +303,15 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
             return _tasks().cleanup(family, run, verified, shards)
 
-        @task
-        def verify_cleanup(
-            run: Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
-        ) -> dict[str, Any]:
-            return _tasks().verify_cleanup(family, run, verified, _all(cleanups))
-
         @task(inlets=[raw], outlets=[compacted])
         def record_audit(
-            run: Run, verified: dict[str, Any], cleaned: dict[str, Any]
+            run: Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
         ) -> dict[str, Any]:
-            """Audits the run; skipped (no asset event) when it committed nothing."""
+            """Checks the cleanup, then audits the run (one task: a task instance costs the
+            scheduler more than these reads); skipped (no asset event) when it committed
+            nothing."""
             context = get_current_context()
-            summary = _tasks().record_audit(family, run, verified, cleaned)
+            summary = _tasks().finish(family, run, verified, _all(cleanups))
             notify_recovery(family.name, channels, FAILING, context)
             if not assets.committed(summary):
                 raise AirflowSkipException("the run committed nothing: no compact-table event")
@@ -327,8 +325,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         reports: Any = compact.partial(run=run).expand(shards=groups)
         verified: Any = verify(run, reports)
         cleanups: Any = cleanup.partial(run=run, verified=verified).expand(shards=groups)
-        cleaned: Any = verify_cleanup(run, verified, cleanups)
-        record_audit(run, verified, cleaned)
+        record_audit(run, verified, cleanups)
     return dag
 
 

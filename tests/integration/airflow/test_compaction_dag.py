@@ -283,6 +283,10 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     got = states(second)  # few counters touched, no sweep due: one task does it all
     assert got.pop("run") == "success", got
     assert set(got.values()) == {"skipped"}, got
+    # every task of the DAG has a task instance row in every run, skipped or not: a small run
+    # costs five rows (the scheduler examines and skips four); a sixth task would show here
+    assert len(second.get_task_instances()) == 5
+    assert sorted(got) == ["cleanup", "compact", "record_audit", "verify"], got
     summary = next(
         ti.xcom_pull(task_ids="run", key="summary")
         for ti in second.get_task_instances()
@@ -337,3 +341,46 @@ def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_mani
         ("IBM",): 55,
         ("AAPL",): 55,
     }
+
+
+def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_advances(
+    conn, make_families, dagbag, t0
+):
+    """``record_audit`` checks the cleanup before it audits: a counted row that outlives its
+    delete (here rewritten with a write time after the tombstone's, as a clock far ahead would)
+    fails the run with a ``failed`` audit row naming the check, and the family's compacted epoch
+    does not advance."""
+    families = make_families({})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    load(CounterClient(conn, family, store), t0)
+    epoch = t0 + timedelta(minutes=10)
+    raw = f"{family.keyspace}.{family.raw_table}"
+    rewritten: list[str] = []
+
+    def outlive_the_delete(point: str) -> None:
+        """Before the first cleanup deletes: IBM's first row (counted: at t0, before the epoch)
+        written again, far in the future."""
+        if point == "cleanup_read_log" and not rewritten:
+            rows = store.session.execute(f"SELECT JSON * FROM {raw} WHERE type = 'IBM'")
+            first = min((r[0] for r in rows), key=lambda text: json.loads(text)["modify_time"])
+            future_us = int((datetime.now(UTC) + timedelta(days=30)).timestamp() * 1_000_000)
+            store.session.execute(
+                f"INSERT INTO {raw} JSON %s USING TIMESTAMP {future_us}", (first,)
+            )
+            rewritten.append(first)
+
+    dag = dagbag().dags[family.dag_id]
+    with tasks.fault_hook(outlive_the_delete):
+        run = dag.test(logical_date=aware(epoch + family.lag))
+
+    assert rewritten and run.state == "failed"
+    got = states(run)  # the first run sweeps: the mapped shape
+    assert got["record_audit"] == "failed", got
+    assert {v for k, v in got.items() if k != "record_audit"} == {"success"}, got
+    audit = store.read_audit(5)
+    assert [a["outcome"] for a in audit] == ["failed"]
+    assert "cleanup check failed" in audit[0]["message"]
+    cleanup_check = json.loads(audit[0]["checks"])["no_counted_rows_remain_after_cleanup"]
+    assert cleanup_check.startswith("FAIL: 1 counted row(s) still present"), cleanup_check
+    assert store.family_epoch() is None  # not advanced: the run did not finish
