@@ -451,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         say("stopping Airflow")
         airflow.stop()
         writer.conn.close()
+    db = home / "airflow.db"
+    report["metadata_db_bytes"] = db.stat().st_size if db.exists() else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str))
     print(table(report))

@@ -158,6 +158,10 @@ FIGURES: list[Figure] = [
         ),
     ),
     (
+        "Airflow metadata DB after the bench (MB)",
+        lambda r: _number(_mb(r.get("metadata_db_bytes")), 1),
+    ),
+    (
         "archive on / off, 1M-row run (medians)",
         lambda r: _number(_at(r, "ratios.archive_over_plain"), 3),
     ),
