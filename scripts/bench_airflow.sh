@@ -12,6 +12,8 @@ cd "$PROJECT_ROOT"
 "$PROJECT_ROOT/scripts/setup.sh"
 test_cassandra_scope
 airflow_env "$PROJECT_ROOT/var/airflow-bench"
+# a fresh deployment's metadata DB, as the keyspace is (its size after the run is reported)
+rm -f "$AIRFLOW_HOME/airflow.db" "$AIRFLOW_HOME/.db-migrated"
 airflow_db_migrate
 mkdir -p "$PROJECT_ROOT/var/bench"
 log "python -m bench.orchestration $* (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042})"
