@@ -177,18 +177,35 @@ def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | Non
 
 
 def replication_dcs(session: Any, keyspace: str) -> set[str]:
-    """The data centers a keyspace's replicas are in (every data center of the cluster for a
-    ``SimpleStrategy``, which places replicas around the ring whatever their data center).
-    The keyspace is read from the cluster when the driver does not hold it (a connection
-    without the full schema model)."""
-    meta = session.cluster.metadata
-    keyspace_meta = keyspace_metadata(session, keyspace)
-    factors = getattr(
-        getattr(keyspace_meta, "replication_strategy", None), "dc_replication_factors", None
-    )
-    if factors:
-        return {dc for dc, rf in factors.items() if int(rf) > 0}
-    return {host.datacenter for host in meta.all_hosts() if host.datacenter}
+    """The data centers a keyspace's replicas are in, read from ``system_schema`` on every
+    check (one request): the driver's copy, without schema events, would keep a replication
+    changed since it was read (a data center added) for the life of the process. The driver is
+    also made to know the keyspace (token-aware routing needs its replication)."""
+    from cassandra import DriverException
+
+    keyspace_metadata(session, keyspace)
+    every_dc = {host.datacenter for host in session.cluster.metadata.all_hosts() if host.datacenter}
+    try:
+        row = session.execute(
+            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            (keyspace,),
+        ).one()
+    except DriverException:  # unread: every data center, the answer that refuses the most
+        return every_dc
+    return dcs_of(dict(row[0]) if row is not None else {}, every_dc)
+
+
+def dcs_of(replication: dict[str, str], every_dc: set[str]) -> set[str]:
+    """The data centers of a keyspace's replication map (pure): a ``NetworkTopologyStrategy``'s
+    data centers with a factor above 0; every data center for any other strategy, which places
+    replicas around the ring whatever their data center (and for a keyspace not found)."""
+    if not replication.get("class", "").endswith("NetworkTopologyStrategy"):
+        return set(every_dc)
+    return {
+        dc
+        for dc, factor in replication.items()
+        if dc not in ("class", "replication_factor") and factor.isdigit() and int(factor) > 0
+    }
 
 
 def local_dc(session: Any) -> str | None:

@@ -103,3 +103,20 @@ def test_table_options_that_break_totals_are_named_with_their_fix():
     assert "ks.raw has gc_grace_seconds = 60, under 10800" in problems[2]
     kept = family(kind="rows")  # deletes nothing: its tombstones do not matter
     assert option_problems(kept, {"raw": {"gc_grace_seconds": 60}}) == []
+
+
+def test_the_data_centers_of_a_replication_map() -> None:
+    from counters.identity import dcs_of
+
+    every = {"dc1", "dc2", "dc3"}
+    nts = "org.apache.cassandra.locator.NetworkTopologyStrategy"
+    assert dcs_of({"class": nts, "dc1": "3", "dc2": "0"}, every) == {"dc1"}
+    assert dcs_of({"class": nts, "dc1": "3", "dc2": "2"}, every) == {"dc1", "dc2"}
+    assert (
+        dcs_of(
+            {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "3"},
+            every,
+        )
+        == every
+    )
+    assert dcs_of({}, every) == every  # a keyspace not found: every data center
