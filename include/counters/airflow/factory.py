@@ -367,8 +367,12 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
         ),
         default_args={"owner": "counters", "retries": 1, "retry_delay": timedelta(seconds=30)},
     ) as dag:
-
-        @task(task_id=FRESHNESS_TASK, retry_policy=RETRY_POLICY)
+        # under the 5-minute schedule: a hung alert channel fails this run, not the next
+        @task(
+            task_id=FRESHNESS_TASK,
+            retry_policy=RETRY_POLICY,
+            execution_timeout=timedelta(minutes=4),
+        )
         def check_freshness() -> dict[str, Any]:
             return _tasks().check_freshness(families, channels, get_current_context())
 

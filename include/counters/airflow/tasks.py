@@ -650,23 +650,19 @@ def check_freshness(
         lags = tuple(_read_lag(f, conn, now) for f in families)
     verdict = FreshnessVerdict(lags, now)
     final = _final_try(context)
+    unalerted: list[str] = []
     for lag in verdict.lags:
-        name = lag.family.name
         log.info("freshness %s", lag.line())
-        if lag.problem is not None:
-            if final:
-                error = FamilyStale(
-                    f"family {name!r}: freshness unreadable: {lag.problem}",
-                    checks=["freshness_unreadable"],
-                )
-                notify_failure(name, channels[name], STALE, {**context, "exception": error})
-        elif lag.state is Freshness.STALE:
-            error = FamilyStale(stale_message(lag, now), checks=["freshness"])
-            notify_failure(name, channels[name], STALE, {**context, "exception": error})
-        elif lag.state is not Freshness.NEVER:
-            notify_recovery(name, channels[name], STALE, context)
+        try:  # one family's alert that cannot be sent does not silence the families after it
+            _alert_freshness(lag, channels[lag.family.name], context, now, final)
+        except Exception:
+            log.exception("family %s: its freshness alert could not be sent", lag.family.name)
+            unalerted.append(lag.family.name)
     summary = verdict.as_dict()
     failure = verdict.failure()
+    if unalerted:
+        summary["unalerted"] = unalerted
+        failure = f"{failure or 'no family stale'}; alerts not sent for: {', '.join(unalerted)}"
     if failure is None:
         log.info("every family is fresh (or never compacted): %s", summary)
         return summary
@@ -676,6 +672,29 @@ def check_freshness(
     if verdict.unreadable and not final:
         raise FreshnessUnreadable(f"{failure}; retrying")
     raise FamilyStale(failure, checks=["freshness"])
+
+
+def _alert_freshness(
+    lag: FamilyLag,
+    channels: Channels,
+    context: Mapping[str, Any],
+    now: datetime,
+    final: bool,
+) -> None:
+    """One family's alert or recovery notice, through its own channels and streak."""
+    name = lag.family.name
+    if lag.problem is not None:
+        if final:
+            error = FamilyStale(
+                f"family {name!r}: freshness unreadable: {lag.problem}",
+                checks=["freshness_unreadable"],
+            )
+            notify_failure(name, channels, STALE, {**context, "exception": error})
+    elif lag.state is Freshness.STALE:
+        error = FamilyStale(stale_message(lag, now), checks=["freshness"])
+        notify_failure(name, channels, STALE, {**context, "exception": error})
+    elif lag.state is not Freshness.NEVER:
+        notify_recovery(name, channels, STALE, context)
 
 
 # --- metadata retention -------------------------------------------------------------------

@@ -68,3 +68,35 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale", "fresh_again"]
     assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
     assert receivers.json_posts("/c") == []
+
+
+def test_a_family_whose_alert_cannot_be_sent_does_not_silence_the_others(
+    conn, make_families, dagbag, receivers, monkeypatch
+):
+    from counters.airflow import tasks
+
+    port = receivers.http_port
+    families = make_families(
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}},
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},
+    )
+    a, b = (families.family(e["name"]) for e in families.entries)
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    for family in (a, b):
+        Store(conn, family).advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    sent = tasks.notify_failure
+
+    def broken_for_a(name, *args, **kwargs):
+        if name == a.name:  # e.g. a provider that cannot be imported, a template that fails
+            raise RuntimeError("the alert could not be built")
+        return sent(name, *args, **kwargs)
+
+    monkeypatch.setattr(tasks, "notify_failure", broken_for_a)
+    run = dagbag().dags["counters_freshness"].test()
+
+    assert run.state == "failed"
+    (ti,) = run.get_task_instances()
+    state = ti.xcom_pull(task_ids="check_freshness", key="freshness")
+    assert state["unalerted"] == [a.name]
+    assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale"]  # b alerted all the same
+    assert receivers.json_posts("/a") == []
