@@ -183,3 +183,28 @@ def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -
     good, bad, failures, threads = got["child"]
     assert good is True and bad is False and threads == 1
     assert set(failures) == {"value_change_equals_folded_sum", "family_total_conserved"}
+
+
+def test_expect_a_row_count_mismatch_to_be_described_by_its_own_rule() -> None:
+    """Two rules report under ``recount_equals_counted_rows``: a failed row count is described
+    as a row count, not with the sum rule's words (each result names its rule by index)."""
+    report = checks.validate_evidence("fam", "run-7", [evidence(0, 10, recount_rows=3)])
+
+    (detail,) = failed(report)["recount_equals_counted_rows"]
+    assert detail == "shard 0 bucket 0: recount 3 row(s), commits counted 4"
+    assert not report.success
+
+
+def test_expect_a_rule_gx_did_not_evaluate_to_fail_the_suite() -> None:
+    """Fail closed: a suite whose results miss a rule (a GX change, an expectation dropped) does
+    not pass on the rules it did evaluate."""
+    suite = checks._suite("fam_short")  # built, then one expectation dropped from GX's copy
+    definition_suite = suite.definition.suite
+    definition_suite.expectations.pop(0)
+    definition_suite.save()
+    try:
+        report = checks.validate_evidence("fam_short", "run-8", [evidence(0, 10)])
+    finally:
+        checks._context().suites.pop("fam_short", None)
+    assert not report.success
+    assert [o.name for o in report.outcomes if not o.success] == ["gx_suite_complete"]

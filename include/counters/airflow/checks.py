@@ -116,7 +116,7 @@ def rules() -> list[Rule]:
     def rule(
         check: str, description: str, expectation: Any, describe: str = "", critical: bool = True
     ) -> Rule:
-        expectation.meta = {"check": check, "critical": critical}
+        expectation.meta = {"check": check, "critical": critical}  # "rule": its index, below
         expectation.description = description
         expectation.severity = "critical" if critical else "warning"
         return Rule(check, description, expectation, describe)
@@ -314,6 +314,8 @@ def _suite(family: str) -> _Suite:
     import great_expectations as gx
 
     the_rules = rules()
+    for index, rule in enumerate(the_rules):  # a result names its rule: checks share names
+        rule.expectation.meta["rule"] = index
     fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
     name = f"counters_{family}"
     suite = gx.ExpectationSuite(name=name, meta={"rules": fingerprint})
@@ -374,11 +376,22 @@ def validate_evidence(family: str, run_id: str, evidence: Sequence[Evidence]) ->
         run_id=gx.RunIdentifier(run_name=run_name(run_id), run_time=datetime.now(UTC)),
     )
     _forget_results(_context().context)
-    by_check = {rule.check: rule for rule in suite.rules}
     outcomes = [
-        _outcome(frame, by_check[result.expectation_config.meta["check"]], result)
+        _outcome(frame, suite.rules[result.expectation_config.meta["rule"]], result)
         for result in validation.results
     ]
+    evaluated = {result.expectation_config.meta["rule"] for result in validation.results}
+    if evaluated != set(range(len(suite.rules))):  # fail closed: a rule GX did not evaluate
+        missing = sorted(set(range(len(suite.rules))) - evaluated)
+        outcomes.append(
+            CheckOutcome(
+                "gx_suite_complete",
+                False,
+                True,
+                f"GX evaluated {len(evaluated)} of the suite's {len(suite.rules)} rules; not "
+                f"evaluated: {', '.join(suite.rules[i].check for i in missing)}",
+            )
+        )
     merged = _merge_outcomes(outcomes)
     return SuiteReport(
         success=all(o.success for o in merged if o.critical),
