@@ -513,8 +513,10 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     return parse_catalog(_read_yaml(resolved), resolved)
 
 
-FileStamp = tuple[str, int, int]
-"""A file's (path, mtime_ns, size): what a memoized parse of it is keyed on."""
+FileStamp = tuple[str, int, int, int, int]
+"""A file's (path, mtime_ns, size, inode, ctime_ns): what a memoized parse of it is keyed on.
+The inode and ctime catch what mtime and size miss: a file replaced by one that kept the old
+mtime (``cp -p``, ``rsync -a``, a git checkout of the same size); no tool sets ctime back."""
 
 RACY_S = 2.0
 """A file changed this recently is not memoized: its mtime comes from a coarse clock (a few
@@ -529,7 +531,7 @@ def file_stamp(path: Path) -> FileStamp | None:
         stat = path.stat()
     except OSError:
         return None
-    return (str(path), stat.st_mtime_ns, stat.st_size)
+    return (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino, stat.st_ctime_ns)
 
 
 def memo_usable(stamp: FileStamp | None, now_ns: int, racy_s: float = RACY_S) -> bool:

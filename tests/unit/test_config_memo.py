@@ -80,10 +80,24 @@ def test_a_file_changed_a_moment_ago_is_not_memoized(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_file_replaced_with_its_old_mtime_is_parsed_again(tmp_path, monkeypatch):
+    """``cp -p`` or ``rsync -a`` of a same-size file keeps the old mtime; its ctime moves."""
+    path = tmp_path / "families.yaml"
+    path.write_text(ONE)
+    _age(path, 30)
+    calls = _count_parses(monkeypatch)
+    assert [f.name for f in load_families_leniently(path)[0]] == ["trades"]
+    old = path.stat().st_mtime_ns
+    path.write_text(TWO)
+    os.utime(path, ns=(old, old))
+    assert [f.name for f in load_families_leniently(path)[0]] == ["tradez"]
+    assert len(calls) == 2
+
+
 def test_memo_usable_only_for_a_file_older_than_the_racy_window():
     now = 10_000_000_000_000
-    assert memo_usable(("f", now - 3 * 10**9, 1), now)
-    assert not memo_usable(("f", now - 10**9, 1), now)
+    assert memo_usable(("f", now - 3 * 10**9, 1, 7, now), now)
+    assert not memo_usable(("f", now - 10**9, 1, 7, now), now)
     assert not memo_usable(None, now)
 
 
