@@ -2,9 +2,9 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-One module per concern (``base``: statements, batching, keys; ``raw``, ``touched``,
-``ledger``, ``runlog``, ``control`` with ``auditlog``, ``moves``, ``reads``); ``Store``
-composes them, the one object callers get.
+One module per concern (``base``: statements, batching, keys; ``records``: the small types
+they return; ``raw``, ``touched``, ``ledger``, ``runlog``, ``control`` with ``auditlog``,
+``moves``, ``reads``); ``Store`` composes them, the one object callers get.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ from .base import (
     BATCH_BYTES,
     CAS_WRITE_UNKNOWN,
     COMMIT_CHUNK,
-    COMMIT_KEYS_V2,
     COPY_BATCH_PARTITIONS,
     DEFAULT_CONCURRENCY,
     DELETE_BATCH_ROWS,
-    EMPTY_READ_BASE,
     FIRST_WRITE_WINS,
     IN_CHUNK,
     IN_KEY_TYPES,
-    MOVING,
-    NO_KEYS,
     PACKED_TYPES,
     PLAIN_KEY_TYPES,
     READ_ATTEMPTS,
@@ -33,32 +29,38 @@ from .base import (
     RUN_LOG_FETCH,
     SCAN_FETCH,
     SCAN_SPLITS,
-    CommitRecord,
-    Copy,
-    FamilyState,
-    Ledger,
     MillisTimestampType,
-    Quarantined,
-    ReadBase,
     StoreBase,
-    TableOwner,
-    Touched,
     batch_too_large,
     bind,
     consistency_of,
     millis_timestamps,
     normal_key,
     outcome_unknown,
-    pack_commit_keys,
     pending_flags_of,
     serial_consistency_of,
-    unpack_commit_keys,
 )
 from .control import ControlState
 from .ledger import LedgerRows
 from .moves import ReshardMoves
 from .raw import RawRows
 from .reads import Reads
+from .records import (
+    COMMIT_KEYS_V2,
+    EMPTY_READ_BASE,
+    MOVING,
+    NO_KEYS,
+    CommitRecord,
+    Copy,
+    FamilyState,
+    Ledger,
+    Quarantined,
+    ReadBase,
+    TableOwner,
+    Touched,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
 from .runlog import RunLog
 from .touched import TouchedIndex
 

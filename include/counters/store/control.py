@@ -18,9 +18,11 @@ if TYPE_CHECKING:
     from .auditlog import AuditLog
 
 from .base import (
+    StoreBase,
+)
+from .records import (
     FamilyState,
     Quarantined,
-    StoreBase,
     TableOwner,
 )
 

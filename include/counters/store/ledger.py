@@ -37,15 +37,17 @@ if TYPE_CHECKING:
 
 from .base import (
     COPY_BATCH_PARTITIONS,
-    NO_KEYS,
     ROWS_PER_BATCH,
-    Copy,
-    Ledger,
     StoreBase,
     bind,
     consistency_of,
     normal_key,
     serial_consistency_of,
+)
+from .records import (
+    NO_KEYS,
+    Copy,
+    Ledger,
 )
 
 log = logging.getLogger(__name__)

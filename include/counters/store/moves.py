@@ -26,13 +26,15 @@ from ..core import (
 from ..errors import EngineError
 from ..schema import q
 from .base import (
-    MOVING,
     consistency_of,
-    pack_commit_keys,
-    unpack_commit_keys,
 )
 from .control import ControlState
 from .ledger import LedgerRows
+from .records import (
+    MOVING,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
 
 log = logging.getLogger(__name__)
 

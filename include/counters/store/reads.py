@@ -19,16 +19,18 @@ if TYPE_CHECKING:
     pass
 
 from .base import (
-    EMPTY_READ_BASE,
     READ_ATTEMPTS,
     READ_HINT_S,
     READ_HINTS,
+)
+from .control import ControlState
+from .raw import RawRows
+from .records import (
+    EMPTY_READ_BASE,
     Quarantined,
     ReadBase,
     unpack_commit_keys,
 )
-from .control import ControlState
-from .raw import RawRows
 
 log = logging.getLogger(__name__)
 

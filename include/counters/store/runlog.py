@@ -24,11 +24,13 @@ from .base import (
     PLAIN_KEY_TYPES,
     ROWS_PER_BATCH,
     RUN_LOG_FETCH,
-    CommitRecord,
     StoreBase,
     normal_key,
-    pack_commit_keys,
     pending_flags_of,
+)
+from .records import (
+    CommitRecord,
+    pack_commit_keys,
     unpack_commit_keys,
 )
 
