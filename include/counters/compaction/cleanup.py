@@ -98,7 +98,7 @@ def cleanup_shard(
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
-    runs = store.read_run_commits(run_id, shard, executions)
+    runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started

@@ -139,7 +139,7 @@ def load_pending_keys(
     need = [
         c for c, found in rows.items() if c in checkpoints and needs_pending(checkpoints[c], found)
     ]
-    missing = ctx.store.load_pending(ctx.shard, bucket, checkpoints, need)
+    missing = ctx.store.runs.load_pending(ctx.shard, bucket, checkpoints, need)
     return [(c, "keys_missing", keys_missing_message(c, checkpoints[c])) for c in missing]
 
 

@@ -4,11 +4,16 @@ The engine and the client library call these; nothing else in the project writes
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
 One module per concern (``base``: statements, batching, keys; ``records``: the small types
 they return; ``raw``, ``touched``, ``ledger``, ``runlog``, ``control`` with ``auditlog``,
-``moves``, ``reads``); ``Store`` composes them, the one object callers get.
+``moves``, ``reads``); ``Store`` composes them, the one object callers get. A table moved
+to its own object is an attribute of it, over the same statements core: ``store.runs``
+(the run log, ``RunLogTable``).
 """
 
 from __future__ import annotations
 
+from ..config import Family
+from ..connection import Connection
+from ..schema import RawLayout
 from .base import (
     BATCH_BYTES,
     CAS_WRITE_UNKNOWN,
@@ -61,12 +66,25 @@ from .records import (
     pack_commit_keys,
     unpack_commit_keys,
 )
-from .runlog import RunLog
+from .runlog import RunLogTable
 from .touched import TouchedIndex
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RunLog, ControlState, RawRows):
-    """I/O for one family. Cheap to create; statements are prepared on first use."""
+class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, ControlState, RawRows):
+    """I/O for one family. Cheap to create; statements are prepared on first use.
+
+    Tables composed over the statements core (the rest still mixed in): ``runs``, the run
+    log."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        family: Family,
+        layout: RawLayout | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ):
+        super().__init__(conn, family, layout, concurrency)
+        self.runs = RunLogTable(self)
 
 
 __all__ = [
@@ -100,6 +118,7 @@ __all__ = [
     "MillisTimestampType",
     "Quarantined",
     "ReadBase",
+    "RunLogTable",
     "Store",
     "StoreBase",
     "TableOwner",

@@ -324,18 +324,21 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
     # resets that crash after their commit: before their archive (the next run archives the
     # consumed rows, as not counted), and after it, before their deletes (no row again)
     write(epoch + timedelta(seconds=30), 7)
-    for counter, method in (("k5", "read_run_commits"), ("k6", "delete_rows")):
-        original = getattr(store, method)
+    for counter, owner, method in (
+        ("k5", store.runs, "read_run_commits"),
+        ("k6", store, "delete_rows"),
+    ):
+        original = getattr(owner, method)
 
         def die(*args, method=method, **kwargs):
             raise Crash(method)
 
-        setattr(store, method, die)
+        setattr(owner, method, die)
         with pytest.raises(Crash):
             engine.reset_counter(
                 store, (counter,), epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2)
             )
-        setattr(store, method, original)
+        setattr(owner, method, original)
         expected[counter] = 0
         check()
     write(epoch + timedelta(minutes=1, seconds=30), 2)

@@ -481,7 +481,7 @@ def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached
     foreign_bucket = store.bucket(("foreign",))[1]
     stalled, resume, outcome = threading.Event(), threading.Event(), []
     a_store = Store(conn, family, store.layout)
-    mark = a_store.mark_verified
+    mark = a_store.runs.mark_verified
     marked: dict[int, int] = {}  # bucket worker thread -> the bucket whose commits it marked
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
@@ -494,7 +494,7 @@ def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached
             stalled.set()  # verified and marked by A; A's report does not exist yet
             assert resume.wait(60)
 
-    a_store.mark_verified = watched_mark
+    a_store.runs.mark_verified = watched_mark
 
     def execution_a() -> None:
         outcome.append(
@@ -549,7 +549,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     a_store = Store(conn, family, store.layout)
     executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
     other_marked = threading.Event()
-    mark, copy = a_store.mark_verified, a_store.copy_compact
+    mark, copy = a_store.runs.mark_verified, a_store.copy_compact
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
         mark(run_id, shard, bucket, commit_ids, execution)
@@ -563,7 +563,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
             raise Crash("copy")  # the commit applied; its copy never written
         return copy(commits, *args, **kwargs)
 
-    a_store.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    a_store.runs.mark_verified, a_store.copy_compact = watched_mark, dying_copy
     with pytest.raises(Crash):
         engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
     assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1
