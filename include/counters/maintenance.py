@@ -491,7 +491,9 @@ def _rows_counters(store: Store, shard: int) -> list[Key]:
 def quarantined(store: Store) -> list[Quarantined]:
     """Every counter of the family kept out of compaction, with the reason."""
     return [
-        q for shard in range(store.family.shards) for q in store.read_quarantine(shard).values()
+        q
+        for shard in range(store.family.shards)
+        for q in store.control.read_quarantine(shard).values()
     ]
 
 
@@ -501,7 +503,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     reason (a NULL increment); the next run folds it."""
     check_family(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
-    entry = store.read_quarantine(shard).get(counter)
+    entry = store.control.read_quarantine(shard).get(counter)
     if entry is None:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
@@ -527,7 +529,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             checkpoint.run_id,
         )
         store.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
-    store.release(counter)
+    store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
         f"{from_millis(checkpoint.epoch_ms).isoformat() if checkpoint.epoch_ms else None}"

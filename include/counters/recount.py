@@ -124,7 +124,7 @@ def recount(
 def _manifests(
     store: Store, since: datetime | None, until: datetime | None
 ) -> Iterator[tuple[datetime, str, Manifest]]:
-    for started_at, run_id, archive in store.audit_log.archives(since, until):
+    for started_at, run_id, archive in store.audit.archives(since, until):
         for name, text in sorted(archive.items()):
             try:
                 yield started_at, run_id, Manifest.from_text(text)

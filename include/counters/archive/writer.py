@@ -141,7 +141,7 @@ def archive_commits(
         url = write_part(family, day_of(started_at), run_id, shard, data)
         manifest = manifest_of(url, shard, table, data, len(commits), layout)
         fault("cleanup_archive_file")
-        store.audit_log.record_archive(started_at, run_id, {manifest.name: manifest.as_text()})
+        store.audit.record_archive(started_at, run_id, {manifest.name: manifest.as_text()})
         done.manifests.append(manifest)
         done.rows, done.sum = manifest.rows, manifest.sum
     skipped_by_commit = {

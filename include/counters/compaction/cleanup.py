@@ -103,7 +103,7 @@ def cleanup_shard(
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
         return report
-    quarantined = set(store.read_quarantine_anywhere(shard))  # wherever a reshard moved it
+    quarantined = set(store.control.read_quarantine_anywhere(shard))  # wherever a reshard moved it
     deferred: set[Any] = set()
     if store.family.archive is not None:
         from ..archive.writer import archive_commits

@@ -96,14 +96,14 @@ def compact_shard(
     )
     holding = False
     if use_lease and not dry_run:
-        holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
+        holder = store.control.acquire_lease(shard, run_id, LEASE_TTL_S)
         if holder is not None:
             raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
         holding = True
         fault("lease")
     try:
         with report.phases.timed("discover", store):
-            quarantine = store.read_quarantine(shard)
+            quarantine = store.control.read_quarantine(shard)
             index_read_at = micros()
             marks = _placed(store, shard, store.touched(shard), dry_run)
         fault("discover")
@@ -146,7 +146,7 @@ def compact_shard(
             report.evidence.extend(local.report.evidence)
             report.failures.extend(local.report.failures)
             if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
-                if not store.renew_lease(shard, run_id, LEASE_TTL_S):
+                if not store.control.renew_lease(shard, run_id, LEASE_TTL_S):
                     raise LeaseHeld(f"lost the lease of shard {shard} to another run")
                 last_renewal = time.monotonic()
     except BaseException:
@@ -154,7 +154,7 @@ def compact_shard(
             _release_quietly(store, shard, run_id)
         raise
     if holding:
-        store.release_lease(shard, run_id)
+        store.control.release_lease(shard, run_id)
     report.requests = dict(store.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
@@ -208,7 +208,7 @@ def each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[
 
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:
     try:
-        store.release_lease(shard, run_id)
+        store.control.release_lease(shard, run_id)
     except Exception:  # the lease expires by itself; the original error matters more
         log.warning("could not release the lease of shard %s", shard, exc_info=True)
 

@@ -6,7 +6,8 @@ One module per concern (``base``: statements, batching, keys; ``records``: the s
 they return; ``raw``, ``touched``, ``ledger``, ``runlog``, ``control`` with ``auditlog``,
 ``moves``, ``reads``); ``Store`` composes them, the one object callers get. A table moved
 to its own object is an attribute of it, over the same statements core: ``store.runs``
-(the run log, ``RunLogTable``).
+(the run log, ``RunLogTable``), ``store.control`` (``ControlTable``), ``store.audit``
+(``AuditLog``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ..config import Family
 from ..connection import Connection
 from ..schema import RawLayout
+from .auditlog import AuditLog
 from .base import (
     BATCH_BYTES,
     CAS_WRITE_UNKNOWN,
@@ -45,7 +47,7 @@ from .base import (
     pending_flags_of,
     serial_consistency_of,
 )
-from .control import ControlState
+from .control import ControlTable
 from .ledger import LedgerRows
 from .moves import ReshardMoves
 from .raw import RawRows
@@ -70,11 +72,12 @@ from .runlog import RunLogTable
 from .touched import TouchedIndex
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, ControlState, RawRows):
+class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
     Tables composed over the statements core (the rest still mixed in): ``runs``, the run
-    log."""
+    log; ``control``, quarantine, leases, family state and table owners; ``audit``, the
+    audit trail."""
 
     def __init__(
         self,
@@ -85,6 +88,8 @@ class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, ControlState, RawRows
     ):
         super().__init__(conn, family, layout, concurrency)
         self.runs = RunLogTable(self)
+        self.control = ControlTable(self)
+        self.audit = AuditLog(self)
 
 
 __all__ = [
@@ -111,7 +116,9 @@ __all__ = [
     "RUN_LOG_FETCH",
     "SCAN_FETCH",
     "SCAN_SPLITS",
+    "AuditLog",
     "CommitRecord",
+    "ControlTable",
     "Copy",
     "FamilyState",
     "Ledger",

@@ -348,9 +348,9 @@ def test_a_family_committed_before_identities_has_its_shards_checked_against_its
     with pytest.raises(engine.IdentityMismatch, match=r"ledger was written with 2 shards"):
         engine.run_family(four, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    assert store.table_owners() == {}  # a refused run records nothing
+    assert store.control.table_owners() == {}  # a refused run records nothing
     engine.run_family(store, later, now=later + timedelta(minutes=5))
-    assert set(store.table_owners()) == set(family.tables)
+    assert set(store.control.table_owners()) == set(family.tables)
     assert _values(client, counters) == dict.fromkeys(counters, 15)
 
 
@@ -841,7 +841,7 @@ def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0,
     store.session.execute(insert, (t0 + timedelta(seconds=5), 1, 15))  # no mark: a sweep's
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
-    assert store.family_state().last_sweep_size == 2  # one row, one counter
+    assert store.control.family_state().last_sweep_size == 2  # one row, one counter
     store.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
     later = epoch + timedelta(minutes=1)
     summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
