@@ -175,12 +175,12 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
     def months_counted() -> Iterator[dict[str, Any]]:
         for row in synthetic_rows(family, end, minutes):
             if row["month"] not in rows_by_month:
-                store.audit_log._add_month(row["month"])
+                store.audit._add_month(row["month"])
             rows_by_month[row["month"]] += 1
             yield row
 
     with Meter(bench.server) as write:
-        write_all(store, (store.audit_log._insert(row) for row in months_counted()))
+        write_all(store, (store.audit._insert(row) for row in months_counted()))
     bench.say("audit: the same rows in one partition per family (the layout before)")
     session = store.session
     session.execute(
@@ -217,7 +217,7 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
         status.family_health(store_, now)
         return len(status.audit_page(store_, 60, before=before))
 
-    months = store.audit_log.months()
+    months = store.audit.months()
     month = months[len(months) // 2]
     low, high = month_start(month), month_start(next_month(month))
 

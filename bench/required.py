@@ -7,8 +7,8 @@ counted keys recorded beside it, the compact table written for readers and read 
 exactly the counted rows deleted as row tombstones. This section does each of those once over
 the main data set, bucket by bucket, with the functions a run calls (``Store.scan_rows``,
 ``core.fold_counter``, ``Store.recount``, ``compaction.commit_folds``, ``Store.copy_compact``,
-``Store.read_copies``, ``Store.read_run_commits``, ``Store.delete_rows``), and nothing else:
-no discovery, leases, planning, checks, marks or audit. Its sum is the floor of this design on
+``Store.read_copies``, ``Store.runs.read_run_commits``, ``Store.delete_rows``), and nothing
+else: no discovery, leases, planning, checks, marks or audit. Its sum is the floor of this design on
 this node: what a run costs at best, in the same bench run as the scan floor and the engine.
 
 Writes go to a scratch family of the same layout, so the main data stays for the measured run.
@@ -84,7 +84,7 @@ def required_work(
             head = result[0]
             applied.append(head)
             done.extend((f, *result) for f in chunk)
-        scratch.mark_verified(run_id, shard, bucket, applied, run_id)
+        scratch.runs.mark_verified(run_id, shard, bucket, applied, run_id)
         commits[shard, bucket] = done
 
     def copy(shard: int, bucket: int) -> None:
@@ -109,7 +109,7 @@ def required_work(
     each("copy", copy)
     read_back = each("read_back", lambda s, b: scratch.read_copies(s, b, None))
     shards = [(s,) for s in range(main.family.shards)]
-    found_logs = each("log", lambda s: scratch.read_run_commits(run_id, s, [run_id]), shards)
+    found_logs = each("log", lambda s: scratch.runs.read_run_commits(run_id, s, [run_id]), shards)
     logs.update(enumerate(found_logs))
     deleted = each("delete", delete)
     out["rows_read"] = sum(len(r) for by_counter in rows.values() for r in by_counter.values())

@@ -81,7 +81,7 @@ def quarantined_now(store: Store) -> int | None:
     """How many of the family's counters are quarantined now, for the metric; None when it
     cannot be read (best effort: a metric must not fail a run, Cassandra may be what failed)."""
     try:
-        return store.count_quarantined()
+        return store.control.count_quarantined()
     except Exception:
         log.warning(
             "family %s: could not count quarantined counters", store.family.name, exc_info=True

@@ -247,7 +247,7 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> bool:
     family = store.family
     current = family_identity(family)
     try:
-        owners = store.table_owners()
+        owners = store.control.table_owners()
     except InvalidRequest as exc:
         if TABLES_TABLE not in str(exc):
             raise
@@ -267,7 +267,7 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> bool:
     if not record:
         return False
     for table in missing:
-        recorded = store.claim_table(table, encode(current), run_id)
+        recorded = store.control.claim_table(table, encode(current), run_id)
         if recorded is not None:  # another first commit recorded it meanwhile
             reason = refusal(family, table, recorded, current)
             if reason:
@@ -280,7 +280,7 @@ def _check_unrecorded(store: Store) -> None:
     checked against what it left (the shard count of its first finished run, and where its
     ledger holds counters)."""
     family = store.family
-    shards = store.family_state().shards
+    shards = store.control.family_state().shards
     if shards is not None and shards != family.shards:
         raise IdentityMismatch(
             f"family {family.name!r}: field 'shards' is {family.shards} in the YAML but the "

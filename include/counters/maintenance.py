@@ -211,7 +211,7 @@ def commit_counter(
     store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
     copy = store.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
     if copy is not None and copy.commit_id == checkpoint.commit_id:  # a copy gone later: tampering
-        store.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
+        store.runs.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
     return checkpoint
 
 
@@ -262,7 +262,7 @@ def reset_counter(
             if family.archive is not None and needs_pending(base, rows):
                 # which of the rows its last commit counted an archive holds already
                 loaded = {counter: base}
-                store.load_pending(shard, bucket, loaded, [counter])
+                store.runs.load_pending(shard, bucket, loaded, [counter])
                 base = loaded[counter]
             for time_ms, key, increment in rows:
                 if time_ms <= at_ms:
@@ -334,7 +334,7 @@ def _reset_done(store: Store, counter: Key, reset_id: str) -> int | None:
     is still the counter's reset point (applied, then a crash before it was verified)."""
     shard, _bucket = store.bucket(counter)
     origin = _base(store, counter)[3].origin_ms
-    for entry, epoch_ms, verified in store.run_entries(reset_id, shard):
+    for entry, epoch_ms, verified in store.runs.run_entries(reset_id, shard):
         if entry == counter and (verified or epoch_ms == origin):
             return epoch_ms
     return None
@@ -353,7 +353,7 @@ def _archived(
     commit was not verified (its copy did not read back as its own) or has no values."""
     from .archive.writer import archive_commits
 
-    runs = store.read_run_commits(reset_id, shard, [reset_id])
+    runs = store.runs.read_run_commits(reset_id, shard, [reset_id])
     mine = [r for r in runs.get(bucket, []) if r.commit_id == committed.commit_id]
     if not mine:
         return False
@@ -491,7 +491,9 @@ def _rows_counters(store: Store, shard: int) -> list[Key]:
 def quarantined(store: Store) -> list[Quarantined]:
     """Every counter of the family kept out of compaction, with the reason."""
     return [
-        q for shard in range(store.family.shards) for q in store.read_quarantine(shard).values()
+        q
+        for shard in range(store.family.shards)
+        for q in store.control.read_quarantine(shard).values()
     ]
 
 
@@ -501,14 +503,14 @@ def release(store: Store, counter: Key) -> Checkpoint:
     reason (a NULL increment); the next run folds it."""
     check_family(store, record=True, run_id="release")
     shard, bucket = store.bucket(counter)
-    entry = store.read_quarantine(shard).get(counter)
+    entry = store.control.read_quarantine(shard).get(counter)
     if entry is None:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
     checkpoints = store.read_ledger(shard, bucket, [counter]).checkpoints
     if store.family.kind is Kind.UNIQUE and counter in checkpoints:  # the copy lists them
-        store.load_pending(shard, bucket, checkpoints, [counter])
+        store.runs.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
         # after the ledger's version and the changed copy's, so the restored copy wins, and
@@ -527,7 +529,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             checkpoint.run_id,
         )
         store.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
-    store.release(counter)
+    store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
         f"{from_millis(checkpoint.epoch_ms).isoformat() if checkpoint.epoch_ms else None}"

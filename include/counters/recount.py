@@ -124,7 +124,7 @@ def recount(
 def _manifests(
     store: Store, since: datetime | None, until: datetime | None
 ) -> Iterator[tuple[datetime, str, Manifest]]:
-    for started_at, run_id, archive in store.audit_log.archives(since, until):
+    for started_at, run_id, archive in store.audit.archives(since, until):
         for name, text in sorted(archive.items()):
             try:
                 yield started_at, run_id, Manifest.from_text(text)
@@ -147,7 +147,7 @@ def _archived(
     window's manifests read and checked, its rows summed per counter and commit (a row in two
     files counted once, in the earlier commit)."""
     family = store.family
-    layout = store.archive_layout()
+    layout = store.runs.archive_layout()
     cutoff = pruned_before(family, now)
     found = sorted(_manifests(store, since, until), key=lambda m: (m[0], m[2].name))
     per: dict[tuple[tuple[Any, ...], str], dict[str, Any]] = {}
@@ -298,7 +298,7 @@ def _last_commit(
     from dataclasses import replace
 
     encode, _decode = store._key_codec()
-    record = store.commit_record(cp.run_id or "", shard, bucket, cp.commit_id)
+    record = store.runs.commit_record(cp.run_id or "", shard, bucket, cp.commit_id)
     if record is None:
         if cp.pending_rows:
             return replace(

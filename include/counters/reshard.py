@@ -116,13 +116,13 @@ def _recorded_shards(
     (recorded now from the ledger if an older version committed without one; with ``record``
     false, nothing is recorded and a family without one gets an empty identity)."""
     family = store.family
-    owners = store.table_owners()
+    owners = store.control.table_owners()
     if not owners:  # committed by an older version, or never: check the rest, then record
         written = _written(store)
         check_identity(store.with_shards(written), record=record, run_id="reshard")
         if not record:
             return written, {}
-        owners = store.table_owners()
+        owners = store.control.table_owners()
     recorded: dict[str, Any] = {}
     for table, owner in owners.items():
         if owner.family != family.name:
@@ -161,7 +161,7 @@ def _written(store: Store) -> int:
 
     positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(256)]
     found = written_shards(positions) if positions else None
-    return found or store.family_state().shards or store.family.shards
+    return found or store.control.family_state().shards or store.family.shards
 
 
 def _record(store: Store, expected: dict[str, Any], identity: dict[str, Any]) -> None:

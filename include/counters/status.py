@@ -385,7 +385,7 @@ def audit_stream(
     before = utc_naive(before) if before else None
     if since and before and since >= before:
         raise ValueError(f"since ({_iso(since)}) must be before until ({_iso(before)})")
-    for record in store.audit_log.stream(since, before, page_rows):
+    for record in store.audit.stream(since, before, page_rows):
         yield AuditRow.from_record(record)
 
 
@@ -422,7 +422,7 @@ def family_health(
     """The family's state, its latest run and its last hour: three bounded reads."""
     from .compaction import foreign_rows_bound
 
-    state = store.family_state()
+    state = store.control.family_state()
     epoch, last_sweep = state.epoch, state.last_sweep
     within = foreign_rows_bound(store.family, state.last_sweep_size)
     rows = [

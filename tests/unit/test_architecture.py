@@ -35,7 +35,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "archive.storage",
         ),
     ),
-    ("store", ("store", "store.*", "schema", "connection")),
+    (
+        "store",
+        (
+            "store",
+            "store.base",
+            "store.records",
+            "store.raw",
+            "store.touched",
+            "store.ledger",
+            "store.runlog",
+            "store.control",
+            "store.auditlog",
+            "store.moves",
+            "store.reads",
+            "schema",
+            "connection",
+        ),
+    ),
     (
         "engine",
         (

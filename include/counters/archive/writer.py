@@ -124,7 +124,7 @@ def archive_commits(
     records = [(bucket, record, unpack_record(rows)) for bucket, record, rows in todo]
     mine = {bucket: {r.commit_id for r in runs[bucket]} for bucket in runs}
     commits = _commits(store, shard, run_id, records, held, mine)
-    layout = store.archive_layout()
+    layout = store.runs.archive_layout()
     table = table_of(commits, layout)
     url: str | None = None
     if table.num_rows:
@@ -141,7 +141,7 @@ def archive_commits(
         url = write_part(family, day_of(started_at), run_id, shard, data)
         manifest = manifest_of(url, shard, table, data, len(commits), layout)
         fault("cleanup_archive_file")
-        store.audit_log.record_archive(started_at, run_id, {manifest.name: manifest.as_text()})
+        store.audit.record_archive(started_at, run_id, {manifest.name: manifest.as_text()})
         done.manifests.append(manifest)
         done.rows, done.sum = manifest.rows, manifest.sum
     skipped_by_commit = {
@@ -149,7 +149,7 @@ def archive_commits(
     }
     for bucket, record, _r in records:
         mark = archived_mark(url, skipped_by_commit.get(str(record.commit_id), []))
-        store.mark_archived(run_id, shard, [(bucket, record.commit_id)], mark)
+        store.runs.mark_archived(run_id, shard, [(bucket, record.commit_id)], mark)
     fault("cleanup_archive")
     done.seconds = time.perf_counter() - started
     return done
@@ -289,7 +289,7 @@ def _later_commits(
                     moved[wanted[c]] = cp
                     out.setdefault(record.commit_id, {})[c] = cp
         if moved:
-            store.load_pending(shard, bucket, moved, list(moved))
+            store.runs.load_pending(shard, bucket, moved, list(moved))
             for by_counter in out.values():
                 for c in by_counter:
                     if wanted.get(c) in moved:
@@ -329,7 +329,7 @@ def _archived_elsewhere(
                 commit_id=uuid.UUID(base_commit), run_id=base_run, pending_loaded=False
             )
             loaded = {key: base}
-            if not store.load_pending(shard, bucket, loaded, [key]):
+            if not store.runs.load_pending(shard, bucket, loaded, [key]):
                 add(counter, loaded[key])
     return out
 

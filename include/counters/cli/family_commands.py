@@ -109,7 +109,7 @@ def init_command(
         with reported():
             layout = ensure_schema(obj.conn.session, family, replication)
             try:
-                moved = Store(obj.conn, family, layout).audit_log.upgrade()
+                moved = Store(obj.conn, family, layout).audit.upgrade()
             except AuditUpgradeError as exc:
                 raise Failure(str(exc), 1) from exc
         if as_json:

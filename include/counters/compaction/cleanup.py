@@ -98,12 +98,12 @@ def cleanup_shard(
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.phase = "cleanup"
-    runs = store.read_run_commits(run_id, shard, executions)
+    runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
         return report
-    quarantined = set(store.read_quarantine_anywhere(shard))  # wherever a reshard moved it
+    quarantined = set(store.control.read_quarantine_anywhere(shard))  # wherever a reshard moved it
     deferred: set[Any] = set()
     if store.family.archive is not None:
         from ..archive.writer import archive_commits

@@ -267,7 +267,7 @@ def read_rows_tolerant(
         except (ReadFailure, ReadTimeout) as exc:
             base = ledger.checkpoints.get(counter)
             if base is not None and not base.pending_loaded:  # its counted rows: point reads
-                store.load_pending(*store.bucket(counter), ledger.checkpoints, [counter])
+                store.runs.load_pending(*store.bucket(counter), ledger.checkpoints, [counter])
                 base = ledger.checkpoints[counter]
             if base is None and counter in copies:
                 copy = copies[counter]

@@ -139,7 +139,7 @@ def load_pending_keys(
     need = [
         c for c, found in rows.items() if c in checkpoints and needs_pending(checkpoints[c], found)
     ]
-    missing = ctx.store.load_pending(ctx.shard, bucket, checkpoints, need)
+    missing = ctx.store.runs.load_pending(ctx.shard, bucket, checkpoints, need)
     return [(c, "keys_missing", keys_missing_message(c, checkpoints[c])) for c in missing]
 
 
@@ -196,7 +196,7 @@ def quarantine_counters(
     if not entries:
         return
     if not ctx.dry_run:
-        ctx.store.quarantine(ctx.run_id, entries)
+        ctx.store.control.quarantine(ctx.run_id, entries)
     for counter, reason, detail in entries:
         ctx.quarantined.add(counter)
         below = sum(1 for r in rows.get(counter, ()) if r[0] <= ctx.epoch_ms)

@@ -151,7 +151,7 @@ def foreign_rows_bound(family: Family, last_size: int | None) -> timedelta:
 def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
     check_family(store, record=False, run_id=run_id, once_per_run=True)
-    state = store.family_state()
+    state = store.control.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,

@@ -96,14 +96,14 @@ def compact_shard(
     )
     holding = False
     if use_lease and not dry_run:
-        holder = store.acquire_lease(shard, run_id, LEASE_TTL_S)
+        holder = store.control.acquire_lease(shard, run_id, LEASE_TTL_S)
         if holder is not None:
             raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
         holding = True
         fault("lease")
     try:
         with report.phases.timed("discover", store):
-            quarantine = store.read_quarantine(shard)
+            quarantine = store.control.read_quarantine(shard)
             index_read_at = micros()
             marks = _placed(store, shard, store.touched(shard), dry_run)
         fault("discover")
@@ -146,7 +146,7 @@ def compact_shard(
             report.evidence.extend(local.report.evidence)
             report.failures.extend(local.report.failures)
             if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
-                if not store.renew_lease(shard, run_id, LEASE_TTL_S):
+                if not store.control.renew_lease(shard, run_id, LEASE_TTL_S):
                     raise LeaseHeld(f"lost the lease of shard {shard} to another run")
                 last_renewal = time.monotonic()
     except BaseException:
@@ -154,7 +154,7 @@ def compact_shard(
             _release_quietly(store, shard, run_id)
         raise
     if holding:
-        store.release_lease(shard, run_id)
+        store.control.release_lease(shard, run_id)
     report.requests = dict(store.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
@@ -208,7 +208,7 @@ def each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[
 
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:
     try:
-        store.release_lease(shard, run_id)
+        store.control.release_lease(shard, run_id)
     except Exception:  # the lease expires by itself; the original error matters more
         log.warning("could not release the lease of shard %s", shard, exc_info=True)
 
@@ -311,7 +311,7 @@ def _compact_bucket(
         return
     committed = _commit(ctx, bucket, ledger, folds, rows)
     if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
-        for counter in store.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
+        for counter in store.runs.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
             quarantine_counters(
                 ctx,
                 [
@@ -333,7 +333,7 @@ def _compact_bucket(
         verify_bucket(ctx, bucket, committed, whole)
     with phases.timed("log", store):  # what this execution's cleanup deletes
         commit_ids = list(dict.fromkeys(cp.commit_id for _f, cp in committed.values()))
-        store.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
+        store.runs.mark_verified(ctx.run_id, ctx.shard, bucket, commit_ids, ctx.execution)
     quarantine_counters(
         ctx, [(c, "copy_missing", _copy_missing(c, committed)) for c in removed], rows
     )
@@ -377,7 +377,7 @@ def _copy_was_verified(ctx: ShardContext, bucket: int, counter: Key, ledger: Led
     read back), so someone deleted it or let it expire. Otherwise a crash came between the
     commit and its copy, and restoring it is the run's ordinary work."""
     cp = ledger.checkpoints[counter]
-    return ctx.store.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
+    return ctx.store.runs.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
 
 
 def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -> str:
@@ -482,15 +482,15 @@ def _keyed_chunks(
     ctx: ShardContext, folds: Sequence[Fold]
 ) -> Iterator[tuple[Sequence[Fold], bytes, bytes | None]]:
     """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
-    (``Store.commit_keys``, and for a family with an archive ``Store.archive_rows``) is at most
-    ``COMMIT_KEYS_BYTES``, with that record: a chunk over it is halved (a single fold is kept
-    under it by ``FOLD_KEY_BYTES``)."""
+    (``Store.runs.commit_keys``, and for a family with an archive ``Store.runs.archive_rows``)
+    is at most ``COMMIT_KEYS_BYTES``, with that record: a chunk over it is halved (a single
+    fold is kept under it by ``FOLD_KEY_BYTES``)."""
     todo = list(reversed(chunks(folds, ctx.commit_chunk)))
     while todo:
         chunk = todo.pop()
         with ctx.phases.timed("commit", ctx.store):
-            keys = ctx.store.commit_keys(chunk)
-            rows = ctx.store.archive_rows(chunk)
+            keys = ctx.store.runs.commit_keys(chunk)
+            rows = ctx.store.runs.archive_rows(chunk)
         if len(keys) + len(rows or b"") > COMMIT_KEYS_BYTES and len(chunk) > 1:
             half = len(chunk) // 2
             todo += [chunk[half:], chunk[:half]]
@@ -515,11 +515,12 @@ def commit_folds(
     or None if another commit reached the bucket first (nothing applied; the record is never
     used, since nothing refers to its commit id). ``population``: the bucket's count once the
     commit applies (None: unknown, left as it is). ``keys``: the folds' record, if packed
-    already (``Store.commit_keys``); ``archive_rows``: their archive record (``Store.archive_rows``:
-    packed here when the family has an archive and it is not given)."""
+    already (``Store.runs.commit_keys``); ``archive_rows``: their archive record
+    (``Store.runs.archive_rows``: packed here when the family has an archive and it is not
+    given)."""
     commit_id = store.new_commit_id()
     now = micros()
-    store.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
+    store.runs.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:
         applied = store.commit_bucket(

@@ -2,27 +2,30 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-One module per concern (``base``: statements, batching, keys; ``raw``, ``touched``,
-``ledger``, ``runlog``, ``control`` with ``auditlog``, ``moves``, ``reads``); ``Store``
-composes them, the one object callers get.
+One module per concern (``base``: statements, batching, keys; ``records``: the small types
+they return; ``raw``, ``touched``, ``ledger``, ``runlog``, ``control`` with ``auditlog``,
+``moves``, ``reads``); ``Store`` composes them, the one object callers get. A table moved
+to its own object is an attribute of it, over the same statements core: ``store.runs``
+(the run log, ``RunLogTable``), ``store.control`` (``ControlTable``), ``store.audit``
+(``AuditLog``).
 """
 
 from __future__ import annotations
 
+from ..config import Family
+from ..connection import Connection
+from ..schema import RawLayout
+from .auditlog import AuditLog
 from .base import (
     BATCH_BYTES,
     CAS_WRITE_UNKNOWN,
     COMMIT_CHUNK,
-    COMMIT_KEYS_V2,
     COPY_BATCH_PARTITIONS,
     DEFAULT_CONCURRENCY,
     DELETE_BATCH_ROWS,
-    EMPTY_READ_BASE,
     FIRST_WRITE_WINS,
     IN_CHUNK,
     IN_KEY_TYPES,
-    MOVING,
-    NO_KEYS,
     PACKED_TYPES,
     PLAIN_KEY_TYPES,
     READ_ATTEMPTS,
@@ -33,38 +36,60 @@ from .base import (
     RUN_LOG_FETCH,
     SCAN_FETCH,
     SCAN_SPLITS,
-    CommitRecord,
-    Copy,
-    FamilyState,
-    Ledger,
     MillisTimestampType,
-    Quarantined,
-    ReadBase,
     StoreBase,
-    TableOwner,
-    Touched,
     batch_too_large,
     bind,
     consistency_of,
     millis_timestamps,
     normal_key,
     outcome_unknown,
-    pack_commit_keys,
     pending_flags_of,
     serial_consistency_of,
-    unpack_commit_keys,
 )
-from .control import ControlState
+from .control import ControlTable
 from .ledger import LedgerRows
 from .moves import ReshardMoves
 from .raw import RawRows
 from .reads import Reads
-from .runlog import RunLog
+from .records import (
+    COMMIT_KEYS_V2,
+    EMPTY_READ_BASE,
+    MOVING,
+    NO_KEYS,
+    CommitRecord,
+    Copy,
+    FamilyState,
+    Ledger,
+    Quarantined,
+    ReadBase,
+    TableOwner,
+    Touched,
+    pack_commit_keys,
+    unpack_commit_keys,
+)
+from .runlog import RunLogTable
 from .touched import TouchedIndex
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RunLog, ControlState, RawRows):
-    """I/O for one family. Cheap to create; statements are prepared on first use."""
+class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
+    """I/O for one family. Cheap to create; statements are prepared on first use.
+
+    Tables composed over the statements core (the rest still mixed in): ``runs``, the run
+    log; ``control``, quarantine, leases, family state and table owners; ``audit``, the
+    audit trail."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        family: Family,
+        layout: RawLayout | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ):
+        super().__init__(conn, family, layout, concurrency)
+        self.runs = RunLogTable(self)
+        self.control = ControlTable(self)
+        self.audit = AuditLog(self)
 
 
 __all__ = [
@@ -91,13 +116,16 @@ __all__ = [
     "RUN_LOG_FETCH",
     "SCAN_FETCH",
     "SCAN_SPLITS",
+    "AuditLog",
     "CommitRecord",
+    "ControlTable",
     "Copy",
     "FamilyState",
     "Ledger",
     "MillisTimestampType",
     "Quarantined",
     "ReadBase",
+    "RunLogTable",
     "Store",
     "StoreBase",
     "TableOwner",

@@ -1,21 +1,19 @@
 """What every part of a family's store shares: the statements, prepared once and executed
-with bounded concurrency and batching; keys, shards and packing; the types the parts return."""
+with bounded concurrency and batching; keys, shards and packing. The types the parts return
+are in ``records``."""
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import struct
 import threading
 import uuid
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from cassandra import (
     ConsistencyLevel,
@@ -37,13 +35,12 @@ from cassandra.query import (
     PreparedStatement,
 )
 from cassandra.util import Date as CassandraDate
-from cassandra.util import datetime_from_uuid1, max_uuid_from_time
+from cassandra.util import max_uuid_from_time
 
 from .. import schema
 from ..config import Family
 from ..connection import BULK_PROFILE, Connection
 from ..core import (
-    Checkpoint,
     Key,
     Packed,
     Row,
@@ -55,8 +52,9 @@ from ..core import (
     spread,
     to_millis,
 )
-from ..rowkeys import CountedKeys, Encoded, KeyCodec
+from ..rowkeys import Encoded, KeyCodec
 from ..schema import RawLayout, q
+from .records import epoch_ms_of
 
 if TYPE_CHECKING:
     from ..audit import Provenance
@@ -117,103 +115,6 @@ PLAIN_KEY_TYPES = frozenset(
 """Key column types whose values are their own JSON encoding (``_encode_value``)."""
 """Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
 
-
-@dataclass(frozen=True)
-class Touched:
-    """An entry of the touched-counter index and the server write time of its latest mark."""
-
-    counter: Key
-    writetime: int
-    earliest_ms: int | None = None
-    """The earliest minute (ms) of the rows its writers announced, None if a mark did not say
-    (the counter's past must then be read whole)."""
-
-
-NO_KEYS: frozenset[Packed] = frozenset()
-
-
-class Copy(NamedTuple):
-    """A counter's row in the compact table (the readers' copy of the ledger). A tuple: verify
-    reads one per committed counter, and a tuple is built 5x faster than a frozen dataclass."""
-
-    value: int
-    epoch_ms: int | None
-    commit_id: Any
-    writetime: int | None
-    legacy_pending: frozenset[Packed] = frozenset()
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """One ledger partition as read: its head (the compare-and-set token of the whole bucket),
-    the checkpoints of the counters read, and the bucket's population: how many counters it holds
-    (a checkpoint or a compact row), counted where a run read the bucket whole and carried on by
-    each commit; None until a run has counted it. It only chooses how a bucket is read, never
-    what a run counts."""
-
-    head: Any
-    checkpoints: dict[Key, Checkpoint]
-    population: int | None = None
-    shards: int | None = None
-    """The shard count the partition was committed under (None: before it was recorded;
-    ``MOVING``: a reshard is moving it). Every commit is conditioned on it."""
-
-
-MOVING = -1
-"""A ledger partition's ``shards`` while a reshard moves its checkpoints: no commit applies."""
-
-
-class TableOwner(NamedTuple):
-    """The family recorded as a table's owner, with its identity (JSON) when it was recorded."""
-
-    family: str
-    identity: str
-    recorded_at: datetime | None
-    recorded_by: str | None
-
-
-class FamilyState(NamedTuple):
-    epoch: datetime | None
-    last_sweep: datetime | None
-    shards: int | None  # what the ledger was written with (None before it was recorded)
-    last_sweep_size: int | None = None
-    """Raw rows and counters the last sweep read (None: not recorded): a small one sweeps
-    every run (``Family.sweep_every_run_below``)."""
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """One applied commit of a run, as the run log holds it: per counter, its new epoch (ms)
-    and the keys of the rows it counted (packed, as JSON lists). Kept compressed until a bucket
-    of the cleanup reads ``entries``: decoded for the whole shard at once, the keys made a
-    cleanup's memory grow with the shard, not with the buckets in flight."""
-
-    commit_id: Any
-    blob: bytes
-    decode: Callable[[list[Any]], Key]
-    codec: KeyCodec
-    archive_rows: bytes | None = None
-    """A family with an archive: the commit's archive record (``archive.pack_record``), None
-    for a commit recorded before the family had one."""
-    archived: str | None = None
-    """The archive file that holds the commit's rows, once a cleanup wrote it."""
-
-    @property
-    def entries(self) -> list[tuple[Key, int, CountedKeys]]:
-        return [
-            (self.decode(c), epoch, keys)
-            for c, epoch, keys in unpack_commit_keys(self.blob, self.codec)
-        ]
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    counter: Key
-    reason: str
-    run_id: str
-    detail: str
-
-
 CAS_WRITE_UNKNOWN = 0x1700
 """Protocol v5's error for a compare-and-set whose outcome the coordinator cannot tell; driver
 3.30 has no class for it and raises the bare ``ErrorMessage``."""
@@ -250,36 +151,6 @@ READ_HINT_S = 60.0
 after a stale bound also reads the rows (or tombstones) of the folds since."""
 READ_HINTS = 100_000
 """Counters whose last read epoch a store keeps."""
-
-
-class ReadBase(NamedTuple):
-    """A reader's base: a counter's compact row as read (its epoch as stored)."""
-
-    value: int
-    epoch: Any
-    counted: frozenset[Any] = frozenset()
-    """A unique family's members the copy counts already (its ``pending``)."""
-
-    def measure(self, newer: Any, marked: frozenset[Any] = frozenset()) -> int:
-        """The rows after the epoch as the read rule adds them: a number as read, or for a
-        unique family the members not counted yet (not in the copy's ``pending``, and not in
-        ``marked``, the members an earlier cleanup marked counted: its first row is gone, a
-        clock-behind duplicate not). ``marked`` must be read before the copy that settles the
-        read, like the rows: a cleanup marks members only after its copy was written."""
-        if not isinstance(newer, set):
-            return newer
-        return len(newer - self.counted - marked)
-
-    def has_epoch(self, bound: Any) -> bool:
-        """Whether this copy still has the epoch a read of the rows was bounded by: then that
-        read saw every row after it. A timeuuid (a rows family's ``counted_until``) is compared
-        exactly: two of them can differ within a millisecond."""
-        if isinstance(self.epoch, uuid.UUID) or isinstance(bound, uuid.UUID):
-            return bool(self.epoch == bound)
-        return StoreBase.epoch_ms_of(self.epoch) == StoreBase.epoch_ms_of(bound)
-
-
-EMPTY_READ_BASE = ReadBase(0, None)
 
 
 def _parse_value(cql_type: str, column: str, text: str) -> Any:
@@ -372,46 +243,6 @@ def _decode_value(cql_type: str, value: Any) -> Any:
     if cql_type == "blob":
         return bytes.fromhex(value)
     return value
-
-
-COMMIT_KEYS_V2 = b"\x02"
-"""First byte of a run-log record whose keys are CQL bytes (``rowkeys``); a record written
-before them is a zlib stream of JSON (its first byte is 0x78) and is still read."""
-
-
-def pack_commit_keys(
-    entries: Sequence[tuple[list[Any], int, Sequence[Packed] | CountedKeys]], codec: KeyCodec
-) -> bytes:
-    """One commit's counted keys, ``(counter as JSON values, its new epoch in ms, keys)`` per
-    counter, as one compressed cell (zlib level 1): a JSON header of the counters, then each
-    counter's keys as the elements of the ``IN`` value the cleanup binds."""
-    header: list[list[Any]] = []
-    bodies: list[bytes] = []
-    for counter, epoch_ms, keys in entries:
-        body = keys.body if isinstance(keys, CountedKeys) else codec.encode(keys)
-        header.append([counter, epoch_ms, len(keys), len(body)])
-        bodies.append(body)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    data = b"".join([struct.pack(">i", len(head)), head, *bodies])
-    return COMMIT_KEYS_V2 + zlib.compress(data, 1)
-
-
-def unpack_commit_keys(blob: bytes, codec: KeyCodec) -> list[tuple[list[Any], int, CountedKeys]]:
-    """The entries of :func:`pack_commit_keys` (or of a record from before it), keys still as
-    bytes: decoded only where they are compared (``CountedKeys.keys``)."""
-    if blob[:1] != COMMIT_KEYS_V2:
-        return [
-            (counter, epoch, CountedKeys.of(codec, keys))
-            for counter, epoch, keys in json.loads(zlib.decompress(blob))
-        ]
-    data = zlib.decompress(blob[1:])
-    (size,) = struct.unpack_from(">i", data, 0)
-    at = 4 + size
-    out: list[tuple[list[Any], int, CountedKeys]] = []
-    for counter, epoch, count, width in json.loads(data[4:at]):
-        out.append((counter, epoch, CountedKeys(codec, count, data[at : at + width])))
-        at += width
-    return out
 
 
 def _bound_bytes(bound: BoundStatement) -> int:
@@ -754,13 +585,7 @@ class StoreBase:
 
     @staticmethod
     def epoch_ms_of(stored: Any) -> int | None:
-        if stored is None:
-            return None
-        if isinstance(stored, datetime):
-            return to_millis(stored)
-        if isinstance(stored, int):
-            return stored
-        return to_millis(datetime_from_uuid1(stored))
+        return epoch_ms_of(stored)
 
     def epoch_time(self, stored: Any) -> datetime | None:
         ms = self.epoch_ms_of(stored)

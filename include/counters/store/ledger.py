@@ -37,15 +37,17 @@ if TYPE_CHECKING:
 
 from .base import (
     COPY_BATCH_PARTITIONS,
-    NO_KEYS,
     ROWS_PER_BATCH,
-    Copy,
-    Ledger,
     StoreBase,
     bind,
     consistency_of,
     normal_key,
     serial_consistency_of,
+)
+from .records import (
+    NO_KEYS,
+    Copy,
+    Ledger,
 )
 
 log = logging.getLogger(__name__)
@@ -351,3 +353,16 @@ class LedgerRows(StoreBase):
     @staticmethod
     def new_commit_id() -> Any:
         return uuid_from_time(time.time())
+
+    def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
+        """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
+        where the ledger holds some counters, to check it against the shard count."""
+        statement = self.prepare(
+            "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
+        )
+        self.requests[self.phase] += 1
+        return [
+            (r[0], r[1], tuple(r[2:]))
+            for r in self.session.execute(statement, (limit,))
+            if all(v is not None for v in r[2:])  # a partition holding only its head
+        ]

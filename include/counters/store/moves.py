@@ -25,19 +25,27 @@ from ..core import (
 )
 from ..errors import EngineError
 from ..schema import q
+from .auditlog import AuditLog
 from .base import (
-    MOVING,
     consistency_of,
+)
+from .control import ControlTable
+from .ledger import LedgerRows
+from .records import (
+    MOVING,
     pack_commit_keys,
     unpack_commit_keys,
 )
-from .control import ControlState
-from .ledger import LedgerRows
 
 log = logging.getLogger(__name__)
 
 
-class ReshardMoves(LedgerRows, ControlState):
+class ReshardMoves(LedgerRows):
+    control: ControlTable
+    """The control tables (``store.control``), made by ``Store``."""
+    audit: AuditLog
+    """The audit trail (``store.audit``), made by ``Store``."""
+
     # --- reshard: moving the rows that depend on the shard count --------------------------
 
     def with_shards(self, shards: int) -> Self:
@@ -273,7 +281,7 @@ class ReshardMoves(LedgerRows, ControlState):
         self.session.execute(statement, (shards, self.family.name))
 
     def family_epoch(self) -> datetime | None:
-        return self.family_state().epoch
+        return self.control.family_state().epoch
 
     def advance_family_epoch(
         self,
@@ -303,8 +311,8 @@ class ReshardMoves(LedgerRows, ControlState):
 
     def write_audit(self, record: dict[str, Any]) -> None:
         """One audit row, stamped with ``provenance`` (who started the change)."""
-        self.audit_log.write(record)
+        self.audit.write(record)
 
     def read_audit(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` audit rows, across month partitions."""
-        return self.audit_log.page(limit)
+        return self.audit.page(limit)

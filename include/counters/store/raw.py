@@ -27,6 +27,8 @@ from .base import (
     FIRST_WRITE_WINS,
     ROWS_PER_BATCH,
     StoreBase,
+)
+from .records import (
     Touched,
 )
 

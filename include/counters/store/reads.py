@@ -18,22 +18,30 @@ from ..errors import EngineError
 if TYPE_CHECKING:
     pass
 
+from .auditlog import AuditLog
 from .base import (
-    EMPTY_READ_BASE,
     READ_ATTEMPTS,
     READ_HINT_S,
     READ_HINTS,
+)
+from .control import ControlTable
+from .raw import RawRows
+from .records import (
+    EMPTY_READ_BASE,
     Quarantined,
     ReadBase,
     unpack_commit_keys,
 )
-from .control import ControlState
-from .raw import RawRows
 
 log = logging.getLogger(__name__)
 
 
-class Reads(ControlState, RawRows):
+class Reads(RawRows):
+    control: ControlTable
+    """The control tables (``store.control``), made by ``Store``."""
+    audit: AuditLog
+    """The audit trail (``store.audit``), made by ``Store``."""
+
     # --- bounded reads for the UI (nothing here writes) -----------------------------------
 
     def read_audit_range(
@@ -42,7 +50,7 @@ class Reads(ControlState, RawRows):
         """Audit rows with ``since <= started_at < before`` (naive UTC; open ends when None),
         newest first, at most ``limit``: a slice of each month partition until ``limit`` is
         met. The next page is ``before`` = the last row's ``started_at``."""
-        return self.audit_log.page(limit, since, before)
+        return self.audit.page(limit, since, before)
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the

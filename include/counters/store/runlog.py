@@ -6,7 +6,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..connection import BULK_PROFILE
 from ..core import (
@@ -16,33 +16,36 @@ from ..core import (
     chunks,
 )
 from ..rowkeys import CountedKeys
-
-if TYPE_CHECKING:
-    pass
-
 from .base import (
     PLAIN_KEY_TYPES,
     ROWS_PER_BATCH,
     RUN_LOG_FETCH,
-    CommitRecord,
     StoreBase,
     normal_key,
-    pack_commit_keys,
     pending_flags_of,
+)
+from .records import (
+    CommitRecord,
+    pack_commit_keys,
     unpack_commit_keys,
 )
 
 log = logging.getLogger(__name__)
 
 
-class RunLog(StoreBase):
-    # --- the run log: which rows each commit counted (what cleanup deletes) ---------------
+class RunLogTable:
+    """The run log table (``{runs}``): every statement on it, over the family's statements
+    core. ``Store`` makes one as ``store.runs``, so a step that reads or writes the run log
+    says so at its call."""
+
+    def __init__(self, core: StoreBase):
+        self.core = core
 
     def commit_keys(self, folds: Sequence[Fold]) -> bytes:
         """The record of the rows ``folds`` count, as ``write_commit_keys`` stores it."""
-        encode, _decode = self._key_codec()
+        encode, _decode = self.core._key_codec()
         return pack_commit_keys(
-            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.key_codec
+            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.core.key_codec
         )
 
     def write_commit_keys(
@@ -64,41 +67,41 @@ class RunLog(StoreBase):
         ``archive_rows``: the rows' archive record, for a family with an archive (in the same
         write: a commit's keys are never recorded without it)."""
         blob = self.commit_keys(folds) if keys is None else keys
-        if archive_rows is None and self.family.archive is not None:
+        if archive_rows is None and self.core.family.archive is not None:
             archive_rows = self.archive_rows(folds)
-        self.requests[self.phase] += 1
+        self.core.requests[self.core.phase] += 1
         if archive_rows is None:
-            statement = self.prepare(
+            statement = self.core.prepare(
                 "runs_keys",
                 "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
                 "VALUES (?, ?, ?, ?, ?)",
             )
-            self.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+            self.core.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
             return
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_keys_archive",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows) "
             "VALUES (?, ?, ?, ?, ?, ?)",
         )
-        self.session.execute(statement, (run_id, shard, bucket, commit_id, blob, archive_rows))
+        self.core.session.execute(statement, (run_id, shard, bucket, commit_id, blob, archive_rows))
 
     def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
         """The archive record of the rows ``folds`` count (``archive.pack_record``), None for
         a family without an archive."""
-        if self.family.archive is None:
+        if self.core.family.archive is None:
             return None
         from ..archive import pack_record
 
-        encode, _decode = self._key_codec()
-        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.layout.key):
+        encode, _decode = self.core._key_codec()
+        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.core.layout.key):
             encode = list  # JSON as they are: the encoder's call per counter is not needed
-        return pack_record(folds, encode, [c.cql_type for c in self.layout.clustering])
+        return pack_record(folds, encode, [c.cql_type for c in self.core.layout.clustering])
 
     def archive_layout(self) -> Any:
         """The family's columns as its archive files name them (``archive.Layout``)."""
         from ..archive import Layout
 
-        lay = self.layout
+        lay = self.core.layout
         return Layout(
             tuple((c.name, c.cql_type) for c in lay.key),
             tuple((c.name, c.cql_type) for c in lay.clustering),
@@ -114,14 +117,14 @@ class RunLog(StoreBase):
         archived. One single-partition batch."""
         if not commits:
             return
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_archived",
             "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
         params = [(url, run_id, shard, bucket, commit_id) for bucket, commit_id in commits]
         for group in chunks(params, ROWS_PER_BATCH):
-            self._run([(self._batch(statement, group), None)])
+            self.core._run([(self.core._batch(statement, group), None)])
 
     def mark_verified(
         self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
@@ -132,13 +135,13 @@ class RunLog(StoreBase):
         (not a crash between commit and copy). One single-partition batch."""
         if not commit_ids:
             return
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_verified",
             "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
         params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
-        self._run([(self._batch(statement, params), None)])
+        self.core._run([(self.core._batch(statement, params), None)])
 
     def read_run_commits(
         self, run_id: str, shard: int, executions: Sequence[str]
@@ -148,42 +151,42 @@ class RunLog(StoreBase):
         attempt, a run that reused the run id, a task marked successful by hand): its rows,
         if counted, stay counted (its checkpoint's pending), and a later fold commits them
         again as present and deletes them then."""
-        archived = self.family.archive is not None
-        statement = self.prepare(
+        archived = self.core.family.archive is not None
+        statement = self.core.prepare(
             "runs_read_archive" if archived else "runs_read",
             "SELECT bucket, commit_id, keys, verified_by"
             + (", archive_rows, archived" if archived else "")
             + " FROM {runs} WHERE run_id = ? AND shard = ?",
         )
-        _encode, decode = self._key_codec()
+        _encode, decode = self.core._key_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
-        self.requests[self.phase] += 1
+        self.core.requests[self.core.phase] += 1
         wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for row in self.session.execute(bound, execution_profile=BULK_PROFILE):
+        for row in self.core.session.execute(bound, execution_profile=BULK_PROFILE):
             bucket, commit_id, blob, verified_by = row[:4]
             if blob is None or verified_by not in wanted:
                 continue
             extra = (row[4], row[5]) if archived else (None, None)
-            out[bucket].append(CommitRecord(commit_id, blob, decode, self.key_codec, *extra))
+            out[bucket].append(CommitRecord(commit_id, blob, decode, self.core.key_codec, *extra))
         return out
 
     def run_entries(self, run_id: str, shard: int) -> list[tuple[Key, int, bool]]:
         """``(counter, epoch ms, verified)`` of every commit record a run wrote in a shard,
         whatever its outcome: a reset looks its own id up here (a record whose commit did not
         apply is told apart by the caller)."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_entries",
             "SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?",
         )
-        _encode, decode = self._key_codec()
-        self.requests[self.phase] += 1
+        _encode, decode = self.core._key_codec()
+        self.core.requests[self.core.phase] += 1
         return [
             (decode(counter), epoch_ms, verified_by is not None)
-            for blob, verified_by in self.session.execute(statement, (run_id, shard))
+            for blob, verified_by in self.core.session.execute(statement, (run_id, shard))
             if blob is not None
-            for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.key_codec)
+            for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.core.key_codec)
         ]
 
     def commit_record(
@@ -191,28 +194,28 @@ class RunLog(StoreBase):
     ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:
         """One commit's record: its entries (counter JSON-encoded, epoch, keys), its archive
         record and its ``archived`` mark; None when the run log no longer holds it."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_record_read",
             "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
             "AND bucket = ? AND commit_id = ?",
         )
-        self.requests[self.phase] += 1
-        row = self.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
+        self.core.requests[self.core.phase] += 1
+        row = self.core.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
         if row is None or row[0] is None:
             return None
-        return unpack_commit_keys(row[0], self.key_codec), row[1], row[2]
+        return unpack_commit_keys(row[0], self.core.key_codec), row[1], row[2]
 
     def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
         """Whether an execution verified this commit (its copy was read back equal to it), as
         far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
         verified: any run that read the counter since would have copied it again)."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "runs_verified_read",
             "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        self.requests[self.phase] += 1
-        row = self.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        self.core.requests[self.core.phase] += 1
+        row = self.core.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
         return row is None or row[0] is not None
 
     def load_pending(
@@ -225,8 +228,8 @@ class RunLog(StoreBase):
         wanted = [c for c in counters if not checkpoints[c].pending_loaded]
         if not wanted:
             return []
-        archived = self.family.archive is not None
-        statement = self.prepare(
+        archived = self.core.family.archive is not None
+        statement = self.core.prepare(
             "runs_keys_read_archive" if archived else "runs_keys_read",
             "SELECT keys" + (", archive_rows, archived" if archived else "") + " FROM {runs} "
             "WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
@@ -234,8 +237,8 @@ class RunLog(StoreBase):
         refs = sorted(
             {(checkpoints[c].run_id or "", checkpoints[c].commit_id) for c in wanted}, key=str
         )
-        results = self._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
-        encode, decode = self._key_codec()
+        results = self.core._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
+        encode, decode = self.core._key_codec()
         records: dict[tuple[str, Any], dict[Key, CountedKeys]] = {}
         archives: dict[tuple[str, Any], tuple[bytes | None, str | None]] = {}
         for ref, result in zip(refs, results, strict=True):
@@ -243,7 +246,7 @@ class RunLog(StoreBase):
             if row is not None and row[0] is not None:
                 records[ref] = {
                     normal_key(decode(c)): keys
-                    for c, _epoch, keys in unpack_commit_keys(row[0], self.key_codec)
+                    for c, _epoch, keys in unpack_commit_keys(row[0], self.core.key_codec)
                 }
                 if archived:
                     archives[ref] = (row[1], row[2])

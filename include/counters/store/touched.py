@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 from .base import (
     ROWS_PER_BATCH,
     StoreBase,
+)
+from .records import (
     Touched,
 )
 

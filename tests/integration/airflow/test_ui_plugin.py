@@ -498,8 +498,8 @@ def test_expect_the_ui_export_to_stream_past_ten_thousand_rows(
         for i in range(10_020)
     ]
     for month in {r["month"] for r in rows}:
-        store.audit_log._add_month(month)
-    store._run([store.audit_log._insert(row) for row in rows])
+        store.audit._add_month(month)
+    store._run([store.audit._insert(row) for row in rows])
     url = f"{PREFIX}/api/families/{family.name}/audit"
 
     with ui.stream("GET", url, params={"format": "csv"}) as answer:

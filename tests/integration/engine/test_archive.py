@@ -82,7 +82,7 @@ def archived_rows_of(path: Path) -> list[tuple]:
 
 def manifests(store) -> dict[str, Manifest]:
     out = {}
-    for _started, _run, archive in store.audit_log.archives():
+    for _started, _run, archive in store.audit.archives():
         for name, text in archive.items():
             out[name] = Manifest.from_text(text)
     return out
@@ -324,18 +324,21 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
     # resets that crash after their commit: before their archive (the next run archives the
     # consumed rows, as not counted), and after it, before their deletes (no row again)
     write(epoch + timedelta(seconds=30), 7)
-    for counter, method in (("k5", "read_run_commits"), ("k6", "delete_rows")):
-        original = getattr(store, method)
+    for counter, owner, method in (
+        ("k5", store.runs, "read_run_commits"),
+        ("k6", store, "delete_rows"),
+    ):
+        original = getattr(owner, method)
 
         def die(*args, method=method, **kwargs):
             raise Crash(method)
 
-        setattr(store, method, die)
+        setattr(owner, method, die)
         with pytest.raises(Crash):
             engine.reset_counter(
                 store, (counter,), epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2)
             )
-        setattr(store, method, original)
+        setattr(owner, method, original)
         expected[counter] = 0
         check()
     write(epoch + timedelta(minutes=1, seconds=30), 2)
@@ -410,7 +413,7 @@ def test_rows_missing_from_the_archive_break_the_chain_even_with_a_forged_manife
     [second] = [p for p in recorded_files(store) if p.name.startswith("second")]
     data = _rewrite(second, lambda t: t.filter(pa.array([i != 0 for i in range(t.num_rows)])))
     table = pq.read_table(second)
-    [(started_at, run_id, archive)] = [a for a in store.audit_log.archives() if a[1] == "second"]
+    [(started_at, run_id, archive)] = [a for a in store.audit.archives() if a[1] == "second"]
     [(name, text)] = archive.items()
     forged = json.loads(text) | {
         "sha256": hashlib.sha256(data).hexdigest(),
@@ -418,7 +421,7 @@ def test_rows_missing_from_the_archive_break_the_chain_even_with_a_forged_manife
         "sum": sum(table.column("increment").to_pylist()),
         "size": len(data),
     }
-    store.audit_log.record_archive(started_at, run_id, {name: json.dumps(forged)})
+    store.audit.record_archive(started_at, run_id, {name: json.dumps(forged)})
     report = recount(store)
     assert not report.file_problems
     broken = [r for r in report.counters if not r.equal]
@@ -460,7 +463,7 @@ def test_the_job_prunes_day_folders_past_the_retention_and_recount_says_so(archi
     assert [p.parent.name for p in files(family)] == [datetime.now(UTC).strftime("%Y-%m-%d")]
     # a manifest whose file the retention removed: counted as pruned, not as missing
     stale = Manifest(f"{old.as_uri()}/ancient-0.parquet", 0, 1, 1, 1, "00", 3, 1)
-    store.audit_log.record_archive(
+    store.audit.record_archive(
         datetime(2020, 1, 1, tzinfo=UTC), "ancient", {stale.name: stale.as_text()}
     )
     report = assert_recount_equal(store)
@@ -559,8 +562,8 @@ def test_recount_of_a_window_starts_from_an_opening_balance_and_ends_at_its_last
     archived_family, t0
 ):
     _family, store, _client = _two_runs(archived_family, t0)
-    [first_at] = [a[0] for a in store.audit_log.archives() if a[1] == "first"]
-    [second_at] = [a[0] for a in store.audit_log.archives() if a[1] == "second"]
+    [first_at] = [a[0] for a in store.audit.archives() if a[1] == "first"]
+    [second_at] = [a[0] for a in store.audit.archives() if a[1] == "second"]
     after_first = first_at + timedelta(milliseconds=1)
     window = recount(store, [("IBM",)], since=after_first)
     [ibm] = window.counters

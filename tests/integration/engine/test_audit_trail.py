@@ -74,7 +74,7 @@ def per_month(store: Store) -> dict[str, int]:
             f"SELECT count(*) FROM {ks}.{AUDIT_TABLE} WHERE family = %s AND month = %s",
             (store.family.name, month),
         ).one()[0]
-        for month in store.audit_log.months()
+        for month in store.audit.months()
     }
 
 
@@ -89,7 +89,7 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
         store.write_audit(record(family, at, f"r{i}", counters=i))
     newest_first = [f"r{i}" for i in reversed(range(10))]
 
-    assert store.audit_log.months() == ["2027-01", "2026-11", "2026-10", "2026-09"]
+    assert store.audit.months() == ["2027-01", "2026-11", "2026-10", "2026-09"]
     assert per_month(store) == {"2027-01": 4, "2026-11": 1, "2026-10": 3, "2026-09": 2}
     assert [r["run_id"] for r in store.read_audit(6)] == newest_first[:6]  # three partitions
     older = store.read_audit_range(3, before=times[6])
@@ -171,7 +171,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
         raise Crash(f"killed after {moved} rows")
 
     with pytest.raises(Crash):
-        store.audit_log.upgrade(page_rows=1000, after_page=crash)
+        store.audit.upgrade(page_rows=1000, after_page=crash)
     state = store.session.execute(
         f"SELECT cursor, copied, finished_at FROM {family.keyspace}.{AUDIT_UPGRADE_TABLE} "
         "WHERE family = %s",
@@ -180,7 +180,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
     assert (state.cursor, state.copied, state.finished_at) == (legacy[999][1], 1000, None)
     assert sum(per_month(store).values()) == 1000 and _legacy_left(store) == 2500
 
-    resumed = Store(store.conn, family).audit_log.upgrade(page_rows=1000)
+    resumed = Store(store.conn, family).audit.upgrade(page_rows=1000)
 
     assert resumed == 1501  # from the cursor (its row again: same key, same row), not the start
     assert per_month(store) == {
@@ -198,11 +198,11 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
         assert copy["action"] == ("reset" if row[4] == "reset" else "compact")
         assert copy["triggered_by"] is None  # who wrote a legacy row is not known: not guessed
     assert _legacy_left(store) == 0 and _legacy_left(other_store) == 3  # one family at a time
-    assert Store(store.conn, family).audit_log.upgrade() == 0  # done: nothing moved twice
+    assert Store(store.conn, family).audit.upgrade() == 0  # done: nothing moved twice
 
     # an older version still running wrote a row after the move: the next init moves it
     _write_legacy(store, _legacy_rows(family.name, datetime(2026, 5, 12, 12), 1), now=True)
-    assert Store(store.conn, family).audit_log.upgrade(margin=timedelta(0)) == 1
+    assert Store(store.conn, family).audit.upgrade(margin=timedelta(0)) == 1
     assert _legacy_left(store) == 0 and sum(per_month(store).values()) == 2501
 
     # counterctl init upgrades a family of a keyspace written by today's schema
@@ -220,7 +220,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
 
 
 def status_rows(store: Store) -> list[dict[str, Any]]:
-    return list(store.audit_log.stream())
+    return list(store.audit.stream())
 
 
 @pytest.fixture
@@ -337,8 +337,8 @@ def long_trail(conn, engine_keyspace) -> Any:
         for i in range(10_050)
     ]
     for month in sorted({r["month"] for r in rows}):
-        store.audit_log._add_month(month)
-    statements = [store.audit_log._insert(row) for row in rows]
+        store.audit._add_month(month)
+    statements = [store.audit._insert(row) for row in rows]
     store._run(statements)
     return family, store, rows
 
@@ -348,7 +348,7 @@ def test_expect_counterctl_to_export_any_range_in_every_format(long_trail, tmp_p
     path = families_yaml(tmp_path / "families.yaml", family)
     since, until = rows[100]["started_at"], rows[10_040]["started_at"]
     expected = [r["run_id"] for r in reversed(rows[100:10_040])]  # newest first
-    assert len(expected) > 9_900 and len(store.audit_log.months(since, until)) == 4
+    assert len(expected) > 9_900 and len(store.audit.months(since, until)) == 4
     common = ("--config", path, "audit", "--family", family.name, "--since", since.isoformat())
     common += ("--until", until.isoformat())
 

@@ -149,10 +149,10 @@ def test_lease_held_exit_3(families_file, conn):
     from counters.store import Store
 
     store = Store(conn, load_catalog(path).get(family))
-    assert store.acquire_lease(0, "someone-else", 60) is None
+    assert store.control.acquire_lease(0, "someone-else", 60) is None
     result = invoke("--config", path, "compact", "--family", family)
     assert result.exit_code == 3 and "held by run 'someone-else'" in result.output
-    store.release_lease(0, "someone-else")
+    store.control.release_lease(0, "someone-else")
 
 
 def test_unreachable_cassandra_exit_5(families_file, monkeypatch):
@@ -179,7 +179,7 @@ def everything(store) -> dict:
         ],
         "compact": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.compact_table}")),
         "raw": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.raw_table}")),
-        "owners": store.table_owners(),
+        "owners": store.control.table_owners(),
         "audit": store.read_audit(50),
     }
 

@@ -323,11 +323,11 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
 def test_second_run_is_refused_while_a_lease_is_held(make_family, t0):
     _family, store, client = make_family(shards=1)
     load(client, t0)
-    assert store.acquire_lease(0, "other-run", 60) is None
+    assert store.control.acquire_lease(0, "other-run", 60) is None
     with pytest.raises(engine.LeaseHeld, match="held by run 'other-run'"):
         run(store, t0 + timedelta(minutes=10))
     assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 10
-    store.release_lease(0, "other-run")
+    store.control.release_lease(0, "other-run")
     assert run(store, t0 + timedelta(minutes=10)).outcome == "success"
 
 

@@ -348,9 +348,9 @@ def test_a_family_committed_before_identities_has_its_shards_checked_against_its
     with pytest.raises(engine.IdentityMismatch, match=r"ledger was written with 2 shards"):
         engine.run_family(four, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    assert store.table_owners() == {}  # a refused run records nothing
+    assert store.control.table_owners() == {}  # a refused run records nothing
     engine.run_family(store, later, now=later + timedelta(minutes=5))
-    assert set(store.table_owners()) == set(family.tables)
+    assert set(store.control.table_owners()) == set(family.tables)
     assert _values(client, counters) == dict.fromkeys(counters, 15)
 
 
@@ -481,7 +481,7 @@ def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached
     foreign_bucket = store.bucket(("foreign",))[1]
     stalled, resume, outcome = threading.Event(), threading.Event(), []
     a_store = Store(conn, family, store.layout)
-    mark = a_store.mark_verified
+    mark = a_store.runs.mark_verified
     marked: dict[int, int] = {}  # bucket worker thread -> the bucket whose commits it marked
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
@@ -494,7 +494,7 @@ def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached
             stalled.set()  # verified and marked by A; A's report does not exist yet
             assert resume.wait(60)
 
-    a_store.mark_verified = watched_mark
+    a_store.runs.mark_verified = watched_mark
 
     def execution_a() -> None:
         outcome.append(
@@ -549,7 +549,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     a_store = Store(conn, family, store.layout)
     executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
     other_marked = threading.Event()
-    mark, copy = a_store.mark_verified, a_store.copy_compact
+    mark, copy = a_store.runs.mark_verified, a_store.copy_compact
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
         mark(run_id, shard, bucket, commit_ids, execution)
@@ -563,7 +563,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
             raise Crash("copy")  # the commit applied; its copy never written
         return copy(commits, *args, **kwargs)
 
-    a_store.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    a_store.runs.mark_verified, a_store.copy_compact = watched_mark, dying_copy
     with pytest.raises(Crash):
         engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
     assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1
@@ -841,7 +841,7 @@ def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0,
     store.session.execute(insert, (t0 + timedelta(seconds=5), 1, 15))  # no mark: a sweep's
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
-    assert store.family_state().last_sweep_size == 2  # one row, one counter
+    assert store.control.family_state().last_sweep_size == 2  # one row, one counter
     store.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
     later = epoch + timedelta(minutes=1)
     summary = engine.run_family(store, later, now=later + timedelta(minutes=5))

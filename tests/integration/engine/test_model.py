@@ -452,7 +452,7 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap], steps: Co
                 return
             before = Readers(self).read()
             epoch = epoch_for(self.clock, self.family.lag)
-            if self.store.table_owners():  # committed already: its count is recorded
+            if self.store.control.table_owners():  # committed already: its count is recorded
                 with pytest.raises(engine.IdentityMismatch, match="shards"):
                     engine.run_family(self.store.with_shards(shards), epoch, now=self.clock)
             if die_after is not None:

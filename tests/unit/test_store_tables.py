@@ -1,0 +1,27 @@
+"""The store composed by table: a table moved out of ``Store``'s mixins (``store.runs``,
+``store.control``) is reached only through its attribute, and holds the statements core rather
+than inheriting it (issue #42)."""
+
+from __future__ import annotations
+
+import pytest
+from counters.store import ControlTable, RunLogTable, Store, StoreBase
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("table", "some"),
+    [
+        (RunLogTable, {"read_run_commits", "mark_verified"}),
+        (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
+    ],
+)
+def test_a_composed_table_is_only_reached_through_its_attribute(
+    table: type, some: set[str]
+) -> None:
+    methods = sorted(name for name in vars(table) if not name.startswith("_"))
+    assert some <= set(methods)
+    assert not issubclass(table, StoreBase), f"{table.__name__} holds the core, not inherits it"
+    on_store = [name for name in methods if hasattr(Store, name)]
+    assert not on_store, f"{table.__name__}'s methods still on Store itself: {on_store}"
