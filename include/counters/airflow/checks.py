@@ -121,7 +121,7 @@ def rules() -> list[Rule]:
         expectation.severity = "critical" if critical else "warning"
         return Rule(check, description, expectation, describe)
 
-    return [
+    the_rules = [
         rule(
             "value_change_equals_folded_sum",
             "in every bucket, the readers' copies (read by key before the commit, read back "
@@ -170,6 +170,9 @@ def rules() -> list[Rule]:
             critical=False,
         ),
     ]
+    for index, built in enumerate(the_rules):  # a result names its rule: checks share names
+        built.expectation.meta["rule"] = index
+    return the_rules
 
 
 # --- running it -------------------------------------------------------------------------
@@ -314,8 +317,6 @@ def _suite(family: str) -> _Suite:
     import great_expectations as gx
 
     the_rules = rules()
-    for index, rule in enumerate(the_rules):  # a result names its rule: checks share names
-        rule.expectation.meta["rule"] = index
     fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
     name = f"counters_{family}"
     suite = gx.ExpectationSuite(name=name, meta={"rules": fingerprint})
