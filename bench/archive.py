@@ -30,7 +30,7 @@ RECOUNT_SAMPLE = 200
 
 def run(bench: Any, rounds: int) -> dict[str, Any]:
     p = bench.p
-    root = Path(p.out).parent / f"archive-{bench.keyspace}"
+    root = bench.out_dir / f"archive-{bench.keyspace}"
     sides = {
         "off": bench.make_family("bench_archive_off", **sweeping_far_away()),
         "on": bench.make_family("bench_archive_on", archive=str(root), **sweeping_far_away()),
@@ -52,7 +52,7 @@ def run(bench: Any, rounds: int) -> dict[str, Any]:
             for side in order:
                 family, store, _client = sides[side]
                 label = f"archive {side} round {n}"
-                result = bench._checked_run(label, family, data.epoch, data.expected())
+                result = bench.checked_run(label, family, data.epoch, data.expected())
                 result["order"] = order.index(side)
                 if side == "on":
                     result.update(_archived(family, store, data, started))

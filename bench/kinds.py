@@ -51,7 +51,7 @@ class KindContext:
     params: Any
     results: dict[str, Any]
     bench: Any = field(repr=False, default=None)
-    """The running ``bench.run.Bench``: ``make_family``, ``compact`` (engine run in a worker
+    """The running ``bench.harness.Bench``: ``make_family``, ``compact`` (engine run in a worker
     process), ``read_latency`` (timed client reads) and ``reset_family`` are meant for kinds."""
 
 
@@ -290,3 +290,17 @@ def unique(ctx: KindContext) -> KindLine:
         )
 
     return _timed_line(ctx, "unique", family, data, load, check, reads)
+
+
+def kinds(bench: Any) -> None:
+    """The ``kinds`` section: a line per kind (``--kind``), on the running ``harness.Bench``."""
+    ctx = KindContext(bench.conn, bench.keyspace, bench.p, bench.results, bench)
+    bench.results["kinds"] = {}
+    for name, func in KINDS.items():  # one failing kind does not hide the others' lines
+        if bench.p.kinds and name not in bench.p.kinds:
+            continue
+        try:
+            bench.results["kinds"][name] = func(ctx).as_dict()
+        except Exception as exc:
+            bench.say(f"kind {name} failed: {type(exc).__name__}: {exc}")
+            bench.results.setdefault("errors", {})[f"kinds.{name}"] = f"{type(exc).__name__}: {exc}"

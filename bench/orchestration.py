@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from .ops import code_state, machine, percentile
+from .report import result_path, write_new
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -380,8 +381,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="increments/s per family (2)")
     parser.add_argument("--no-preload", action="store_true", help="COUNTERS_PRELOAD=0")
     parser.add_argument("--skip-idle", action="store_true", help="measure the active window only")
-    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "var/bench/orchestration.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="JSON report, a new file (var/bench/<start>-<commit>-airflow.json)",
+    )
     args = parser.parse_args(argv)
+    if args.out is not None and args.out.exists():
+        parser.error(f"--out {args.out}: a file is there already; a result is never written over")
 
     def say(message: str) -> None:
         print(f"[bench-airflow {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -420,13 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         pass
     writer = Writer(families, args.rate)
+    started = datetime.now(UTC)
+    code = code_state()
+    out = args.out or result_path(started, code["commit"], ["airflow"])
     report: dict[str, Any] = {
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started_at": started.isoformat(timespec="seconds"),
         "command": 'make bench-airflow ARGS="'
         + " ".join(sys.argv[1:] if argv is None else argv)
         + '"',
         "machine": machine(),
-        "code": code_state(),
+        "code": code,
         "families": args.families,
         "shards": args.shards,
         "preload": not args.no_preload,
@@ -453,10 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         writer.conn.close()
     db = home / "airflow.db"
     report["metadata_db_bytes"] = db.stat().st_size if db.exists() else None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str))
+    written = write_new(out, report, started)
     print(table(report))
-    say(f"JSON: {args.out}")
+    say(f"JSON: {written}")
     return 0
 
 

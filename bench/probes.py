@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cassandra import ConsistencyLevel
 from cassandra.concurrent import execute_concurrent
@@ -28,7 +28,11 @@ from .ops import (
     naive_ddl,
     run_concurrent,
     scan_raw,
+    utc_now,
 )
+
+if TYPE_CHECKING:
+    from .harness import Bench
 
 
 def _setting(conn: Connection, name: str) -> str | None:
@@ -286,3 +290,15 @@ def nagle_costs(
             cluster.shutdown()
     conn.session.execute(f"DROP TABLE {ks}.probe_blobs")
     return out
+
+
+def probes(bench: Bench) -> None:
+    """The ``probes`` section: the three probes above, on the bench's keyspace."""
+    size = min(bench.p.counters, 20_000)
+    bench.say(f"probes: {size:,} commits four ways")
+    t0 = (utc_now() - timedelta(days=3)).replace(second=0, microsecond=0)
+    bench.results["probes"] = {
+        "commit": commit_costs(bench.conn, bench.keyspace, size, bench.server),
+        "fold_io": fold_io_costs(bench.conn, bench.keyspace, size, bench.server, t0),
+        "nagle": nagle_costs(bench.conn, bench.keyspace, bench.server),
+    }

@@ -2,7 +2,8 @@
 # `make bench-airflow [ARGS=...]`: what minute runs cost in Airflow. Setup, the same Cassandra as
 # `make test` (local `test` instance unless CASSANDRA_HOSTS is set), a migrated Airflow DB in
 # var/airflow-bench, then `python -m bench.orchestration ARGS` (it starts and stops
-# `airflow standalone` itself). Results: var/bench/orchestration.json.
+# `airflow standalone` itself). Results: a new var/bench/<start>-<commit>-airflow.json (never
+# written over).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

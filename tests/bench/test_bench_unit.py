@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import namedtuple
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from counters.compaction.common import iso
 from counters.config import parse_catalog
 
 from bench import dags as bench_dags
-from bench import run as bench
+from bench import params as bench_params
+from bench import report as bench_report
 from bench.kinds import KINDS, KindContext
 from bench.ops import (
     Dataset,
@@ -70,11 +72,11 @@ def test_ratios_and_targets_from_partial_results():
                        "seconds_per_1M_rows": 10.0},
         "naive": {"seconds": 50.0},
     }  # fmt: skip
-    ratios = bench.ratios(results)
+    ratios = bench_report.ratios(results)
     assert ratios["compaction_over_scan_floor"] == 4.0  # 4x the time of one read of the rows
     assert ratios["naive_over_compaction"] == 5.0
     assert ratios["p99_compacted_over_fresh"] is None
-    targets = bench.targets(ratios)
+    targets = bench_report.targets(ratios)
     assert targets["compaction_over_scan_floor"]["met"] is True
     assert targets["naive_over_compaction"]["met"] is False
     assert targets["compaction_seconds_per_1M_rows"]["met"] is True
@@ -86,7 +88,7 @@ def test_ratios_and_targets_from_partial_results():
         "ratios": ratios,
         "targets": targets,
     }
-    text = bench.table(report)
+    text = bench_report.table(report)
     assert "dags folder not present" in text and "MISSED" in text
 
 
@@ -97,7 +99,7 @@ def test_generated_families_file_is_valid():
 
 def test_increments_line_tolerates_missing_sections():
     """The increments line reuses the compaction and reads sections; without them it says so."""
-    ctx = KindContext(conn=None, keyspace="k", params=bench.Params(), results={})
+    ctx = KindContext(conn=None, keyspace="k", params=bench_params.Params(), results={})
     line = KINDS["increments"](ctx)
     assert line.kind == "increments" and "compaction, reads" in line.note
     assert line.compaction_rows_per_s is None and line.p99_ratio is None
@@ -110,22 +112,22 @@ def test_every_family_kind_has_a_bench_line():
 
 
 def test_smoke_params_are_small():
-    params = bench.parse_args(["--smoke", "--only", "scan"])
+    params = bench_params.parse_args(["--smoke", "--only", "scan"])
     assert params.smoke and params.counters <= 1000 and params.only == ("scan",)
-    params = bench.parse_args(["--counters", "5", "--families", "1,2"])
+    params = bench_params.parse_args(["--counters", "5", "--families", "1,2"])
     assert params.counters == 5 and params.families == (1, 2)
 
 
 def test_a_profile_without_pyinstrument_is_refused_before_any_work(monkeypatch, capsys):
     """pyinstrument is not in requirements.txt: the bench says so at once, not after the load."""
-    real = bench.importlib.util.find_spec
+    real = bench_params.importlib.util.find_spec
     monkeypatch.setattr(
-        bench.importlib.util,
+        bench_params.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "pyinstrument" else real(name, *a),
     )
     with pytest.raises(SystemExit) as exit_:
-        bench.parse_args(["--only", "compaction", "--profile"])
+        bench_params.parse_args(["--only", "compaction", "--profile"])
     assert exit_.value.code == 2
     assert "--profile needs pyinstrument" in capsys.readouterr().err
 
@@ -205,3 +207,29 @@ def test_the_quiet_node_wait_ends_when_compactions_and_flushes_do():
     waited = wait_for_quiet_node(node, most_s=5, poll_s=0.01)
     assert node.busy == 0 and 0.015 < waited < 1
     assert wait_for_quiet_node(_Node(10**9), most_s=0.05, poll_s=0.01) < 0.5  # bounded
+
+
+def test_a_result_file_is_never_written_over(tmp_path):
+    """A file at ``--out`` is kept as it was: refused before any work, and one that appears
+    during the run leaves the new results beside it, under the run's start time."""
+    kept = tmp_path / "kept.json"
+    kept.write_text('{"kept": true}')
+    with pytest.raises(SystemExit) as refused:
+        bench_params.parse_args(["--only", "dags", "--out", str(kept)])
+    assert refused.value.code == 2
+    started = datetime(2026, 11, 26, 21, 5, 7, tzinfo=UTC)
+    written = bench_report.write_new(kept, {"new": True}, started)
+    again = bench_report.write_new(kept, {"newer": True}, started)
+    assert kept.read_text() == '{"kept": true}'
+    assert written.name == "kept-2026-11-26T210507Z.json"
+    assert again.name == "kept-2026-11-26T210507Z-2.json"
+    assert json.loads(written.read_text()) == {"new": True}
+    assert json.loads(again.read_text()) == {"newer": True}
+
+
+def test_a_result_is_named_by_its_start_commit_and_sections():
+    started = datetime(2026, 11, 26, 22, 5, 7, tzinfo=timezone(timedelta(hours=1)))
+    name = bench_report.result_name(started, "abc1234", ("scan", "compaction"))
+    assert name == "2026-11-26T210507Z-abc1234-scan-compaction.json"
+    assert bench_report.result_name(started, None, bench_params.SECTIONS).endswith("-all.json")
+    assert bench_params.parse_args(["--only", "dags"]).out is None  # named when the run starts

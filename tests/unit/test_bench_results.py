@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
-from bench import results
+from bench import report, results
 
 pytestmark = pytest.mark.unit
 
@@ -22,6 +23,15 @@ def test_every_kept_result_names_its_commit_machine_and_command():
         assert result["code"]["commit"], name
         assert result["machine"]["cpus"], name
         assert result["command"].startswith(("python -m bench", "make bench-airflow")), name
+
+
+def test_every_kept_result_is_named_by_its_start_time():
+    """``<start>-<commit>-<sections>.json``, as the bench names its files: one name per run, so
+    a later run is a new file beside the kept ones, never one written over them."""
+    for name, result in results.load():
+        start = datetime.fromisoformat(result["started_at"])
+        head = f"{report.stamp(start)}-{result['code']['commit']}-"
+        assert name.startswith(head), f"bench/results/{name}: not named {head}<sections>.json"
 
 
 def test_a_result_becomes_a_column_and_absent_figures_no_row(tmp_path):
