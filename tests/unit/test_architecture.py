@@ -76,6 +76,21 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 itself, "x.*" every module under the package x): a module may import its own layer and those
 above it in this tuple, never one below."""
 
+BENCH_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tools", ("ops", "nodeprofile", "dags", "required", "kinds")),
+    ("harness", ("params", "harness", "report")),
+    (
+        "sections",
+        ("mainset", "scaling", "steady", "idle", "reads", "limits", "probes", "audit", "archive"),
+    ),
+    ("entry points", ("", "__main__", "run", "worker", "results", "orchestration")),
+)
+"""CONTRIBUTING.md's layers of ``bench`` (outside the package: it may import any of
+``counters``, which never imports it), read as ``LAYERS``: a section module runs on the harness,
+the harness on the tools, and only the entry points assemble sections."""
+
+TABLES = {"counters": LAYERS, "bench": BENCH_LAYERS}
+
 
 @dataclass(frozen=True)
 class Import:
@@ -137,28 +152,35 @@ def all_imports() -> list[Import]:
 
 
 def layer_of(module: str) -> list[str]:
-    """The layers whose entries name ``module`` (exactly one, if the table is right)."""
-    inner = module.removeprefix("counters").removeprefix(".")
+    """The layers of its package's table whose entries name ``module`` (exactly one, if the
+    table is right)."""
+    package = module.split(".")[0]
+    inner = module.removeprefix(package).removeprefix(".")
     return [
         layer
-        for layer, entries in LAYERS
+        for layer, entries in TABLES[package]
         for entry in entries
         if inner == entry or (entry.endswith(".*") and inner.startswith(entry[:-1]))
     ]
 
 
-def rank(layer: str) -> int:
-    return [name for name, _ in LAYERS].index(layer)
+def rank(layer: str, package: str = "counters") -> int:
+    return [name for name, _ in TABLES[package]].index(layer)
 
 
 def upward(edges: list[Import]) -> list[str]:
-    """The imports of a lower layer's module from a higher layer's."""
+    """The imports of a lower layer's module from a higher layer's, within each package, and
+    any import of ``bench`` from ``counters``."""
     found = []
     for edge in edges:
-        if not edge.importer.split(".")[0] == edge.target.split(".")[0] == "counters":
+        package, target_package = edge.importer.split(".")[0], edge.target.split(".")[0]
+        if package == "counters" and target_package == "bench":
+            found.append(f"{edge}: the package imports the benchmark")
+            continue
+        if package != target_package:
             continue
         (importer_layer,), (target_layer,) = layer_of(edge.importer), layer_of(edge.target)
-        if rank(target_layer) > rank(importer_layer):
+        if rank(target_layer, package) > rank(importer_layer, package):
             found.append(f"{edge}: {importer_layer} imports up from {target_layer}")
     return found
 
@@ -228,20 +250,34 @@ def documented_layers() -> dict[str, str]:
 
 
 def test_every_module_is_in_exactly_one_layer() -> None:
-    counters = [m for m in module_files() if m.split(".")[0] == "counters"]
-    misplaced = {m: layer_of(m) for m in counters if len(layer_of(m)) != 1}
-    assert not misplaced, f"modules not in exactly one layer of LAYERS: {misplaced}"
+    modules = list(module_files())
+    misplaced = {m: layer_of(m) for m in modules if len(layer_of(m)) != 1}
+    assert not misplaced, f"modules not in exactly one layer of LAYERS/BENCH_LAYERS: {misplaced}"
     unused = [
-        entry
-        for _, entries in LAYERS
+        f"{package}.{entry}"
+        for package, table in TABLES.items()
+        for _, entries in table
         for entry in entries
         if not any(
-            m.removeprefix("counters").removeprefix(".") == entry
-            or (entry.endswith(".*") and m.startswith(f"counters.{entry[:-1]}"))
-            for m in counters
+            m.split(".")[0] == package
+            and (
+                m.removeprefix(package).removeprefix(".") == entry
+                or (entry.endswith(".*") and m.startswith(f"{package}.{entry[:-1]}"))
+            )
+            for m in modules
         )
     ]
-    assert not unused, f"LAYERS names modules that do not exist: {unused}"
+    assert not unused, f"the tables name modules that do not exist: {unused}"
+
+
+def test_the_bench_layers_are_contributings() -> None:
+    """CONTRIBUTING.md names each bench module in its layer's line ("- layer: `a`, `b`")."""
+    text = CONTRIBUTING.read_text()
+    for layer, entries in BENCH_LAYERS:
+        line = next((x for x in text.splitlines() if x.startswith(f"- bench {layer}:")), "")
+        named = set(re.findall(r"`([a-z_]+)`", line))
+        wanted = {e for e in entries if e and e != "__main__"}
+        assert named == wanted, f"CONTRIBUTING.md's bench {layer!r} line names {named}: {wanted}"
 
 
 def test_the_layers_are_contributings_table() -> None:
