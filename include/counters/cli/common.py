@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -25,8 +25,9 @@ from ..connection import (
     ConnectionSettings,
     connect,
 )
-from ..core import parse_epoch
+from ..core import Key, parse_epoch
 from ..schema import SchemaError
+from ..store import Store
 
 EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches wins
     ConfigError: 2,
@@ -245,6 +246,23 @@ def by_cli(**parameters: object) -> Provenance:
     """Who runs this command (the OS user, the host and the Cassandra role are added to every
     audit row it writes) and the options it was given."""
     return Provenance("cli", None, {k: v for k, v in parameters.items() if v is not None})
+
+
+def audited_store(conn: Connection, family: Family, **parameters: object) -> Store:
+    """The family's store, its audit rows saying this command wrote them, with ``parameters``
+    (``by_cli``): every command that changes counters opens its store so."""
+    store = Store(conn, family)
+    store.provenance = by_cli(**parameters)
+    return store
+
+
+def counter_keys(store: Store, texts: Iterable[str]) -> list[Key]:
+    """COUNTER arguments as the family's typed keys ('/' between a composite key's parts);
+    one that is not exits 2, naming it and the family's key."""
+    try:
+        return [store.parse_key(split_counter(store.family, text)) for text in texts]
+    except ValueError as exc:
+        raise Failure(str(exc), 2) from exc
 
 
 def split_counter(family: Family, text: str) -> list[str]:

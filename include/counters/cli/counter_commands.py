@@ -17,14 +17,14 @@ from ..store import Store
 from .common import (
     Context,
     Failure,
-    by_cli,
+    audited_store,
     can_confirm,
     confirm,
+    counter_keys,
     echo_json,
     parse_time_option,
     pass_context,
     reported,
-    split_counter,
 )
 
 
@@ -73,13 +73,9 @@ def reset_command(
     moment = parse_time_option(at, "--at")
     if not dry_run:
         can_confirm(yes, f"reset of {counter} (family {family.name})")
-    store = Store(obj.conn, family)
-    store.provenance = by_cli()
+    store = audited_store(obj.conn, family)
     with reported():
-        try:
-            key = store.parse_key(split_counter(family, counter))
-        except ValueError as exc:
-            raise Failure(str(exc), 2) from exc
+        (key,) = counter_keys(store, [counter])
         try:
             plan = engine.plan_reset(store, key, moment, reset_id)
             if dry_run:
@@ -219,8 +215,7 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
     Exit code 0 when everything matches (or was repaired), 7 when differences remain.
     """
     family = obj.family(name)
-    store = Store(obj.conn, family)
-    store.provenance = by_cli()
+    store = audited_store(obj.conn, family)
     with reported():
         found = engine.reconcile(store, repair=repair)
     if as_json:
@@ -299,10 +294,7 @@ def recount_command(
         raise Failure(f"--from ({since}) must be before --to ({until})", 2)
     store = Store(obj.conn, family)
     with reported():
-        try:
-            keys = [store.parse_key(split_counter(family, c)) for c in counters]
-        except ValueError as exc:
-            raise Failure(str(exc), 2) from exc
+        keys = counter_keys(store, counters)
         report = recount(store, keys or None, low, high)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, default=str))
@@ -361,14 +353,10 @@ def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_js
     """List the counters kept out of compaction (NULL increments, a failed conservation
     check, a compact row changed outside the engine), or release some."""
     family = obj.family(name)
-    store = Store(obj.conn, family)
-    store.provenance = by_cli()
+    store = audited_store(obj.conn, family)
     with reported():
         for text in releases:
-            try:
-                key = store.parse_key(split_counter(family, text))
-            except ValueError as exc:
-                raise Failure(str(exc), 2) from exc
+            (key,) = counter_keys(store, [text])
             try:
                 engine.release(store, key)
             except engine.EngineError as exc:
@@ -376,19 +364,16 @@ def quarantine_command(obj: Context, name: str, releases: tuple[str, ...], as_js
             click.echo(f"{family.name}: released {text}")
         held = engine.quarantined(store)
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "counter": format_key(q.counter),
-                        "reason": q.reason,
-                        "run_id": q.run_id,
-                        "detail": q.detail,
-                    }
-                    for q in held
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {
+                    "counter": format_key(q.counter),
+                    "reason": q.reason,
+                    "run_id": q.run_id,
+                    "detail": q.detail,
+                }
+                for q in held
+            ]
         )
         return
     for q in held:

@@ -20,13 +20,13 @@ from ..store import Store
 from .common import (
     EXIT_UNHEALTHY,
     Context,
-    Failure,
-    by_cli,
+    audited_store,
     configure_logging,
+    counter_keys,
+    echo_json,
     parse_time_option,
     pass_context,
     reported,
-    split_counter,
 )
 
 
@@ -54,8 +54,9 @@ def compact_command(
     """Compact one family: fold, verify, clean up, record the audit row."""
     family = obj.family(name)
     at = parse_time_option(epoch, "--epoch") or epoch_for(datetime.now(UTC), family.lag)
-    store = Store(obj.conn, family)
-    store.provenance = by_cli(epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers)
+    store = audited_store(
+        obj.conn, family, epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers
+    )
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     started = datetime.now(UTC)
@@ -144,26 +145,19 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
     family = obj.family(name)
     client = CounterClient(obj.conn, family)
     with reported():
-        try:
-            keys = [client.store.parse_key(split_counter(family, c)) for c in counters]
-        except ValueError as exc:
-            raise Failure(str(exc), 2) from exc
-        values = client.read_many(keys)
+        values = client.read_many(counter_keys(client.store, counters))
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "counter": format_key(v.counter),
-                        "value": v.value,
-                        "compact_value": v.compact_value,
-                        "epoch": v.epoch.isoformat() if v.epoch else None,
-                        "newer_sum": v.newer_sum,
-                    }
-                    for v in values
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {
+                    "counter": format_key(v.counter),
+                    "value": v.value,
+                    "compact_value": v.compact_value,
+                    "epoch": v.epoch.isoformat() if v.epoch else None,
+                    "newer_sum": v.newer_sum,
+                }
+                for v in values
+            ]
         )
         return
     for v in values:
