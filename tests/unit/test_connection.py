@@ -1,7 +1,6 @@
 """The driver's cluster as the engine builds it (no connection is opened)."""
 
 import socket
-from types import SimpleNamespace
 
 import pytest
 from cassandra.cluster import EXEC_PROFILE_DEFAULT
@@ -13,6 +12,8 @@ from cassandra.policies import (
     WhiteListRoundRobinPolicy,
 )
 from counters.connection import ConnectionConfigError, ConnectionSettings, build_cluster
+
+from tests.airflow_connections import airflow_conn
 
 pytestmark = pytest.mark.unit
 
@@ -82,17 +83,6 @@ def test_a_segment_header_split_across_reads_is_kept() -> None:
         assert frames == bodies, cut
     frames, errors = _receive(data, list(range(1, len(data))))  # a byte a read
     assert (frames, errors) == (bodies, [])
-
-
-def airflow_conn(extra: dict[str, object]) -> SimpleNamespace:
-    return SimpleNamespace(
-        conn_id="cassandra_default",
-        host="10.0.0.1",
-        port=9042,
-        login=None,
-        password=None,
-        extra_dejson=extra,
-    )
 
 
 def settings_of(extra: dict[str, object]) -> ConnectionSettings:

@@ -18,6 +18,7 @@ from counters.connection import ConnectionConfigError, ConnectionSettings
 from counters.schema import compactor_grants, compactor_tables
 from cryptography import x509
 
+from tests.airflow_connections import airflow_conn as shared_airflow_conn
 from tests.cluster.pki import write_client_cert, write_test_pki
 
 pytestmark = pytest.mark.unit
@@ -68,13 +69,8 @@ def test_bad_tls_settings_name_what_is_wrong(tmp_path):
 
 
 def airflow_conn(extra: dict) -> SimpleNamespace:
-    return SimpleNamespace(
-        conn_id="cassandra_default",
-        host="10.0.0.1, 10.0.0.2",
-        port=9142,
-        login="compactor",
-        password="s3cret",
-        extra_dejson=extra,
+    return shared_airflow_conn(
+        extra, host="10.0.0.1, 10.0.0.2", port=9142, login="compactor", password="s3cret"
     )
 
 

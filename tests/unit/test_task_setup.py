@@ -11,6 +11,8 @@ import yaml
 from counters.airflow import runtime
 from counters.connection import ConnectionConfigError, ConnectionSettings, build_cluster
 
+from tests.airflow_connections import airflow_conn
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,17 +23,6 @@ MINUTE_DAG_SETTINGS = {
     ("dag_processor", "parsing_processes"): "1",
     ("core", "mp_start_method"): "fork",
 }
-
-
-def _airflow_conn(extra: dict[str, object]) -> SimpleNamespace:
-    return SimpleNamespace(
-        conn_id="cassandra_default",
-        host="10.0.0.1",
-        port=9042,
-        login=None,
-        password=None,
-        extra_dejson=extra,
-    )
 
 
 def test_the_driver_connects_without_its_full_schema_model_unless_asked() -> None:
@@ -50,10 +41,10 @@ def test_schema_metadata_is_read_from_the_environment_and_the_airflow_connection
     assert ConnectionSettings.from_env({}).schema_metadata is False
     assert ConnectionSettings.from_env({"CASSANDRA_SCHEMA_METADATA": "true"}).schema_metadata
     from_conn = ConnectionSettings.from_airflow_connection
-    assert from_conn(_airflow_conn({})).schema_metadata is False
-    assert from_conn(_airflow_conn({"schema_metadata": True})).schema_metadata is True
+    assert from_conn(airflow_conn({})).schema_metadata is False
+    assert from_conn(airflow_conn({"schema_metadata": True})).schema_metadata is True
     with pytest.raises(ConnectionConfigError, match=r"extra\.schema_metadata.*'maybe'"):
-        from_conn(_airflow_conn({"schema_metadata": "maybe"}))
+        from_conn(airflow_conn({"schema_metadata": "maybe"}))
     with pytest.raises(ConnectionConfigError, match="CASSANDRA_SCHEMA_METADATA"):
         ConnectionSettings.from_env({"CASSANDRA_SCHEMA_METADATA": "maybe"})
 
@@ -66,7 +57,7 @@ def test_the_connection_settings_are_fetched_once_per_process(monkeypatch) -> No
 
     def get_connection(conn_id: str) -> SimpleNamespace:
         fetched.append(conn_id)
-        return _airflow_conn({})
+        return airflow_conn({})
 
     monkeypatch.setattr(BaseHook, "get_connection", staticmethod(get_connection))
     monkeypatch.delenv("AIRFLOW_CONN_CASSANDRA_DEFAULT", raising=False)
