@@ -120,3 +120,28 @@ def test_audit_jsonl_is_one_json_object_per_row_and_line() -> None:
     assert data.endswith(b"\n") and json.loads(lines[0]) == rows[0].as_dict()
     assert list(audit_export.jsonl_chunks([], batch_rows=2)) == []
     assert len(list(audit_export.jsonl_chunks(rows, batch_rows=2))) == 3  # streamed in batches
+
+
+def test_a_counter_that_is_not_the_familys_key_exits_2_naming_it() -> None:
+    """Every command that takes COUNTER parses it with ``counter_keys``: a value the key's
+    column type refuses, or too few parts for a composite key, exits 2 with the reason."""
+    from types import SimpleNamespace
+
+    from counters.config import load_catalog
+
+    catalog = load_catalog(str(CONFIG))
+    orders = catalog.get("orders")  # key [location_id, calculation_date]
+
+    def parse_key(parts: list[str]) -> tuple[object, ...]:
+        if parts[1] != "2026-11-22":
+            raise ValueError(f"calculation_date: not a date: {parts[1]!r}")
+        return tuple(parts)
+
+    store = SimpleNamespace(family=orders, parse_key=parse_key)
+    assert cli_module.counter_keys(store, ["7/2026-11-22"]) == [("7", "2026-11-22")]
+    with pytest.raises(click.ClickException) as typed:
+        cli_module.counter_keys(store, ["7/2026-11-22", "7/22.11.2026"])
+    assert typed.value.exit_code == 2 and "not a date: '22.11.2026'" in typed.value.message
+    with pytest.raises(click.ClickException) as parts:
+        cli_module.counter_keys(store, ["7"])
+    assert parts.value.exit_code == 2 and "give one value per column" in parts.value.message
