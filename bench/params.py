@@ -65,7 +65,7 @@ class Params:
     """Pairs of runs (archive off and on, in alternate order) of the ``archive`` section."""
     warmup_counters: int | None = None
     """Counters (x ``rows_per_counter``) of the warm-up compaction before the measured one
-    (None: as many as the measured one; 0: none; see ``Bench.warm_up``)."""
+    (None: as many as the measured one; 0: none; see ``mainset.warm_up``)."""
 
 
 def parse_args(argv: list[str] | None) -> Params:
