@@ -33,7 +33,7 @@ from counters import engine
 from counters.client import CounterClient, Increment
 from counters.config import Family
 from counters.connection import Connection, connect
-from counters.core import BUCKETS, to_millis, truncate_ms, utc_naive, write_timestamp
+from counters.core import BUCKETS, to_millis, to_text, truncate_ms, utc_naive, write_timestamp
 from counters.engine import BUCKET_THREADS
 from counters.schema import (
     LEASE_TABLE,
@@ -392,9 +392,9 @@ class Bench:
             "--family-json",
             json.dumps(self.family_fields(family)),
             "--epoch",
-            epoch.isoformat(),
+            to_text(epoch),
             "--now",
-            utc_now().replace(tzinfo=UTC).isoformat(),
+            to_text(utc_now()),
             "--workers",
             str(self.p.workers),
         ]

@@ -28,8 +28,8 @@ from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..connection import Connection
-from ..core import CheckOutcome, Tally, epoch_for, utc_naive
-from ..core import parse_epoch as core_parse_epoch
+from ..core import CheckOutcome, Tally, from_text, to_text, utc_naive
+from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag
 from ..status import Freshness
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 Run = dict[str, Any]
 """What ``plan`` returns and every later task gets: run_id, epoch, epoch_before, shards,
-sweep, dry_run, started_at, scheduled (ISO strings for times)."""
+sweep, dry_run, started_at, scheduled (times as ``core.to_text``)."""
 
 # --- fault points (tests) -----------------------------------------------------------------
 
@@ -74,28 +74,16 @@ def fault_hook(hook: Callable[[str], None]) -> Iterator[None]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else utc_naive(moment).isoformat()
-
-
-def _time(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def parse_epoch(text: str) -> datetime:
-    """An ``epoch`` param (``core.parse_epoch``), refused as the run's failure when malformed."""
+def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
+    """The run's epoch (``core.run_epoch``: the ``epoch`` param if given, else its scheduled
+    time minus the lag); a malformed param is refused as the run's failure."""
     try:
-        return core_parse_epoch(text)
+        return core_run_epoch(scheduled, family.lag, override)
     except ValueError as exc:
         raise RunRefused(f"param epoch: {exc}", checks=["epoch_param"]) from None
 
 
-def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
-    """The run's epoch: the ``epoch`` param if given, else its scheduled time minus the lag."""
-    return parse_epoch(override) if override else epoch_for(scheduled, family.lag)
-
-
-def scheduled_time(dag_run: Any) -> datetime:
+def scheduledfrom_text(dag_run: Any) -> datetime:
     """A run's own scheduled time: its logical date; manual runs in Airflow 3 have none, so
     their ``run_after`` (when they were triggered)."""
     return dag_run.logical_date or dag_run.run_after
@@ -105,11 +93,11 @@ def _plan(family: Family, run: Run) -> RunPlan:
     return RunPlan(
         family.name,
         run["run_id"],
-        datetime.fromisoformat(run["epoch"]),
-        _time(run["epoch_before"]),
+        from_text(run["epoch"]),
+        from_text(run["epoch_before"]),
         tuple(run["shards"]),
         bool(run.get("sweep")),
-        started_at=_time(run.get("started_at")),
+        started_at=from_text(run.get("started_at")),
     )
 
 
@@ -175,7 +163,7 @@ def _audit(
         checks=checks_,
         dry_run=run["dry_run"],
         message=message,
-        started_at=_time(run["started_at"]),
+        started_at=from_text(run["started_at"]),
         gx_suite=(gx or {}).get("gx_suite"),
         gx_result=(gx or {}).get("gx_result"),
     )
@@ -205,20 +193,20 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
         run = ti.xcom_pull(task_ids="run", key="run")
         if not run:  # the run task failed before planning: the epoch it would have taken
             dag_run = context["dag_run"]
-            scheduled = scheduled_time(dag_run)
+            scheduled = scheduledfrom_text(dag_run)
             try:
                 epoch = run_epoch(family, scheduled, params.get("epoch"))
             except RunRefused:
                 epoch = run_epoch(family, scheduled, None)
             run = {
                 "run_id": dag_run.run_id,
-                "epoch": _iso(epoch),
+                "epoch": to_text(epoch),
                 "epoch_before": None,
                 "shards": [],
                 "sweep": False,
                 "dry_run": bool(params.get("dry_run")),
-                "started_at": _iso(datetime.now(UTC)),
-                "scheduled": _iso(scheduled),
+                "started_at": to_text(datetime.now(UTC)),
+                "scheduled": to_text(scheduled),
                 "provenance": provenance(dag_run, params),
             }
         message = f"task {task} failed for good: {type(error).__name__}: {error}"
@@ -255,15 +243,15 @@ def plan(
         raise RunRefused(str(exc), checks=["epoch_not_in_future"]) from exc
     run: Run = {
         "run_id": run_id,
-        "epoch": _iso(decided.epoch),
-        "epoch_before": _iso(decided.epoch_before),
+        "epoch": to_text(decided.epoch),
+        "epoch_before": to_text(decided.epoch_before),
         "shards": list(decided.shards),
         "groups": [list(group) for group in decided.shard_groups],
         "whole": decided.small,
         "sweep": decided.sweep,
         "dry_run": bool(dry_run),
-        "started_at": _iso(now),
-        "scheduled": _iso(scheduled),
+        "started_at": to_text(now),
+        "scheduled": to_text(scheduled),
         "provenance": dict(started_by or Provenance("airflow").as_dict()),
     }
     phases = Phases({"plan": time.perf_counter() - started})
@@ -295,7 +283,7 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
         report = engine.compact_shard(
             store,
             shard,
-            datetime.fromisoformat(run["epoch"]),
+            from_text(run["epoch"]),
             run["run_id"],
             sweep=bool(run.get("sweep")),
             dry_run=run["dry_run"],
@@ -410,7 +398,7 @@ def cleanup(
             run["run_id"],
             executions.get(shard, []),
             fault=_fault,
-            started_at=_time(run["started_at"]),
+            started_at=from_text(run["started_at"]),
         )
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
@@ -565,7 +553,7 @@ class FreshnessVerdict:
     def as_dict(self) -> dict[str, Any]:
         """The task's return value (and XCom ``freshness`` when it fails): every family."""
         return {
-            "checked_at": _iso(self.now),
+            "checked_at": to_text(self.now),
             "stale": self.stale,
             "unreadable": self.unreadable,
             "never_compacted": self.never_compacted,
@@ -596,8 +584,8 @@ def stale_message(lag: FamilyLag, now: datetime) -> str:
     family = lag.family
     expected = utc_naive(now) - family.lag
     return (
-        f"family {family.name!r} is stale: compacted epoch {_iso(lag.epoch)} is {lag.behind} "
-        f"behind now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
+        f"family {family.name!r} is stale: compacted epoch {to_text(lag.epoch)} is {lag.behind} "
+        f"behind now - lag ({to_text(expected)}), more than its freshness {family.freshness}; "
         f"check the {family.dag_id} DAG (paused, failing, or the scheduler stopped)"
     )
 

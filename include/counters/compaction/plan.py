@@ -10,6 +10,7 @@ from ..config import Discovery, Family
 from ..core import (
     Tally,
     to_millis,
+    to_text,
     truncate_ms,
     utc_naive,
 )
@@ -79,15 +80,15 @@ def decide_plan(
     now = utc_naive(now or datetime.now(UTC))
     if epoch > now - family.lag:
         raise EpochInFuture(
-            f"family {family.name!r}: epoch {epoch.isoformat()} is later than now - lag "
-            f"({(now - family.lag).isoformat()}); refusing to fold rows that "
+            f"family {family.name!r}: epoch {to_text(epoch)} is later than now - lag "
+            f"({to_text(now - family.lag)}); refusing to fold rows that "
             "writers may still be writing"
         )
     reason = None
     if epoch_before is not None and epoch <= utc_naive(epoch_before):
         reason = (
-            f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
-            f"{utc_naive(epoch_before).isoformat()}: nothing to do"
+            f"epoch {to_text(epoch)} is not newer than the compacted epoch "
+            f"{to_text(epoch_before)}: nothing to do"
         )
     sweep = family.discovery is Discovery.SCAN or sweep_due(
         family, now, last_sweep, last_sweep_size

@@ -18,6 +18,7 @@ from cassandra import DriverException
 from ..core import (
     CheckOutcome,
     Tally,
+    to_text,
 )
 from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
@@ -72,8 +73,8 @@ class RunSummary:
             "family": self.plan.family,
             "run_id": self.plan.run_id,
             "outcome": self.outcome,
-            "epoch_before": self.plan.epoch_before.isoformat() if self.plan.epoch_before else None,
-            "epoch": self.plan.epoch.isoformat(),
+            "epoch_before": to_text(self.plan.epoch_before),
+            "epoch": to_text(self.plan.epoch),
             "sweep": self.plan.sweep,
             "message": self.message,
             **self.tally.as_dict(),
