@@ -162,7 +162,7 @@ def run_family(
     peak = 0.0
     phases = Phases()
     with phases.timed("plan", store):
-        plan = plan_run(store, run_id, epoch, now)
+        plan = plan_run(store, run_id, epoch, now, dry_run=dry_run)
     tally = Tally()
     checks: list[CheckOutcome] = []
     requests: dict[str, int] = {}
