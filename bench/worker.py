@@ -14,7 +14,6 @@ import json
 import resource
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 

@@ -125,7 +125,6 @@ class RunPlan:
             raise ValueError(f"run plan of run {data.get('run_id')!r}: {exc}") from None
 
 
-
 def decide_plan(
     family: Family,
     run_id: str,

@@ -266,7 +266,9 @@ def run_family(
         if pool is None:
             return [run_shard_job(store, job, fault) for job in jobs]
         settings = repeat(store.conn.settings)
-        return list(pool.map(_shard_step, settings, repeat(store.family), repeat(store.layout), jobs))
+        return list(
+            pool.map(_shard_step, settings, repeat(store.family), repeat(store.layout), jobs)
+        )
 
     try:
         say(f"compacting {len(plan.shards)} shard(s){' (sweep)' if plan.sweep else ''}")

@@ -62,8 +62,8 @@ from .folds import (
 from .moments import (
     epoch_for,
     from_millis,
-    minute_ms,
     from_text,
+    minute_ms,
     parse_epoch,
     run_epoch,
     to_millis,
