@@ -56,3 +56,20 @@ def test_a_plan_of_another_format_or_missing_a_field_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"run plan of run .scheduled__.*not a time"):
         RunPlan.from_dict(bad)
     assert PLAN_FORMAT == 1
+
+
+def test_what_verify_found_round_trips_through_plain_json():
+    from counters.airflow.tasks import VerifiedRun
+    from counters.core import CheckOutcome, Tally
+
+    found = VerifiedRun(
+        Tally(rows_folded=7, sum_folded=42, counters_committed=2, quarantined=["IBM"]),
+        {"verify": 0.25, "compact": 1.5},
+        {0: ("run-1:0:a",), 3: ("run-1:3:a", "run-1:3:b")},
+        (CheckOutcome("sum_conserved", True, True, "ok", ("IBM",)),),
+        "sha256:suite",
+        "file:///gx/run-1",
+    )
+    back = VerifiedRun.from_dict(json.loads(json.dumps(found.as_dict())))
+    assert back == found
+    assert back.executions[3] == ("run-1:3:a", "run-1:3:b")

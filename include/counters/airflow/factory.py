@@ -298,14 +298,16 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
 
         @task
         def verify(run: PlanPayload, reports: list[dict[str, Any]]) -> dict[str, Any]:
-            return _tasks().verify(family, _tasks().received_plan(run), _all(reports))
+            return _tasks().verify(family, _tasks().received_plan(run), _all(reports)).as_dict()
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
         def cleanup(
             run: PlanPayload, verified: dict[str, Any], shards: list[int]
         ) -> list[dict[str, Any]]:
             get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            return _tasks().cleanup(family, _tasks().received_plan(run), verified, shards)
+            tasks = _tasks()
+            found = tasks.VerifiedRun.from_dict(verified)
+            return tasks.cleanup(family, tasks.received_plan(run), found, shards)
 
         @task(inlets=[raw], outlets=[compacted])
         def record_audit(
@@ -315,7 +317,9 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             scheduler more than these reads); skipped (no asset event) when it committed
             nothing."""
             context = get_current_context()
-            summary = _tasks().finish(family, _tasks().received_plan(run), verified, _all(cleanups))
+            tasks = _tasks()
+            found = tasks.VerifiedRun.from_dict(verified)
+            summary = tasks.finish(family, tasks.received_plan(run), found, _all(cleanups))
             notify_recovery(family.name, channels, FAILING, context)
             if not assets.committed(summary):
                 raise AirflowSkipException("the run committed nothing: no compact-table event")

@@ -109,6 +109,45 @@ def _outcome(data: Mapping[str, Any]) -> CheckOutcome:
     )
 
 
+@dataclass(frozen=True)
+class VerifiedRun:
+    """What ``verify`` found, as ``cleanup`` and the run's finish receive it (``verify``'s XCom):
+    the run's tally and phase times so far, the compact attempts whose reports passed, per
+    shard (the only commits a cleanup deletes the rows of), every check's outcome, and the GX
+    suite's fingerprint and stored result. ``as_dict``/``from_dict``: its one encoding."""
+
+    tally: Tally
+    seconds: Mapping[str, float]
+    executions: Mapping[int, tuple[str, ...]]
+    checks: tuple[CheckOutcome, ...]
+    gx_suite: str | None = None
+    gx_result: str | None = None
+
+    @property
+    def gx(self) -> dict[str, Any]:
+        return {"gx_suite": self.gx_suite, "gx_result": self.gx_result}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tally": self.tally.as_dict(),
+            "seconds": dict(self.seconds),
+            "executions": {str(k): list(v) for k, v in self.executions.items()},
+            "checks": [_outcome_dict(o) for o in self.checks],
+            **self.gx,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedRun:
+        return cls(
+            Tally.from_dict(dict(data["tally"])),
+            {str(k): float(v) for k, v in data["seconds"].items()},
+            {int(k): tuple(v) for k, v in data["executions"].items()},
+            tuple(_outcome(c) for c in data["checks"]),
+            data["gx_suite"],
+            data["gx_result"],
+        )
+
+
 def _shard_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[list[ShardReport], Phases]:
     parsed = [ShardReport.from_dict(dict(report)) for report in reports]
     phases = Phases()
@@ -296,7 +335,7 @@ def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[dict[st
     return reports
 
 
-def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -> VerifiedRun:
     """The family-level conservation checks over the shards' evidence (engine rules, then the
     GX suite; its result stored for the audit row and the UI). A dry run stops here with a
     ``dry-run`` audit row."""
@@ -362,30 +401,30 @@ def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -
         tally.late_sum,
         tally.counters_quarantined,
     )
-    return {
-        "tally": tally.as_dict(),
-        "seconds": dict(phases.seconds),
-        "executions": {str(k): v for k, v in verification.executions.items()},
-        "checks": [_outcome_dict(o) for o in outcomes],
-        **gx,
-    }
+    return VerifiedRun(
+        tally,
+        dict(phases.seconds),
+        {k: tuple(v) for k, v in verification.executions.items()},
+        tuple(outcomes),
+        gx["gx_suite"],
+        gx["gx_result"],
+    )
 
 
 def cleanup(
-    family: Family, run: RunPlan, verified: Mapping[str, Any], shards: Sequence[int]
+    family: Family, run: RunPlan, verified: VerifiedRun, shards: Sequence[int]
 ) -> list[dict[str, Any]]:
     """Delete the raw rows counted by the commits of the compact attempts whose reports passed
     ``verify`` (exactly those rows), then count what is left. A shard whose report did not
     reach ``verify`` (its task marked successful by hand, say) deletes nothing."""
     store = store_for(family)
-    executions = {int(k): v for k, v in verified.get("executions", {}).items()}
     reports = []
     for shard in shards:
         report = engine.cleanup_shard(
             store,
             shard,
             run.run_id,
-            executions.get(shard, []),
+            list(verified.executions.get(shard, ())),
             fault=_fault,
             started_at=run.started_at,
         )
@@ -412,7 +451,7 @@ def cleanup(
 def verify_cleanup(
     family: Family,
     run: RunPlan,
-    verified: Mapping[str, Any],
+    verified: VerifiedRun,
     cleanups: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """No row the run counted is left at or below its epoch; late arrivals are reported."""
@@ -421,11 +460,10 @@ def verify_cleanup(
     log.info("cleanup check: %s", outcome.detail)
     rows_deleted = sum(r.rows_deleted for r in reports)
     if outcome.critical and not outcome.success:
-        tally = Tally.from_dict(dict(verified["tally"]))
-        tally.rows_deleted = rows_deleted
-        phases = Phases(dict(verified["seconds"]))
+        tally = replace(verified.tally, rows_deleted=rows_deleted)
+        phases = Phases(dict(verified.seconds))
         message = engine.cleanup_failure_message(family.name, run.run_id, outcome)
-        checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
+        checks_ = [*verified.checks, outcome]
         _audit(
             family,
             run,
@@ -434,7 +472,7 @@ def verify_cleanup(
             phases=phases,
             checks_=checks_,
             message=message,
-            gx=verified,
+            gx=verified.gx,
         )
         raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
     return {
@@ -445,16 +483,15 @@ def verify_cleanup(
 
 
 def record_audit(
-    family: Family, run: RunPlan, verified: Mapping[str, Any], cleaned: Mapping[str, Any]
+    family: Family, run: RunPlan, verified: VerifiedRun, cleaned: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Advance the family's compacted epoch, check it moved, and write the run's audit row:
     ``success``, or ``partial`` when counters were quarantined (then the task fails, so the
     run alerts; the rest of the family was compacted)."""
     store = store_for(family)
-    phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
-    tally = Tally.from_dict(dict(verified["tally"]))
-    tally.rows_deleted = cleaned["rows_deleted"]
-    checks_ = [_outcome(c) for c in verified["checks"]] + [_outcome(cleaned["check"])]
+    phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned["seconds"])))
+    tally = replace(verified.tally, rows_deleted=cleaned["rows_deleted"])
+    checks_ = [*verified.checks, _outcome(cleaned["check"])]
     with phases.timed("finish"):
         ended = engine.conclude_run(store, run, tally, checks_)
         engine.prune_archive(family)
@@ -468,17 +505,17 @@ def record_audit(
             phases=phases,
             checks_=outcomes,
             message=ended.message,
-            gx=verified,
+            gx=verified.gx,
         )
         raise CheckFailed(ended.message, checks=ended.failed, counters=ended.counters, audited=True)
-    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified)
+    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified.gx)
     summary = {
         "family": family.name,
         "run_id": run.run_id,
         "epoch_before": to_text(run.epoch_before),
         "epoch": to_text(run.epoch),
         **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
-        "gx_result": verified.get("gx_result"),
+        "gx_result": verified.gx_result,
     }
     log.info("run finished: %s", summary)
     return summary
@@ -487,7 +524,7 @@ def record_audit(
 def finish(
     family: Family,
     run: RunPlan,
-    verified: Mapping[str, Any],
+    verified: VerifiedRun,
     cleanups: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """A larger run's last task: ``verify_cleanup``, then ``record_audit``. One task instance
