@@ -2,8 +2,9 @@
 
 Each function takes the family, the run's ``RunPlan`` and what earlier tasks returned (plain
 JSON: XCom), calls the engine function ``counterctl compact`` calls for the same phase, and
-returns plain JSON. The plan crosses XCom as ``RunPlan.as_dict()`` and is read back with
-``received_plan``: its one encoding. The DAG factory wraps them in ``@task``; tests may call them
+returns plain JSON or a typed value with one codec. The plan crosses XCom as
+``RunPlan.as_dict()`` and is read back with ``received_plan``; ``verify``'s ``VerifiedRun`` as
+``as_dict``/``from_dict``. The DAG factory wraps them in ``@task``; tests may call them
 directly.
 
 Audit rows: one per run, keyed by the run's start (``started_at``) and run id, written by the
