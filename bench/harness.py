@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from counters import engine
 from counters.client import CounterClient
 from counters.config import Family
 from counters.connection import Connection
+from counters.core import to_text
 from counters.schema import (
     LEASE_TABLE,
     STATE_TABLE,
@@ -175,9 +176,9 @@ class Bench:
             "--family-json",
             json.dumps(self.family_fields(family)),
             "--epoch",
-            epoch.isoformat(),
+            to_text(epoch),
             "--now",
-            utc_now().replace(tzinfo=UTC).isoformat(),
+            to_text(utc_now()),
             "--workers",
             str(self.p.workers),
         ]

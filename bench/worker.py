@@ -14,7 +14,6 @@ import json
 import resource
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 
@@ -48,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     from counters import engine
     from counters.config import Family
     from counters.connection import connect
+    from counters.core import from_text
     from counters.store import Store
 
     family = Family.model_validate(json.loads(args.family_json))
-    epoch = datetime.fromisoformat(args.epoch)
-    now = datetime.fromisoformat(args.now)
+    epoch = from_text(args.epoch)
+    now = from_text(args.now)
     conn = connect()
     ready = time.perf_counter()
     rss_before = _status_kb("VmRSS")

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .core import utc_naive
+from .core import to_text, utc_naive
 from .status import AUDIT_COLUMNS, JSON_COLUMNS, AuditRow, csv_cells
 
 if TYPE_CHECKING:
@@ -86,10 +86,6 @@ def csv_chunks(rows: Iterable[AuditRow], batch_rows: int = ROW_GROUP_ROWS) -> It
         yield out.getvalue().encode()
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else utc_naive(moment).isoformat(timespec="milliseconds") + "Z"
-
-
 def json_chunks(
     rows: Iterable[AuditRow],
     family: str,
@@ -97,7 +93,7 @@ def json_chunks(
     until: datetime | None,
     batch_rows: int = ROW_GROUP_ROWS,
 ) -> Iterator[bytes]:
-    head = json.dumps({"family": family, "since": _iso(since), "until": _iso(until)})
+    head = json.dumps({"family": family, "since": to_text(since), "until": to_text(until)})
     yield (head[:-1] + ', "rows": [').encode()
     first = True
     for batch in _batches(rows, batch_rows):

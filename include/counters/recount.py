@@ -29,7 +29,7 @@ from .archive import (
     unpack_record,
 )
 from .archive.storage import day_files, day_in_url, days, pruned_before, read_file
-from .core import BUCKETS, ROW_ARCHIVED, ROW_COUNTED, Key, utc_naive
+from .core import BUCKETS, ROW_ARCHIVED, ROW_COUNTED, Key, to_text, utc_naive
 from .errors import ArchiveError
 from .store import Store
 
@@ -67,8 +67,8 @@ class RecountReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "family": self.family,
-            "since": self.since.isoformat() if self.since else None,
-            "until": self.until.isoformat() if self.until else None,
+            "since": to_text(self.since),
+            "until": to_text(self.until),
             "ok": self.ok,
             "files": self.files,
             "file_problems": list(self.file_problems),

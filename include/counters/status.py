@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .config import Family
-from .core import Checkpoint, Key, format_key, from_millis, utc_naive
+from .core import Checkpoint, Key, format_key, from_millis, to_text, utc_naive
 
 if TYPE_CHECKING:
     from .client import CounterValue
@@ -138,10 +138,6 @@ def _int(value: Any) -> int:
     return int(value or 0)
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else utc_naive(moment).isoformat(timespec="milliseconds") + "Z"
-
-
 @dataclass(frozen=True)
 class AuditRow:
     """One run's audit row, typed (the table keeps checks and durations as JSON text)."""
@@ -245,13 +241,13 @@ class AuditRow:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, in ``AUDIT_COLUMNS`` order (times ISO 8601 UTC)."""
         values = {
-            "started_at": _iso(self.started_at),
+            "started_at": to_text(self.started_at),
             "run_id": self.run_id,
             "kind": self.kind,
             "outcome": self.outcome,
             "dry_run": self.dry_run,
-            "epoch_before": _iso(self.epoch_before),
-            "epoch_after": _iso(self.epoch_after),
+            "epoch_before": to_text(self.epoch_before),
+            "epoch_after": to_text(self.epoch_after),
             "counters": self.counters,
             "rows_folded": self.rows_folded,
             "sum_folded": self.sum_folded,
@@ -384,7 +380,7 @@ def audit_stream(
     since = utc_naive(since) if since else None
     before = utc_naive(before) if before else None
     if since and before and since >= before:
-        raise ValueError(f"since ({_iso(since)}) must be before until ({_iso(before)})")
+        raise ValueError(f"since ({to_text(since)}) must be before until ({to_text(before)})")
     for record in store.audit.stream(since, before, page_rows):
         yield AuditRow.from_record(record)
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from counters import engine
-from counters.core import CheckOutcome, Tally
+from counters.core import CheckOutcome, Tally, to_text
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def test_a_run_whose_epoch_did_not_move_fails_and_says_where_it_stands():
     assert ended.outcome == "failed"
     assert ended.failed == ["family_epoch_advanced"]
     assert "'trades'" in ended.message and "'r1'" in ended.message
-    assert f"is {behind.isoformat()} after finishing, expected at least {EPOCH.isoformat()}" in (
+    assert f"is {to_text(behind)} after finishing, expected at least {to_text(EPOCH)}" in (
         ended.message
     )
     never = engine.conclusion("trades", PLAN, Tally(), [engine.epoch_advanced(PLAN, None)])

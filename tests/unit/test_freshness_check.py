@@ -58,5 +58,5 @@ def test_stale_message_names_family_epoch_lag_and_limit() -> None:
     lag = family_lag(family("trades"), AT - timedelta(minutes=30), NOW)
     message = stale_message(lag, NOW)
     assert message.startswith("family 'trades' is stale: compacted epoch 2026-11-22T09:29:00")
-    assert "0:30:00 behind now - lag (2026-11-22T09:59:00)" in message
+    assert "0:30:00 behind now - lag (2026-11-22T09:59:00.000Z)" in message
     assert "more than its freshness 0:10:00; check the compact_trades DAG" in message

@@ -27,7 +27,7 @@ def sweeps(f: Family, start: datetime, minutes: int) -> list[datetime]:
     last = None
     for i in range(minutes):
         at = start + timedelta(minutes=i)
-        if decide_plan(f, "r", at - f.lag, None, at, last, touched=0).sweep:
+        if decide_plan(f, "r", at - f.lag, None, now=at, last_sweep=last, touched=0).sweep:
             done.append(at)
             last = at
     return done
@@ -86,12 +86,18 @@ def test_a_family_whose_last_sweep_was_small_sweeps_every_run_in_one_task():
 
     f = family("tiny")  # sweep_every_run_below: 10,000 rows and counters by default
     at = T0 + timedelta(minutes=7)
-    small = decide_plan(f, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=9_999)
+    small = decide_plan(
+        f, "r", at - f.lag, None, now=at, last_sweep=T0, touched=3, last_sweep_size=9_999
+    )
     assert small.sweep and small.small  # one task does it all
-    large = decide_plan(f, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=10_000)
+    large = decide_plan(
+        f, "r", at - f.lag, None, now=at, last_sweep=T0, touched=3, last_sweep_size=10_000
+    )
     assert not large.sweep and large.small
     assert foreign_rows_bound(f, 9_999) == timedelta(minutes=2)  # the lag and one run
     assert foreign_rows_bound(f, 10_000) == timedelta(minutes=17)  # and the sweep interval
     assert foreign_rows_bound(f, None) == timedelta(minutes=17)  # not known yet
     off = family("tiny", sweep_every_run_below="0")
-    assert not decide_plan(off, "r", at - f.lag, None, at, T0, touched=3, last_sweep_size=1).sweep
+    assert not decide_plan(
+        off, "r", at - f.lag, None, now=at, last_sweep=T0, touched=3, last_sweep_size=1
+    ).sweep

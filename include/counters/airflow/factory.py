@@ -30,9 +30,11 @@ log = logging.getLogger(__name__)
 FRESHNESS_DAG_ID = "counters_freshness"
 FRESHNESS_SCHEDULE = "*/5 * * * *"
 
-Run = dict[str, Any]
-"""``counters.airflow.tasks.Run``: the plan ``run`` pushes (XCom ``run``), passed to every later
-task."""
+PlanPayload = dict[str, Any]
+"""The run's ``RunPlan`` as it crosses XCom (``RunPlan.as_dict``: pushed by ``run`` as XCom
+``run``); each later task reads it back with ``tasks.received_plan``. Airflow's own serde would
+need ``counters.*`` in ``allowed_deserialization_classes`` and writes naive datetimes in the
+host's local time: one explicit codec instead."""
 
 
 def _tasks() -> ModuleType:
@@ -279,9 +281,9 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             except AirflowSkipException:  # noop or idle: the run ended without failing
                 notify_recovery(family.name, channels, FAILING, context)
                 raise
-            ti.xcom_push("run", run)
-            if not run["whole"]:
-                return run["groups"]
+            ti.xcom_push("run", run.as_dict())
+            if not run.small:
+                return [list(group) for group in run.shard_groups]
             summary = _tasks().whole_run(family, run)
             ti.xcom_push("summary", summary)
             notify_recovery(family.name, channels, FAILING, context)
@@ -290,28 +292,34 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
             return []
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-        def compact(run: Run, shards: list[int]) -> list[dict[str, Any]]:
+        def compact(run: PlanPayload, shards: list[int]) -> list[dict[str, Any]]:
             get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            return _tasks().compact(family, run, shards)
+            return _tasks().compact(family, _tasks().received_plan(run), shards)
 
         @task
-        def verify(run: Run, reports: list[dict[str, Any]]) -> dict[str, Any]:
-            return _tasks().verify(family, run, _all(reports))
+        def verify(run: PlanPayload, reports: list[dict[str, Any]]) -> dict[str, Any]:
+            return _tasks().verify(family, _tasks().received_plan(run), _all(reports)).as_dict()
 
         @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-        def cleanup(run: Run, verified: dict[str, Any], shards: list[int]) -> list[dict[str, Any]]:
+        def cleanup(
+            run: PlanPayload, verified: dict[str, Any], shards: list[int]
+        ) -> list[dict[str, Any]]:
             get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            return _tasks().cleanup(family, run, verified, shards)
+            tasks = _tasks()
+            found = tasks.VerifiedRun.from_dict(verified)
+            return tasks.cleanup(family, tasks.received_plan(run), found, shards)
 
         @task(inlets=[raw], outlets=[compacted])
         def record_audit(
-            run: Run, verified: dict[str, Any], cleanups: list[dict[str, Any]]
+            run: PlanPayload, verified: dict[str, Any], cleanups: list[dict[str, Any]]
         ) -> dict[str, Any]:
             """Checks the cleanup, then audits the run (one task: a task instance costs the
             scheduler more than these reads); skipped (no asset event) when it committed
             nothing."""
             context = get_current_context()
-            summary = _tasks().finish(family, run, verified, _all(cleanups))
+            tasks = _tasks()
+            found = tasks.VerifiedRun.from_dict(verified)
+            summary = tasks.finish(family, tasks.received_plan(run), found, _all(cleanups))
             notify_recovery(family.name, channels, FAILING, context)
             if not assets.committed(summary):
                 raise AirflowSkipException("the run committed nothing: no compact-table event")

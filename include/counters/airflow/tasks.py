@@ -1,8 +1,11 @@
 """The bodies of a compaction DAG's tasks: thin calls into ``counters.engine``.
 
-Each function takes the family and what earlier tasks returned (plain JSON: XCom), calls the
-engine function ``counterctl compact`` calls for the same phase, and returns plain JSON. The
-DAG factory wraps them in ``@task``; tests may call them directly.
+Each function takes the family, the run's ``RunPlan`` and what earlier tasks returned (plain
+JSON: XCom), calls the engine function ``counterctl compact`` calls for the same phase, and
+returns plain JSON or a typed value with one codec. The plan crosses XCom as
+``RunPlan.as_dict()`` and is read back with ``received_plan``; ``verify``'s ``VerifiedRun`` as
+``as_dict``/``from_dict``. The DAG factory wraps them in ``@task``; tests may call them
+directly.
 
 Audit rows: one per run, keyed by the run's start (``started_at``) and run id, written by the
 task that decides the outcome: ``plan`` (noop), ``verify`` (dry-run), ``record_audit``
@@ -28,8 +31,8 @@ from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..connection import Connection
-from ..core import CheckOutcome, Tally, epoch_for, utc_naive
-from ..core import parse_epoch as core_parse_epoch
+from ..core import CheckOutcome, Tally, to_text, utc_naive
+from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag
 from ..status import Freshness
@@ -41,10 +44,6 @@ from .notifiers import Channels, notify_failure, notify_recovery
 from .runtime import connection, store_for
 
 log = logging.getLogger(__name__)
-
-Run = dict[str, Any]
-"""What ``plan`` returns and every later task gets: run_id, epoch, epoch_before, shards,
-sweep, dry_run, started_at, scheduled (ISO strings for times)."""
 
 # --- fault points (tests) -----------------------------------------------------------------
 
@@ -74,43 +73,25 @@ def fault_hook(hook: Callable[[str], None]) -> Iterator[None]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else utc_naive(moment).isoformat()
-
-
-def _time(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def parse_epoch(text: str) -> datetime:
-    """An ``epoch`` param (``core.parse_epoch``), refused as the run's failure when malformed."""
+def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
+    """The run's epoch (``core.run_epoch``: the ``epoch`` param if given, else its scheduled
+    time minus the lag); a malformed param is refused as the run's failure."""
     try:
-        return core_parse_epoch(text)
+        return core_run_epoch(scheduled, family.lag, override)
     except ValueError as exc:
         raise RunRefused(f"param epoch: {exc}", checks=["epoch_param"]) from None
 
 
-def run_epoch(family: Family, scheduled: datetime, override: str | None) -> datetime:
-    """The run's epoch: the ``epoch`` param if given, else its scheduled time minus the lag."""
-    return parse_epoch(override) if override else epoch_for(scheduled, family.lag)
+def received_plan(payload: Mapping[str, Any]) -> RunPlan:
+    """The plan as a later task receives it from XCom (``RunPlan.from_dict``: the one
+    decoding of ``RunPlan.as_dict``)."""
+    return RunPlan.from_dict(payload)
 
 
 def scheduled_time(dag_run: Any) -> datetime:
     """A run's own scheduled time: its logical date; manual runs in Airflow 3 have none, so
     their ``run_after`` (when they were triggered)."""
     return dag_run.logical_date or dag_run.run_after
-
-
-def _plan(family: Family, run: Run) -> RunPlan:
-    return RunPlan(
-        family.name,
-        run["run_id"],
-        datetime.fromisoformat(run["epoch"]),
-        _time(run["epoch_before"]),
-        tuple(run["shards"]),
-        bool(run.get("sweep")),
-        started_at=_time(run.get("started_at")),
-    )
 
 
 def _outcome_dict(outcome: CheckOutcome) -> dict[str, Any]:
@@ -127,6 +108,45 @@ def _outcome(data: Mapping[str, Any]) -> CheckOutcome:
     return CheckOutcome(
         data["name"], data["success"], data["critical"], data["detail"], tuple(data["counters"])
     )
+
+
+@dataclass(frozen=True)
+class VerifiedRun:
+    """What ``verify`` found, as ``cleanup`` and the run's finish receive it (``verify``'s XCom):
+    the run's tally and phase times so far, the compact attempts whose reports passed, per
+    shard (the only commits a cleanup deletes the rows of), every check's outcome, and the GX
+    suite's fingerprint and stored result. ``as_dict``/``from_dict``: its one encoding."""
+
+    tally: Tally
+    seconds: Mapping[str, float]
+    executions: Mapping[int, tuple[str, ...]]
+    checks: tuple[CheckOutcome, ...]
+    gx_suite: str | None = None
+    gx_result: str | None = None
+
+    @property
+    def gx(self) -> dict[str, Any]:
+        return {"gx_suite": self.gx_suite, "gx_result": self.gx_result}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tally": self.tally.as_dict(),
+            "seconds": dict(self.seconds),
+            "executions": {str(k): list(v) for k, v in self.executions.items()},
+            "checks": [_outcome_dict(o) for o in self.checks],
+            **self.gx,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedRun:
+        return cls(
+            Tally.from_dict(dict(data["tally"])),
+            {str(k): float(v) for k, v in data["seconds"].items()},
+            {int(k): tuple(v) for k, v in data["executions"].items()},
+            tuple(_outcome(c) for c in data["checks"]),
+            data["gx_suite"],
+            data["gx_result"],
+        )
 
 
 def _shard_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[list[ShardReport], Phases]:
@@ -155,7 +175,7 @@ def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[st
 
 def _audit(
     family: Family,
-    run: Run,
+    run: RunPlan,
     outcome: str,
     *,
     tally: Tally,
@@ -168,21 +188,21 @@ def _audit(
     stored (``gx_suite``, ``gx_result``) when the suite validated the run."""
     record = engine.audit_record(
         family,
-        _plan(family, run),
+        run,
         outcome=outcome,
         tally=tally,
         phases=phases,
         checks=checks_,
-        dry_run=run["dry_run"],
+        dry_run=run.dry_run,
         message=message,
-        started_at=_time(run["started_at"]),
+        started_at=run.started_at,
         gx_suite=(gx or {}).get("gx_suite"),
         gx_result=(gx or {}).get("gx_result"),
     )
     store = store_for(family)
-    store.provenance = Provenance.from_dict(run.get("provenance"))
+    store.provenance = run.provenance
     store.write_audit(record)
-    log.info("audit row written: family %s run %s outcome %s", family.name, run["run_id"], outcome)
+    log.info("audit row written: family %s run %s outcome %s", family.name, run.run_id, outcome)
     metrics.emit_run(
         record,
         quarantined=lambda: health.quarantined_now(store),
@@ -202,25 +222,27 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
     task = ti.task_id if getattr(ti, "map_index", -1) < 0 else f"{ti.task_id}[{ti.map_index}]"
     params = context.get("params") or {}
     try:
-        run = ti.xcom_pull(task_ids="run", key="run")
-        if not run:  # the run task failed before planning: the epoch it would have taken
+        payload = ti.xcom_pull(task_ids="run", key="run")
+        if payload:
+            run = received_plan(payload)
+        else:  # the run task failed before planning: the epoch it would have taken
             dag_run = context["dag_run"]
             scheduled = scheduled_time(dag_run)
             try:
                 epoch = run_epoch(family, scheduled, params.get("epoch"))
             except RunRefused:
                 epoch = run_epoch(family, scheduled, None)
-            run = {
-                "run_id": dag_run.run_id,
-                "epoch": _iso(epoch),
-                "epoch_before": None,
-                "shards": [],
-                "sweep": False,
-                "dry_run": bool(params.get("dry_run")),
-                "started_at": _iso(datetime.now(UTC)),
-                "scheduled": _iso(scheduled),
-                "provenance": provenance(dag_run, params),
-            }
+            run = RunPlan(
+                family.name,
+                dag_run.run_id,
+                epoch,
+                None,
+                (),
+                started_at=utc_naive(datetime.now(UTC)),
+                dry_run=bool(params.get("dry_run")),
+                scheduled=utc_naive(scheduled),
+                provenance=Provenance.from_dict(provenance(dag_run, params)),
+            )
         message = f"task {task} failed for good: {type(error).__name__}: {error}"
         _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=message)
     except Exception:
@@ -241,7 +263,7 @@ def plan(
     dry_run: bool = False,
     now: datetime | None = None,
     started_by: Mapping[str, Any] | None = None,
-) -> Run:
+) -> RunPlan:
     """Decide the run's epoch and whether it sweeps; a run with nothing to do (epoch not newer,
     or nothing touched and no sweep due) records its audit row here and skips the rest.
     ``started_by``: who started the run (``provenance``), carried to every audit row."""
@@ -250,26 +272,21 @@ def plan(
     at = run_epoch(family, scheduled, epoch)
     store = store_for(family)
     try:
-        decided = engine.plan_run(store, run_id, at, now)
+        run = engine.plan_run(
+            store,
+            run_id,
+            at,
+            now,
+            dry_run=bool(dry_run),
+            scheduled=utc_naive(scheduled),
+            provenance=Provenance.from_dict(started_by) if started_by else Provenance("airflow"),
+        )
     except engine.EpochInFuture as exc:
         raise RunRefused(str(exc), checks=["epoch_not_in_future"]) from exc
-    run: Run = {
-        "run_id": run_id,
-        "epoch": _iso(decided.epoch),
-        "epoch_before": _iso(decided.epoch_before),
-        "shards": list(decided.shards),
-        "groups": [list(group) for group in decided.shard_groups],
-        "whole": decided.small,
-        "sweep": decided.sweep,
-        "dry_run": bool(dry_run),
-        "started_at": _iso(now),
-        "scheduled": _iso(scheduled),
-        "provenance": dict(started_by or Provenance("airflow").as_dict()),
-    }
     phases = Phases({"plan": time.perf_counter() - started})
-    if decided.noop or decided.idle:
-        outcome = "noop" if decided.noop else "idle"
-        reason = decided.noop_reason or "nothing touched since the last run, no sweep due"
+    if run.noop or run.idle:
+        outcome = "noop" if run.noop else "idle"
+        reason = run.noop_reason or "nothing touched since the last run, no sweep due"
         _audit(family, run, outcome, tally=Tally(), phases=phases, message=reason)
         log.info("family %s run %s: %s", family.name, run_id, reason)
         raise AirflowSkipException(f"{outcome}: {reason}")
@@ -277,16 +294,16 @@ def plan(
         "family %s run %s: fold rows up to %s (compacted epoch before: %s) over %d shard(s)%s%s",
         family.name,
         run_id,
-        run["epoch"],
-        run["epoch_before"],
-        len(run["shards"]),
-        " (sweep)" if decided.sweep else "",
+        to_text(run.epoch),
+        to_text(run.epoch_before),
+        len(run.shards),
+        " (sweep)" if run.sweep else "",
         " (dry run)" if dry_run else "",
     )
     return run
 
 
-def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, Any]]:
+def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[dict[str, Any]]:
     """Fold, commit, copy and verify the given shards (token ranges), one after the other; a
     counter that fails its checks is quarantined there, before anything is deleted."""
     store = store_for(family)
@@ -295,10 +312,10 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
         report = engine.compact_shard(
             store,
             shard,
-            datetime.fromisoformat(run["epoch"]),
-            run["run_id"],
-            sweep=bool(run.get("sweep")),
-            dry_run=run["dry_run"],
+            run.epoch,
+            run.run_id,
+            sweep=run.sweep,
+            dry_run=run.dry_run,
             fault=_fault,
         )
         tally = report.tally
@@ -319,7 +336,7 @@ def compact(family: Family, run: Run, shards: Sequence[int]) -> list[dict[str, A
     return reports
 
 
-def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -> VerifiedRun:
     """The family-level conservation checks over the shards' evidence (engine rules, then the
     GX suite; its result stored for the audit row and the UI). A dry run stops here with a
     ``dry-run`` audit row."""
@@ -327,15 +344,15 @@ def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> di
     with phases.timed("verify"):
         verification = engine.verify_run(shard_reports)
     tally = verification.tally
-    if run["dry_run"]:
+    if run.dry_run:
         message = engine.dry_run_message(tally)
         _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
         raise AirflowSkipException(message)
     with phases.timed("verify_gx"):
-        suite = checks.validate_evidence(family.name, run["run_id"], verification.evidence)
+        suite = checks.validate_evidence(family.name, run.run_id, verification.evidence)
         gx = {
             "gx_suite": suite.fingerprint,
-            "gx_result": evidence.keep(family.name, run["run_id"], suite),
+            "gx_result": evidence.keep(family.name, run.run_id, suite),
         }
     log.info(
         "Great Expectations: %s expectation(s) passed of %s; result stored at %s",
@@ -350,10 +367,10 @@ def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> di
     if not (verification.passed and suite.success):
         failed = [o for o in outcomes if o.critical and not o.success]
         message = (
-            verification.failure_message(family.name, run["run_id"])
+            verification.failure_message(family.name, run.run_id)
             if not verification.passed
             else f"conservation check failed for family {family.name!r} run "
-            f"{run['run_id']!r}; nothing was deleted: "
+            f"{run.run_id!r}; nothing was deleted: "
             + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
         ) + (
             f". Full GX result: {gx['gx_result']}/{evidence.RESULT_FILE} (its Data Docs page: "
@@ -385,32 +402,32 @@ def verify(family: Family, run: Run, reports: Iterable[Mapping[str, Any]]) -> di
         tally.late_sum,
         tally.counters_quarantined,
     )
-    return {
-        "tally": tally.as_dict(),
-        "seconds": dict(phases.seconds),
-        "executions": {str(k): v for k, v in verification.executions.items()},
-        "checks": [_outcome_dict(o) for o in outcomes],
-        **gx,
-    }
+    return VerifiedRun(
+        tally,
+        dict(phases.seconds),
+        {k: tuple(v) for k, v in verification.executions.items()},
+        tuple(outcomes),
+        gx["gx_suite"],
+        gx["gx_result"],
+    )
 
 
 def cleanup(
-    family: Family, run: Run, verified: Mapping[str, Any], shards: Sequence[int]
+    family: Family, run: RunPlan, verified: VerifiedRun, shards: Sequence[int]
 ) -> list[dict[str, Any]]:
     """Delete the raw rows counted by the commits of the compact attempts whose reports passed
     ``verify`` (exactly those rows), then count what is left. A shard whose report did not
     reach ``verify`` (its task marked successful by hand, say) deletes nothing."""
     store = store_for(family)
-    executions = {int(k): v for k, v in verified.get("executions", {}).items()}
     reports = []
     for shard in shards:
         report = engine.cleanup_shard(
             store,
             shard,
-            run["run_id"],
-            executions.get(shard, []),
+            run.run_id,
+            list(verified.executions.get(shard, ())),
             fault=_fault,
-            started_at=_time(run["started_at"]),
+            started_at=run.started_at,
         )
         log.info(
             "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
@@ -433,7 +450,10 @@ def cleanup(
 
 
 def verify_cleanup(
-    family: Family, run: Run, verified: Mapping[str, Any], cleanups: Iterable[Mapping[str, Any]]
+    family: Family,
+    run: RunPlan,
+    verified: VerifiedRun,
+    cleanups: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """No row the run counted is left at or below its epoch; late arrivals are reported."""
     reports = [CleanupReport.from_dict(dict(c)) for c in cleanups]
@@ -441,11 +461,10 @@ def verify_cleanup(
     log.info("cleanup check: %s", outcome.detail)
     rows_deleted = sum(r.rows_deleted for r in reports)
     if outcome.critical and not outcome.success:
-        tally = Tally.from_dict(dict(verified["tally"]))
-        tally.rows_deleted = rows_deleted
-        phases = Phases(dict(verified["seconds"]))
-        message = engine.cleanup_failure_message(family.name, run["run_id"], outcome)
-        checks_ = [_outcome(c) for c in verified["checks"]] + [outcome]
+        tally = replace(verified.tally, rows_deleted=rows_deleted)
+        phases = Phases(dict(verified.seconds))
+        message = engine.cleanup_failure_message(family.name, run.run_id, outcome)
+        checks_ = [*verified.checks, outcome]
         _audit(
             family,
             run,
@@ -454,7 +473,7 @@ def verify_cleanup(
             phases=phases,
             checks_=checks_,
             message=message,
-            gx=verified,
+            gx=verified.gx,
         )
         raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
     return {
@@ -465,18 +484,17 @@ def verify_cleanup(
 
 
 def record_audit(
-    family: Family, run: Run, verified: Mapping[str, Any], cleaned: Mapping[str, Any]
+    family: Family, run: RunPlan, verified: VerifiedRun, cleaned: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Advance the family's compacted epoch, check it moved, and write the run's audit row:
     ``success``, or ``partial`` when counters were quarantined (then the task fails, so the
     run alerts; the rest of the family was compacted)."""
     store = store_for(family)
-    phases = Phases(dict(verified["seconds"])).merge(Phases(dict(cleaned["seconds"])))
-    tally = Tally.from_dict(dict(verified["tally"]))
-    tally.rows_deleted = cleaned["rows_deleted"]
-    checks_ = [_outcome(c) for c in verified["checks"]] + [_outcome(cleaned["check"])]
+    phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned["seconds"])))
+    tally = replace(verified.tally, rows_deleted=cleaned["rows_deleted"])
+    checks_ = [*verified.checks, _outcome(cleaned["check"])]
     with phases.timed("finish"):
-        ended = engine.conclude_run(store, _plan(family, run), tally, checks_)
+        ended = engine.conclude_run(store, run, tally, checks_)
         engine.prune_archive(family)
     outcomes = ended.checks
     if ended.outcome != "success":
@@ -488,24 +506,27 @@ def record_audit(
             phases=phases,
             checks_=outcomes,
             message=ended.message,
-            gx=verified,
+            gx=verified.gx,
         )
         raise CheckFailed(ended.message, checks=ended.failed, counters=ended.counters, audited=True)
-    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified)
+    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified.gx)
     summary = {
         "family": family.name,
-        "run_id": run["run_id"],
-        "epoch_before": run["epoch_before"],
-        "epoch": run["epoch"],
+        "run_id": run.run_id,
+        "epoch_before": to_text(run.epoch_before),
+        "epoch": to_text(run.epoch),
         **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
-        "gx_result": verified.get("gx_result"),
+        "gx_result": verified.gx_result,
     }
     log.info("run finished: %s", summary)
     return summary
 
 
 def finish(
-    family: Family, run: Run, verified: Mapping[str, Any], cleanups: Iterable[Mapping[str, Any]]
+    family: Family,
+    run: RunPlan,
+    verified: VerifiedRun,
+    cleanups: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """A larger run's last task: ``verify_cleanup``, then ``record_audit``. One task instance
     instead of two: each costs the scheduler more than these reads, and a failed cleanup
@@ -514,14 +535,14 @@ def finish(
     return record_audit(family, run, verified, cleaned)
 
 
-def whole_run(family: Family, run: Run) -> dict[str, Any]:
+def whole_run(family: Family, run: RunPlan) -> dict[str, Any]:
     """A small run's phases in the ``run`` task (one process instead of five): compact every
     shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
     phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
     larger run's phases run as their own (mapped) tasks."""
-    if not run.get("whole"):
+    if not run.small:
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
-    shards = run["shards"]
+    shards = run.shards
     verified = verify(family, run, compact(family, run, shards))
     cleaned = verify_cleanup(family, run, verified, cleanup(family, run, verified, shards))
     summary = record_audit(family, run, verified, cleaned)
@@ -565,7 +586,7 @@ class FreshnessVerdict:
     def as_dict(self) -> dict[str, Any]:
         """The task's return value (and XCom ``freshness`` when it fails): every family."""
         return {
-            "checked_at": _iso(self.now),
+            "checked_at": to_text(self.now),
             "stale": self.stale,
             "unreadable": self.unreadable,
             "never_compacted": self.never_compacted,
@@ -596,8 +617,8 @@ def stale_message(lag: FamilyLag, now: datetime) -> str:
     family = lag.family
     expected = utc_naive(now) - family.lag
     return (
-        f"family {family.name!r} is stale: compacted epoch {_iso(lag.epoch)} is {lag.behind} "
-        f"behind now - lag ({_iso(expected)}), more than its freshness {family.freshness}; "
+        f"family {family.name!r} is stale: compacted epoch {to_text(lag.epoch)} is {lag.behind} "
+        f"behind now - lag ({to_text(expected)}), more than its freshness {family.freshness}; "
         f"check the {family.dag_id} DAG (paused, failing, or the scheduler stopped)"
     )
 

@@ -15,16 +15,16 @@ from typing import Any
 import click
 
 from .. import engine, health, metrics
-from ..core import Tally, epoch_for, format_key
+from ..core import Tally, format_key, run_epoch, to_text
 from ..store import Store
 from .common import (
     EXIT_UNHEALTHY,
     Context,
+    Failure,
     audited_store,
     configure_logging,
     counter_keys,
     echo_json,
-    parse_time_option,
     pass_context,
     reported,
 )
@@ -53,7 +53,10 @@ def compact_command(
 ) -> None:
     """Compact one family: fold, verify, clean up, record the audit row."""
     family = obj.family(name)
-    at = parse_time_option(epoch, "--epoch") or epoch_for(datetime.now(UTC), family.lag)
+    try:
+        at = run_epoch(datetime.now(UTC), family.lag, epoch)
+    except ValueError as exc:
+        raise Failure(f"--epoch: {exc}", 2) from exc
     store = audited_store(
         obj.conn, family, epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers
     )
@@ -153,7 +156,7 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
                     "counter": format_key(v.counter),
                     "value": v.value,
                     "compact_value": v.compact_value,
-                    "epoch": v.epoch.isoformat() if v.epoch else None,
+                    "epoch": to_text(v.epoch),
                     "newer_sum": v.newer_sum,
                 }
                 for v in values
@@ -161,7 +164,7 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
         )
         return
     for v in values:
-        epoch = v.epoch.isoformat() if v.epoch else "-"
+        epoch = to_text(v.epoch) or "-"
         click.echo(
             f"{format_key(v.counter)}\t{v.value}\t(compact {v.compact_value} @ {epoch} "
             f"+ newer {v.newer_sum})"

@@ -25,6 +25,7 @@ from ..core import (
     Tally,
     format_key,
     from_millis,
+    to_text,
 )
 from ..store import COMMIT_CHUNK, Copy, Store
 
@@ -104,10 +105,6 @@ def new_run_id(prefix: str = "cli") -> str:
 
 def micros(moment: datetime | None = None) -> int:
     return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
-
-
-def iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
 
 
 @dataclass
@@ -302,7 +299,7 @@ def read_hot_counter(
         store.family.name,
         format_key(counter),
         type(error).__name__,
-        from_millis(epoch).isoformat(),
-        from_millis(floor).isoformat(),
+        to_text(from_millis(epoch)),
+        to_text(from_millis(floor)),
     )
     return sorted(found.values(), key=lambda r: r[0]), floor

@@ -12,13 +12,13 @@ from ..config import Family
 from ..core import (
     CheckOutcome,
     Tally,
+    to_text,
     utc_naive,
 )
 from ..errors import ArchiveError
 from ..store import Store
 from .common import (
     Phases,
-    iso,
 )
 from .plan import (
     RunPlan,
@@ -55,11 +55,11 @@ def epoch_advanced(plan: RunPlan, family_epoch: datetime | None) -> CheckOutcome
         "family_epoch_advanced",
         advanced,
         True,
-        f"compacted epoch {iso(plan.epoch_before)} -> {iso(family_epoch)} "
-        f"(run epoch {iso(plan.epoch)})"
+        f"compacted epoch {to_text(plan.epoch_before)} -> {to_text(family_epoch)} "
+        f"(run epoch {to_text(plan.epoch)})"
         if advanced
-        else f"the compacted epoch is {iso(family_epoch)} after finishing, expected at least "
-        f"{iso(plan.epoch)}",
+        else f"the compacted epoch is {to_text(family_epoch)} after finishing, expected at least "
+        f"{to_text(plan.epoch)}",
     )
 
 

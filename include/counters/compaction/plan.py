@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from ..audit import Provenance
 from ..config import Discovery, Family
 from ..core import (
     Tally,
+    from_text,
     to_millis,
+    to_text,
     truncate_ms,
     utc_naive,
 )
@@ -27,8 +32,16 @@ log = logging.getLogger(__name__)
 # --- plan --------------------------------------------------------------------------------
 
 
+PLAN_FORMAT = 1
+"""The version of ``RunPlan.as_dict``'s layout; ``from_dict`` refuses any other."""
+
+
 @dataclass(frozen=True)
 class RunPlan:
+    """What a run does, decided once by ``plan_run``; every later step (a shard in a worker
+    process, a DAG task after XCom) works from this one value. ``as_dict``/``from_dict`` are its
+    only encoding (plain JSON, times as ``core.to_text``)."""
+
     family: str
     run_id: str
     epoch: datetime
@@ -42,6 +55,12 @@ class RunPlan:
     the run only advances the family's epoch (``idle`` audit row), one cheap step."""
     small: bool = False
     """Few counters touched and no sweep: one task (one process) can do every shard."""
+    dry_run: bool = False
+    """Compact without writing: the run stops after the shards with a ``dry-run`` audit row."""
+    scheduled: datetime | None = None
+    """The DAG run's scheduled time (its logical date, or when a manual run was triggered)."""
+    provenance: Provenance = field(default_factory=Provenance)
+    """Who started the run, carried to every audit row it writes."""
 
     @property
     def shard_groups(self) -> list[tuple[int, ...]]:
@@ -56,12 +75,62 @@ class RunPlan:
     def epoch_ms(self) -> int:
         return to_millis(self.epoch)
 
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON: what crosses XCom (``from_dict`` reads it back, every field)."""
+        return {
+            "format": PLAN_FORMAT,
+            "family": self.family,
+            "run_id": self.run_id,
+            "epoch": to_text(self.epoch),
+            "epoch_before": to_text(self.epoch_before),
+            "shards": list(self.shards),
+            "sweep": self.sweep,
+            "noop_reason": self.noop_reason,
+            "started_at": to_text(self.started_at),
+            "idle": self.idle,
+            "small": self.small,
+            "dry_run": self.dry_run,
+            "scheduled": to_text(self.scheduled),
+            "provenance": self.provenance.as_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunPlan:
+        """``as_dict``'s inverse; a payload of another format or with a field missing or
+        malformed is refused naming the field (a task never runs on a guessed plan)."""
+        if data.get("format") != PLAN_FORMAT:
+            raise ValueError(
+                f"run plan: field 'format' is {data.get('format')!r}, expected {PLAN_FORMAT}"
+            )
+        missing = [f.name for f in fields(cls) if f.name not in data]
+        if missing:
+            raise ValueError(f"run plan of run {data.get('run_id')!r}: fields missing: {missing}")
+        try:
+            return cls(
+                family=str(data["family"]),
+                run_id=str(data["run_id"]),
+                epoch=from_text(str(data["epoch"])),
+                epoch_before=from_text(data["epoch_before"]),
+                shards=tuple(int(s) for s in data["shards"]),
+                sweep=bool(data["sweep"]),
+                noop_reason=data["noop_reason"],
+                started_at=from_text(data["started_at"]),
+                idle=bool(data["idle"]),
+                small=bool(data["small"]),
+                dry_run=bool(data["dry_run"]),
+                scheduled=from_text(data["scheduled"]),
+                provenance=Provenance.from_dict(data["provenance"]),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"run plan of run {data.get('run_id')!r}: {exc}") from None
+
 
 def decide_plan(
     family: Family,
     run_id: str,
     epoch: datetime,
     epoch_before: datetime | None,
+    *,
     now: datetime | None = None,
     last_sweep: datetime | None = None,
     anything_touched: bool = True,
@@ -79,15 +148,15 @@ def decide_plan(
     now = utc_naive(now or datetime.now(UTC))
     if epoch > now - family.lag:
         raise EpochInFuture(
-            f"family {family.name!r}: epoch {epoch.isoformat()} is later than now - lag "
-            f"({(now - family.lag).isoformat()}); refusing to fold rows that "
+            f"family {family.name!r}: epoch {to_text(epoch)} is later than now - lag "
+            f"({to_text(now - family.lag)}); refusing to fold rows that "
             "writers may still be writing"
         )
     reason = None
     if epoch_before is not None and epoch <= utc_naive(epoch_before):
         reason = (
-            f"epoch {epoch.isoformat()} is not newer than the compacted epoch "
-            f"{utc_naive(epoch_before).isoformat()}: nothing to do"
+            f"epoch {to_text(epoch)} is not newer than the compacted epoch "
+            f"{to_text(epoch_before)}: nothing to do"
         )
     sweep = family.discovery is Discovery.SCAN or sweep_due(
         family, now, last_sweep, last_sweep_size
@@ -104,11 +173,11 @@ def decide_plan(
         epoch,
         epoch_before,
         tuple(range(family.shards)),
-        sweep,
-        reason,
-        now,
-        idle,
-        small,
+        sweep=sweep,
+        noop_reason=reason,
+        started_at=now,
+        idle=idle,
+        small=small,
     )
 
 
@@ -148,8 +217,19 @@ def foreign_rows_bound(family: Family, last_size: int | None) -> timedelta:
     return family.lag + period + family.sweep_interval
 
 
-def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = None) -> RunPlan:
-    """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
+def plan_run(
+    store: Store,
+    run_id: str,
+    epoch: datetime,
+    now: datetime | None = None,
+    *,
+    dry_run: bool = False,
+    scheduled: datetime | None = None,
+    provenance: Provenance | None = None,
+) -> RunPlan:
+    """Decide the run; an idle run's epoch is recorded here (it has no other step).
+    ``dry_run``, ``scheduled`` and ``provenance`` (default: the store's) ride in the plan to
+    every later step."""
     check_family(store, record=False, run_id=run_id, once_per_run=True)
     state = store.control.family_state()
     touched = store.touched_count(SMALL_RUN_COUNTERS)
@@ -158,11 +238,17 @@ def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = 
         run_id,
         epoch,
         state.epoch,
-        now,
-        state.last_sweep,
-        touched > 0 or store.anything_quarantined(),
-        touched,
-        state.last_sweep_size,
+        now=now,
+        last_sweep=state.last_sweep,
+        anything_touched=touched > 0 or store.anything_quarantined(),
+        touched=touched,
+        last_sweep_size=state.last_sweep_size,
+    )
+    plan = replace(
+        plan,
+        dry_run=dry_run,
+        scheduled=scheduled,
+        provenance=provenance or store.provenance or Provenance(),
     )
     if plan.idle:
         finish_run(store, plan)

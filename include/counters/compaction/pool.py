@@ -10,16 +10,21 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import repeat
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Literal
 
 from cassandra import DriverException
 
+from ..config import Family
+from ..connection import ConnectionSettings
 from ..core import (
     CheckOutcome,
     Tally,
+    to_text,
 )
 from ..errors import ChecksFailed, EngineError
+from ..schema import RawLayout
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import (
     CleanupReport,
@@ -72,8 +77,8 @@ class RunSummary:
             "family": self.plan.family,
             "run_id": self.plan.run_id,
             "outcome": self.outcome,
-            "epoch_before": self.plan.epoch_before.isoformat() if self.plan.epoch_before else None,
-            "epoch": self.plan.epoch.isoformat(),
+            "epoch_before": to_text(self.plan.epoch_before),
+            "epoch": to_text(self.plan.epoch),
             "sweep": self.plan.sweep,
             "message": self.message,
             **self.tally.as_dict(),
@@ -114,27 +119,66 @@ def portable_error(exc: BaseException, where: str) -> BaseException:
     return EngineError(f"{where}: {type(exc).__name__}: {exc}")
 
 
-def _shard_step(args: tuple[Any, ...]) -> Any:
-    """One shard's compact or cleanup in a worker process (its own connection)."""
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard's compact or cleanup step of a run, by name: what ``run_shard_job`` does in
+    the run's own process or, pickled, in a worker process (the same fields either way)."""
+
+    step: Literal["compact", "cleanup"]
+    shard: int
+    plan: RunPlan
+    started_at: datetime
+    """The run's start (its audit row's key; an archive's cleanup names its files by it)."""
+    use_lease: bool = True
+    commit_chunk: int = COMMIT_CHUNK
+    now: datetime | None = None
+    executions: tuple[str, ...] = ()
+    """For a cleanup: the compact attempts of this shard whose reports passed ``verify``."""
+
+
+def run_shard_job(
+    store: Store, job: ShardJob, fault: Fault = no_fault
+) -> ShardReport | CleanupReport:
+    """One shard's step of a run, on ``store``."""
+    plan = job.plan
+    if job.step == "compact":
+        return compact_shard(
+            store,
+            job.shard,
+            plan.epoch,
+            plan.run_id,
+            sweep=plan.sweep,
+            dry_run=plan.dry_run,
+            use_lease=job.use_lease,
+            commit_chunk=job.commit_chunk,
+            fault=fault,
+        )
+    return cleanup_shard(
+        store,
+        job.shard,
+        plan.run_id,
+        list(job.executions),
+        now=job.now,
+        fault=fault,
+        started_at=job.started_at,
+    )
+
+
+def _shard_step(
+    settings: ConnectionSettings, family: Family, layout: RawLayout | None, job: ShardJob
+) -> ShardReport | CleanupReport:
+    """One shard's step in a worker process (its own connection)."""
     from ..connection import Connection
 
-    (step, settings, family, layout, shard, run_id, epoch, sweep, dry_run, use_lease, now) = args[
-        :11
-    ]
-    started_at = args[12] if len(args) > 12 else None
     try:
         with Connection(settings) as conn:
-            store = Store(conn, family, layout)
-            if step == "compact":
-                return compact_shard(
-                    store, shard, epoch, run_id, sweep=sweep, dry_run=dry_run, use_lease=use_lease
-                )
-            return cleanup_shard(store, shard, run_id, args[11], now=now, started_at=started_at)
+            return run_shard_job(Store(conn, family, layout), job)
     except BaseException as exc:
-        portable = portable_error(exc, f"family {family.name!r} shard {shard} {step}")
+        where = f"family {family.name!r} shard {job.shard} {job.step}"
+        portable = portable_error(exc, where)
         if portable is exc:
             raise
-        log.error("shard %s %s failed", shard, step, exc_info=exc)  # the whole traceback
+        log.error("shard %s %s failed", job.shard, job.step, exc_info=exc)  # the whole traceback
         raise portable from None
 
 
@@ -161,7 +205,7 @@ def run_family(
     peak = 0.0
     phases = Phases()
     with phases.timed("plan", store):
-        plan = plan_run(store, run_id, epoch, now)
+        plan = plan_run(store, run_id, epoch, now, dry_run=dry_run)
     tally = Tally()
     checks: list[CheckOutcome] = []
     requests: dict[str, int] = {}
@@ -202,55 +246,29 @@ def run_family(
         else None
     )
 
-    def each_shard(step: str, executions: dict[int, list[str]] | None = None) -> list[Any]:
+    def each_shard(
+        step: Literal["compact", "cleanup"], executions: dict[int, list[str]] | None = None
+    ) -> list[Any]:
         verified = executions or {}
-        if pool is None:
-            if step == "compact":
-                return [
-                    compact_shard(
-                        store,
-                        s,
-                        plan.epoch,
-                        run_id,
-                        sweep=plan.sweep,
-                        dry_run=dry_run,
-                        use_lease=use_lease,
-                        commit_chunk=commit_chunk,
-                        fault=fault,
-                    )
-                    for s in plan.shards
-                ]
-            return [
-                cleanup_shard(
-                    store,
-                    s,
-                    run_id,
-                    verified.get(s, []),
-                    now=now,
-                    fault=fault,
-                    started_at=started,
-                )
-                for s in plan.shards
-            ]
-        args = [
-            (
+        jobs = [
+            ShardJob(
                 step,
-                store.conn.settings,
-                store.family,
-                store.layout,
                 s,
-                run_id,
-                plan.epoch,
-                plan.sweep,
-                dry_run,
-                use_lease,
-                now,
-                verified.get(s, []),
+                plan,
                 started,
+                use_lease=use_lease,
+                commit_chunk=commit_chunk,
+                now=now,
+                executions=tuple(verified.get(s, ())),
             )
             for s in plan.shards
         ]
-        return list(pool.map(_shard_step, args))
+        if pool is None:
+            return [run_shard_job(store, job, fault) for job in jobs]
+        settings = repeat(store.conn.settings)
+        return list(
+            pool.map(_shard_step, settings, repeat(store.family), repeat(store.layout), jobs)
+        )
 
     try:
         say(f"compacting {len(plan.shards)} shard(s){' (sweep)' if plan.sweep else ''}")

@@ -90,11 +90,12 @@ def compact_as_the_dag_does(family: Family, run_id: str, scheduled: datetime, no
     from counters.airflow.errors import CheckFailed
 
     try:
-        run = tasks.plan(family, run_id=run_id, scheduled=scheduled, now=now)
-        if run["whole"]:
+        planned = tasks.plan(family, run_id=run_id, scheduled=scheduled, now=now)
+        run = tasks.received_plan(planned.as_dict())  # as the DAG's later tasks get it
+        if run.small:
             tasks.whole_run(family, run)
         else:
-            shards = run["shards"]
+            shards = run.shards
             verified = tasks.verify(family, run, tasks.compact(family, run, shards))
             cleaned = tasks.verify_cleanup(
                 family, run, verified, tasks.cleanup(family, run, verified, shards)

@@ -71,6 +71,30 @@ def test_fold_counts_rows_at_or_below_epoch_and_deletes_exactly_them(make_family
         assert client.read(counter) == before[counter] == 255
 
 
+def test_shard_worker_processes_get_the_runs_plan_a_dry_run_writes_nothing(make_family, t0):
+    """``counterctl compact --workers 2``: each worker process gets its shard's ``ShardJob``
+    (the run's plan included), so a dry run there writes and deletes nothing, and the real run
+    after it folds and deletes exactly the counted rows."""
+    _family, store, client = make_family(shards=2)
+    counters = [("IBM",), ("AAPL",), ("MSFT",), ("ORCL",)]
+    assert {store.shard(c) for c in counters} == {0, 1}  # both workers have work
+    load(client, t0, counters=[c[0] for c in counters])
+    epoch = t0 + timedelta(minutes=10)
+    dry = run(store, epoch, workers=2, dry_run=True)
+    assert dry.outcome == "dry-run" and dry.tally.rows_folded == 40, dry.message
+    for counter in counters:
+        assert compact_row(store, counter) is None
+        assert rows_at_or_below(store, counter, epoch) == 10
+    real = run(store, epoch, workers=2)
+    assert real.outcome == "success" and real.tally.rows_deleted == 40, real.message
+    for counter in counters:
+        assert (compact_row(store, counter).value, rows_at_or_below(store, counter, epoch)) == (
+            55,
+            0,
+        )
+        assert client.read(counter) == 255
+
+
 def test_increments_without_an_identity_in_the_same_millisecond_both_count(make_family, t0):
     _family, store, client = make_family()
     at = t0 + timedelta(seconds=1)

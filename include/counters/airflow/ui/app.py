@@ -47,7 +47,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...config import ConfigError, Family, load_families_leniently
-from ...core import parse_epoch
+from ...core import parse_epoch, to_text
 from .. import evidence
 from . import datadocs, views
 
@@ -335,7 +335,7 @@ def overview_data(user: Any) -> dict[str, Any]:
         "families": rows,
         "broken": broken,
         "error": problem,
-        "generated_at": views.iso(now),
+        "generated_at": to_text(now),
     }
 
 
@@ -371,7 +371,7 @@ def family_data(
         "checks": views.check_summary(rows),
         "late_writes": views.late_reports(rows),
         "audit": audit,
-        "next_before": views.iso(rows[-1].started_at) if len(rows) == limit else None,
+        "next_before": to_text(rows[-1].started_at) if len(rows) == limit else None,
         "data_docs": latest_docs(family.name),
         **({"charts": views.charts(rows, family)} if plots else {}),
     }

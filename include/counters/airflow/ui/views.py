@@ -11,13 +11,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...config import Family
-from ...core import format_key, utc_naive
+from ...core import format_key, to_text, utc_naive
 from ...status import AuditRow, CounterState, FamilyHealth, Totals, check_names
 from .charts import Point, time_chart
-
-
-def iso(moment: datetime | None) -> str | None:
-    return None if moment is None else utc_naive(moment).isoformat(timespec="milliseconds") + "Z"
 
 
 def span(delta: timedelta | float | None) -> str:
@@ -104,8 +100,8 @@ def health_dict(health: FamilyHealth, now: datetime) -> dict[str, Any]:
         "kind": family.kind.value,
         "description": family.description,
         "dag_id": family.dag_id,
-        "epoch": iso(health.epoch),
-        "last_sweep": iso(health.last_sweep),
+        "epoch": to_text(health.epoch),
+        "last_sweep": to_text(health.last_sweep),
         "foreign_rows_within": span(health.foreign_rows_within),
         "lag": {
             "state": health.lag.state.value,
@@ -155,7 +151,7 @@ def check_summary(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
                 if not failures
                 else {
                     "run_id": failures[0][0].run_id,
-                    "started_at": iso(failures[0][0].started_at),
+                    "started_at": to_text(failures[0][0].started_at),
                     "detail": failures[0][1].removeprefix("FAIL: "),
                 },
             }
@@ -167,7 +163,7 @@ def late_reports(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
     """The runs that found rows written at or below an epoch already compacted."""
     return [
         {
-            "started_at": iso(row.started_at),
+            "started_at": to_text(row.started_at),
             "run_id": row.run_id,
             "late_rows": row.late_rows,
             "late_sum": row.late_sum,
@@ -222,7 +218,7 @@ def counter_dict(state: CounterState) -> dict[str, Any]:
         "counter": state.key_text,
         "value": value.value,
         "compact_value": value.compact_value,
-        "epoch": iso(value.epoch),
+        "epoch": to_text(value.epoch),
         "newer_sum": value.newer_sum,
         "shard": state.shard,
         "bucket": state.bucket,
@@ -230,7 +226,7 @@ def counter_dict(state: CounterState) -> dict[str, Any]:
         if ledger is None
         else {
             "value": ledger.value,
-            "epoch": iso(state.ledger_epoch),
+            "epoch": to_text(state.ledger_epoch),
             "run_id": ledger.run_id,
             "commit_id": str(ledger.commit_id) if ledger.commit_id else None,
             "version": ledger.version,
