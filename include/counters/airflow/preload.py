@@ -116,7 +116,10 @@ def preload_for_process(argv: list[str] | None = None) -> str | None:
     kind = "tasks" if forks_tasks(argv) else "parsing" if forks_parses(argv) else None
     if kind is not None and kind not in _ran:
         _ran.add(kind)
-        preload_tasks() if kind == "tasks" else preload_parsing()
+        if kind == "tasks":
+            preload_tasks()
+        else:
+            preload_parsing()
     return kind
 
 
