@@ -245,7 +245,7 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
         done = run([str(venv.bin / "python"), "-c", probe], bundle_home.env(), check=False)
         assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
         site = str(venv.path / "lib")
-        assert done.stdout.strip().startswith(site), (entry, done.stdout)
+        assert done.stdout.strip().splitlines()[-1].startswith(site), (entry, done.stdout)
 
     # the installed counterctl, through the Airflow connection
     init = bundle_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
