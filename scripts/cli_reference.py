@@ -35,8 +35,8 @@ compacted. Every failure is one line naming the family and the reason (the drive
 connection warnings only with `-v`).
 
 Wherever the package is installed (the project's Dockerfile installs it) `counterctl` is on
-the PATH; `python -m counters` is the same. `--conn-id cassandra_default` connects as the DAGs do, through
-the Airflow connection.
+the PATH; `python -m counters` is the same. `--conn-id cassandra_default` connects as the DAGs
+do, through the Airflow connection.
 
 Library use (the same calls the CLI makes):
 
