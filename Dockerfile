@@ -7,12 +7,13 @@
 # >=3.11,!=3.14.*). The deploy test builds its venv with python3.12 where the machine has it.
 #
 # The runtime's ONBUILD steps install packages.txt (apt) and requirements.txt (pip/uv), then copy
-# this folder to /usr/local/airflow: dags/, plugins/ and include/ (the `counters` package, which
-# the DAG files and plugins put on sys.path themselves).
+# this folder to /usr/local/airflow. Then the project is installed as the package
+# `counters-compaction` (its dependencies are requirements.txt's, already installed): the DAG
+# files import it, Airflow loads its plugin from the `airflow.plugins` entry point, and
+# `counterctl` is on the PATH.
 FROM astrocrpublic.azurecr.io/runtime:3.3-8-python-3.12
 
-# `python -m counters ...` (counterctl) anywhere in the image; the runtime's PYTHONPATH is
-# /usr/local/airflow (AIRFLOW_HOME), kept in front.
-ENV PYTHONPATH="${PYTHONPATH}:/usr/local/airflow/include"
+RUN pip install --no-cache-dir --no-deps /usr/local/airflow
+
 # Great Expectations: never phone home (it does not today; keep it explicit).
 ENV GX_ANALYTICS_ENABLED=false

@@ -8,7 +8,7 @@ NODE := $(PY) scripts/cassandra_node.py
 INSTANCE ?= $(or $(CASSANDRA_INSTANCE),dev)
 ARGS ?=
 
-.PHONY: help setup run test bench bench-airflow lint format docs clean distclean cassandra-up cassandra-down \
+.PHONY: help setup run test bench bench-airflow lint format docs mwaa helm clean distclean cassandra-up cassandra-down \
         cassandra-status cql airflow-db cluster-up cluster-down cluster-status
 
 help:
@@ -17,6 +17,7 @@ help:
 	@echo "make cql Q='SELECT ...' | cql F=file.cql [INSTANCE=...]"
 	@echo "make cluster-up | cluster-down | cluster-status [CLUSTER=cluster] [ARGS=...]"
 	@echo "make airflow-db   (migrate var/airflow and apply airflow_settings.yaml)"
+	@echo "make mwaa | helm  (dist/mwaa: plugins.zip + requirements.txt; dist/helm: image recipe + values.yaml)"
 
 setup:
 	@scripts/setup.sh
@@ -44,6 +45,13 @@ format: setup
 docs: setup
 	$(PY) scripts/cli_reference.py
 	$(PY) -m bench.results
+
+# What MWAA and the Helm chart take (docs/deploy.md; not deployed from this machine)
+mwaa: setup
+	@scripts/package.sh mwaa
+
+helm: setup
+	@scripts/package.sh helm
 
 cassandra-up: setup
 	@$(NODE) up --instance $(INSTANCE)

@@ -5,15 +5,6 @@ It runs after each run of `compact_trades` that committed something (the table's
 in the families YAML this file defines no DAG.
 """
 
-import sys
-from pathlib import Path
-
-# The `counters` package lives in include/, next to this folder, as an Astro project lays it out
-# (deployments install requirements.txt only, not the project itself): README "Deploy".
-INCLUDE = str(Path(__file__).resolve().parents[1] / "include")
-if INCLUDE not in sys.path:
-    sys.path.insert(0, INCLUDE)
-
-from counters.airflow.factory import example_dags  # noqa: E402
+from counters.airflow.factory import example_dags
 
 globals().update(example_dags())

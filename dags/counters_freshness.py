@@ -1,14 +1,5 @@
 """Airflow DAG `counters_freshness`: alerts when a family's compacted epoch falls behind."""
 
-import sys
-from pathlib import Path
-
-# The `counters` package lives in include/, next to this folder, as an Astro project lays it out
-# (deployments install requirements.txt only, not the project itself): README "Deploy".
-INCLUDE = str(Path(__file__).resolve().parents[1] / "include")
-if INCLUDE not in sys.path:
-    sys.path.insert(0, INCLUDE)
-
-from counters.airflow.factory import freshness_dags  # noqa: E402
+from counters.airflow.factory import freshness_dags
 
 globals().update(freshness_dags())

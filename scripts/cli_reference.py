@@ -34,10 +34,9 @@ request at the family's consistency level (too few live replicas, a timeout: ret
 compacted. Every failure is one line naming the family and the reason (the driver's own
 connection warnings only with `-v`).
 
-Where no console script is installed (a deployment that installs requirements.txt only, as an
-Astro image does), run it as `python -m counters` with `include/` on `PYTHONPATH` (the
-project's Dockerfile sets it). `--conn-id cassandra_default` connects as the DAGs do, through
-the Airflow connection.
+Wherever the package is installed (the project's Dockerfile installs it) `counterctl` is on
+the PATH; `python -m counters` is the same. `--conn-id cassandra_default` connects as the DAGs
+do, through the Airflow connection.
 
 Library use (the same calls the CLI makes):
 

@@ -11,8 +11,11 @@ NODE_SCRIPT="$PROJECT_ROOT/scripts/cassandra_node.py"
 PIP_VERSION="26.3"   # pip used to resolve requirements-dev.txt (pinned for reproducibility)
 
 export PATH="$VENV/bin:$PATH"
-# The families the DAGs and counterctl use.
-export COUNTERS_CONFIG="${COUNTERS_CONFIG:-$PROJECT_ROOT/include/counter_families.yaml}"
+# The families the DAGs and counterctl use: the demo families (a deployment keeps its own in
+# the DAG folder, or names them in COUNTERS_CONFIG).
+export COUNTERS_CONFIG="${COUNTERS_CONFIG:-$PROJECT_ROOT/include/examples/counter_families.yaml}"
+# The local dev setup: a local-folder archive (the demo's var/archive) is expected here.
+export COUNTERS_LOCAL_DEV=1
 # Great Expectations: never phone home (it does not today, but keep it explicit).
 export GX_ANALYTICS_ENABLED=false
 

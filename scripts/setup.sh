@@ -41,6 +41,9 @@ if [[ "$(cat "$proj_stamp" 2>/dev/null || true)" != "$proj_hash" || ! -x "$VENV/
   t=$(now)
   log "pip install --no-deps -e . (package 'counters' from include/)"
   "$PY" -m pip install -q "${pip_quiet[@]}" --disable-pip-version-check --no-deps -e .
+  # the build leaves include/*.egg-info: with include/ on a PYTHONPATH it would be a second copy
+  # of the distribution, and Airflow would find the plugin's entry point twice
+  rm -rf include/*.egg-info
   printf '%s\n' "$proj_hash" >"$proj_stamp"
   log "project installed in $(since "$t") s"
 fi

@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from cassandra.auth import PlainTextAuthProvider
@@ -22,6 +23,10 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
 DEFAULT_HOST = "127.0.0.1"
+EXAMPLE_FAMILIES = Path(__file__).resolve().parents[1] / "include/examples/counter_families.yaml"
+# As scripts/env.sh sets them for `make test`: the demo families, in the local dev setup.
+os.environ.setdefault("COUNTERS_CONFIG", str(EXAMPLE_FAMILIES))
+os.environ.setdefault("COUNTERS_LOCAL_DEV", "1")
 TIERS = ("unit", "integration", "airflow", "cluster")
 
 

@@ -5,6 +5,7 @@ Every error names the file, the family and the field, so a bad entry is fixed wh
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -26,8 +27,15 @@ from pydantic import (
     model_validator,
 )
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "counter_families.yaml"
 CONFIG_ENV = "COUNTERS_CONFIG"
+CONFIG_FILE_NAME = "counter_families.yaml"
+"""The families file's name in the DAG folder: the default when ``$COUNTERS_CONFIG`` is unset,
+so the families ship with the DAG files (adding a family is a DAG-only deploy)."""
+LOCAL_DEV_ENV = "COUNTERS_LOCAL_DEV"
+"""Set to 1 by scripts/env.sh (``make run``, ``make test``, ``make bench``): the local dev
+setup, where a local-folder archive is expected and not warned about."""
+
+log = logging.getLogger(__name__)
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -379,7 +387,8 @@ the store's fsspec package must be installed where the runs run, e.g. s3fs for `
 def archive_url_problem(value: str) -> str:
     """``value`` if it can name an archive's location, else ``ValueError`` naming it: a URL of
     a durable, writable store (``ARCHIVE_SCHEMES``) with a path, or a plain path (a local
-    folder; relative to the project root). Whether the store answers is found out by a run,
+    folder, relative to the project root: for the local dev setup only,
+    ``local_archive_warnings``). Whether the store answers is found out by a run,
     which then deletes nothing."""
     text = value.strip() if isinstance(value, str) else ""
     example = "e.g. 'file:///data/archive', 's3://bucket/prefix' or 'var/archive'"
@@ -454,10 +463,49 @@ class Catalog:
         return [f.name for f in self.families]
 
 
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """``counter_families.yaml`` in Airflow's DAG folder, as the environment names it
+    (``AIRFLOW__CORE__DAGS_FOLDER``, else ``$AIRFLOW_HOME/dags``, else ``~/airflow/dags``), so the
+    families are deployed with the DAG files. Pure. A DAG folder set only in airflow.cfg is not
+    seen here: set ``COUNTERS_CONFIG`` then."""
+    folder = env.get("AIRFLOW__CORE__DAGS_FOLDER")
+    if not folder:
+        home = env.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
+        folder = str(Path(home) / "dags")
+    return Path(folder) / CONFIG_FILE_NAME
+
+
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The families file: ``explicit``, else ``$COUNTERS_CONFIG``, else the DAG folder's."""
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    named = os.environ.get(CONFIG_ENV)
+    return Path(named) if named else default_config_path(os.environ)
+
+
+def local_archive_warnings(families: Sequence[Family], env: Mapping[str, str]) -> list[str]:
+    """One warning per family whose ``archive`` is a local folder, outside the local dev setup
+    (``$COUNTERS_LOCAL_DEV``): a worker's or pod's disk is not an archive (it goes with the pod,
+    and each worker would hold a different part of it). Pure."""
+    if env.get(LOCAL_DEV_ENV) == "1":
+        return []
+    warnings = []
+    for family in families:
+        if family.archive is None:
+            continue
+        match = ARCHIVE_SCHEME.match(family.archive)
+        if match is None or match.group(1).lower() in ("file", "local"):
+            warnings.append(
+                f"family {family.name!r}: field 'archive': {family.archive!r} is a local folder; "
+                "outside the local dev setup use an object store (e.g. 's3://bucket/prefix'): "
+                "the rows a cleanup deletes are kept only there"
+            )
+    return warnings
+
+
+def _warn_local_archives(families: Sequence[Family], path: Path) -> None:
+    for warning in local_archive_warnings(families, os.environ):
+        log.warning("counters: %s: %s", path, warning)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -510,7 +558,9 @@ def parse_catalog(raw: Any, path: Path) -> Catalog:
 def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     """Load and validate the whole file; the first bad entry refuses the file."""
     resolved = config_path(path)
-    return parse_catalog(_read_yaml(resolved), resolved)
+    catalog = parse_catalog(_read_yaml(resolved), resolved)
+    _warn_local_archives(catalog.families, resolved)
+    return catalog
 
 
 FileStamp = tuple[str, int, int, int, int]
@@ -556,6 +606,7 @@ def load_families_leniently(
     if kept is not None and stamp is not None and kept[0] == stamp:
         return list(kept[1]), dict(kept[2])
     good, errors = _parse_leniently(resolved)
+    _warn_local_archives(good, resolved)
     if memo_usable(stamp, time.time_ns()) and stamp is not None:
         _lenient_memo[str(resolved)] = (stamp, list(good), dict(errors))
     else:

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
-from counters.config import DEFAULT_CONFIG_PATH, Family, load_catalog
+from counters.config import Family, load_catalog
 
 PROJECT = Path(__file__).resolve().parents[2]
 DAGS = PROJECT / "dags"
 CHECK_FILE = str(DAGS / "counters_config_check.py")
 
 pytestmark = pytest.mark.airflow
+EXAMPLE_FAMILIES = Path(__file__).resolve().parents[2] / "include/examples/counter_families.yaml"
 
 
 def parse(monkeypatch: pytest.MonkeyPatch, config: Path) -> Any:
@@ -32,7 +33,7 @@ def parse(monkeypatch: pytest.MonkeyPatch, config: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def families() -> list[Family]:
-    return list(load_catalog(DEFAULT_CONFIG_PATH).families)
+    return list(load_catalog(EXAMPLE_FAMILIES).families)
 
 
 CLUSTER = "Cassandra.Example.COM:9042"
@@ -47,7 +48,7 @@ def table_uri(keyspace: str, table: str) -> str:
 def bag(families: list[Family]) -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COUNTERS_ASSET_CLUSTER", CLUSTER)
-        return parse(mp, DEFAULT_CONFIG_PATH)
+        return parse(mp, EXAMPLE_FAMILIES)
 
 
 def test_no_import_errors(bag: Any) -> None:
@@ -97,7 +98,7 @@ def test_a_bad_asset_cluster_is_an_import_error_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("COUNTERS_ASSET_CLUSTER", "cassandra.example.com/9042")
-    errors = parse(monkeypatch, DEFAULT_CONFIG_PATH).import_errors
+    errors = parse(monkeypatch, EXAMPLE_FAMILIES).import_errors
     assert errors, "a bad COUNTERS_ASSET_CLUSTER must not build DAGs with wrong assets"
     for error in errors.values():
         assert "COUNTERS_ASSET_CLUSTER" in error and "cassandra.example.com/9042" in error
@@ -229,7 +230,7 @@ def test_parsing_is_cheap_and_honours_the_parsing_context(families: list[Family]
     wanted = families[0].dag_id
     env = {
         **os.environ,
-        "COUNTERS_CONFIG": str(DEFAULT_CONFIG_PATH),
+        "COUNTERS_CONFIG": str(EXAMPLE_FAMILIES),
         "_AIRFLOW_PARSING_CONTEXT_DAG_ID": wanted,
         "AIRFLOW_CONN_CASSANDRA_DEFAULT": json.dumps(
             {"conn_type": "cassandra", "host": "127.0.0.1", "port": 9}

@@ -19,7 +19,7 @@ from counters.status import AuditRow
 
 pytestmark = pytest.mark.unit
 
-CONFIG = Path(__file__).resolve().parents[2] / "include" / "counter_families.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "include" / "examples" / "counter_families.yaml"
 
 
 @pytest.fixture

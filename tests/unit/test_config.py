@@ -5,16 +5,18 @@ from pathlib import Path
 
 import pytest
 from counters.config import (
-    DEFAULT_CONFIG_PATH,
     ConfigError,
     Kind,
     Retention,
+    default_config_path,
     load_catalog,
     load_families_leniently,
+    local_archive_warnings,
     parse_duration,
 )
 
 pytestmark = pytest.mark.unit
+EXAMPLE_FAMILIES = Path(__file__).resolve().parents[2] / "include/examples/counter_families.yaml"
 
 GOOD = """
 families:
@@ -33,7 +35,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_shipped_file_loads():
-    catalog = load_catalog(DEFAULT_CONFIG_PATH)
+    catalog = load_catalog(EXAMPLE_FAMILIES)
     assert catalog.names
 
 
@@ -51,6 +53,56 @@ def test_defaults(tmp_path):
 def test_env_var_selects_file(tmp_path, monkeypatch):
     monkeypatch.setenv("COUNTERS_CONFIG", str(write(tmp_path, GOOD)))
     assert load_catalog().names == ["trades"]
+
+
+def test_without_counters_config_the_families_file_is_in_the_dag_folder(tmp_path, monkeypatch):
+    """A DAG-only deploy ships the families: the DAG folder's counter_families.yaml."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "counter_families.yaml").write_text(GOOD)
+    monkeypatch.delenv("COUNTERS_CONFIG", raising=False)
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(bundle))
+    catalog = load_catalog()
+    assert (catalog.path, catalog.names) == (bundle / "counter_families.yaml", ["trades"])
+    home = {"AIRFLOW_HOME": "/opt/airflow"}
+    assert default_config_path(home) == Path("/opt/airflow/dags/counter_families.yaml")
+
+
+ARCHIVED = GOOD + "    archive: {archive}\n"
+
+
+@pytest.mark.parametrize(
+    ("archive", "env", "warned"),
+    [
+        ("var/archive", {}, True),
+        ("file:///data/archive", {}, True),
+        ("var/archive", {"COUNTERS_LOCAL_DEV": "1"}, False),  # make run, make test
+        ("s3://bucket/counters", {}, False),
+    ],
+)
+def test_a_local_folder_archive_is_warned_outside_the_local_dev_setup(
+    tmp_path, archive, env, warned
+):
+    family = load_catalog(write(tmp_path, ARCHIVED.format(archive=archive))).get("trades")
+    expected = (
+        [
+            f"family 'trades': field 'archive': {archive!r} is a local folder; outside the local "
+            "dev setup use an object store (e.g. 's3://bucket/prefix'): the rows a cleanup "
+            "deletes are kept only there"
+        ]
+        if warned
+        else []
+    )
+    assert local_archive_warnings([family], env) == expected
+
+
+def test_loading_the_file_logs_the_local_archive_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("COUNTERS_LOCAL_DEV", raising=False)
+    path = write(tmp_path, ARCHIVED.format(archive="var/archive"))
+    load_catalog(path)
+    assert f"{path}: family 'trades': field 'archive': 'var/archive' is a local folder" in (
+        caplog.text
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ lock; the two agree (every requirement's locked version is inside its range)."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,13 @@ def test_the_lock_is_what_setup_installs_and_hashes() -> None:
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert "-c requirements-lock.txt" in setup
     assert "requirements-lock.txt | sha256sum" in setup  # a changed lock reinstalls
+
+
+def test_the_package_declares_the_ranges_a_deployment_installs() -> None:
+    """pyproject's dependencies are requirements.txt's lines: installing the package (a wheel
+    on MWAA, ``pip install .`` in an image) resolves what requirements.txt does."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = sorted(str(Requirement(line)) for line in project["dependencies"])
+    assert declared == sorted(str(r) for r in requirements("requirements.txt"))
+    plugins = project["entry-points"]["airflow.plugins"]
+    assert plugins == {"counter_families": "counters.airflow.plugin:CounterFamiliesPlugin"}

@@ -9,7 +9,10 @@ is the Celery provider's ``DEFAULT_CELERY_CONFIG`` (queues, acks, concurrency fr
 ``[celery]``). For a test or a single host only: a real deployment uses Redis or RabbitMQ.
 
 The module is imported only by processes that use Celery (``[celery] celery_config_options``);
-it creates its folders at import, so every process finds them.
+it creates its folders at import, so every process finds them. In ``airflow celery worker``
+(no Airflow job, so no listener's ``on_starting``) it runs the preload
+(:func:`counters.airflow.preload.preload_for_process`) in the worker's main process, which forks
+the pool processes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+
+from counters.airflow.preload import preload_for_process
 
 DIR_ENV = "COUNTERS_CELERY_DIR"
 
@@ -55,3 +60,5 @@ def _folder() -> Path:
 
 
 CELERY_CONFIG = filesystem_config(DEFAULT_CELERY_CONFIG, _folder())
+
+preload_for_process()

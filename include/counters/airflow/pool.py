@@ -3,7 +3,7 @@
 Airflow never starts a task whose pool does not exist: the scheduler only logs "Tasks using
 non-existent pool", and every family falls behind. ``airflow_settings.yaml`` creates the pool for
 ``make run``, but a deployment (Astro, the Helm chart) does not apply that file. The plugin
-(``plugins/counter_families_ui.py``) registers :class:`PoolListener`: when an Airflow component
+(:mod:`counters.airflow.plugin`) registers :class:`PoolListener`: when an Airflow component
 with metadata-DB access starts (the scheduler, the DAG processor, the triggerer), it creates the
 pool with ``$COUNTERS_POOL_SLOTS`` slots (default 4) if it does not exist, and logs that it did.
 An existing pool is left as it is (its size is the operator's).

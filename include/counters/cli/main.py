@@ -38,7 +38,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     "--config",
     envvar="COUNTERS_CONFIG",
     type=click.Path(dir_okay=False),
-    help="Families YAML (default: include/counter_families.yaml, or $COUNTERS_CONFIG).",
+    help="Families YAML ($COUNTERS_CONFIG, else counter_families.yaml in Airflow's DAG folder).",
 )
 @click.option(
     "--conn-id",

@@ -235,7 +235,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     ), tis
     assert (missing := not_run_on_celery(airflow, ran)) == [], f"{missing}\n{airflow.logs()}"
     assert {ti["queue"] for ti in ran} == {"default"}
-    # the preload (plugins/airflow_local_settings.py) ran in the worker's main process, which
+    # the preload (counters.airflow.celery_local at import) ran in the worker's main process, which
     # forks the pool processes: the driver's and pandas' C extensions are mapped in it
     worker_maps = Path(f"/proc/{airflow.service('celery-worker').proc.pid}/maps").read_text()
     assert "cassandra/cluster.cpython" in worker_maps and "pandas/_libs" in worker_maps

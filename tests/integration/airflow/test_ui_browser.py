@@ -124,13 +124,14 @@ def chromium() -> None:
 def demo_families(
     conn: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[list[Any]]:
-    """The demo families of include/counter_families.yaml in a fresh keyspace, with tables."""
+    """The demo families (include/examples/counter_families.yaml) in a fresh keyspace, with
+    tables."""
     from counters.config import load_catalog
     from counters.demo import create_demo_tables
     from counters.schema import ensure_schema
 
     keyspace = f"t_ui_{secrets.token_hex(3)}"
-    doc = yaml.safe_load((PROJECT / "include" / "counter_families.yaml").read_text())
+    doc = yaml.safe_load((PROJECT / "include" / "examples" / "counter_families.yaml").read_text())
     for entry in doc["families"]:
         entry["keyspace"] = keyspace
     path = tmp_path / "families.yaml"

@@ -1,6 +1,7 @@
 """The Counter families plugin through Airflow's own API server app (``create_app()``, the
-plugins folder loaded as the API server loads it) and FastAPI's test client, logged in with the
-simple auth manager's real password, against the real Cassandra node."""
+plugin loaded from the package's entry point as the API server loads it) and FastAPI's test
+client, logged in with the simple auth manager's real password, against the real Cassandra
+node."""
 
 from __future__ import annotations
 

@@ -1,18 +1,20 @@
-"""The project deploys the way Astro Runtime (and the Helm chart's image, MWAA, Composer) installs
-a project: Airflow from the image, then ``pip install -r requirements.txt``, then the project's
-folders copied into ``AIRFLOW_HOME``. Nothing runs ``pip install -e .``.
+"""The project deploys the way a platform installs a package: Airflow from the image, then
+``pip install -r requirements.txt``, then the package itself (the Dockerfile's ``pip install
+--no-deps``; on MWAA its wheel), and the DAG files arrive on their own, in a DAG bundle folder
+apart from the rest of the project (an Astro DAG-only deploy, git-sync, an Airflow 3 bundle).
 
 Once per session: a clean virtual environment (``python3.12``, the Dockerfile's runtime Python,
 where the machine has it; else this interpreter) gets ``apache-airflow`` at the pin of
-requirements-dev.txt (what the image carries), then requirements.txt alone (what the image's
-ONBUILD step installs; pip's cache in ``.cache/pip``). An ``AIRFLOW_HOME`` under ``var/`` gets
-``dags/``, ``plugins/`` and ``include/`` as Astro lays them out, with ``PYTHONPATH`` as the
-runtime sets it (``AIRFLOW_HOME``; the Dockerfile adds ``include/`` for ``python -m
-counters``), and the families YAML of ``include/`` moved to a throw-away keyspace.
+requirements-dev.txt (what the image carries), then requirements.txt (what the image's ONBUILD
+step installs; pip's cache in ``.cache/pip``), then the project as a package (not editable).
+A bundle folder gets only ``dags/*.py`` and the families YAML (the demo families, moved to a
+throw-away keyspace) as ``counter_families.yaml``; ``AIRFLOW_HOME`` is empty otherwise: no
+``plugins/``, no ``include/``.
 
-Then, in that environment only: no DAG import errors, every family's DAG listed, the plugin
-loaded, a demo family's DAG run (``airflow dags test``) folding rows on the real node, and
-``counterctl`` as ``python -m counters`` (``--conn-id``: the Airflow connection).
+Then, in that environment only: no DAG import errors, every family's DAG listed from the
+bundle, the plugin loaded from the package's entry point, a demo family's DAG run (``airflow
+dags test``) folding rows on the real node, and ``counterctl`` (``--conn-id``: the Airflow
+connection).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 PROJECT = Path(__file__).resolve().parents[3]
 WORK = PROJECT / "var" / "deploy-test"
 PIP_CACHE = PROJECT / ".cache" / "pip"
-LAYOUT = ("dags", "plugins", "include")
 INSTALL_TIMEOUT_S = 900
 CLI_TIMEOUT_S = 300
 
@@ -138,31 +139,38 @@ def deploy_venv() -> Iterator[DeployVenv]:
     assert installed["apache-airflow-core"] == core == airflow_pin(), (
         "requirements.txt changed the image's Airflow"
     )
+    # the Dockerfile's step after ONBUILD: the project as a package, its dependencies already in
+    assert "RUN pip install --no-cache-dir --no-deps /usr/local/airflow" in (
+        (PROJECT / "Dockerfile").read_text()
+    )
+    venv.pip("install", "-q", "--no-deps", str(PROJECT))
+    assert venv.installed()["counters-compaction"]
     yield venv
     shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
-class AstroHome:
-    """``AIRFLOW_HOME`` laid out as Astro Runtime lays out ``/usr/local/airflow``."""
+class BundleHome:
+    """An empty ``AIRFLOW_HOME`` and, apart from it, a DAG bundle folder with the DAG files and
+    the families YAML only."""
 
     home: Path
+    bundle: Path
     venv: DeployVenv
     families_yaml: Path
     cassandra: dict[str, Any]
 
-    def env(self, *, dockerfile_pythonpath: bool = False, **extra: str) -> dict[str, str]:
-        pythonpath = str(self.home)  # the runtime image's PYTHONPATH
-        if dockerfile_pythonpath:
-            pythonpath = dockerfile_pythonpath_for(self.home)
+    def env(self, **extra: str) -> dict[str, str]:
         return clean_env(
             PATH=f"{self.venv.bin}:{os.environ['PATH']}",
             AIRFLOW_HOME=str(self.home),
-            PYTHONPATH=pythonpath,
+            PYTHONPATH=str(self.home),  # the runtime image's PYTHONPATH (AIRFLOW_HOME)
+            AIRFLOW__CORE__DAGS_FOLDER=str(self.bundle),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
             AIRFLOW_CONN_CASSANDRA_DEFAULT=json.dumps(self.cassandra),
             GX_ANALYTICS_ENABLED="false",
+            COUNTERS_GX_RESULTS=str(self.home / "gx-results"),
             **extra,
         )
 
@@ -170,57 +178,51 @@ class AstroHome:
         return run([str(self.venv.bin / "airflow"), *args], self.env(), check=check)
 
     def counterctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        python = str(self.venv.bin / "python")
-        return run(
-            [python, "-m", "counters", *args], self.env(dockerfile_pythonpath=True), check=check
-        )
-
-
-def dockerfile_pythonpath_for(home: Path) -> str:
-    """The Dockerfile's ``ENV PYTHONPATH`` with the image's ``/usr/local/airflow`` as ``home``."""
-    dockerfile = (PROJECT / "Dockerfile").read_text()
-    match = re.search(r'^ENV PYTHONPATH="\$\{PYTHONPATH\}:(\S+)"$', dockerfile, re.MULTILINE)
-    assert match, "the Dockerfile sets no PYTHONPATH for python -m counters"
-    return f"{home}:{match.group(1).replace('/usr/local/airflow', str(home))}"
+        return run([str(self.venv.bin / "counterctl"), *args], self.env(), check=check)
 
 
 @pytest.fixture
-def astro_home(deploy_venv: DeployVenv, keyspace: str, cassandra_contact) -> Iterator[AstroHome]:
-    home = WORK / "airflow"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
-    for folder in LAYOUT:
-        shutil.copytree(PROJECT / folder, home / folder, ignore=ignore)
-    # the shipped families, in the test's keyspace (so the demo keyspace stays untouched)
-    families_yaml = home / "include" / "counter_families.yaml"
-    doc = yaml.safe_load(families_yaml.read_text())
+def bundle_home(deploy_venv: DeployVenv, keyspace: str, cassandra_contact) -> Iterator[BundleHome]:
+    home, bundle = WORK / "airflow", WORK / "bundle" / "dags"
+    for folder in (home, bundle):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    for dag_file in (PROJECT / "dags").glob("*.py"):
+        shutil.copy2(dag_file, bundle / dag_file.name)
+    # the demo families, in the test's keyspace (so the demo keyspace stays untouched), with
+    # the archive in a store's URL (a local folder is for the local dev setup only)
+    doc = yaml.safe_load((PROJECT / "include" / "examples" / "counter_families.yaml").read_text())
     for entry in doc["families"]:
         entry["keyspace"] = keyspace
+        if "archive" in entry:
+            entry["archive"] = (WORK / "archive").as_uri()
+    families_yaml = bundle / "counter_families.yaml"  # found there: no COUNTERS_CONFIG
     families_yaml.write_text(yaml.safe_dump(doc, sort_keys=False))
     hosts, port = cassandra_contact
     cassandra = {"conn_type": "cassandra", "host": ",".join(hosts), "port": port}
-    yield AstroHome(home, deploy_venv, families_yaml, cassandra)
-    shutil.rmtree(home, ignore_errors=True)
+    yield BundleHome(home, bundle, deploy_venv, families_yaml, cassandra)
+    for folder in (home, bundle, WORK / "archive"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroHome) -> None:
-    venv = astro_home.venv
+def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
+    bundle_home: BundleHome,
+) -> None:
+    venv = bundle_home.venv
     installed = venv.installed()
-    assert "counters-compaction" not in installed, "the project must not be pip-installed"
     for tool in ("pytest", "ruff", "playwright", "hypothesis"):
         assert tool not in installed, f"{tool} is a dev tool: requirements-dev.txt"
-    families = load_catalog(astro_home.families_yaml).families
-    astro_home.airflow("db", "migrate")
+    families = load_catalog(bundle_home.families_yaml).families
+    bundle_home.airflow("db", "migrate")
 
     # every DAG file imports, every family's DAG is there, the plugin is loaded
-    errors = astro_home.airflow("dags", "list-import-errors", "-l", "-o", "json").stdout
+    errors = bundle_home.airflow("dags", "list-import-errors", "-l", "-o", "json").stdout
     assert json.loads(errors or "[]") == [], errors
-    listed = json.loads(astro_home.airflow("dags", "list", "-l", "-o", "json").stdout)
+    listed = json.loads(bundle_home.airflow("dags", "list", "-l", "-o", "json").stdout)
     dag_ids = {d["dag_id"] for d in listed}
     assert {f.dag_id for f in families} | {"counters_freshness"} <= dag_ids, dag_ids
     assert {d["fileloc"] for d in listed} <= {
-        str(astro_home.home / "dags" / name)
+        str(bundle_home.bundle / name)
         for name in (
             "counter_families.py",
             "counters_freshness.py",
@@ -228,35 +230,31 @@ def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroH
             "counters_example_downstream.py",
         )
     }
-    plugins = json.loads(astro_home.airflow("plugins", "-o", "json").stdout)
+    plugins = json.loads(bundle_home.airflow("plugins", "-o", "json").stdout)
     ui = [p for p in plugins if p["name"] == "counter_families"]
     assert ui, plugins
-    assert ui[0]["source"] == "$PLUGINS_FOLDER/counter_families_ui.py", ui
-    assert ui[0]["listeners"], "the pool listener is not registered"
+    assert "counters-compaction" in ui[0]["source"], ui  # the package's entry point
+    assert ui[0]["listeners"], "the pool and preload listeners are not registered"
 
-    # each file imports on its own too (a platform that runs no airflow_local_settings, which
-    # otherwise puts include/ on the path for the whole process first)
-    entries = [
-        *(astro_home.home / "dags").glob("*.py"),
-        *(astro_home.home / "plugins").glob("*.py"),
-    ]
-    for entry in sorted(entries):
+    # each DAG file imports on its own too, the package from the venv's site-packages
+    for entry in sorted(bundle_home.bundle.glob("*.py")):
         probe = (
             f"import runpy; runpy.run_path({str(entry)!r}); "
             "import counters; print(counters.__file__)"
         )
-        done = run([str(venv.bin / "python"), "-c", probe], astro_home.env(), check=False)
+        done = run([str(venv.bin / "python"), "-c", probe], bundle_home.env(), check=False)
         assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
-        assert done.stdout.strip().endswith("include/counters/__init__.py"), (entry, done.stdout)
+        site = str(venv.path / "lib")
+        assert done.stdout.strip().splitlines()[-1].startswith(site), (entry, done.stdout)
 
-    # counterctl from that environment: python -m counters, through the Airflow connection
-    init = astro_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
+    # the installed counterctl, through the Airflow connection
+    init = bundle_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
     assert init.returncode == 0, init.stdout + init.stderr
     trades = next(f for f in families if f.name == "trades")
 
     # a DAG run of the demo family, against the real node
-    hosts = tuple(astro_home.cassandra["host"].split(","))
-    with Connection(ConnectionSettings(hosts=hosts, port=astro_home.cassandra["port"])) as conn:
+    hosts = tuple(bundle_home.cassandra["host"].split(","))
+    with Connection(ConnectionSettings(hosts=hosts, port=bundle_home.cassandra["port"])) as conn:
         store = Store(conn, trades)
         client = CounterClient(conn, trades, store)
         now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
@@ -266,7 +264,7 @@ def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroH
         ]
         client.record(written)
         logical = (now - timedelta(minutes=1)).replace(tzinfo=UTC).isoformat()
-        done = astro_home.airflow("dags", "test", trades.dag_id, logical, check=False)
+        done = bundle_home.airflow("dags", "test", trades.dag_id, logical, check=False)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         audit = store.read_audit(5)
         assert [(a["outcome"], a["rows_folded"], a["rows_deleted"]) for a in audit] == [
@@ -275,17 +273,17 @@ def test_the_astro_layout_deploys_from_requirements_txt_alone(astro_home: AstroH
         value = client.read_many(["IBM"])[0]
         assert (value.compact_value, value.value) == (55, 55)
 
-    read = astro_home.counterctl(
+    read = bundle_home.counterctl(
         "--conn-id", "cassandra_default", "read", "--family", "trades", "IBM"
     )
     assert read.returncode == 0 and read.stdout.split("\t")[:2] == ["IBM", "55"], read
-    health = astro_home.counterctl(
+    health = bundle_home.counterctl(
         "--conn-id", "cassandra_default", "health", "--family", "trades", "--json"
     )
     assert health.returncode == 0, health.stdout + health.stderr
     assert json.loads(health.stdout)[0]["state"] == "fresh"
     # the same CLI names a connection that does not exist, and says where it looked
-    missing = astro_home.counterctl("--conn-id", "no_such_conn", "health")
+    missing = bundle_home.counterctl("--conn-id", "no_such_conn", "health")
     assert missing.returncode == 2
     assert "--conn-id 'no_such_conn': cannot read the Airflow connection" in missing.stderr
     assert "AIRFLOW_CONN_NO_SUCH_CONN" in missing.stderr

@@ -1,12 +1,13 @@
 """The plugin's FastAPI app: the "Counter families" pages and their JSON API.
 
-Mounted by the Airflow API server (``plugins/counter_families_ui.py``), shown in the UI as an
-external view, and behind Airflow's own login: every page and endpoint resolves the user from
-the UI's session cookie (or an ``Authorization: Bearer`` token) with Airflow's ``get_user``, and
-shows a family only to users who may read its DAG. Everything is read through
-``counters.status`` with bounded reads; nothing here writes to Cassandra.
+Mounted by the Airflow API server (:mod:`counters.airflow.plugin`, the package's
+``airflow.plugins`` entry point), shown in the UI as an external view, and behind Airflow's own
+login: every page and endpoint resolves the user from the UI's session cookie (or an
+``Authorization: Bearer`` token) with Airflow's ``get_user``, and shows a family only to users
+who may read its DAG. Everything is read through ``counters.status`` with bounded reads;
+nothing here writes to Cassandra.
 
-Importing this module is cheap (FastAPI and Jinja only): Airflow loads the plugins folder in
+Importing this module is cheap (FastAPI and Jinja only): Airflow loads the plugin in
 schedulers and task processes too, where the Cassandra driver and Airflow's API modules are
 imported only when a request needs them.
 

@@ -1,5 +1,7 @@
-"""The plugins folder as Airflow loads it in every process: the UI plugin registers, nothing
-fails to import, and loading it stays cheap (schedulers and task processes load it too)."""
+"""The plugin as Airflow loads it in every process, from the installed package's
+``airflow.plugins`` entry point: it registers with nothing in a plugins folder, loading it stays
+cheap (schedulers and task processes load it too), and a real Airflow job's start runs the
+preload through its listener."""
 
 from __future__ import annotations
 
@@ -13,8 +15,6 @@ import pytest
 
 pytestmark = pytest.mark.airflow
 
-PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-
 PROBE = """
 import json, sys, time
 started = time.perf_counter()
@@ -27,31 +27,50 @@ ui = next(p for p in plugins if p.name == "counter_families")
 print(json.dumps({
     "plugins": sorted(p.name for p in plugins),
     "errors": errors,
+    "source": str(ui.source),
     "heavy": sorted(m for m in heavy if m in sys.modules),
     "apps": [(a["name"], a["url_prefix"]) for a in ui.fastapi_apps],
     "views": [(v["url_route"], v["href"], v["destination"]) for v in ui.external_views],
+    "listeners": sorted(type(x).__name__ for x in ui.listeners),
 }))
 """
 
 
-def test_expect_the_ui_plugin_loaded_without_errors_or_heavy_imports() -> None:
-    env = {**os.environ, "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS), "PYTHONWARNINGS": "ignore"}
+def probe_env(plugins_folder: Path) -> dict[str, str]:
+    """This environment, with an empty plugins folder: the plugin must come from the package."""
+    return {
+        **os.environ,
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins_folder),
+        "PYTHONWARNINGS": "ignore",
+    }
+
+
+def test_the_plugin_loads_from_the_entry_point_without_errors_or_heavy_imports(
+    tmp_path: Path,
+) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROBE],
+        env=probe_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     assert probe["errors"] == {}
     assert "counter_families" in probe["plugins"]
+    assert "counters-compaction" in probe["source"], probe["source"]  # the entry point's dist
     assert probe["apps"] == [["Counter families", "/counters"]]
     assert probe["views"] == [["counter-families", "counters/", "nav"]]
+    assert probe["listeners"] == ["PoolListener", "PreloadListener"]
     assert probe["heavy"] == []
 
 
-PRELOAD_PROBE = """
+JOB_PROBE = """
 import json, sys
 sys.argv = [sys.argv[1] + "/airflow", *sys.argv[2:]]
-import airflow_local_settings  # what Airflow imports first in every process
+from airflow.jobs.job import Job
+Job()  # what `airflow <command>` builds before it runs (and forks): listeners' on_starting
 heavy = ("counters.airflow.factory", "cassandra.cluster", "pandas", "great_expectations")
 print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
 """
@@ -61,20 +80,22 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
     ("command", "loaded"),
     [
         (["dag-processor"], ["counters.airflow.factory"]),  # each parse's fork inherits it
-        (["api-server"], []),
-        (["dags", "list"], []),
+        (
+            ["scheduler"],  # its LocalExecutor workers fork the task processes
+            ["cassandra.cluster", "counters.airflow.factory", "great_expectations", "pandas"],
+        ),
+        (["triggerer"], []),
     ],
 )
-def test_the_dag_processor_preloads_the_dag_factory_and_nothing_heavier(
-    command: list[str], loaded: list[str]
+def test_a_job_start_preloads_what_its_forks_need_through_the_listener(
+    command: list[str], loaded: list[str], tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = subprocess.run(
-        [sys.executable, "-c", PRELOAD_PROBE, "/opt/bin", *command],
-        env=env,
+        [sys.executable, "-c", JOB_PROBE, "/opt/bin", *command],
+        env=probe_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == loaded
