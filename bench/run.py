@@ -783,12 +783,12 @@ class Bench:
         self.results["scaling"] = {"runs": runs}
 
     def _sweep_after_fold(self, family: Family) -> dict[str, Any]:
-        """``discovery: scan`` (the sweep) on the family just folded: ``Store.scan_counters``
+        """``discovery: scan`` (the sweep) on the family just folded: ``Store.raw.scan_counters``
         per shard, over a raw table that now holds one tombstone per folded row."""
         store = Store(self.conn, family.model_copy(update={"discovery": "scan"}))
         try:
             with Meter(self.server) as meter:
-                found = sum(len(store.scan_counters(s)) for s in range(family.shards))
+                found = sum(len(store.raw.scan_counters(s)) for s in range(family.shards))
         except Exception as exc:
             return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         return {"ok": True, "seconds": round(meter.seconds, 3), "counters_found": found}
@@ -937,7 +937,7 @@ class Bench:
             Increment(keys["compacted"], inc, at, ("lat", k)) for k, (at, inc) in enumerate(history)
         )
         # Left uncompacted: written without an index mark, so no run ever finds it.
-        store.insert_raw(
+        store.raw.insert_raw(
             [
                 (keys["uncompacted"], (at, "lat", k), inc, write_timestamp(at))
                 for k, (at, inc) in enumerate(history)
@@ -959,7 +959,7 @@ class Bench:
         # What the engine's fold read (all of a counter's rows, tombstones included) costs on
         # the same counters: the compacted one carries a tombstone per folded row.
         fold = self.read_latency(
-            lambda key: store.read_rows([key]), keys, max(50, p.reads // 4), warmup=10
+            lambda key: store.raw.read_rows([key]), keys, max(50, p.reads // 4), warmup=10
         )
         self.results["read_latency"] = {
             "history_minutes": p.history_minutes,
@@ -1380,7 +1380,7 @@ def table(report: dict[str, Any]) -> str:
             )
         for name, s in (r["read_latency"].get("fold_read_rows") or {}).items():
             row(
-                f"   fold read (Store.read_rows) {name}",
+                f"   fold read (Store.raw.read_rows) {name}",
                 f"p50 {_fmt(s['p50_ms'], ' ms')}",
                 f"p99 {_fmt(s['p99_ms'], ' ms')}",
             )

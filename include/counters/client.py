@@ -146,7 +146,7 @@ class CounterClient:
             for e in events:  # the minutes of the rows: a run reads each counter down to them
                 minutes.setdefault(e.counter, set()).add(minute_ms(e.time))
             self.store.mark_touched(list(minutes), minutes)
-        self.store.insert_raw(
+        self.store.raw.insert_raw(
             [
                 (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))
                 for e in events
@@ -176,8 +176,8 @@ class CounterClient:
         now = truncate_ms(utc_naive(at or datetime.now(UTC)))
         if self.family.discovery is Discovery.INDEX:
             self.store.mark_touched(key for key, _member in pairs)
-        outcomes = self.store.add_members(pairs, now)
-        self.store.insert_raw(
+        outcomes = self.store.raw.add_members(pairs, now)
+        self.store.raw.insert_raw(
             [
                 (key, (first_seen, member), 1, write_timestamp(first_seen))
                 for (key, member), (_first, first_seen) in zip(pairs, outcomes, strict=True)

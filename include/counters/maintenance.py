@@ -164,7 +164,7 @@ def plan_reset(
     if not family.folds_by_slice:
         at_ms = to_millis(point.at)
         consumed = sum(
-            1 for time_ms, _k, _i in store.read_rows([counter])[counter] if time_ms <= at_ms
+            1 for time_ms, _k, _i in store.raw.read_rows([counter])[counter] if time_ms <= at_ms
         )
     return ResetResult(
         counter, point.reset_id, point.at, value_before, already_done=False, rows_deleted=consumed
@@ -258,7 +258,7 @@ def reset_counter(
         values: list[Any] = []
         kinds = bytearray()
         if not family.folds_by_slice:
-            rows = store.read_rows([counter])[counter]
+            rows = store.raw.read_rows([counter])[counter]
             if family.archive is not None and needs_pending(base, rows):
                 # which of the rows its last commit counted an archive holds already
                 loaded = {counter: base}
@@ -299,7 +299,7 @@ def reset_counter(
             store, shard, bucket, reset_id, committed, started_at
         ):
             ts = max(micros(), micros(now), at_ms * 1000 + 1000)
-            deleted = store.delete_rows([(counter, list(committed.pending))], ts)
+            deleted = store.raw.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
             store.mark_touched([counter])
             left = "; its consumed rows are left for the next run, which archives them"
@@ -439,17 +439,19 @@ def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepanc
     from .core import write_timestamp
 
     found = []
-    counters = store.scan_set_counters(shard)
-    truth = store.count_members(counters)
+    counters = store.raw.scan_set_counters(shard)
+    truth = store.raw.count_members(counters)
     values = store.read_values(counters) if counters else {}
     seen = {c: compact + newer for c, (compact, _epoch, newer) in values.items()}
     for counter in counters:
         if truth[counter] == seen[counter]:
             continue
         if repair:
-            missing = [(m, t) for m, t, counted in store.members(counter) if not counted]
+            missing = [(m, t) for m, t, counted in store.raw.members(counter) if not counted]
             store.mark_touched([counter])
-            store.insert_raw([(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t])
+            store.raw.insert_raw(
+                [(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t]
+            )
         found.append(Discrepancy(counter, truth[counter], seen[counter], repair))
     return found
 
@@ -462,7 +464,9 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
             if base.epoch_ms is None:
                 break
             origin = Checkpoint(epoch_ms=base.origin_ms)  # a reset's value counts after it
-            rows, _total = store.read_slices([counter], {counter: origin}, base.epoch_ms)[counter]
+            rows, _total = store.raw.read_slices([counter], {counter: origin}, base.epoch_ms)[
+                counter
+            ]
             if rows == base.value:
                 break
             repaired = False
@@ -479,7 +483,7 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
 def _rows_counters(store: Store, shard: int) -> list[Key]:
     """A rows family's counters in ``shard``: those with rows, and those with a checkpoint
     whose rows may all have been deleted since (its count is then a difference to report)."""
-    known = dict.fromkeys(store.scan_counters(shard))
+    known = dict.fromkeys(store.raw.scan_counters(shard))
     for bucket in range(BUCKETS):
         known.update(dict.fromkeys(store.read_ledger(shard, bucket, None, False).checkpoints))
     return list(known)

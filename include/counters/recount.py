@@ -332,7 +332,7 @@ def _last_commit(
         for k, f in zip(entry.keys, flags, strict=True)
         if f & ROW_COUNTED and not f & ROW_ARCHIVED
     ]
-    found = store.read_rows_at(counter, wanted) if wanted else []
+    found = store.raw.read_rows_at(counter, wanted) if wanted else []
     return replace(
         present,
         first=bool(segment and (segment.from_zero or segment.reset)),

@@ -5,7 +5,7 @@ than inheriting it (issue #42)."""
 from __future__ import annotations
 
 import pytest
-from counters.store import ControlTable, RunLogTable, Store, StoreBase
+from counters.store import ControlTable, RawTable, RunLogTable, Store, StoreBase
 
 pytestmark = pytest.mark.unit
 
@@ -13,6 +13,7 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("table", "some"),
     [
+        (RawTable, {"insert_raw", "read_rows", "delete_rows", "recount"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
         (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
     ],

@@ -223,7 +223,7 @@ def _commits(
         masks.append(mask)
         suspects.append(suspect)
     present = {
-        counter: {r[1] for r in store.read_rows_at(decode(list(counter)), keys)}
+        counter: {r[1] for r in store.raw.read_rows_at(decode(list(counter)), keys)}
         for counter, keys in carried.items()
         if keys
     }

@@ -211,13 +211,13 @@ def fold_rows(
     store = ctx.store
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
-        slices = store.read_slices(counters, bases, ctx.epoch_ms)
+        slices = store.raw.read_slices(counters, bases, ctx.epoch_ms)
         if not ctx.sweep:
             return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
         # a sweep also recounts what each value counts (after its reset point): rows written
         # behind a checkpoint (a writer's clock behind by more than the lag) are folded now
         origins = {c: Checkpoint(epoch_ms=bases[c].origin_ms) for c in counters}
-        full = store.read_slices(counters, origins, ctx.epoch_ms)
+        full = store.raw.read_slices(counters, origins, ctx.epoch_ms)
         return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
@@ -230,7 +230,7 @@ def fold_rows(
         counted: frozenset[Any] = frozenset()
         if unique:
             candidates = [r[1][MEMBER_INDEX] for r in found if r[1] not in base.pending]
-            counted = frozenset(store.counted_members(counter, candidates))
+            counted = frozenset(store.raw.counted_members(counter, candidates))
         folds.append(
             fold_counter(
                 counter,

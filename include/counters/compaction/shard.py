@@ -239,17 +239,17 @@ def _compact_bucket(
     windowed: dict[Key, int] = {}
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
-            found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
+            found = store.raw.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
             if sweep:  # a counter whose rows were all deleted has none left: recount it too
                 found = [*found, *_checkpointed(ledger, copies)]
             rows: dict[Key, list[Row]] = {c: [] for c in found}
         elif scan:
             floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
             try:
-                rows = store.scan_rows(ctx.shard, bucket, floor)
+                rows = store.raw.scan_rows(ctx.shard, bucket, floor)
             except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
-                known |= set(store.distinct_counters(ctx.shard, bucket, around=list(known)))
+                known |= set(store.raw.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
                 apart = []
             if apart:  # their past reaches below the slice: read whole, by name
@@ -263,7 +263,7 @@ def _compact_bucket(
             rows = {}
             if sliced:
                 try:
-                    rows = store.read_rows(sliced, floor)
+                    rows = store.raw.read_rows(sliced, floor)
                 except (ReadFailure, ReadTimeout):  # read them as a hot counter is read
                     rows = {}
             rest = [c for c in marked if c not in rows]  # whole, or by parts if it must

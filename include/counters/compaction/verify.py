@@ -220,12 +220,14 @@ def recount_tolerant(
     hot counter) is recounted by point reads of the rows its commit counted: late rows beyond
     those are not seen there."""
     try:
-        found = store.recount(shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms)
+        found = store.raw.recount(
+            shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms
+        )
         return {c: found.get(c, (0, 0)) for c in counters}
     except (ReadFailure, ReadTimeout):
         if len(counters) == 1 and not whole_bucket:
             counter = counters[0]
-            present = store.read_rows_at(counter, list(pending.get(counter, ())))
+            present = store.raw.read_rows_at(counter, list(pending.get(counter, ())))
             return {counter: (len(present), sum(r[2] or 0 for r in present))}
     out: dict[Key, tuple[int, int]] = {}
     for counter in counters:
@@ -248,7 +250,7 @@ def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, in
 def _present_below(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> dict[Any, Row]:
     """The counter's present rows at or below the fold's epoch, and after ``after_ms`` (the
     floor its recount used: the same slice, so the two can be compared)."""
-    found = store.read_rows([counter], after_ms)[counter]
+    found = store.raw.read_rows([counter], after_ms)[counter]
     return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
 
 

@@ -50,7 +50,7 @@ from .base import (
 from .control import ControlTable
 from .ledger import LedgerRows
 from .moves import ReshardMoves
-from .raw import RawRows
+from .raw import RawTable
 from .reads import Reads
 from .records import (
     COMMIT_KEYS_V2,
@@ -72,7 +72,7 @@ from .runlog import RunLogTable
 from .touched import TouchedIndex
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
+class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
     Tables composed over the statements core (the rest still mixed in): ``runs``, the run
@@ -87,6 +87,7 @@ class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
         concurrency: int = DEFAULT_CONCURRENCY,
     ):
         super().__init__(conn, family, layout, concurrency)
+        self.raw = RawTable(self)
         self.runs = RunLogTable(self)
         self.control = ControlTable(self)
         self.audit = AuditLog(self)
@@ -124,6 +125,7 @@ __all__ = [
     "Ledger",
     "MillisTimestampType",
     "Quarantined",
+    "RawTable",
     "ReadBase",
     "RunLogTable",
     "Store",

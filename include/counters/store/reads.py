@@ -23,9 +23,9 @@ from .base import (
     READ_ATTEMPTS,
     READ_HINT_S,
     READ_HINTS,
+    StoreBase,
 )
 from .control import ControlTable
-from .raw import RawRows
 from .records import (
     EMPTY_READ_BASE,
     Quarantined,
@@ -36,7 +36,7 @@ from .records import (
 log = logging.getLogger(__name__)
 
 
-class Reads(RawRows):
+class Reads(StoreBase):
     control: ControlTable
     """The control tables (``store.control``), made by ``Store``."""
     audit: AuditLog

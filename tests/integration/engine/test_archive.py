@@ -326,7 +326,7 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
     write(epoch + timedelta(seconds=30), 7)
     for counter, owner, method in (
         ("k5", store.runs, "read_run_commits"),
-        ("k6", store, "delete_rows"),
+        ("k6", store.raw, "delete_rows"),
     ):
         original = getattr(owner, method)
 

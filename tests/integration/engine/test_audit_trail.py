@@ -273,7 +273,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     # a unique family's member whose derived row a crashed writer never wrote: repaired
     meeting_store = Store(conn, meetings)
     CounterClient(conn, meetings, meeting_store).add_member("m1", "erin", at=t0)
-    meeting_store.add_member(("m1",), "frank", t0)
+    meeting_store.raw.add_member(("m1",), "frank", t0)
     repaired = invoke("--config", path, "reconcile", "--family", meetings.name, "--repair")
     assert repaired.exit_code == 0, repaired.output
 

@@ -41,7 +41,7 @@ def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_fam
 
     # the head as a read that met the first run's commit saw it, the row as one that did not
     head = store.read_ledger(shard, bucket, [counter]).head
-    rows = store.read_rows([counter])[counter]  # the raw rows as they are: only the new one
+    rows = store.raw.read_rows([counter])[counter]  # the raw rows as they are: only the new one
     fold = fold_counter(counter, EMPTY_CHECKPOINT, rows, to_millis(t0 + timedelta(minutes=10)))
     assert fold.commit and fold.value == 4  # what the ledger would hold: 3 increments lost
     applied = store.commit_bucket(

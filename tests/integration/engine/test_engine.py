@@ -434,7 +434,7 @@ def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_fami
 def test_scan_discovery_finds_rows_written_without_the_index(make_family, t0):
     _family, store, client = make_family(discovery=Discovery.SCAN, shards=3)
     counters = [f"c{i}" for i in range(30)]
-    store.insert_raw(  # straight into the raw table, as a foreign writer would
+    store.raw.insert_raw(  # straight into the raw table, as a foreign writer would
         [((c,), (t0, "x", 1), 2, 0) for c in counters]
     )
     summary = run(store, t0 + timedelta(minutes=1))
@@ -590,13 +590,13 @@ def _second_fold_of_one_bucket(make_family, t0, n=40):
 def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_it(make_family, t0):
     store, client, counters, first = _second_fold_of_one_bucket(make_family, t0)
     calls = []
-    recount = store.recount
+    recount = store.raw.recount
 
     def recording(shard, bucket, names, epoch_ms, after_ms=None):
         calls.append((store.phase, names is None, after_ms))
         return recount(shard, bucket, names, epoch_ms, after_ms)
 
-    store.recount = recording
+    store.raw.recount = recording
     victim = counters[0]
 
     def lose_a_row(point):

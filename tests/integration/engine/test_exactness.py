@@ -673,7 +673,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     epoch = t0 + timedelta(minutes=1)
     a_store = Store(conn, family, store.layout)
     stalled, resume, ended = threading.Event(), threading.Event(), []
-    read_rows = a_store.read_rows
+    read_rows = a_store.raw.read_rows
 
     def stalling_read_rows(*args, **kwargs):
         if a_store.phase == "verify" and not stalled.is_set():
@@ -681,7 +681,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
             assert resume.wait(60)
         return read_rows(*args, **kwargs)
 
-    a_store.read_rows = stalling_read_rows
+    a_store.raw.read_rows = stalling_read_rows
 
     def late_rows(point: str) -> None:
         if point == "commit":

@@ -112,7 +112,7 @@ def test_rows_family_overlapping_commits_never_double_count(orders, t0):
     ledger = store.read_ledger(shard, bucket, [key])
     base = {key: ledger.checkpoints.get(key, EMPTY_CHECKPOINT)}
     epoch_ms = to_millis(epoch)
-    slice_ = store.read_slices([key], base, epoch_ms)
+    slice_ = store.raw.read_slices([key], base, epoch_ms)
     fold = fold_slice(key, base[key], *slice_[key], epoch_ms)
     now = to_millis(epoch) * 1000
     first = [
@@ -263,7 +263,7 @@ def test_unique_writer_with_clock_behind_wins_but_counts_once(meetings, t0):
 def test_unique_writer_crash_between_member_and_row_is_healed_by_reconcile(meetings, t0):
     _family, store, client = meetings
     client.add_member("m1", "erin", at=t0)
-    store.add_member(("m1",), "frank", t0)  # crashed before writing its derived row
+    store.raw.add_member(("m1",), "frank", t0)  # crashed before writing its derived row
     assert client.read("m1") == 1
     [found] = engine.reconcile(store)
     assert (found.counter, found.expected, found.counted) == (("m1",), 2, 1)
@@ -343,7 +343,7 @@ def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, 
     client.add_member("m1", "u5", at=t0 + timedelta(minutes=1))  # behind: wins, second row
     engine.run_family(store, t0 + timedelta(minutes=3), now=t0 + timedelta(minutes=4))
     assert client.read("m1") == 1  # the row at minute 5 is a duplicate of a counted member
-    store.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
+    store.raw.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
     [found] = engine.reconcile(store, repair=True)
     assert (found.expected, found.counted) == (2, 1)
     compact_all(store, t0)

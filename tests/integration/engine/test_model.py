@@ -196,7 +196,7 @@ class Unique:
     def write(self, machine, counter, amount, at, ident):
         member = f"u{amount % 7}"  # a small pool: many repeats
         if ident % 5 == 0:  # a writer that crashes between the member and its derived row
-            machine.store.add_member((counter,), member, at)
+            machine.store.raw.add_member((counter,), member, at)
         else:
             machine.client.add_member(counter, member, at=at)
         machine.members[counter].add(member)

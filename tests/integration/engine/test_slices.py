@@ -51,13 +51,13 @@ def _family(make_family, t0, n=N):
 
 def _scans(store):
     calls = []
-    scan = store.scan_rows
+    scan = store.raw.scan_rows
 
     def recording(shard, bucket, after_ms=None):
         calls.append(after_ms)
         return scan(shard, bucket, after_ms)
 
-    store.scan_rows = recording
+    store.raw.scan_rows = recording
     return calls
 
 
@@ -165,14 +165,14 @@ def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0
 def test_a_few_marked_counters_are_read_by_name_above_their_floor(make_family, t0):
     store, client, counters = _family(make_family, t0, n=4)  # too few to scan the bucket
     calls = []
-    read_rows = store.read_rows
+    read_rows = store.raw.read_rows
 
     def recording(names, after_ms=None):
         if store.phase == "read_raw":
             calls.append((len(names), after_ms))
         return read_rows(names, after_ms)
 
-    store.read_rows = recording
+    store.raw.read_rows = recording
     total = 0
     epochs = [t0 + timedelta(minutes=m) for m in (1, 2, 3)]
     for i, epoch in enumerate(epochs):
