@@ -613,12 +613,12 @@ def write_folded_compact_rows(
 
 def tombstone_index_marks(store: Any, keys: Sequence[tuple], ts_micros: int) -> None:
     """Index marks the engine forgot recently (within the index's gc_grace_seconds): written by
-    ``Store.forget_touched`` itself, as a run's cleanup writes them."""
+    ``Store.index.forget_touched`` itself, as a run's cleanup writes them."""
     from counters.store import Touched
 
     entries = [Touched(key, ts_micros) for key in keys]
     for group in chunked(entries, 20000):
-        store.forget_touched(group)
+        store.index.forget_touched(group)
 
 
 def sweeping_far_away() -> dict[str, str]:

@@ -145,7 +145,7 @@ class CounterClient:
             minutes: dict[Key, set[int]] = {}
             for e in events:  # the minutes of the rows: a run reads each counter down to them
                 minutes.setdefault(e.counter, set()).add(minute_ms(e.time))
-            self.store.mark_touched(list(minutes), minutes)
+            self.store.index.mark_touched(list(minutes), minutes)
         self.store.raw.insert_raw(
             [
                 (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))
@@ -175,7 +175,7 @@ class CounterClient:
         pairs = [(as_key(counter), member) for counter, member in items]
         now = truncate_ms(utc_naive(at or datetime.now(UTC)))
         if self.family.discovery is Discovery.INDEX:
-            self.store.mark_touched(key for key, _member in pairs)
+            self.store.index.mark_touched(key for key, _member in pairs)
         outcomes = self.store.raw.add_members(pairs, now)
         self.store.raw.insert_raw(
             [

@@ -250,7 +250,7 @@ def reset_counter(
             done_at_ms=done_at,
         )
         if point.already_done:
-            store.mark_touched([counter])  # the next run finishes what the reset left
+            store.index.mark_touched([counter])  # the next run finishes what the reset left
             return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
         at_ms = to_millis(point.at)
         consumed: list[tuple[Any, ...]] = []
@@ -301,7 +301,7 @@ def reset_counter(
             ts = max(micros(), micros(now), at_ms * 1000 + 1000)
             deleted = store.raw.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
-            store.mark_touched([counter])
+            store.index.mark_touched([counter])
             left = "; its consumed rows are left for the next run, which archives them"
     plan = RunPlan(family.name, reset_id, at, None, ())
     record = audit_record(
@@ -448,7 +448,7 @@ def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepanc
             continue
         if repair:
             missing = [(m, t) for m, t, counted in store.raw.members(counter) if not counted]
-            store.mark_touched([counter])
+            store.index.mark_touched([counter])
             store.raw.insert_raw(
                 [(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t]
             )

@@ -5,7 +5,7 @@ than inheriting it (issue #42)."""
 from __future__ import annotations
 
 import pytest
-from counters.store import ControlTable, RawTable, RunLogTable, Store, StoreBase
+from counters.store import ControlTable, IndexTable, RawTable, RunLogTable, Store, StoreBase
 
 pytestmark = pytest.mark.unit
 
@@ -14,6 +14,7 @@ pytestmark = pytest.mark.unit
     ("table", "some"),
     [
         (RawTable, {"insert_raw", "read_rows", "delete_rows", "recount"}),
+        (IndexTable, {"mark_touched", "touched", "forget_touched"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
         (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
     ],

@@ -152,7 +152,7 @@ def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = 
     """Decide the run; an idle run's epoch is recorded here (it has no other step)."""
     check_family(store, record=False, run_id=run_id, once_per_run=True)
     state = store.control.family_state()
-    touched = store.touched_count(SMALL_RUN_COUNTERS)
+    touched = store.index.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
         run_id,
@@ -160,7 +160,7 @@ def plan_run(store: Store, run_id: str, epoch: datetime, now: datetime | None = 
         state.epoch,
         now,
         state.last_sweep,
-        touched > 0 or store.anything_quarantined(),
+        touched > 0 or store.control.anything_quarantined(),
         touched,
         state.last_sweep_size,
     )

@@ -105,7 +105,7 @@ def compact_shard(
         with report.phases.timed("discover", store):
             quarantine = store.control.read_quarantine(shard)
             index_read_at = micros()
-            marks = _placed(store, shard, store.touched(shard), dry_run)
+            marks = _placed(store, shard, store.index.touched(shard), dry_run)
         fault("discover")
         ctx = ShardContext(
             store,
@@ -166,7 +166,7 @@ def _placed(
     """Each bucket's marks of the counters that belong to it (by their token under the
     family's shard count). A writer still configured with an older shard count (after a
     reshard) files its marks by that count: such a mark is moved to the counter's own bucket
-    (``Store.refile_marks``) and never folded here, where its checkpoint is not (a fold here
+    (``Store.index.refile_marks``) and never folded here, where its checkpoint is not (a fold here
     would start it from zero)."""
     placed: dict[int, list[Touched]] = {}
     strays: list[tuple[int, Touched]] = []
@@ -187,7 +187,7 @@ def _placed(
             ", ".join(format_key(t.counter) for _b, t in strays[:5]),
         )
         if not dry_run:
-            store.refile_marks(shard, strays)
+            store.index.refile_marks(shard, strays)
     return placed
 
 

@@ -317,7 +317,7 @@ def forget_marks(
     busy |= {c for c, found in rows.items() if any(r[0] > ctx.epoch_ms for r in found)}
     busy |= set(windowed) | ctx.quarantined
     keep = [t.counter for t in touched if t.writetime <= horizon and t.counter in busy]
-    ctx.store.forget_bucket(ctx.shard, bucket, horizon)
+    ctx.store.index.forget_bucket(ctx.shard, bucket, horizon)
     if keep:  # the minute of their rows after the epoch (a hot or quarantined one: none)
         newer = {c: [r[0] for r in rows.get(c, ()) if r[0] > ctx.epoch_ms] for c in keep}
         minutes = {
@@ -325,7 +325,7 @@ def forget_marks(
             for c, times in newer.items()
             if times and c not in windowed and c not in ctx.quarantined
         }
-        ctx.store.mark_touched(keep, minutes)
+        ctx.store.index.mark_touched(keep, minutes)
 
 
 # --- verify ------------------------------------------------------------------------------

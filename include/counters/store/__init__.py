@@ -69,10 +69,10 @@ from .records import (
     unpack_commit_keys,
 )
 from .runlog import RunLogTable
-from .touched import TouchedIndex
+from .touched import IndexTable
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows):
+class Store(ReshardMoves, Reads, LedgerRows):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
     Tables composed over the statements core (the rest still mixed in): ``runs``, the run
@@ -88,6 +88,7 @@ class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows):
     ):
         super().__init__(conn, family, layout, concurrency)
         self.raw = RawTable(self)
+        self.index = IndexTable(self)
         self.runs = RunLogTable(self)
         self.control = ControlTable(self)
         self.audit = AuditLog(self)
@@ -122,6 +123,7 @@ __all__ = [
     "ControlTable",
     "Copy",
     "FamilyState",
+    "IndexTable",
     "Ledger",
     "MillisTimestampType",
     "Quarantined",

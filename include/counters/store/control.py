@@ -192,3 +192,9 @@ class ControlTable:
             return None
         row = result.one()
         return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+
+    def anything_quarantined(self) -> bool:
+        """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
+        statement = self.core.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
+        self.core.requests[self.core.phase] += 1
+        return self.core.session.execute(statement).one() is not None

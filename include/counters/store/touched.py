@@ -1,4 +1,4 @@
-"""The touched index: which counters have rows to fold (the marks)."""
+"""The index table: which counters have rows to fold (the touched marks)."""
 
 from __future__ import annotations
 
@@ -23,17 +23,24 @@ from .records import (
 log = logging.getLogger(__name__)
 
 
-class TouchedIndex(StoreBase):
+class IndexTable:
+    """The index table (``{index}``): the touched marks, which counters have rows to fold,
+    written by the write API and forgotten by a run's cleanup, over the statements core.
+    ``Store`` makes one as ``store.index``."""
+
+    def __init__(self, core: StoreBase):
+        self.core = core
+
     # --- discovery ------------------------------------------------------------------------
 
     def touched(self, shard: int) -> dict[int, list[Touched]]:
         """The shard's index marks, by bucket (one index partition each)."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "index_scan",
             "SELECT {key}, writetime(touched), minutes FROM {index} WHERE shard = ? AND slot = ?",
         )
-        width = len(self.layout.key)
-        results = self._concurrent(statement, [(shard, bucket) for bucket in range(BUCKETS)])
+        width = len(self.core.layout.key)
+        results = self.core._concurrent(statement, [(shard, bucket) for bucket in range(BUCKETS)])
         return {
             bucket: [
                 Touched(tuple(r[:width]), r[width], min(r[width + 1]) if r[width + 1] else None)
@@ -46,50 +53,44 @@ class TouchedIndex(StoreBase):
         """How many counters are marked touched, counted up to ``limit`` per index partition
         (one small read per partition: a scan of the whole index would walk every tombstone
         of the marks forgotten within its ``gc_grace_seconds``)."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "index_count", "SELECT {key} FROM {index} WHERE shard = ? AND slot = ? LIMIT ?"
         )
-        results = self._concurrent(
+        results = self.core._concurrent(
             statement,
             [
                 (shard, bucket, limit)
-                for shard in range(self.family.shards)
+                for shard in range(self.core.family.shards)
                 for bucket in range(BUCKETS)
             ],
         )
         return sum(len(result.current_rows) for result in results)
 
-    def anything_quarantined(self) -> bool:
-        """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
-        statement = self.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
-        self.requests[self.phase] += 1
-        return self.session.execute(statement).one() is not None
-
     def forget_bucket(self, shard: int, bucket: int, before_micros: int) -> None:
         """Delete every mark of one index partition written at or before ``before_micros``: a
         partition tombstone at that time (marks written later, with later server timestamps,
         survive it)."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "index_forget_bucket",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?",
         )
-        self.requests[self.phase] += 1
-        self.session.execute(statement, (before_micros, shard, bucket))
+        self.core.requests[self.core.phase] += 1
+        self.core.session.execute(statement, (before_micros, shard, bucket))
 
     def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
         the read has a later server timestamp and survives. Single-partition batches."""
-        statement = self.prepare(
+        statement = self.core.prepare(
             "index_forget",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
         by_partition: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         for entry in entries:
-            where = self.bucket(entry.counter)
+            where = self.core.bucket(entry.counter)
             by_partition[where].append((entry.writetime, *where, *entry.counter))
-        self._run(
+        self.core._run(
             [
-                (self._batch(statement, group), None)
+                (self.core._batch(statement, group), None)
                 for params in by_partition.values()
                 for group in chunks(params, ROWS_PER_BATCH)
             ]
@@ -101,23 +102,23 @@ class TouchedIndex(StoreBase):
         """Mark counters as having rows to fold (server timestamps; before the raw write), with
         the minutes (ms) of the rows to come where known: a run reads a marked counter's past
         only down to them. A mark without minutes makes the run read the counter whole."""
-        plain = self.prepare(
+        plain = self.core.prepare(
             "index_mark",
             "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        timed = self.prepare(
+        timed = self.core.prepare(
             "index_mark_minutes",
             "UPDATE {index} SET touched = true, minutes = minutes + ? "
             "WHERE shard = ? AND slot = ? AND {key_where}",
         )
         minutes = minutes or {}
         requests: list[tuple[Any, tuple[Any, ...]]] = [
-            (timed, (minutes[c], *self.bucket(c), *c))
+            (timed, (minutes[c], *self.core.bucket(c), *c))
             if minutes.get(c)
-            else (plain, (*self.bucket(c), *c))
+            else (plain, (*self.core.bucket(c), *c))
             for c in set(counters)
         ]
-        self._run(requests, session=self.conn.server_timestamp_session)
+        self.core._run(requests, session=self.core.conn.server_timestamp_session)
 
     def refile_marks(self, shard: int, marks: Sequence[tuple[int, Touched]]) -> None:
         """Move marks filed in another bucket than their counter's (``(bucket, mark)``, all of
@@ -128,8 +129,8 @@ class TouchedIndex(StoreBase):
             [t.counter for _b, t in marks],
             {t.counter: {t.earliest_ms} for _b, t in marks if t.earliest_ms is not None},
         )
-        unmark = self.prepare(
+        unmark = self.core.prepare(
             "index_unmark",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        self._concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
+        self.core._concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])

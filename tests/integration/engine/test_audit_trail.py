@@ -262,7 +262,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
         "VALUES ('BROKEN', %s, 'bad-writer', 1)",
         (t0 + timedelta(minutes=7),),
     )
-    store.mark_touched([("BROKEN",)])
+    store.index.mark_touched([("BROKEN",)])
     with pytest.raises(engine.ChecksFailed, match=r"1 counter.s. quarantined"):
         engine.run_family(store, t0 + timedelta(minutes=8), "run-quarantine")
     # ... and released by an operator

@@ -196,7 +196,7 @@ def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
     _family, store, client = make_family()
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     store.advance_family_epoch(now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1))
-    store.mark_touched([("slow",)])  # the writer's mark; its row comes later
+    store.index.mark_touched([("slow",)])  # the writer's mark; its row comes later
     later = now + timedelta(minutes=10)  # the run's clock: e.g. its cleanup task minutes later
     run(store, now + timedelta(minutes=1), now=later)
     client.record([inc("slow", 42, now + timedelta(seconds=30), "w", 1)])  # the row lands

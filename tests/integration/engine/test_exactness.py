@@ -446,7 +446,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     assert not thread.is_alive() and outcome and outcome[0].counters_committed >= 1
     assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
     later = epoch2 + timedelta(minutes=1)
-    store.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
+    store.index.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
     assert rows_at_or_below(store, ("foreign",), later) == 0
@@ -575,7 +575,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     assert rows_at_or_below(store, ("foreign",), epoch) == 2  # its unverified one: kept
     assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
     later = epoch + timedelta(minutes=1)
-    store.mark_touched([("foreign",)])
+    store.index.mark_touched([("foreign",)])
     assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
     assert not engine.quarantined(store)
     assert compact_row(store, ("foreign",)).value == 14
@@ -611,7 +611,7 @@ def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family,
         time.sleep(2.5)
     assert _values(client, ["v"]) == {"v": 0}  # what readers get until a run restores it
     if found_by == "mark":
-        store.mark_touched([("v",)])
+        store.index.mark_touched([("v",)])
     later = epoch + timedelta(minutes=1)
     with pytest.raises(engine.ChecksFailed, match="quarantined") as failed:
         engine.run_family(store, later, now=later + timedelta(minutes=5))
@@ -647,7 +647,7 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     with pytest.raises(Crash):
         engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
     assert compact_row(store, ("n",)) is None and _values(client, ["n"]) == {"n": 15}
-    store.mark_touched([("n",)])
+    store.index.mark_touched([("n",)])
     later = epoch + timedelta(minutes=1)
     assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
     assert compact_row(store, ("n",)).value == 15 and not engine.quarantined(store)

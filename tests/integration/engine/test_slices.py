@@ -36,8 +36,10 @@ def run(store, epoch, **kw):
     """A run, then the marks it read forgotten, as a run minutes later finds them (a run keeps
     a mark younger than ``engine.FORGET_MARGIN``). One shard: every mark is in shard 0."""
     summary = run_once(store, epoch, **kw)
-    for shard, bucket in {store.bucket(t.counter) for b in store.touched(0).values() for t in b}:
-        store.forget_bucket(shard, bucket, int(time.time() * 1e6))
+    for shard, bucket in {
+        store.bucket(t.counter) for b in store.index.touched(0).values() for t in b
+    }:
+        store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
     return summary
 
 
@@ -94,7 +96,7 @@ def test_counted_rows_a_crash_left_are_read_by_the_slice_and_deleted_once(make_f
     def crash(point):
         if point == "cleanup_read_log":  # committed, marks forgotten, nothing deleted
             for shard, bucket in {store.bucket((c,)) for c in counters}:
-                store.forget_bucket(shard, bucket, int(time.time() * 1e6))
+                store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
             raise Crash(point)
 
     with pytest.raises(Crash):

@@ -55,7 +55,7 @@ def _run(store, t0, minute, names):
         store, t0 + timedelta(minutes=minute), now=t0 + timedelta(minutes=minute + 2)
     )
     assert summary.outcome == "success", summary.message
-    store.forget_bucket(*store.bucket((names[0],)), int(time.time() * 1_000_000))
+    store.index.forget_bucket(*store.bucket((names[0],)), int(time.time() * 1_000_000))
     return summary
 
 
