@@ -1,7 +1,7 @@
 """Operations on single counters outside the compaction schedule: reset, reconcile, quarantine.
 
 Every change to a checkpoint goes through the same bucket compare-and-set as a compaction run
-(``Store.commit_bucket``), so a concurrent run can never overwrite a reset or a repair, nor a
+(``Store.ledger.commit_bucket``), so a concurrent run can never overwrite a reset or a repair, nor a
 reset or repair a run's commit: whichever commits second re-reads and re-plans.
 """
 
@@ -177,10 +177,10 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     commit; a copy naming a commit the ledger does not hold is refused, as a run quarantines
     it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
-    ledger = store.read_ledger(shard, bucket, [counter])
+    ledger = store.ledger.read_ledger(shard, bucket, [counter])
     check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
-    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
     if checkpoint is not None and copy is not None and copy.commit_id == checkpoint.commit_id:
         checkpoint = versioned_by_copy(checkpoint, copy.writetime)  # a restored copy
     if checkpoint is None:
@@ -208,8 +208,8 @@ def commit_counter(
     if done is None:
         return None
     checkpoint = committed_checkpoint(fold, *done, run_id)
-    store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
-    copy = store.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
+    store.ledger.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
+    copy = store.ledger.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
     if copy is not None and copy.commit_id == checkpoint.commit_id:  # a copy gone later: tampering
         store.runs.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
     return checkpoint
@@ -289,7 +289,7 @@ def reset_counter(
     else:
         raise EngineError(f"counter {format_key(counter)}: reset kept conflicting with runs")
     at, reset_id = point.at, point.reset_id
-    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
     if copy is None or copy.value != 0 or copy.epoch_ms != at_ms:
         raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
     deleted = 0
@@ -485,7 +485,9 @@ def _rows_counters(store: Store, shard: int) -> list[Key]:
     whose rows may all have been deleted since (its count is then a difference to report)."""
     known = dict.fromkeys(store.raw.scan_counters(shard))
     for bucket in range(BUCKETS):
-        known.update(dict.fromkeys(store.read_ledger(shard, bucket, None, False).checkpoints))
+        known.update(
+            dict.fromkeys(store.ledger.read_ledger(shard, bucket, None, False).checkpoints)
+        )
     return list(known)
 
 
@@ -512,14 +514,14 @@ def release(store: Store, counter: Key) -> Checkpoint:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
-    checkpoints = store.read_ledger(shard, bucket, [counter]).checkpoints
+    checkpoints = store.ledger.read_ledger(shard, bucket, [counter]).checkpoints
     if store.family.kind is Kind.UNIQUE and counter in checkpoints:  # the copy lists them
         store.runs.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
         # after the ledger's version and the changed copy's, so the restored copy wins, and
         # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
-        copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
         version = restored_version(
             checkpoint.version, copy.writetime if copy is not None else None, micros()
         )
@@ -532,7 +534,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             version,
             checkpoint.run_id,
         )
-        store.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
+        store.ledger.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
     store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "

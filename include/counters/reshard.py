@@ -55,7 +55,7 @@ def reshard(
     say(f"fencing {before * BUCKETS} ledger partition(s) of {before} shard(s)")
     for shard in range(before):
         for bucket in range(BUCKETS):
-            store.fence_bucket(shard, bucket)
+            store.ledger.fence_bucket(shard, bucket)
     moved = records = 0
     for shard in range(before):
         say(f"moving the checkpoints of shard {shard}")
@@ -65,9 +65,9 @@ def reshard(
     for shard in range(max(before, shards)):
         for bucket in range(BUCKETS):
             if shard < shards:
-                store.open_bucket(shard, bucket, shards)
+                store.ledger.open_bucket(shard, bucket, shards)
             else:
-                store.drop_bucket(shard, bucket)
+                store.ledger.drop_bucket(shard, bucket)
     say("moving quarantine entries and index marks")
     quarantined = store.move_quarantine(before, shards)
     marks = store.move_marks(before, shards)
@@ -102,7 +102,7 @@ def plan_reshard(store: Store, shards: int) -> ReshardPlan:
     total = moving = 0
     for shard in range(before):
         for bucket in range(BUCKETS):
-            for counter, _row in store.ledger_rows(shard, bucket):
+            for counter, _row in store.ledger.ledger_rows(shard, bucket):
                 total += 1
                 if bucket_of(store.token(counter), shards) != (shard, bucket):
                     moving += 1
@@ -159,7 +159,7 @@ def _recorded_shards(
 def _written(store: Store) -> int:
     from .identity import written_shards
 
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(256)]
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(256)]
     found = written_shards(positions) if positions else None
     return found or store.control.family_state().shards or store.family.shards
 
@@ -177,12 +177,12 @@ def _move_bucket(store: Store, shard: int, bucket: int, shards: int) -> tuple[in
     """Move the checkpoints of one old partition that a count of ``shards`` puts elsewhere, each
     with its commit's record of counted keys first (a later fold reads it at the new place)."""
     moved = records = 0
-    for counter, row in store.ledger_rows(shard, bucket):
+    for counter, row in store.ledger.ledger_rows(shard, bucket):
         place = bucket_of(store.token(counter), shards)
         if place == (shard, bucket):
             continue  # already where the new count puts it
         if store.copy_commit_record(row, counter, (shard, bucket), place):
             records += 1
-        store.move_ledger_row(counter, row, (shard, bucket), place)
+        store.ledger.move_ledger_row(counter, row, (shard, bucket), place)
         moved += 1
     return moved, records

@@ -488,7 +488,7 @@ def look_up(
     counter = store.parse_key(split_counter(store.family, text))
     value = CounterClient(store.conn, store.family, store).read_many([counter])[0]
     shard, bucket = store.bucket(counter)
-    ledger = store.read_ledger(shard, bucket, [counter], with_pending=False).checkpoints
+    ledger = store.ledger.read_ledger(shard, bucket, [counter], with_pending=False).checkpoints
     worked = [row for row in audit_page(store, audit_limit) if row.counters and not row.dry_run][
         :history_runs
     ]

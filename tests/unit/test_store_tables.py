@@ -5,7 +5,15 @@ than inheriting it (issue #42)."""
 from __future__ import annotations
 
 import pytest
-from counters.store import ControlTable, IndexTable, RawTable, RunLogTable, Store, StoreBase
+from counters.store import (
+    ControlTable,
+    IndexTable,
+    LedgerTable,
+    RawTable,
+    RunLogTable,
+    Store,
+    StoreBase,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -15,6 +23,7 @@ pytestmark = pytest.mark.unit
     [
         (RawTable, {"insert_raw", "read_rows", "delete_rows", "recount"}),
         (IndexTable, {"mark_touched", "touched", "forget_touched"}),
+        (LedgerTable, {"commit_bucket", "read_ledger", "read_copies", "fence_bucket"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
         (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
     ],

@@ -122,7 +122,7 @@ def settle(
     bucket's compare-and-set decides whether it commits."""
     if not suspects:
         return suspects
-    fresh = ctx.store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+    fresh = ctx.store.ledger.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
     now, _recopy, still = fold_bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)
     for counter in suspects:
         if counter not in still and counter in now and counter in bases:
@@ -169,7 +169,7 @@ def against_readers(
         f.counter for f in folds if f.counter not in copies and ctx.store.bucket(f.counter) != here
     ]
     if elsewhere:
-        copies = {**copies, **ctx.store.read_copies(ctx.shard, bucket, elsewhere)}
+        copies = {**copies, **ctx.store.ledger.read_copies(ctx.shard, bucket, elsewhere)}
     kept: list[Fold] = []
     refused: list[tuple[Key, str, str]] = []
     for fold in folds:
@@ -251,9 +251,9 @@ def refold(
 ) -> tuple[list[Fold], Ledger]:
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
-    ledger = store.read_ledger(ctx.shard, bucket, counters)
+    ledger = store.ledger.read_ledger(ctx.shard, bucket, counters)
     check_partition(store, ctx.shard, bucket, ledger)
-    copies = store.read_copies(ctx.shard, bucket, counters)
+    copies = store.ledger.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
     bases, _recopy, suspects = fold_bases(ledger.checkpoints, copies, fresh, ctx.quarantined)

@@ -227,10 +227,10 @@ def _compact_bucket(
     whole = sweep
     with phases.timed("read_compact", store):
         if scan and not sweep:
-            whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
-        ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+            whole = whole_bucket(len(marked), store.ledger.population(ctx.shard, bucket))
+        ledger = store.ledger.read_ledger(ctx.shard, bucket, None if whole else marked)
         check_partition(store, ctx.shard, bucket, ledger)
-        copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
+        copies = store.ledger.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
         ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
         if not sweep:
@@ -327,7 +327,7 @@ def _compact_bucket(
     with phases.timed("copy", store):
         copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
         copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
-        store.copy_compact(copies_to_write, ctx.run_id, micros())
+        store.ledger.copy_compact(copies_to_write, ctx.run_id, micros())
     ctx.fault("copy")
     with phases.timed("verify", store):
         verify_bucket(ctx, bucket, committed, whole)
@@ -518,12 +518,12 @@ def commit_folds(
     already (``Store.runs.commit_keys``); ``archive_rows``: their archive record
     (``Store.runs.archive_rows``: packed here when the family has an archive and it is not
     given)."""
-    commit_id = store.new_commit_id()
+    commit_id = store.ledger.new_commit_id()
     now = micros()
     store.runs.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:
-        applied = store.commit_bucket(
+        applied = store.ledger.commit_bucket(
             shard, bucket, head, folds, commit_id, run_id, now, population
         )
     except Exception as exc:
@@ -553,10 +553,10 @@ def _commit_applied(store: Store, shard: int, bucket: int, commit_id: Any, exc: 
     )
     for attempt in range(1, MAX_ATTEMPTS):
         try:
-            return store.head_serial(shard, bucket) == commit_id
+            return store.ledger.head_serial(shard, bucket) == commit_id
         except (ReadTimeout, WriteTimeout, OperationTimedOut):  # contended: back off, again
             time.sleep(random.uniform(0.05, 0.2) * attempt)
-    return store.head_serial(shard, bucket) == commit_id
+    return store.ledger.head_serial(shard, bucket) == commit_id
 
 
 def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: str) -> Checkpoint:

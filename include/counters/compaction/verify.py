@@ -60,7 +60,7 @@ def verify_bucket(
     wanted = None if whole and len(counters) >= SCAN_THRESHOLD else counters
     with ThreadPoolExecutor(1) as reads:  # the copies' read-back overlaps the recount
         copies_read = reads.submit(
-            _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted
+            _in_phase, store, "verify", store.ledger.read_copies, ctx.shard, bucket, wanted
         )
         recount, floors = _recount_committed(ctx, bucket, committed, wanted)
         copies = copies_read.result()
@@ -69,7 +69,7 @@ def verify_bucket(
     ledger = {c: cp for c, (_f, cp) in committed.items()}
     doubtful = [c for c, (f, cp) in committed.items() if _fails(f, cp, copies.get(c), recount[c])]
     if doubtful:
-        now = store.read_ledger(ctx.shard, bucket, doubtful, False).checkpoints
+        now = store.ledger.read_ledger(ctx.shard, bucket, doubtful, False).checkpoints
         for counter in doubtful:
             if counter in now:
                 ledger[counter] = now[counter]
@@ -145,7 +145,7 @@ def verify_bucket(
         evidence["recount_rows"] += rows - late
         evidence["recount_sum"] += total - (_late_sum(store, counter, fold, floor) if late else 0)
     if failures:  # a rival may have committed on top meanwhile and cleaned the rows up
-        again = store.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
+        again = store.ledger.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
         failures = [
             (c, reason, detail)
             for c, reason, detail in failures

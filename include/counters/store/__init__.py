@@ -48,7 +48,7 @@ from .base import (
     serial_consistency_of,
 )
 from .control import ControlTable
-from .ledger import LedgerRows
+from .ledger import LedgerTable
 from .moves import ReshardMoves
 from .raw import RawTable
 from .reads import Reads
@@ -72,7 +72,7 @@ from .runlog import RunLogTable
 from .touched import IndexTable
 
 
-class Store(ReshardMoves, Reads, LedgerRows):
+class Store(ReshardMoves, Reads):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
     Tables composed over the statements core (the rest still mixed in): ``runs``, the run
@@ -89,6 +89,7 @@ class Store(ReshardMoves, Reads, LedgerRows):
         super().__init__(conn, family, layout, concurrency)
         self.raw = RawTable(self)
         self.index = IndexTable(self)
+        self.ledger = LedgerTable(self)
         self.runs = RunLogTable(self)
         self.control = ControlTable(self)
         self.audit = AuditLog(self)
@@ -125,6 +126,7 @@ __all__ = [
     "FamilyState",
     "IndexTable",
     "Ledger",
+    "LedgerTable",
     "MillisTimestampType",
     "Quarantined",
     "RawTable",

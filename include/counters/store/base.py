@@ -711,3 +711,17 @@ class StoreBase:
         for one in bound:
             batch.add(one)
         return batch
+
+    def _move(
+        self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
+        at_old: Sequence[Any],
+    ) -> None:  # fmt: skip
+        """A row written at its new place and deleted at its old one, in one logged batch
+        (both or neither, eventually): a reshard that dies between two moves leaves each row
+        at one place or the other, never at none."""
+        batch = BatchStatement(
+            batch_type=BatchType.LOGGED, consistency_level=consistency_of(self.family)
+        )
+        batch.add(insert, at_new)
+        batch.add(delete, at_old)
+        self.session.execute(batch)

@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime
-from functools import cached_property
 from typing import Any, Self
 
-from cassandra.query import (
-    BatchStatement,
-    BatchType,
-    PreparedStatement,
-)
-
-from .. import schema
-from ..connection import BULK_PROFILE
 from ..core import (
     BUCKETS,
     Key,
@@ -23,16 +13,13 @@ from ..core import (
     shard_of,
     write_timestamp,
 )
-from ..errors import EngineError
-from ..schema import q
 from .auditlog import AuditLog
 from .base import (
-    consistency_of,
+    StoreBase,
 )
 from .control import ControlTable
-from .ledger import LedgerRows
+from .ledger import LedgerTable
 from .records import (
-    MOVING,
     pack_commit_keys,
     unpack_commit_keys,
 )
@@ -40,7 +27,9 @@ from .records import (
 log = logging.getLogger(__name__)
 
 
-class ReshardMoves(LedgerRows):
+class ReshardMoves(StoreBase):
+    ledger: LedgerTable
+    """The ledger and the readers' copies (``store.ledger``), made by ``Store``."""
     control: ControlTable
     """The control tables (``store.control``), made by ``Store``."""
     audit: AuditLog
@@ -65,100 +54,6 @@ class ReshardMoves(LedgerRows):
         result = self.session.execute(statement, (identity, table, expected))
         return result.was_applied or identity == result.one().identity
 
-    def fence_bucket(self, shard: int, bucket: int) -> None:
-        """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
-        from then on no commit applies to it, whoever planned it."""
-        statement = self.prepare(
-            "ledger_fence",
-            "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?",
-            serial=True,
-        )
-        for _attempt in range(16):
-            head = self.head_serial(shard, bucket)
-            if self.session.execute(statement, (MOVING, shard, bucket, head)).was_applied:
-                return
-        raise EngineError(
-            f"family {self.family.name!r}: ledger partition {shard}/{bucket} kept changing "
-            "while a reshard fenced it; stop the family's runs (pause its DAG) and run it again"
-        )
-
-    def open_bucket(self, shard: int, bucket: int, shards: int) -> None:
-        """A ledger partition of the new shard count: its ``shards`` set, a fresh head (a
-        reader of the old one commits nothing), its population to be counted again."""
-        statement = self.prepare(
-            "ledger_open",
-            "UPDATE {ledger} SET shards = ?, head = ?, population = null "
-            "WHERE shard = ? AND bucket = ?",
-        )
-        self.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
-
-    def drop_bucket(self, shard: int, bucket: int) -> None:
-        """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
-        statement = self.prepare(
-            "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
-        )
-        self.session.execute(statement, (shard, bucket))
-
-    @cached_property
-    def _ledger_row_columns(self) -> list[str]:
-        """The ledger's columns a checkpoint's row holds (not its key, not the statics)."""
-        table = schema.table_metadata(
-            self.session, self.family.keyspace, schema.ledger_table(self.family)
-        )
-        fixed = {c.name for c in (*table.partition_key, *table.clustering_key)}
-        return [
-            name
-            for name, column in table.columns.items()
-            if name not in fixed and not column.is_static
-        ]
-
-    def ledger_rows(self, shard: int, bucket: int) -> list[tuple[Key, dict[str, Any]]]:
-        """Every checkpoint row of a ledger partition, its columns as stored."""
-        columns = self._ledger_row_columns
-        statement = self.prepare(
-            "ledger_rows",
-            f"SELECT {{key}}, {', '.join(q(c) for c in columns)} FROM {{ledger}} "
-            "WHERE shard = ? AND bucket = ?",
-        )
-        width = len(self.layout.key)
-        rows = self.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
-        return [
-            (tuple(r[:width]), dict(zip(columns, r[width:], strict=True)))
-            for r in rows
-            if r[0] is not None
-        ]
-
-    def move_ledger_row(
-        self, counter: Key, row: dict[str, Any], old: tuple[int, int], new: tuple[int, int]
-    ) -> None:
-        """A checkpoint row at its new place and its deletion at the old one, in one logged
-        batch (both or neither, eventually)."""
-        columns = list(row)
-        insert = self.prepare(
-            "ledger_row_insert",
-            f"INSERT INTO {{ledger}} (shard, bucket, {{key}}, {', '.join(q(c) for c in columns)}) "
-            f"VALUES (?, ?, {{key_marks}}, {', '.join('?' for _ in columns)})",
-        )
-        delete = self.prepare(
-            "ledger_row_delete",
-            "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
-        )
-        self._move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
-
-    def _move(
-        self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
-        at_old: Sequence[Any],
-    ) -> None:  # fmt: skip
-        """A row written at its new place and deleted at its old one, in one logged batch
-        (both or neither, eventually): a reshard that dies between two moves leaves each row
-        at one place or the other, never at none."""
-        batch = BatchStatement(
-            batch_type=BatchType.LOGGED, consistency_level=consistency_of(self.family)
-        )
-        batch.add(insert, at_new)
-        batch.add(delete, at_old)
-        self.session.execute(batch)
-
     def copy_commit_record(
         self, row: dict[str, Any], counter: Key, old: tuple[int, int], new: tuple[int, int]
     ) -> bool:
@@ -166,7 +61,7 @@ class ReshardMoves(LedgerRows):
         record at its new place (merged with the entries already copied there): a later fold
         reads it there. False when there is none to copy (nothing counted is pending, or the
         record expired)."""
-        cp = self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
+        cp = self.ledger.row_checkpoint(row)
         if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
             return False
         archived = self.family.archive is not None

@@ -105,7 +105,7 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
     )
     assert states["compact"] == ["failed", "failed"], states
     committed = sum(
-        len(store.read_ledger(s, b, None).checkpoints) for s in range(2) for b in range(16)
+        len(store.ledger.read_ledger(s, b, None).checkpoints) for s in range(2) for b in range(16)
     )
     assert committed > 0  # committed, never copied (a shard stops at its first failed bucket)
     conn.session.execute(f"ALTER TABLE {table} ADD run_id text")

@@ -98,7 +98,7 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     summary = run(store, t0 + timedelta(minutes=1))
     assert summary.outcome == "success" and client.read("wide") == 3 * big
     shard, bucket = store.bucket(("wide",))
-    ledger = store.read_ledger(shard, bucket, [("wide",)])
+    ledger = store.ledger.read_ledger(shard, bucket, [("wide",)])
     near_max = ledger.checkpoints[("wide",)]
     state = store.session.execute(
         f"SELECT state FROM {engine_keyspace}.{store.family.compact_table}_ledger "
@@ -266,7 +266,7 @@ def test_late_write_during_a_run_survives_its_cleanup(make_family, t0):
     def write_late(point):
         """Once IBM's fold is committed (and before cleanup), a late row arrives next to the
         rows it counted."""
-        if not written and point != "lease" and store.committed_by(("IBM",)) is not None:
+        if not written and point != "lease" and store.ledger.committed_by(("IBM",)) is not None:
             written.append(point)
             client.record([inc("IBM", 1000, t0 + timedelta(minutes=1), "late", 2)])
 

@@ -325,7 +325,7 @@ def test_a_shard_count_changed_after_a_crashed_first_run_is_refused_everywhere(m
     with pytest.raises(engine.IdentityMismatch, match="counterctl reshard"):  # a worker's YAML
         engine.compact_shard(eight, 0, later, "worker-with-8")
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(1000)]
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(1000)]
     assert positions and written_shards(positions) == 2  # nothing committed at 8 shards
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
@@ -410,7 +410,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     epoch2 = epoch1 + timedelta(minutes=1)
     stalled, resume, outcome = threading.Event(), threading.Event(), []
     a_store = Store(conn, family, store.layout)
-    copy = a_store.copy_compact
+    copy = a_store.ledger.copy_compact
 
     def stalling_copy(commits, *args, **kwargs):
         if any(counter == ("foreign",) for counter, _cp in commits):
@@ -418,7 +418,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
             assert resume.wait(60)
         return copy(commits, *args, **kwargs)
 
-    a_store.copy_compact = stalling_copy
+    a_store.ledger.copy_compact = stalling_copy
 
     def execution_a() -> None:
         outcome.append(
@@ -549,7 +549,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     a_store = Store(conn, family, store.layout)
     executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
     other_marked = threading.Event()
-    mark, copy = a_store.runs.mark_verified, a_store.copy_compact
+    mark, copy = a_store.runs.mark_verified, a_store.ledger.copy_compact
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
         mark(run_id, shard, bucket, commit_ids, execution)
@@ -563,7 +563,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
             raise Crash("copy")  # the commit applied; its copy never written
         return copy(commits, *args, **kwargs)
 
-    a_store.runs.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    a_store.runs.mark_verified, a_store.ledger.copy_compact = watched_mark, dying_copy
     with pytest.raises(Crash):
         engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
     assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1

@@ -109,21 +109,25 @@ def test_rows_family_overlapping_commits_never_double_count(orders, t0):
     key = (1, DAY)
     epoch = t0 + timedelta(minutes=10)
     shard, bucket = store.bucket(key)
-    ledger = store.read_ledger(shard, bucket, [key])
+    ledger = store.ledger.read_ledger(shard, bucket, [key])
     base = {key: ledger.checkpoints.get(key, EMPTY_CHECKPOINT)}
     epoch_ms = to_millis(epoch)
     slice_ = store.raw.read_slices([key], base, epoch_ms)
     fold = fold_slice(key, base[key], *slice_[key], epoch_ms)
     now = to_millis(epoch) * 1000
     first = [
-        store.commit_bucket(shard, bucket, ledger.head, [fold], store.new_commit_id(), "A", now)
+        store.ledger.commit_bucket(
+            shard, bucket, ledger.head, [fold], store.ledger.new_commit_id(), "A", now
+        )
     ]
     second = [
-        store.commit_bucket(shard, bucket, ledger.head, [fold], store.new_commit_id(), "B", now)
+        store.ledger.commit_bucket(
+            shard, bucket, ledger.head, [fold], store.ledger.new_commit_id(), "B", now
+        )
     ]
     assert (first, second) == ([True], [False])
     assert client.read_many([key])[0].value == 5  # no copy for readers yet: still exact
-    assert store.read_ledger(shard, bucket, [key]).checkpoints[key].value == 5
+    assert store.ledger.read_ledger(shard, bucket, [key]).checkpoints[key].value == 5
 
 
 def test_rows_family_needs_a_time_clustering_column(conn, engine_keyspace, make_family):
