@@ -208,11 +208,11 @@ class CounterClient:
         an increment whose time is at or before it and that no run has folded yet (a late row)
         is not in ``read()`` until the next run that reads the counter, as ``read`` says. An
         increment after it is in ``read()`` as soon as it is written."""
-        return self.store.read_epochs([as_key(counter)])[as_key(counter)]
+        return self.store.reader.read_epochs([as_key(counter)])[as_key(counter)]
 
     def read_many(self, counters: Sequence[str | Sequence[object]]) -> list[CounterValue]:
         keys = [as_key(c) for c in counters]
-        values = self.store.read_values(keys)
+        values = self.store.reader.read_values(keys)
         return [
             CounterValue(k, values[k][0] + values[k][2], values[k][0], values[k][1], values[k][2])
             for k in keys

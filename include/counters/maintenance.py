@@ -151,7 +151,7 @@ def plan_reset(
     family = store.family
     current = _resettable(family, counter, at, now)
     check_family(store, record=False)
-    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
     value_before = compact_value + newer
     base = _base(store, counter)[3]
     done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
@@ -235,7 +235,7 @@ def reset_counter(
     current = _resettable(family, counter, at, now)
     check_family(store, record=True, run_id=reset_id or "reset")
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
-    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
     value_before = compact_value + newer
     done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
     for _attempt in range(MAX_ATTEMPTS):
@@ -441,7 +441,7 @@ def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepanc
     found = []
     counters = store.raw.scan_set_counters(shard)
     truth = store.raw.count_members(counters)
-    values = store.read_values(counters) if counters else {}
+    values = store.reader.read_values(counters) if counters else {}
     seen = {c: compact + newer for c, (compact, _epoch, newer) in values.items()}
     for counter in counters:
         if truth[counter] == seen[counter]:

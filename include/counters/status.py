@@ -370,7 +370,7 @@ def audit_page(
     limit = min(limit, MAX_PAGE)
     since = utc_naive(since) if since else None
     before = utc_naive(before) if before else None
-    return [AuditRow.from_record(r) for r in store.read_audit_range(limit, since, before)]
+    return [AuditRow.from_record(r) for r in store.audit.page(limit, since, before)]
 
 
 def audit_stream(
@@ -427,7 +427,7 @@ def family_health(
     within = foreign_rows_bound(store.family, state.last_sweep_size)
     rows = [
         AuditRow.from_record(r)
-        for r in store.read_audit_range(window_limit, since=utc_naive(now) - window)
+        for r in store.audit.page(window_limit, since=utc_naive(now) - window)
     ]
     last = rows[0] if rows else next(iter(audit_page(store, 1)), None)
     return FamilyHealth(
@@ -438,7 +438,7 @@ def family_health(
         lag=freshness(epoch, now, store.family),
         last_run=last,
         window=totals(rows, truncated=len(rows) >= window_limit),
-        quarantined=store.read_quarantine_sample(quarantine_limit),
+        quarantined=store.control.read_quarantine_sample(quarantine_limit),
         quarantine_limit=quarantine_limit,
     )
 
@@ -492,13 +492,13 @@ def look_up(
     worked = [row for row in audit_page(store, audit_limit) if row.counters and not row.dry_run][
         :history_runs
     ]
-    committed = store.runs_with_counter([row.run_id for row in worked], counter)
+    committed = store.runs.runs_with_counter([row.run_id for row in worked], counter)
     return CounterState(
         value=value,
         shard=shard,
         bucket=bucket,
         ledger=ledger.get(counter),
-        quarantine=store.quarantined_entry(counter),
+        quarantine=store.control.quarantined_entry(counter),
         history=[row for row in worked if row.run_id in committed],
         runs_searched=len(worked),
     )

@@ -51,7 +51,7 @@ from .control import ControlTable
 from .ledger import LedgerTable
 from .moves import ReshardMoves
 from .raw import RawTable
-from .reads import Reads
+from .reads import Reader
 from .records import (
     COMMIT_KEYS_V2,
     EMPTY_READ_BASE,
@@ -72,7 +72,7 @@ from .runlog import RunLogTable
 from .touched import IndexTable
 
 
-class Store(ReshardMoves, Reads):
+class Store(ReshardMoves):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
     Tables composed over the statements core (the rest still mixed in): ``runs``, the run
@@ -93,6 +93,7 @@ class Store(ReshardMoves, Reads):
         self.runs = RunLogTable(self)
         self.control = ControlTable(self)
         self.audit = AuditLog(self)
+        self.reader = Reader(self, self.raw, self.ledger)
 
 
 __all__ = [
@@ -131,6 +132,7 @@ __all__ = [
     "Quarantined",
     "RawTable",
     "ReadBase",
+    "Reader",
     "RunLogTable",
     "Store",
     "StoreBase",

@@ -335,7 +335,6 @@ class StoreBase:
         self.batch_bytes = BATCH_BYTES
         """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
-        self._read_hints: dict[Key, tuple[float, Any]] = {}
         """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
         self.provenance: Provenance | None = None
         """Who started the changes this store makes (written into its audit rows)."""

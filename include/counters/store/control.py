@@ -198,3 +198,28 @@ class ControlTable:
         statement = self.core.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
         self.core.requests[self.core.phase] += 1
         return self.core.session.execute(statement).one() is not None
+
+    def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
+        """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
+        table is small; a count beyond ``limit`` is not needed to see that something is)."""
+        statement = self.core.prepare(
+            "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
+        )
+        width = len(self.core.layout.key)
+        self.core.requests[self.core.phase] += 1
+        return [
+            Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.core.session.execute(statement, (limit,), execution_profile=BULK_PROFILE)
+        ]
+
+    def quarantined_entry(self, counter: Key) -> Quarantined | None:
+        """The counter's quarantine entry, if it is quarantined (one point read)."""
+        statement = self.core.prepare(
+            "quarantine_one",
+            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
+        )
+        self.core.requests[self.core.phase] += 1
+        row = self.core.session.execute(
+            statement, (self.core.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        ).one()
+        return Quarantined(counter, *row) if row else None

@@ -45,10 +45,12 @@ from .base import (
     serial_consistency_of,
 )
 from .records import (
+    EMPTY_READ_BASE,
     MOVING,
     NO_KEYS,
     Copy,
     Ledger,
+    ReadBase,
 )
 
 log = logging.getLogger(__name__)
@@ -465,3 +467,28 @@ class LedgerTable:
             "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
         )
         self.core._move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
+
+    def read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
+        """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
+        family the members it already counts); an empty base where there is none."""
+        unique = self.core.family.kind is Kind.UNIQUE
+        if unique:
+            statement = self.core.prepare(
+                "compact_value_pending",
+                "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
+            )
+        else:
+            statement = self.core.prepare(
+                "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
+            )
+        out: dict[Key, ReadBase] = {}
+        for counter, result in zip(
+            counters, self.core._concurrent(statement, counters), strict=True
+        ):
+            row = result.one()
+            if row is None:
+                out[counter] = EMPTY_READ_BASE
+                continue
+            members = frozenset(key[1] for key in (row[2] or ())) if unique else frozenset()
+            out[counter] = ReadBase(row[0] or 0, row[1], members)  # (first_time, member) keys
+        return out

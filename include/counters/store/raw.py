@@ -14,6 +14,7 @@ from cassandra import (
     ReadTimeout,
 )
 
+from ..config import Kind
 from ..connection import BULK_PROFILE
 from ..core import (
     Checkpoint,
@@ -380,4 +381,44 @@ class RawTable:
                 )
             for counter, rows in found.items():
                 out[counter] = (rows[0][0] or 0, rows[0][1] or 0) if rows else (0, 0)
+        return out
+
+    def read_marked(self, newer: dict[Key, Any]) -> dict[Key, frozenset[Any]]:
+        """A unique family's newer members that an earlier cleanup marked counted, per counter
+        (one request per counter with newer members, concurrent); nothing for other kinds."""
+        wanted = [(c, sorted(m, key=repr)) for c, m in newer.items() if isinstance(m, set) and m]
+        if not wanted:
+            return {}
+        statement = self.core.prepare(
+            "set_counted",
+            "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
+        )
+        results = self.core._concurrent(statement, [(*c, members) for c, members in wanted])
+        return {
+            c: frozenset(member for member, counted in result if counted)
+            for (c, _members), result in zip(wanted, results, strict=True)
+        }
+
+    def read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
+        """What each counter's rows after its base's epoch add: their sum (varint: an int column
+        cannot wrap), their count for a rows family, their members for a unique family."""
+        unique = self.core.family.kind is Kind.UNIQUE
+        if unique:  # members, counted distinct: a clock-behind winner leaves two rows
+            measure = "{member}"
+        elif self.core.layout.increment is None:
+            measure = "count(*)"
+        else:
+            measure = "sum(CAST({increment} AS varint))"
+        newer = self.core.prepare(
+            "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
+        )
+        everything = self.core.prepare(
+            "raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}"
+        )
+        requests = [
+            (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
+        ]
+        out: dict[Key, Any] = {}
+        for counter, result in zip(counters, self.core._run(requests), strict=True):
+            out[counter] = {r[0] for r in result} if unique else result.one()[0] or 0
         return out

@@ -271,3 +271,25 @@ class RunLogTable:
                 unarchived_from_zero=from_zero,
             )
         return missing
+
+    def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
+        """Which of these runs committed ``counter``: one read of each run's log for the
+        counter's bucket (the run log is kept two weeks)."""
+        statement = self.core.prepare(
+            "runs_bucket",
+            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
+        )
+        shard, bucket = self.core.bucket(counter)
+        encode, _decode = self.core._key_codec()
+        wanted = encode(counter)
+        results = self.core._concurrent(statement, [(run_id, shard, bucket) for run_id in run_ids])
+        return {
+            run_id
+            for run_id, result in zip(run_ids, results, strict=True)
+            if any(
+                entry[0] == wanted
+                for (blob,) in result
+                if blob is not None
+                for entry in unpack_commit_keys(blob, self.core.key_codec)
+            )
+        }

@@ -92,7 +92,7 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
     assert store.audit.months() == ["2027-01", "2026-11", "2026-10", "2026-09"]
     assert per_month(store) == {"2027-01": 4, "2026-11": 1, "2026-10": 3, "2026-09": 2}
     assert [r["run_id"] for r in store.read_audit(6)] == newest_first[:6]  # three partitions
-    older = store.read_audit_range(3, before=times[6])
+    older = store.audit.page(3, before=times[6])
     assert [r["run_id"] for r in older] == ["r5", "r4", "r3"]  # Nov then Oct
     ranged = status.audit_page(store, 100, since=times[1], before=times[7])
     assert [r.run_id for r in ranged] == ["r6", "r5", "r4", "r3", "r2", "r1"]
@@ -102,7 +102,7 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
         "r9",
         "r8",
     ]
-    assert store.read_audit_range(5, since=datetime(2027, 2, 1)) == []
+    assert store.audit.page(5, since=datetime(2027, 2, 1)) == []
     with pytest.raises(ValueError, match=r"since .* must be before until"):
         list(status.audit_stream(store, times[5], times[2]))
 
