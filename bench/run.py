@@ -818,7 +818,7 @@ class Bench:
                     p.rows_per_counter,
                 )
             # as in steady state: swept recently, so the measured run is a minute's run
-            store.advance_family_epoch(self.idle_e0, "bench-setup", swept_at=utc_now())
+            store.control.advance_family_epoch(self.idle_e0, "bench-setup", swept_at=utc_now())
             with Meter(self.server) as load:
                 load_write_path(client, self.idle_data)
             self.marks_at[name] = time.time()
@@ -1024,7 +1024,7 @@ class Bench:
             "folds": folds,
             "read_value": value,
             "read_exact": value == p.hot_rows + 5,
-            "family_epoch_after": str(store.family_epoch()),
+            "family_epoch_after": str(store.control.family_epoch()),
         }
         self.reset_family(family)
 

@@ -315,7 +315,7 @@ def reset_counter(
         started_at=started_at,
     )
     parameters = {"counter": format_key(counter), "at": at.isoformat(), "reset_id": reset_id}
-    store.write_audit({**record, "action": Action.RESET, "parameters": parameters})
+    store.audit.write({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
     )
@@ -403,7 +403,7 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
         else:
             found += _reconcile_rows(store, shard, repair)
     if repair:
-        store.write_audit(repair_record(family, found))
+        store.audit.write(repair_record(family, found))
     return found
 
 
@@ -542,7 +542,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
         if checkpoint is not None
         else "no ledger checkpoint (never committed)"
     )
-    store.write_audit(
+    store.audit.write(
         operator_record(
             store.family,
             action=Action.QUARANTINE_RELEASE,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .core import BUCKETS, bucket_of
+from .core import BUCKETS, bucket_of, shard_of
 from .errors import EngineError
 from .identity import IdentityMismatch, check_identity, encode, family_identity
 from .schema import SchemaError
@@ -69,12 +69,12 @@ def reshard(
             else:
                 store.ledger.drop_bucket(shard, bucket)
     say("moving quarantine entries and index marks")
-    quarantined = store.move_quarantine(before, shards)
-    marks = store.move_marks(before, shards)
+    quarantined = _move_quarantine(store, before, shards)
+    marks = _move_marks(store, before, shards)
     done = {k: v for k, v in moving.items() if k != "resharding"}
     done["shards"] = shards
     _record(store, moving, done)
-    store.record_shards(shards)
+    store.control.record_shards(shards)
     return Resharded(family.name, before, shards, moved, records, quarantined, marks)
 
 
@@ -166,7 +166,7 @@ def _written(store: Store) -> int:
 
 def _record(store: Store, expected: dict[str, Any], identity: dict[str, Any]) -> None:
     for table in store.family.tables:
-        if not store.replace_identity(table, encode(expected), encode(identity)):
+        if not store.control.replace_identity(table, encode(expected), encode(identity)):
             raise SchemaError(
                 f"family {store.family.name!r}: the identity of {table} changed meanwhile (another "
                 "reshard?); run the command again. Nothing more was changed."
@@ -181,8 +181,36 @@ def _move_bucket(store: Store, shard: int, bucket: int, shards: int) -> tuple[in
         place = bucket_of(store.token(counter), shards)
         if place == (shard, bucket):
             continue  # already where the new count puts it
-        if store.copy_commit_record(row, counter, (shard, bucket), place):
+        checkpoint = store.ledger.row_checkpoint(row)
+        if store.runs.copy_commit_record(checkpoint, counter, (shard, bucket), place):
             records += 1
         store.ledger.move_ledger_row(counter, row, (shard, bucket), place)
         moved += 1
     return moved, records
+
+
+def _move_quarantine(store: Store, before: int, shards: int) -> int:
+    """Move the quarantine entries of ``before`` shards to their shard under ``shards``; how
+    many moved."""
+    moved = 0
+    for shard in range(before):
+        for counter, entry in store.control.quarantine_entries(shard):
+            to = shard_of(store.token(counter), shards)
+            if to != shard:
+                store.control.move_quarantine_entry(counter, entry, shard, to)
+                moved += 1
+    return moved
+
+
+def _move_marks(store: Store, before: int, shards: int) -> int:
+    """Move the index marks of ``before`` shards to their partition under ``shards``, each
+    with its server write time; how many moved."""
+    moved = 0
+    for shard in range(before):
+        for bucket in range(BUCKETS):
+            for counter, minutes, written in store.index.marks_to_move(shard, bucket):
+                to = bucket_of(store.token(counter), shards)
+                if to != (shard, bucket):
+                    store.index.move_mark(counter, minutes, written, (shard, bucket), to)
+                    moved += 1
+    return moved

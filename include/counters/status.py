@@ -184,7 +184,7 @@ class AuditRow:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> AuditRow:
-        """From a row of ``Store.read_audit*`` (missing or NULL columns read as empty)."""
+        """From a row of ``store.audit.page`` (missing or NULL columns read as empty)."""
         durations = {}
         for phase, seconds in _json_field(record.get("durations")).items():
             try:

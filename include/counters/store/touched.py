@@ -134,3 +134,36 @@ class IndexTable:
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
         self.core._concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
+
+    def marks_to_move(self, shard: int, bucket: int) -> list[tuple[Key, set[int], int]]:
+        """One index partition's marks as stored: ``(counter, minutes, server write time)``
+        (what a reshard moves)."""
+        statement = self.core.prepare(
+            "index_all",
+            "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
+        )
+        width = len(self.core.layout.key)
+        return [
+            (tuple(r[:width]), r[width] or set(), r[width + 1])
+            for r in self.core.session.execute(statement, (shard, bucket))
+        ]
+
+    def move_mark(
+        self,
+        counter: Key,
+        minutes: set[int],
+        written: int,
+        old: tuple[int, int],
+        new: tuple[int, int],
+    ) -> None:
+        """A mark moved from partition ``old`` to ``new`` with its server write time (the
+        forget horizon compares it), in one logged batch."""
+        insert = self.core.prepare(
+            "index_move",
+            "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? "
+            "WHERE shard = ? AND slot = ? AND {key_where}",
+        )
+        delete = self.core.prepare(
+            "index_delete", "DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"
+        )
+        self.core._move(insert, (written, minutes, *new, *counter), delete, (*old, *counter))

@@ -86,12 +86,12 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
         + [datetime(2027, 1, 1, 0, 0) + timedelta(minutes=i) for i in range(4)]  # Dec is empty
     )
     for i, at in enumerate(times):
-        store.write_audit(record(family, at, f"r{i}", counters=i))
+        store.audit.write(record(family, at, f"r{i}", counters=i))
     newest_first = [f"r{i}" for i in reversed(range(10))]
 
     assert store.audit.months() == ["2027-01", "2026-11", "2026-10", "2026-09"]
     assert per_month(store) == {"2027-01": 4, "2026-11": 1, "2026-10": 3, "2026-09": 2}
-    assert [r["run_id"] for r in store.read_audit(6)] == newest_first[:6]  # three partitions
+    assert [r["run_id"] for r in store.audit.page(6)] == newest_first[:6]  # three partitions
     older = store.audit.page(3, before=times[6])
     assert [r["run_id"] for r in older] == ["r5", "r4", "r3"]  # Nov then Oct
     ranged = status.audit_page(store, 100, since=times[1], before=times[7])
@@ -212,7 +212,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
     assert f"{other.name}: 3 audit row(s) moved from {family.keyspace}.counters_audit" in (
         result.output
     )
-    assert [r["run_id"] for r in other_store.read_audit(5)] == [
+    assert [r["run_id"] for r in other_store.audit.page(5)] == [
         f"scheduled__{i}" for i in (2, 1, 0)
     ]
     again = invoke("--config", path, "init", "--family", other.name)
@@ -392,7 +392,7 @@ def test_a_family_total_past_a_bigint_still_leaves_the_runs_audit_row(make_famil
     client.record([Increment((f"c{i}",), big, at, ("w", i)) for i in (1, 2)])
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, run_id="big-sums", now=epoch + timedelta(minutes=2))
-    [row] = [r for r in store.read_audit(5) if r["run_id"] == "big-sums"]
+    [row] = [r for r in store.audit.page(5) if r["run_id"] == "big-sums"]
     assert row["outcome"] == "success" and row["rows_deleted"] == 2
     assert row["sum_folded"] is None and row["rows_folded"] == 2
     assert f"sum_folded {2 * big}" in row["message"]

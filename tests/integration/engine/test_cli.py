@@ -180,7 +180,7 @@ def everything(store) -> dict:
         "compact": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.compact_table}")),
         "raw": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.raw_table}")),
         "owners": store.control.table_owners(),
-        "audit": store.read_audit(50),
+        "audit": store.audit.page(50),
     }
 
 

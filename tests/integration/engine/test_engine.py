@@ -119,7 +119,7 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     with pytest.raises(engine.ChecksFailed, match=r"wide: value \d+ would overflow a bigint"):
         run(store, t0 + timedelta(minutes=2))
     assert [q.reason for q in engine.quarantined(store)] == ["overflow"]
-    assert store.read_audit(1)[0]["outcome"] == "partial"
+    assert store.audit.page(1)[0]["outcome"] == "partial"
 
 
 def long_keyed_rows(client, t0, counters, rows=60):
@@ -195,7 +195,9 @@ def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
     whatever time its cleanup runs at; the row is folded by the next run, found by the mark."""
     _family, store, client = make_family()
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    store.advance_family_epoch(now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1))
+    store.control.advance_family_epoch(
+        now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1)
+    )
     store.index.mark_touched([("slow",)])  # the writer's mark; its row comes later
     later = now + timedelta(minutes=10)  # the run's clock: e.g. its cleanup task minutes later
     run(store, now + timedelta(minutes=1), now=later)
@@ -215,7 +217,7 @@ def test_rerun_same_or_older_epoch_is_a_recorded_noop(make_family, t0):
         assert summary.outcome == "noop"
         assert "not newer than the compacted epoch" in summary.message
     assert client.read("IBM") == 255
-    outcomes = [r["outcome"] for r in store.read_audit(10)]
+    outcomes = [r["outcome"] for r in store.audit.page(10)]
     assert outcomes.count("noop") == 2 and outcomes.count("success") == 1
 
 
@@ -236,7 +238,7 @@ def test_a_changed_shard_count_is_refused_before_anything_is_read_or_deleted(mak
     with pytest.raises(SchemaError, match=r"'shards' is 4 in the YAML but 2 since the first"):
         run(resharded, epoch)
     assert rows_at_or_below(store, ("IBM",), epoch) == 4  # nothing deleted (4 of 10 left)
-    assert [r["outcome"] for r in store.read_audit(10)] == ["success"]
+    assert [r["outcome"] for r in store.audit.page(10)] == ["success"]
     run(store, epoch)  # with the shard count back, the run goes on, exact
     assert client.read("IBM") == 255 and rows_at_or_below(store, ("IBM",), epoch) == 0
 
@@ -252,7 +254,7 @@ def test_late_write_is_folded_by_next_run_and_reported(make_family, t0):
     assert (summary.tally.late_rows, summary.tally.late_sum) == (1, 7)
     assert summary.tally.max_lateness_ms == 8 * 60_000
     assert client.read("IBM") == 262
-    audit = store.read_audit(1)[0]
+    audit = store.audit.page(1)[0]
     assert (audit["late_rows"], audit["late_sum"]) == (1, 7)
 
 
@@ -302,7 +304,7 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
     assert rows_at_or_below(store, ("IBM",), epoch) == 11  # nothing of it deleted
     assert rows_at_or_below(store, ("AAPL",), epoch) == 0  # the rest of the family proceeds
     assert client.read("AAPL") == 255
-    audit = store.read_audit(1)[0]
+    audit = store.audit.page(1)[0]
     assert audit["outcome"] == "partial" and "IBM" in audit["message"]
     assert [q.reason for q in engine.quarantined(store)] == ["bad_rows"]
     # every run keeps alerting while it is quarantined, and leaves it alone
@@ -350,7 +352,7 @@ def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_fami
     assert rows_at_or_below(store, ("IBM",), epoch) == 10
     assert rows_at_or_below(store, ("AAPL",), epoch) == 0
     assert client.read("AAPL") == 255
-    assert store.read_audit(1)[0]["outcome"] == "partial"
+    assert store.audit.page(1)[0]["outcome"] == "partial"
     engine.release(store, ("IBM",))  # restores the readers' copy from the ledger
     assert client.read("IBM") == 255
     assert run(store, epoch + timedelta(minutes=1)).outcome == "success"
@@ -482,7 +484,9 @@ def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family,
     family, store, client = make_family(shards=1)
     a, b = same_bucket(store, 2)  # one bucket: the crash comes after both are committed
     # no sweep due: only that bucket is worked (a crash in another one would come first)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=(a, b), before=5, after=1)
     epoch = t0 + timedelta(minutes=10)
 
@@ -538,7 +542,9 @@ def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     and adds nothing (B folded those rows); a stall before the raw read finds them deleted."""
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, 4)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=counters, before=4, after=1)  # 1+2+3+4 at or below A's epoch
     expected = {c: 10 + 100 for c in counters}
 
@@ -675,7 +681,9 @@ def _crashed_before_upgrade(make_family, t0, point):
     (``before-upgrade``) that crashed at ``point``: (family, store, client, counters, epoch)."""
     family, store, client = make_family(shards=1)
     counters = same_bucket(store, 2)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=counters, before=5, after=1)
     epoch = t0 + timedelta(minutes=10)
 

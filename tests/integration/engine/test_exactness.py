@@ -634,7 +634,9 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     writes the copy as its ordinary work, quarantining nothing."""
     _family, store, client = make_family(shards=1)
     # no sweep due: only the counter's bucket is worked (a crash in another one would come first)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     client.record(_events(["n"], t0 + timedelta(seconds=5)))
     epoch = t0 + timedelta(minutes=1)
     hits: list[str] = []
@@ -661,7 +663,9 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     between, run B commits on top of A's commit (counting A's rows as present) and deletes
     them. A's commit was right and is superseded: nothing to quarantine."""
     family, store, client = make_family(shards=1)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     names = [f"s{i}" for i in range(4)]
     client.record(
         [

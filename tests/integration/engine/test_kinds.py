@@ -318,7 +318,7 @@ def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
     client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=6), ("w", 99))])
     engine.run_family(store, t0 + timedelta(minutes=8), now=t0 + timedelta(minutes=10))
     assert client.read("IBM") == 17
-    assert store.read_audit(5)[1]["outcome"] == "reset"
+    assert store.audit.page(5)[1]["outcome"] == "reset"
     with pytest.raises(engine.EngineError, match="before its compacted epoch"):
         engine.reset_counter(store, ("IBM",), t0 + timedelta(minutes=1), reset_id="other")
 
@@ -477,12 +477,12 @@ def test_a_rows_counter_whose_rows_were_all_deleted_comes_down_to_zero(orders, t
         assert (found.counter[0], found.expected, found.counted) == (1, 0, 3)
         [repaired] = engine.reconcile(store, repair=True)
         assert repaired.repaired and repaired.difference == -3
-        assert store.read_audit(1)[0]["sum_folded"] == -3
+        assert store.audit.page(1)[0]["sum_folded"] == -3
     else:
         summary = engine.run_family(store, t0 + timedelta(minutes=7), now=t0 + timedelta(minutes=8))
         assert summary.plan.sweep and summary.outcome == "success"
         assert (summary.tally.rows_gone, summary.tally.late_rows) == (3, 0)
-        assert "3 counted business row(s) found deleted" in store.read_audit(1)[0]["message"]
+        assert "3 counted business row(s) found deleted" in store.audit.page(1)[0]["message"]
     values = client.read_many([(1, DAY), (2, DAY)])
     assert [(v.compact_value, v.value) for v in values] == [(0, 0), (3, 3)]
     assert engine.reconcile(store) == [] and business_rows(store) == 3

@@ -47,7 +47,9 @@ def _family(make_family, t0, n=N):
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, n)
     # no sweep falls in these runs: every run after the first reads only marked counters
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     return store, client, counters
 
 
