@@ -268,12 +268,12 @@ def _next_run(bench: Bench) -> dict[str, Any]:
 
 
 def _sweep_after_fold(bench: Bench, family: Family) -> dict[str, Any]:
-    """``discovery: scan`` (the sweep) on the family just folded: ``Store.scan_counters``
+    """``discovery: scan`` (the sweep) on the family just folded: ``Store.raw.scan_counters``
     per shard, over a raw table that now holds one tombstone per folded row."""
     store = Store(bench.conn, family.model_copy(update={"discovery": "scan"}))
     try:
         with Meter(bench.server) as meter:
-            found = sum(len(store.scan_counters(s)) for s in range(family.shards))
+            found = sum(len(store.raw.scan_counters(s)) for s in range(family.shards))
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return {"ok": True, "seconds": round(meter.seconds, 3), "counters_found": found}

@@ -573,8 +573,8 @@ def write_folded_compact_rows(
     """Counters as an earlier run of the engine leaves them after its cleanup: a ledger row
     (value, epoch, and the ``pending`` list of the ``pending_rows`` raw rows it counted, which
     cleanup deleted) and the readers' compact copy, written by the engine's own
-    ``Store.commit_bucket`` and ``Store.copy_compact``, a bucket at a time; the raw rows they
-    stand for are absent, as after gc_grace."""
+    ``Store.ledger.commit_bucket`` and ``Store.ledger.copy_compact``, a bucket at a time; the
+    raw rows they stand for are absent, as after gc_grace."""
     from counters.core import Checkpoint, Fold, to_millis
     from counters.engine import COMMIT_CHUNK
     from counters.store import Store
@@ -591,17 +591,19 @@ def write_folded_compact_rows(
         by_bucket.setdefault(store.bucket(key), []).append((key, value))
     now = int(time.time() * 1_000_000)
     for (shard, bucket), members in by_bucket.items():
-        head = store.read_ledger(shard, bucket, []).head
+        head = store.ledger.read_ledger(shard, bucket, []).head
         for group in chunked(members, COMMIT_CHUNK):
             folds = [
                 Fold(key, Checkpoint(), epoch_ms, value, pending, pending_rows, pending_rows, value)
                 for key, value in group
             ]
-            commit_id = store.new_commit_id()
-            if not store.commit_bucket(shard, bucket, head, folds, commit_id, "bench-setup", now):
+            commit_id = store.ledger.new_commit_id()
+            if not store.ledger.commit_bucket(
+                shard, bucket, head, folds, commit_id, "bench-setup", now
+            ):
                 raise RuntimeError(f"bench setup: bucket {shard}/{bucket} changed under it")
             head = commit_id
-            store.copy_compact(
+            store.ledger.copy_compact(
                 [
                     (f.counter, Checkpoint(f.value, epoch_ms, commit_id, frozenset(), 0, now))
                     for f in folds
@@ -613,12 +615,12 @@ def write_folded_compact_rows(
 
 def tombstone_index_marks(store: Any, keys: Sequence[tuple], ts_micros: int) -> None:
     """Index marks the engine forgot recently (within the index's gc_grace_seconds): written by
-    ``Store.forget_touched`` itself, as a run's cleanup writes them."""
+    ``Store.index.forget_touched`` itself, as a run's cleanup writes them."""
     from counters.store import Touched
 
     entries = [Touched(key, ts_micros) for key in keys]
     for group in chunked(entries, 20000):
-        store.forget_touched(group)
+        store.index.forget_touched(group)
 
 
 def sweeping_far_away() -> dict[str, str]:

@@ -141,7 +141,7 @@ def fold_io_costs(
 
     Reads: one request per counter; ``IN`` over 50 counters per request (what Store does);
     token-range scans of the whole table. Deletes: single-row deletes in unlogged batches of
-    10 counters (what Store.delete_rows does); one multi-column ``IN`` delete per counter
+    10 counters (what Store.raw.delete_rows does); one multi-column ``IN`` delete per counter
     (``DELETE ... WHERE type = ? AND (modify_time, actor, version) IN ?``); the same, 10
     counters per unlogged batch."""
     session = conn.session

@@ -35,7 +35,7 @@ def reads(bench: Bench) -> None:
         Increment(keys["compacted"], inc, at, ("lat", k)) for k, (at, inc) in enumerate(history)
     )
     # Left uncompacted: written without an index mark, so no run ever finds it.
-    store.insert_raw(
+    store.raw.insert_raw(
         [
             (keys["uncompacted"], (at, "lat", k), inc, write_timestamp(at))
             for k, (at, inc) in enumerate(history)
@@ -57,7 +57,7 @@ def reads(bench: Bench) -> None:
     # What the engine's fold read (all of a counter's rows, tombstones included) costs on
     # the same counters: the compacted one carries a tombstone per folded row.
     fold = bench.read_latency(
-        lambda key: store.read_rows([key]), keys, max(50, p.reads // 4), warmup=10
+        lambda key: store.raw.read_rows([key]), keys, max(50, p.reads // 4), warmup=10
     )
     bench.results["read_latency"] = {
         "history_minutes": p.history_minutes,

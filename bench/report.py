@@ -267,7 +267,7 @@ def table(report: dict[str, Any]) -> str:
             )
         for name, s in (r["read_latency"].get("fold_read_rows") or {}).items():
             row(
-                f"   fold read (Store.read_rows) {name}",
+                f"   fold read (Store.raw.read_rows) {name}",
                 f"p50 {_fmt(s['p50_ms'], ' ms')}",
                 f"p99 {_fmt(s['p99_ms'], ' ms')}",
             )

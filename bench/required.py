@@ -5,11 +5,12 @@ than read: issue #12 and docs/correctness.md ask for an independent recount on t
 before anything is deleted, many counters per Paxos round over a bucketed ledger with the
 counted keys recorded beside it, the compact table written for readers and read back, and
 exactly the counted rows deleted as row tombstones. This section does each of those once over
-the main data set, bucket by bucket, with the functions a run calls (``Store.scan_rows``,
-``core.fold_counter``, ``Store.recount``, ``compaction.commit_folds``, ``Store.copy_compact``,
-``Store.read_copies``, ``Store.runs.read_run_commits``, ``Store.delete_rows``), and nothing
-else: no discovery, leases, planning, checks, marks or audit. Its sum is the floor of this design on
-this node: what a run costs at best, in the same bench run as the scan floor and the engine.
+the main data set, bucket by bucket, with the functions a run calls
+(``Store.raw.scan_rows``, ``core.fold_counter``, ``Store.raw.recount``,
+``compaction.commit_folds``, ``Store.ledger.copy_compact``, ``Store.ledger.read_copies``,
+``Store.runs.read_run_commits``, ``Store.raw.delete_rows``), and nothing else: no discovery,
+leases, planning, checks, marks or audit. Its sum is the floor of this design on this node:
+what a run costs at best, in the same bench run as the scan floor and the engine.
 
 Writes go to a scratch family of the same layout, so the main data stays for the measured run.
 Its raw table is empty: a row tombstone is a blind write, as costly for the node whether or not
@@ -65,7 +66,7 @@ def required_work(
         return found
 
     def read(shard: int, bucket: int) -> None:
-        rows[shard, bucket] = main.scan_rows(shard, bucket)
+        rows[shard, bucket] = main.raw.scan_rows(shard, bucket)
 
     def fold(shard: int, bucket: int) -> None:
         folds[shard, bucket] = [
@@ -74,7 +75,7 @@ def required_work(
         ]
 
     def commit(shard: int, bucket: int) -> None:
-        head = scratch.read_ledger(shard, bucket, None).head
+        head = scratch.ledger.read_ledger(shard, bucket, None).head
         applied = []
         done: list[tuple[Fold, Any, int]] = []
         for chunk in chunked(folds[shard, bucket], COMMIT_CHUNK):
@@ -92,7 +93,7 @@ def required_work(
             (f.counter, committed_checkpoint(f, commit_id, now, run_id))
             for f, commit_id, now in commits[shard, bucket]
         ]
-        scratch.copy_compact(copies, run_id, write_timestamp(utc_now()))
+        scratch.ledger.copy_compact(copies, run_id, write_timestamp(utc_now()))
 
     ts = write_timestamp(utc_now())
     logs: dict[int, dict] = {}
@@ -100,14 +101,14 @@ def required_work(
     def delete(shard: int, bucket: int) -> int:
         records = logs[shard].get(bucket, [])
         deletions = [(c, keys) for record in records for c, _e, keys in record.entries]
-        return scratch.delete_rows(deletions, ts)
+        return scratch.raw.delete_rows(deletions, ts)
 
     each("read", read)
     each("fold", fold)
-    recounts = each("recount", lambda s, b: main.recount(s, b, None, epoch_ms))
+    recounts = each("recount", lambda s, b: main.raw.recount(s, b, None, epoch_ms))
     each("commit", commit)
     each("copy", copy)
-    read_back = each("read_back", lambda s, b: scratch.read_copies(s, b, None))
+    read_back = each("read_back", lambda s, b: scratch.ledger.read_copies(s, b, None))
     shards = [(s,) for s in range(main.family.shards)]
     found_logs = each("log", lambda s: scratch.runs.read_run_commits(run_id, s, [run_id]), shards)
     logs.update(enumerate(found_logs))

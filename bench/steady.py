@@ -49,7 +49,7 @@ def steady(bench: Bench) -> None:
             f"steady round {n}", family, data.epoch, expected, ranges, quiet=False
         )
         for shard, bucket in itertools.product(range(family.shards), range(BUCKETS)):
-            store.forget_bucket(shard, bucket, written_from)
+            store.index.forget_bucket(shard, bucket, written_from)
         rounds.append(
             {
                 "round": n,

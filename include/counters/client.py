@@ -145,8 +145,8 @@ class CounterClient:
             minutes: dict[Key, set[int]] = {}
             for e in events:  # the minutes of the rows: a run reads each counter down to them
                 minutes.setdefault(e.counter, set()).add(minute_ms(e.time))
-            self.store.mark_touched(list(minutes), minutes)
-        self.store.insert_raw(
+            self.store.index.mark_touched(list(minutes), minutes)
+        self.store.raw.insert_raw(
             [
                 (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))
                 for e in events
@@ -175,9 +175,9 @@ class CounterClient:
         pairs = [(as_key(counter), member) for counter, member in items]
         now = truncate_ms(utc_naive(at or datetime.now(UTC)))
         if self.family.discovery is Discovery.INDEX:
-            self.store.mark_touched(key for key, _member in pairs)
-        outcomes = self.store.add_members(pairs, now)
-        self.store.insert_raw(
+            self.store.index.mark_touched(key for key, _member in pairs)
+        outcomes = self.store.raw.add_members(pairs, now)
+        self.store.raw.insert_raw(
             [
                 (key, (first_seen, member), 1, write_timestamp(first_seen))
                 for (key, member), (_first, first_seen) in zip(pairs, outcomes, strict=True)
@@ -208,11 +208,11 @@ class CounterClient:
         an increment whose time is at or before it and that no run has folded yet (a late row)
         is not in ``read()`` until the next run that reads the counter, as ``read`` says. An
         increment after it is in ``read()`` as soon as it is written."""
-        return self.store.read_epochs([as_key(counter)])[as_key(counter)]
+        return self.store.reader.read_epochs([as_key(counter)])[as_key(counter)]
 
     def read_many(self, counters: Sequence[str | Sequence[object]]) -> list[CounterValue]:
         keys = [as_key(c) for c in counters]
-        values = self.store.read_values(keys)
+        values = self.store.reader.read_values(keys)
         return [
             CounterValue(k, values[k][0] + values[k][2], values[k][0], values[k][1], values[k][2])
             for k in keys

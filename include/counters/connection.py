@@ -614,7 +614,7 @@ class Connection:
 
     The touched-counter index is written with server-assigned timestamps, so a writer whose
     clock runs behind cannot have its mark shadowed by the compactor's conditional delete
-    (see ``Store.forget_touched``).
+    (see ``Store.index.forget_touched``).
     """
 
     def __init__(

@@ -95,7 +95,7 @@ def read_lags(stores: Iterable[Store], now: datetime) -> list[FamilyLag]:
     lags = []
     for store in stores:
         try:
-            epoch = store.family_epoch()
+            epoch = store.control.family_epoch()
         except SchemaError as exc:
             lag = family_lag(store.family, None, now)
             lags.append(FamilyLag(lag.family, None, lag.state, None, lag.limit, str(exc)))

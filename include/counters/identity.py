@@ -288,7 +288,7 @@ def _check_unrecorded(store: Store) -> None:
             f"by its shard, so it would not be found and its rows would be counted again); "
             f"{_fix('shards', shards, family)}. Nothing was read or changed."
         )
-    positions = store.ledger_positions(LEDGER_SAMPLE)
+    positions = store.ledger.ledger_positions(LEDGER_SAMPLE)
     tokens = [(shard, bucket, store.token(counter)) for shard, bucket, counter in positions]
     if all(bucket_of(token, family.shards) == (s, b) for s, b, token in tokens):
         return

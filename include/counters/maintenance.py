@@ -1,7 +1,7 @@
 """Operations on single counters outside the compaction schedule: reset, reconcile, quarantine.
 
 Every change to a checkpoint goes through the same bucket compare-and-set as a compaction run
-(``Store.commit_bucket``), so a concurrent run can never overwrite a reset or a repair, nor a
+(``Store.ledger.commit_bucket``), so a concurrent run can never overwrite a reset or a repair, nor a
 reset or repair a run's commit: whichever commits second re-reads and re-plans.
 """
 
@@ -151,7 +151,7 @@ def plan_reset(
     family = store.family
     current = _resettable(family, counter, at, now)
     check_family(store, record=False)
-    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
     value_before = compact_value + newer
     base = _base(store, counter)[3]
     done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
@@ -164,7 +164,7 @@ def plan_reset(
     if not family.folds_by_slice:
         at_ms = to_millis(point.at)
         consumed = sum(
-            1 for time_ms, _k, _i in store.read_rows([counter])[counter] if time_ms <= at_ms
+            1 for time_ms, _k, _i in store.raw.read_rows([counter])[counter] if time_ms <= at_ms
         )
     return ResetResult(
         counter, point.reset_id, point.at, value_before, already_done=False, rows_deleted=consumed
@@ -177,10 +177,10 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     commit; a copy naming a commit the ledger does not hold is refused, as a run quarantines
     it: taken as a base, its rows would be counted again)."""
     shard, bucket = store.bucket(counter)
-    ledger = store.read_ledger(shard, bucket, [counter])
+    ledger = store.ledger.read_ledger(shard, bucket, [counter])
     check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
-    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
     if checkpoint is not None and copy is not None and copy.commit_id == checkpoint.commit_id:
         checkpoint = versioned_by_copy(checkpoint, copy.writetime)  # a restored copy
     if checkpoint is None:
@@ -208,8 +208,8 @@ def commit_counter(
     if done is None:
         return None
     checkpoint = committed_checkpoint(fold, *done, run_id)
-    store.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
-    copy = store.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
+    store.ledger.copy_compact([(fold.counter, checkpoint)], run_id, done[1])
+    copy = store.ledger.read_copies(shard, bucket, [fold.counter]).get(fold.counter)
     if copy is not None and copy.commit_id == checkpoint.commit_id:  # a copy gone later: tampering
         store.runs.mark_verified(run_id, shard, bucket, [checkpoint.commit_id], run_id)
     return checkpoint
@@ -235,7 +235,7 @@ def reset_counter(
     current = _resettable(family, counter, at, now)
     check_family(store, record=True, run_id=reset_id or "reset")
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
-    compact_value, _epoch, newer = store.read_values([counter])[counter]
+    compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
     value_before = compact_value + newer
     done_at = _reset_done(store, counter, reset_id) if reset_id is not None else None
     for _attempt in range(MAX_ATTEMPTS):
@@ -250,7 +250,7 @@ def reset_counter(
             done_at_ms=done_at,
         )
         if point.already_done:
-            store.mark_touched([counter])  # the next run finishes what the reset left
+            store.index.mark_touched([counter])  # the next run finishes what the reset left
             return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
         at_ms = to_millis(point.at)
         consumed: list[tuple[Any, ...]] = []
@@ -258,7 +258,7 @@ def reset_counter(
         values: list[Any] = []
         kinds = bytearray()
         if not family.folds_by_slice:
-            rows = store.read_rows([counter])[counter]
+            rows = store.raw.read_rows([counter])[counter]
             if family.archive is not None and needs_pending(base, rows):
                 # which of the rows its last commit counted an archive holds already
                 loaded = {counter: base}
@@ -289,7 +289,7 @@ def reset_counter(
     else:
         raise EngineError(f"counter {format_key(counter)}: reset kept conflicting with runs")
     at, reset_id = point.at, point.reset_id
-    copy = store.read_copies(shard, bucket, [counter]).get(counter)
+    copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
     if copy is None or copy.value != 0 or copy.epoch_ms != at_ms:
         raise ChecksFailed(f"reset of {format_key(counter)} not visible: {copy}", [])
     deleted = 0
@@ -299,9 +299,9 @@ def reset_counter(
             store, shard, bucket, reset_id, committed, started_at
         ):
             ts = max(micros(), micros(now), at_ms * 1000 + 1000)
-            deleted = store.delete_rows([(counter, list(committed.pending))], ts)
+            deleted = store.raw.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
-            store.mark_touched([counter])
+            store.index.mark_touched([counter])
             left = "; its consumed rows are left for the next run, which archives them"
     plan = RunPlan(family.name, reset_id, at, None, ())
     record = audit_record(
@@ -315,7 +315,7 @@ def reset_counter(
         started_at=started_at,
     )
     parameters = {"counter": format_key(counter), "at": at.isoformat(), "reset_id": reset_id}
-    store.write_audit({**record, "action": Action.RESET, "parameters": parameters})
+    store.audit.write({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
     )
@@ -403,7 +403,7 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
         else:
             found += _reconcile_rows(store, shard, repair)
     if repair:
-        store.write_audit(repair_record(family, found))
+        store.audit.write(repair_record(family, found))
     return found
 
 
@@ -439,17 +439,19 @@ def _reconcile_unique(store: Store, shard: int, repair: bool) -> list[Discrepanc
     from .core import write_timestamp
 
     found = []
-    counters = store.scan_set_counters(shard)
-    truth = store.count_members(counters)
-    values = store.read_values(counters) if counters else {}
+    counters = store.raw.scan_set_counters(shard)
+    truth = store.raw.count_members(counters)
+    values = store.reader.read_values(counters) if counters else {}
     seen = {c: compact + newer for c, (compact, _epoch, newer) in values.items()}
     for counter in counters:
         if truth[counter] == seen[counter]:
             continue
         if repair:
-            missing = [(m, t) for m, t, counted in store.members(counter) if not counted]
-            store.mark_touched([counter])
-            store.insert_raw([(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t])
+            missing = [(m, t) for m, t, counted in store.raw.members(counter) if not counted]
+            store.index.mark_touched([counter])
+            store.raw.insert_raw(
+                [(counter, (t, m), 1, write_timestamp(t)) for m, t in missing if t]
+            )
         found.append(Discrepancy(counter, truth[counter], seen[counter], repair))
     return found
 
@@ -462,7 +464,9 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
             if base.epoch_ms is None:
                 break
             origin = Checkpoint(epoch_ms=base.origin_ms)  # a reset's value counts after it
-            rows, _total = store.read_slices([counter], {counter: origin}, base.epoch_ms)[counter]
+            rows, _total = store.raw.read_slices([counter], {counter: origin}, base.epoch_ms)[
+                counter
+            ]
             if rows == base.value:
                 break
             repaired = False
@@ -479,9 +483,11 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
 def _rows_counters(store: Store, shard: int) -> list[Key]:
     """A rows family's counters in ``shard``: those with rows, and those with a checkpoint
     whose rows may all have been deleted since (its count is then a difference to report)."""
-    known = dict.fromkeys(store.scan_counters(shard))
+    known = dict.fromkeys(store.raw.scan_counters(shard))
     for bucket in range(BUCKETS):
-        known.update(dict.fromkeys(store.read_ledger(shard, bucket, None, False).checkpoints))
+        known.update(
+            dict.fromkeys(store.ledger.read_ledger(shard, bucket, None, False).checkpoints)
+        )
     return list(known)
 
 
@@ -508,14 +514,14 @@ def release(store: Store, counter: Key) -> Checkpoint:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
-    checkpoints = store.read_ledger(shard, bucket, [counter]).checkpoints
+    checkpoints = store.ledger.read_ledger(shard, bucket, [counter]).checkpoints
     if store.family.kind is Kind.UNIQUE and counter in checkpoints:  # the copy lists them
         store.runs.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:
         # after the ledger's version and the changed copy's, so the restored copy wins, and
         # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
-        copy = store.read_copies(shard, bucket, [counter]).get(counter)
+        copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
         version = restored_version(
             checkpoint.version, copy.writetime if copy is not None else None, micros()
         )
@@ -528,7 +534,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             version,
             checkpoint.run_id,
         )
-        store.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
+        store.ledger.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
     store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
@@ -536,7 +542,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
         if checkpoint is not None
         else "no ledger checkpoint (never committed)"
     )
-    store.write_audit(
+    store.audit.write(
         operator_record(
             store.family,
             action=Action.QUARANTINE_RELEASE,

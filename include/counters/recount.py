@@ -263,8 +263,8 @@ def _present(
             by_bucket.setdefault(store.bucket(key), []).append(key)  # type: ignore[union-attr]
     out: dict[tuple[Any, ...], Present] = {}
     for (shard, bucket), keys in sorted(by_bucket.items()):
-        ledger = store.read_ledger(shard, bucket, keys)
-        copies = store.read_copies(shard, bucket, keys)
+        ledger = store.ledger.read_ledger(shard, bucket, keys)
+        copies = store.ledger.read_copies(shard, bucket, keys)
         counters = set(ledger.checkpoints) | set(copies) | set(keys or ())
         archived = {c: {s.commit_id for s in segments.get(tuple(encode(c)), [])} for c in counters}
         for counter in counters:
@@ -332,7 +332,7 @@ def _last_commit(
         for k, f in zip(entry.keys, flags, strict=True)
         if f & ROW_COUNTED and not f & ROW_ARCHIVED
     ]
-    found = store.read_rows_at(counter, wanted) if wanted else []
+    found = store.raw.read_rows_at(counter, wanted) if wanted else []
     return replace(
         present,
         first=bool(segment and (segment.from_zero or segment.reset)),

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .core import BUCKETS, bucket_of
+from .core import BUCKETS, bucket_of, shard_of
 from .errors import EngineError
 from .identity import IdentityMismatch, check_identity, encode, family_identity
 from .schema import SchemaError
@@ -55,7 +55,7 @@ def reshard(
     say(f"fencing {before * BUCKETS} ledger partition(s) of {before} shard(s)")
     for shard in range(before):
         for bucket in range(BUCKETS):
-            store.fence_bucket(shard, bucket)
+            store.ledger.fence_bucket(shard, bucket)
     moved = records = 0
     for shard in range(before):
         say(f"moving the checkpoints of shard {shard}")
@@ -65,16 +65,16 @@ def reshard(
     for shard in range(max(before, shards)):
         for bucket in range(BUCKETS):
             if shard < shards:
-                store.open_bucket(shard, bucket, shards)
+                store.ledger.open_bucket(shard, bucket, shards)
             else:
-                store.drop_bucket(shard, bucket)
+                store.ledger.drop_bucket(shard, bucket)
     say("moving quarantine entries and index marks")
-    quarantined = store.move_quarantine(before, shards)
-    marks = store.move_marks(before, shards)
+    quarantined = _move_quarantine(store, before, shards)
+    marks = _move_marks(store, before, shards)
     done = {k: v for k, v in moving.items() if k != "resharding"}
     done["shards"] = shards
     _record(store, moving, done)
-    store.record_shards(shards)
+    store.control.record_shards(shards)
     return Resharded(family.name, before, shards, moved, records, quarantined, marks)
 
 
@@ -102,7 +102,7 @@ def plan_reshard(store: Store, shards: int) -> ReshardPlan:
     total = moving = 0
     for shard in range(before):
         for bucket in range(BUCKETS):
-            for counter, _row in store.ledger_rows(shard, bucket):
+            for counter, _row in store.ledger.ledger_rows(shard, bucket):
                 total += 1
                 if bucket_of(store.token(counter), shards) != (shard, bucket):
                     moving += 1
@@ -159,14 +159,14 @@ def _recorded_shards(
 def _written(store: Store) -> int:
     from .identity import written_shards
 
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(256)]
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(256)]
     found = written_shards(positions) if positions else None
     return found or store.control.family_state().shards or store.family.shards
 
 
 def _record(store: Store, expected: dict[str, Any], identity: dict[str, Any]) -> None:
     for table in store.family.tables:
-        if not store.replace_identity(table, encode(expected), encode(identity)):
+        if not store.control.replace_identity(table, encode(expected), encode(identity)):
             raise SchemaError(
                 f"family {store.family.name!r}: the identity of {table} changed meanwhile (another "
                 "reshard?); run the command again. Nothing more was changed."
@@ -177,12 +177,40 @@ def _move_bucket(store: Store, shard: int, bucket: int, shards: int) -> tuple[in
     """Move the checkpoints of one old partition that a count of ``shards`` puts elsewhere, each
     with its commit's record of counted keys first (a later fold reads it at the new place)."""
     moved = records = 0
-    for counter, row in store.ledger_rows(shard, bucket):
+    for counter, row in store.ledger.ledger_rows(shard, bucket):
         place = bucket_of(store.token(counter), shards)
         if place == (shard, bucket):
             continue  # already where the new count puts it
-        if store.copy_commit_record(row, counter, (shard, bucket), place):
+        checkpoint = store.ledger.row_checkpoint(row)
+        if store.runs.copy_commit_record(checkpoint, counter, (shard, bucket), place):
             records += 1
-        store.move_ledger_row(counter, row, (shard, bucket), place)
+        store.ledger.move_ledger_row(counter, row, (shard, bucket), place)
         moved += 1
     return moved, records
+
+
+def _move_quarantine(store: Store, before: int, shards: int) -> int:
+    """Move the quarantine entries of ``before`` shards to their shard under ``shards``; how
+    many moved."""
+    moved = 0
+    for shard in range(before):
+        for counter, entry in store.control.quarantine_entries(shard):
+            to = shard_of(store.token(counter), shards)
+            if to != shard:
+                store.control.move_quarantine_entry(counter, entry, shard, to)
+                moved += 1
+    return moved
+
+
+def _move_marks(store: Store, before: int, shards: int) -> int:
+    """Move the index marks of ``before`` shards to their partition under ``shards``, each
+    with its server write time; how many moved."""
+    moved = 0
+    for shard in range(before):
+        for bucket in range(BUCKETS):
+            for counter, minutes, written in store.index.marks_to_move(shard, bucket):
+                to = bucket_of(store.token(counter), shards)
+                if to != (shard, bucket):
+                    store.index.move_mark(counter, minutes, written, (shard, bucket), to)
+                    moved += 1
+    return moved

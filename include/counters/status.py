@@ -180,7 +180,7 @@ class AuditRow:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> AuditRow:
-        """From a row of ``Store.read_audit*`` (missing or NULL columns read as empty)."""
+        """From a row of ``store.audit.page`` (missing or NULL columns read as empty)."""
         durations = {}
         for phase, seconds in _json_field(record.get("durations")).items():
             try:
@@ -366,7 +366,7 @@ def audit_page(
     limit = min(limit, MAX_PAGE)
     since = utc_naive(since) if since else None
     before = utc_naive(before) if before else None
-    return [AuditRow.from_record(r) for r in store.read_audit_range(limit, since, before)]
+    return [AuditRow.from_record(r) for r in store.audit.page(limit, since, before)]
 
 
 def audit_stream(
@@ -423,7 +423,7 @@ def family_health(
     within = foreign_rows_bound(store.family, state.last_sweep_size)
     rows = [
         AuditRow.from_record(r)
-        for r in store.read_audit_range(window_limit, since=utc_naive(now) - window)
+        for r in store.audit.page(window_limit, since=utc_naive(now) - window)
     ]
     last = rows[0] if rows else next(iter(audit_page(store, 1)), None)
     return FamilyHealth(
@@ -434,7 +434,7 @@ def family_health(
         lag=freshness(epoch, now, store.family),
         last_run=last,
         window=totals(rows, truncated=len(rows) >= window_limit),
-        quarantined=store.read_quarantine_sample(quarantine_limit),
+        quarantined=store.control.read_quarantine_sample(quarantine_limit),
         quarantine_limit=quarantine_limit,
     )
 
@@ -484,17 +484,17 @@ def look_up(
     counter = store.parse_key(split_counter(store.family, text))
     value = CounterClient(store.conn, store.family, store).read_many([counter])[0]
     shard, bucket = store.bucket(counter)
-    ledger = store.read_ledger(shard, bucket, [counter], with_pending=False).checkpoints
+    ledger = store.ledger.read_ledger(shard, bucket, [counter], with_pending=False).checkpoints
     worked = [row for row in audit_page(store, audit_limit) if row.counters and not row.dry_run][
         :history_runs
     ]
-    committed = store.runs_with_counter([row.run_id for row in worked], counter)
+    committed = store.runs.runs_with_counter([row.run_id for row in worked], counter)
     return CounterState(
         value=value,
         shard=shard,
         bucket=bucket,
         ledger=ledger.get(counter),
-        quarantine=store.quarantined_entry(counter),
+        quarantine=store.control.quarantined_entry(counter),
         history=[row for row in worked if row.run_id in committed],
         runs_searched=len(worked),
     )

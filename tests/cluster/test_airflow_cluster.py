@@ -215,4 +215,4 @@ def test_two_nodes_down_the_task_fails_clearly_and_its_retry_completes(
     output = capfd.readouterr()
     assert "Cannot achieve consistency level LOCAL_QUORUM" in output.out + output.err
     assert_exact(cf, expected, epoch)
-    assert [a["outcome"] for a in cf.admin.read_audit(5)] == ["success"]
+    assert [a["outcome"] for a in cf.admin.audit.page(5)] == ["success"]

@@ -47,7 +47,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "store.runlog",
             "store.control",
             "store.auditlog",
-            "store.moves",
             "store.reads",
             "schema",
             "connection",

@@ -5,7 +5,16 @@ than inheriting it (issue #42)."""
 from __future__ import annotations
 
 import pytest
-from counters.store import ControlTable, RunLogTable, Store, StoreBase
+from counters.store import (
+    ControlTable,
+    IndexTable,
+    LedgerTable,
+    RawTable,
+    Reader,
+    RunLogTable,
+    Store,
+    StoreBase,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -13,6 +22,10 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     ("table", "some"),
     [
+        (RawTable, {"insert_raw", "read_rows", "delete_rows", "recount"}),
+        (IndexTable, {"mark_touched", "touched", "forget_touched"}),
+        (LedgerTable, {"commit_bucket", "read_ledger", "read_copies", "fence_bucket"}),
+        (Reader, {"read_values", "read_epochs"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
         (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
     ],

@@ -201,7 +201,7 @@ def _audit(
     )
     store = store_for(family)
     store.provenance = run.provenance
-    store.write_audit(record)
+    store.audit.write(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run.run_id, outcome)
     metrics.emit_run(
         record,
@@ -628,7 +628,7 @@ def _read_lag(family: Family, conn: Connection, now: datetime) -> FamilyLag:
     ``problem``, so one unreadable family does not stop the check of the others."""
     try:
         store = Store(conn, family)
-        epoch = store.family_epoch()
+        epoch = store.control.family_epoch()
         metrics.emit_family(
             family.name,
             epoch,

@@ -223,7 +223,7 @@ def _commits(
         masks.append(mask)
         suspects.append(suspect)
     present = {
-        counter: {r[1] for r in store.read_rows_at(decode(list(counter)), keys)}
+        counter: {r[1] for r in store.raw.read_rows_at(decode(list(counter)), keys)}
         for counter, keys in carried.items()
         if keys
     }
@@ -276,10 +276,10 @@ def _later_commits(
     for bucket, record, rec in records:
         by_bucket.setdefault(bucket, []).append((record, rec))
     for bucket, items in sorted(by_bucket.items()):
-        if store.bucket_head(shard, bucket) in mine.get(bucket, ()):
+        if store.ledger.bucket_head(shard, bucket) in mine.get(bucket, ()):
             continue
         wanted = {c: decode(list(c)) for _r, rec in items for c in rec.counters}
-        ledger = store.read_ledger(shard, bucket, list(wanted.values()), with_pending=False)
+        ledger = store.ledger.read_ledger(shard, bucket, list(wanted.values()), with_pending=False)
         current = {c: ledger.checkpoints.get(key) for c, key in wanted.items()}
         moved: dict[Key, Checkpoint] = {}
         for record, rec in items:

@@ -148,11 +148,11 @@ def cleanup_shard(
             if store.family.kind is Kind.UNIQUE:
                 # members first: once their derived rows are gone, the mark is what keeps a
                 # duplicate row (a clock-behind writer's) from counting the member again
-                store.mark_counted(
+                store.raw.mark_counted(
                     [(c, [k[MEMBER_INDEX] for k in keys.keys]) for c, keys in deletions]
                 )
                 fault("cleanup_mark")
-            part.rows_deleted += store.delete_rows(deletions, tombstone_ts)
+            part.rows_deleted += store.raw.delete_rows(deletions, tombstone_ts)
         store.phase = "verify_cleanup"
         _check_left(store, shard, bucket, mine, part)
         return part
@@ -204,9 +204,9 @@ def _check_left(
             if not left.get(counter, (0, 0))[0]:
                 continue
             try:
-                present = store.read_rows([counter])[counter]
+                present = store.raw.read_rows([counter])[counter]
             except (ReadFailure, ReadTimeout):  # a hot counter: its counted rows only
-                present = store.read_rows_at(counter, list(counted[counter]))
+                present = store.raw.read_rows_at(counter, list(counted[counter]))
                 report.windowed += 1
             for time_ms, key, increment in present:
                 if time_ms > epoch_ms:

@@ -253,14 +253,14 @@ def read_rows_tolerant(
     if not counters:
         return {}, {}
     try:
-        return store.read_rows(counters), {}
+        return store.raw.read_rows(counters), {}
     except (ReadFailure, ReadTimeout):
         pass
     rows: dict[Key, list[Row]] = {}
     floors: dict[Key, int] = {}
     for counter in counters:  # one at a time, to find the counter(s) that cannot be read
         try:
-            rows.update(store.read_rows([counter]))
+            rows.update(store.raw.read_rows([counter]))
         except (ReadFailure, ReadTimeout) as exc:
             base = ledger.checkpoints.get(counter)
             if base is not None and not base.pending_loaded:  # its counted rows: point reads
@@ -286,11 +286,11 @@ def read_hot_counter(
     if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
         raise error
     epoch = checkpoint.epoch_ms
-    found = {r[1]: r for r in store.read_rows([counter], epoch)[counter]}
-    found.update((r[1], r) for r in store.read_rows_at(counter, list(checkpoint.pending)))
+    found = {r[1]: r for r in store.raw.read_rows([counter], epoch)[counter]}
+    found.update((r[1], r) for r in store.raw.read_rows_at(counter, list(checkpoint.pending)))
     floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
     try:
-        found.update((r[1], r) for r in store.read_rows_between(counter, floor, epoch))
+        found.update((r[1], r) for r in store.raw.read_rows_between(counter, floor, epoch))
     except (ReadFailure, ReadTimeout):
         floor = epoch
     log.warning(

@@ -111,7 +111,7 @@ def conclude_run(
 ) -> Conclusion:
     """Advance the family's compacted epoch, read it back, and decide how the run ends."""
     finish_run(store, plan, tally)
-    moved = epoch_advanced(plan, store.family_epoch())
+    moved = epoch_advanced(plan, store.control.family_epoch())
     return conclusion(store.family.name, plan, tally, [*checks, moved])
 
 
@@ -136,7 +136,7 @@ def audit_record(
     gx_suite: str | None = None,
     gx_result: str | None = None,
 ) -> dict[str, Any]:
-    """A run's audit row (``Store.write_audit`` adds who ran it, the code version and the
+    """A run's audit row (``store.audit.write`` adds who ran it, the code version and the
     configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
     run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
     return {

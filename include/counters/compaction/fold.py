@@ -122,7 +122,7 @@ def settle(
     bucket's compare-and-set decides whether it commits."""
     if not suspects:
         return suspects
-    fresh = ctx.store.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
+    fresh = ctx.store.ledger.read_ledger(ctx.shard, bucket, list(suspects)).checkpoints
     now, _recopy, still = fold_bases(fresh, copies, {c: [] for c in suspects}, ctx.quarantined)
     for counter in suspects:
         if counter not in still and counter in now and counter in bases:
@@ -169,7 +169,7 @@ def against_readers(
         f.counter for f in folds if f.counter not in copies and ctx.store.bucket(f.counter) != here
     ]
     if elsewhere:
-        copies = {**copies, **ctx.store.read_copies(ctx.shard, bucket, elsewhere)}
+        copies = {**copies, **ctx.store.ledger.read_copies(ctx.shard, bucket, elsewhere)}
     kept: list[Fold] = []
     refused: list[tuple[Key, str, str]] = []
     for fold in folds:
@@ -211,13 +211,13 @@ def fold_rows(
     store = ctx.store
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
-        slices = store.read_slices(counters, bases, ctx.epoch_ms)
+        slices = store.raw.read_slices(counters, bases, ctx.epoch_ms)
         if not ctx.sweep:
             return [fold_slice(c, bases[c], *slices[c], ctx.epoch_ms) for c in counters]
         # a sweep also recounts what each value counts (after its reset point): rows written
         # behind a checkpoint (a writer's clock behind by more than the lag) are folded now
         origins = {c: Checkpoint(epoch_ms=bases[c].origin_ms) for c in counters}
-        full = store.read_slices(counters, origins, ctx.epoch_ms)
+        full = store.raw.read_slices(counters, origins, ctx.epoch_ms)
         return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
     unique = store.family.kind is Kind.UNIQUE
@@ -230,7 +230,7 @@ def fold_rows(
         counted: frozenset[Any] = frozenset()
         if unique:
             candidates = [r[1][MEMBER_INDEX] for r in found if r[1] not in base.pending]
-            counted = frozenset(store.counted_members(counter, candidates))
+            counted = frozenset(store.raw.counted_members(counter, candidates))
         folds.append(
             fold_counter(
                 counter,
@@ -251,9 +251,9 @@ def refold(
 ) -> tuple[list[Fold], Ledger]:
     """Read the bucket's head, then the counters' checkpoints and rows again, and fold."""
     store = ctx.store
-    ledger = store.read_ledger(ctx.shard, bucket, counters)
+    ledger = store.ledger.read_ledger(ctx.shard, bucket, counters)
     check_partition(store, ctx.shard, bucket, ledger)
-    copies = store.read_copies(ctx.shard, bucket, counters)
+    copies = store.ledger.read_copies(ctx.shard, bucket, counters)
     fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
     bases, _recopy, suspects = fold_bases(ledger.checkpoints, copies, fresh, ctx.quarantined)

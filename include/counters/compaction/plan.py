@@ -232,7 +232,7 @@ def plan_run(
     every later step."""
     check_family(store, record=False, run_id=run_id, once_per_run=True)
     state = store.control.family_state()
-    touched = store.touched_count(SMALL_RUN_COUNTERS)
+    touched = store.index.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
         run_id,
@@ -240,7 +240,7 @@ def plan_run(
         state.epoch,
         now=now,
         last_sweep=state.last_sweep,
-        anything_touched=touched > 0 or store.anything_quarantined(),
+        anything_touched=touched > 0 or store.control.anything_quarantined(),
         touched=touched,
         last_sweep_size=state.last_sweep_size,
     )
@@ -262,7 +262,7 @@ def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
     run records when it started and how much it read: ``tally``'s rows and counters)."""
     size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
-    store.advance_family_epoch(
+    store.control.advance_family_epoch(
         plan.epoch,
         plan.run_id,
         plan.started_at if plan.sweep else None,

@@ -224,7 +224,7 @@ def run_family(
             message=message,
             started_at=started,
         )
-        store.write_audit(record)
+        store.audit.write(record)
         if on_audit is not None:
             on_audit(record, tally)
         _merge_requests(requests, store.requests)

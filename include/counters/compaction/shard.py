@@ -105,7 +105,7 @@ def compact_shard(
         with report.phases.timed("discover", store):
             quarantine = store.control.read_quarantine(shard)
             index_read_at = micros()
-            marks = _placed(store, shard, store.touched(shard), dry_run)
+            marks = _placed(store, shard, store.index.touched(shard), dry_run)
         fault("discover")
         ctx = ShardContext(
             store,
@@ -166,7 +166,7 @@ def _placed(
     """Each bucket's marks of the counters that belong to it (by their token under the
     family's shard count). A writer still configured with an older shard count (after a
     reshard) files its marks by that count: such a mark is moved to the counter's own bucket
-    (``Store.refile_marks``) and never folded here, where its checkpoint is not (a fold here
+    (``Store.index.refile_marks``) and never folded here, where its checkpoint is not (a fold here
     would start it from zero)."""
     placed: dict[int, list[Touched]] = {}
     strays: list[tuple[int, Touched]] = []
@@ -187,7 +187,7 @@ def _placed(
             ", ".join(format_key(t.counter) for _b, t in strays[:5]),
         )
         if not dry_run:
-            store.refile_marks(shard, strays)
+            store.index.refile_marks(shard, strays)
     return placed
 
 
@@ -227,10 +227,10 @@ def _compact_bucket(
     whole = sweep
     with phases.timed("read_compact", store):
         if scan and not sweep:
-            whole = whole_bucket(len(marked), store.population(ctx.shard, bucket))
-        ledger = store.read_ledger(ctx.shard, bucket, None if whole else marked)
+            whole = whole_bucket(len(marked), store.ledger.population(ctx.shard, bucket))
+        ledger = store.ledger.read_ledger(ctx.shard, bucket, None if whole else marked)
         check_partition(store, ctx.shard, bucket, ledger)
-        copies = store.read_copies(ctx.shard, bucket, None if whole else marked)
+        copies = store.ledger.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
         ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
         if not sweep:
@@ -239,17 +239,17 @@ def _compact_bucket(
     windowed: dict[Key, int] = {}
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
-            found = store.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
+            found = store.raw.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
             if sweep:  # a counter whose rows were all deleted has none left: recount it too
                 found = [*found, *_checkpointed(ledger, copies)]
             rows: dict[Key, list[Row]] = {c: [] for c in found}
         elif scan:
             floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
             try:
-                rows = store.scan_rows(ctx.shard, bucket, floor)
+                rows = store.raw.scan_rows(ctx.shard, bucket, floor)
             except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
-                known |= set(store.distinct_counters(ctx.shard, bucket, around=list(known)))
+                known |= set(store.raw.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
                 apart = []
             if apart:  # their past reaches below the slice: read whole, by name
@@ -263,7 +263,7 @@ def _compact_bucket(
             rows = {}
             if sliced:
                 try:
-                    rows = store.read_rows(sliced, floor)
+                    rows = store.raw.read_rows(sliced, floor)
                 except (ReadFailure, ReadTimeout):  # read them as a hot counter is read
                     rows = {}
             rest = [c for c in marked if c not in rows]  # whole, or by parts if it must
@@ -327,7 +327,7 @@ def _compact_bucket(
     with phases.timed("copy", store):
         copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
         copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
-        store.copy_compact(copies_to_write, ctx.run_id, micros())
+        store.ledger.copy_compact(copies_to_write, ctx.run_id, micros())
     ctx.fault("copy")
     with phases.timed("verify", store):
         verify_bucket(ctx, bucket, committed, whole)
@@ -518,12 +518,12 @@ def commit_folds(
     already (``Store.runs.commit_keys``); ``archive_rows``: their archive record
     (``Store.runs.archive_rows``: packed here when the family has an archive and it is not
     given)."""
-    commit_id = store.new_commit_id()
+    commit_id = store.ledger.new_commit_id()
     now = micros()
     store.runs.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:
-        applied = store.commit_bucket(
+        applied = store.ledger.commit_bucket(
             shard, bucket, head, folds, commit_id, run_id, now, population
         )
     except Exception as exc:
@@ -553,10 +553,10 @@ def _commit_applied(store: Store, shard: int, bucket: int, commit_id: Any, exc: 
     )
     for attempt in range(1, MAX_ATTEMPTS):
         try:
-            return store.head_serial(shard, bucket) == commit_id
+            return store.ledger.head_serial(shard, bucket) == commit_id
         except (ReadTimeout, WriteTimeout, OperationTimedOut):  # contended: back off, again
             time.sleep(random.uniform(0.05, 0.2) * attempt)
-    return store.head_serial(shard, bucket) == commit_id
+    return store.ledger.head_serial(shard, bucket) == commit_id
 
 
 def committed_checkpoint(fold: Fold, commit_id: Any, now_micros: int, run_id: str) -> Checkpoint:

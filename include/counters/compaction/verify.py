@@ -60,7 +60,7 @@ def verify_bucket(
     wanted = None if whole and len(counters) >= SCAN_THRESHOLD else counters
     with ThreadPoolExecutor(1) as reads:  # the copies' read-back overlaps the recount
         copies_read = reads.submit(
-            _in_phase, store, "verify", store.read_copies, ctx.shard, bucket, wanted
+            _in_phase, store, "verify", store.ledger.read_copies, ctx.shard, bucket, wanted
         )
         recount, floors = _recount_committed(ctx, bucket, committed, wanted)
         copies = copies_read.result()
@@ -69,7 +69,7 @@ def verify_bucket(
     ledger = {c: cp for c, (_f, cp) in committed.items()}
     doubtful = [c for c, (f, cp) in committed.items() if _fails(f, cp, copies.get(c), recount[c])]
     if doubtful:
-        now = store.read_ledger(ctx.shard, bucket, doubtful, False).checkpoints
+        now = store.ledger.read_ledger(ctx.shard, bucket, doubtful, False).checkpoints
         for counter in doubtful:
             if counter in now:
                 ledger[counter] = now[counter]
@@ -145,7 +145,7 @@ def verify_bucket(
         evidence["recount_rows"] += rows - late
         evidence["recount_sum"] += total - (_late_sum(store, counter, fold, floor) if late else 0)
     if failures:  # a rival may have committed on top meanwhile and cleaned the rows up
-        again = store.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
+        again = store.ledger.read_ledger(ctx.shard, bucket, [c for c, _r, _d in failures], False)
         failures = [
             (c, reason, detail)
             for c, reason, detail in failures
@@ -220,12 +220,14 @@ def recount_tolerant(
     hot counter) is recounted by point reads of the rows its commit counted: late rows beyond
     those are not seen there."""
     try:
-        found = store.recount(shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms)
+        found = store.raw.recount(
+            shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms
+        )
         return {c: found.get(c, (0, 0)) for c in counters}
     except (ReadFailure, ReadTimeout):
         if len(counters) == 1 and not whole_bucket:
             counter = counters[0]
-            present = store.read_rows_at(counter, list(pending.get(counter, ())))
+            present = store.raw.read_rows_at(counter, list(pending.get(counter, ())))
             return {counter: (len(present), sum(r[2] or 0 for r in present))}
     out: dict[Key, tuple[int, int]] = {}
     for counter in counters:
@@ -248,7 +250,7 @@ def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, in
 def _present_below(store: Store, counter: Key, fold: Fold, after_ms: int | None) -> dict[Any, Row]:
     """The counter's present rows at or below the fold's epoch, and after ``after_ms`` (the
     floor its recount used: the same slice, so the two can be compared)."""
-    found = store.read_rows([counter], after_ms)[counter]
+    found = store.raw.read_rows([counter], after_ms)[counter]
     return {r[1]: r for r in found if r[0] <= fold.epoch_ms}
 
 
@@ -315,7 +317,7 @@ def forget_marks(
     busy |= {c for c, found in rows.items() if any(r[0] > ctx.epoch_ms for r in found)}
     busy |= set(windowed) | ctx.quarantined
     keep = [t.counter for t in touched if t.writetime <= horizon and t.counter in busy]
-    ctx.store.forget_bucket(ctx.shard, bucket, horizon)
+    ctx.store.index.forget_bucket(ctx.shard, bucket, horizon)
     if keep:  # the minute of their rows after the epoch (a hot or quarantined one: none)
         newer = {c: [r[0] for r in rows.get(c, ()) if r[0] > ctx.epoch_ms] for c in keep}
         minutes = {
@@ -323,7 +325,7 @@ def forget_marks(
             for c, times in newer.items()
             if times and c not in windowed and c not in ctx.quarantined
         }
-        ctx.store.mark_touched(keep, minutes)
+        ctx.store.index.mark_touched(keep, minutes)
 
 
 # --- verify ------------------------------------------------------------------------------

@@ -2,15 +2,19 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-One module per concern (``base``: statements, batching, keys; ``records``: the small types
-they return; ``raw``, ``touched``, ``ledger``, ``runlog``, ``control`` with ``auditlog``,
-``moves``, ``reads``); ``Store`` composes them, the one object callers get. A table moved
-to its own object is an attribute of it, over the same statements core: ``store.runs``
-(the run log, ``RunLogTable``), ``store.control`` (``ControlTable``), ``store.audit``
-(``AuditLog``).
+``Store`` holds the statements core (``base``: statements, batching, keys; ``records``: the
+small types they return) and one object per table over it, each owning every statement on its
+table, a reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's
+set), ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``:
+the ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
+``store.control`` (``ControlTable``: family state, leases, quarantine, table owners) and
+``store.audit`` (``AuditLog``); and the read rule, ``store.reader`` (``Reader``), over the
+tables it reads. A caller says which table it uses: ``store.ledger.commit_bucket(...)``.
 """
 
 from __future__ import annotations
+
+from typing import Self
 
 from ..config import Family
 from ..connection import Connection
@@ -48,10 +52,9 @@ from .base import (
     serial_consistency_of,
 )
 from .control import ControlTable
-from .ledger import LedgerRows
-from .moves import ReshardMoves
-from .raw import RawRows
-from .reads import Reads
+from .ledger import LedgerTable
+from .raw import RawTable
+from .reads import Reader
 from .records import (
     COMMIT_KEYS_V2,
     EMPTY_READ_BASE,
@@ -69,15 +72,14 @@ from .records import (
     unpack_commit_keys,
 )
 from .runlog import RunLogTable
-from .touched import TouchedIndex
+from .touched import IndexTable
 
 
-class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
+class Store(StoreBase):
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
-    Tables composed over the statements core (the rest still mixed in): ``runs``, the run
-    log; ``control``, quarantine, leases, family state and table owners; ``audit``, the
-    audit trail."""
+    The statements core, and its tables over it as attributes: ``raw``, ``index``,
+    ``ledger``, ``runs``, ``control``, ``audit``; ``reader``, the read rule."""
 
     def __init__(
         self,
@@ -87,9 +89,18 @@ class Store(ReshardMoves, Reads, TouchedIndex, LedgerRows, RawRows):
         concurrency: int = DEFAULT_CONCURRENCY,
     ):
         super().__init__(conn, family, layout, concurrency)
+        self.raw = RawTable(self)
+        self.index = IndexTable(self)
+        self.ledger = LedgerTable(self)
         self.runs = RunLogTable(self)
         self.control = ControlTable(self)
         self.audit = AuditLog(self)
+        self.reader = Reader(self, self.raw, self.ledger)
+
+    def with_shards(self, shards: int) -> Self:
+        """This store for the same family at another shard count (a reshard's old count)."""
+        family = self.family.model_copy(update={"shards": shards})
+        return type(self)(self.conn, family, self._layout, self.concurrency)
 
 
 __all__ = [
@@ -121,10 +132,14 @@ __all__ = [
     "ControlTable",
     "Copy",
     "FamilyState",
+    "IndexTable",
     "Ledger",
+    "LedgerTable",
     "MillisTimestampType",
     "Quarantined",
+    "RawTable",
     "ReadBase",
+    "Reader",
     "RunLogTable",
     "Store",
     "StoreBase",

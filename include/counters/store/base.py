@@ -335,7 +335,6 @@ class StoreBase:
         self.batch_bytes = BATCH_BYTES
         """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
-        self._read_hints: dict[Key, tuple[float, Any]] = {}
         """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
         self.provenance: Provenance | None = None
         """Who started the changes this store makes (written into its audit rows)."""
@@ -711,3 +710,17 @@ class StoreBase:
         for one in bound:
             batch.add(one)
         return batch
+
+    def _move(
+        self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
+        at_old: Sequence[Any],
+    ) -> None:  # fmt: skip
+        """A row written at its new place and deleted at its old one, in one logged batch
+        (both or neither, eventually): a reshard that dies between two moves leaves each row
+        at one place or the other, never at none."""
+        batch = BatchStatement(
+            batch_type=BatchType.LOGGED, consistency_level=consistency_of(self.family)
+        )
+        batch.add(insert, at_new)
+        batch.add(delete, at_old)
+        self.session.execute(batch)

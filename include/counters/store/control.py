@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 from ..connection import BULK_PROFILE
 from ..core import (
     Key,
     quarantine_shards,
+    write_timestamp,
 )
 from .base import (
     StoreBase,
@@ -25,8 +28,8 @@ log = logging.getLogger(__name__)
 
 class ControlTable:
     """The family's control tables (quarantine, leases, family state, table owners): every
-    statement on them but a reshard's and a run's conclusion (still in ``moves``), over the
-    statements core. ``Store`` makes one as ``store.control``."""
+    statement on them, a reshard's and a run's conclusion included, over the statements core.
+    ``Store`` makes one as ``store.control``."""
 
     def __init__(self, core: StoreBase):
         self.core = core
@@ -192,3 +195,110 @@ class ControlTable:
             return None
         row = result.one()
         return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+
+    def anything_quarantined(self) -> bool:
+        """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
+        statement = self.core.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
+        self.core.requests[self.core.phase] += 1
+        return self.core.session.execute(statement).one() is not None
+
+    def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
+        """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
+        table is small; a count beyond ``limit`` is not needed to see that something is)."""
+        statement = self.core.prepare(
+            "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
+        )
+        width = len(self.core.layout.key)
+        self.core.requests[self.core.phase] += 1
+        return [
+            Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.core.session.execute(statement, (limit,), execution_profile=BULK_PROFILE)
+        ]
+
+    def quarantined_entry(self, counter: Key) -> Quarantined | None:
+        """The counter's quarantine entry, if it is quarantined (one point read)."""
+        statement = self.core.prepare(
+            "quarantine_one",
+            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
+        )
+        self.core.requests[self.core.phase] += 1
+        row = self.core.session.execute(
+            statement, (self.core.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        ).one()
+        return Quarantined(counter, *row) if row else None
+
+    def replace_identity(self, table: str, expected: str, identity: str) -> bool:
+        """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
+        ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
+        was."""
+        statement = self.core.prepare(
+            "tables_replace",
+            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
+            serial=True,
+        )
+        result = self.core.session.execute(statement, (identity, table, expected))
+        return result.was_applied or identity == result.one().identity
+
+    def record_shards(self, shards: int) -> None:
+        """The family state's shard count after a reshard."""
+        statement = self.core.prepare(
+            "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
+        )
+        self.core.session.execute(statement, (shards, self.core.family.name))
+
+    def family_epoch(self) -> datetime | None:
+        return self.family_state().epoch
+
+    def advance_family_epoch(
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
+    ) -> None:
+        """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
+        newest epoch wins whatever order overlapping runs finish in. A sweep run also records
+        when it started and how much it read."""
+        statement = self.core.prepare(
+            "state_write",
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
+            "updated_at = toTimestamp(now()) WHERE family = ?",
+        )
+        self.core.session.execute(
+            statement,
+            (write_timestamp(epoch), epoch, run_id, self.core.family.shards, self.core.family.name),
+        )
+        if swept_at is not None:
+            sweep = self.core.prepare(
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
+            )
+            self.core.session.execute(sweep, (swept_at, sweep_size, self.core.family.name))
+
+    def quarantine_entries(self, shard: int) -> list[tuple[Key, tuple[Any, ...]]]:
+        """A shard's quarantine entries as stored: ``(counter, (reason, detail, run_id, at))``
+        (what a reshard moves)."""
+        statement = self.core.prepare(
+            "quarantine_all",
+            "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?",
+        )
+        width = len(self.core.layout.key)
+        return [
+            (tuple(r[:width]), tuple(r[width:]))
+            for r in self.core.session.execute(statement, (shard,))
+        ]
+
+    def move_quarantine_entry(
+        self, counter: Key, entry: tuple[Any, ...], old: int, new: int
+    ) -> None:
+        """A quarantine entry (as ``quarantine_entries`` read it) moved from shard ``old`` to
+        shard ``new``, in one logged batch."""
+        insert = self.core.prepare(
+            "quarantine_move",
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
+            "VALUES (?, {key_marks}, ?, ?, ?, ?)",
+        )
+        delete = self.core.prepare(
+            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
+        )
+        self.core._move(insert, (new, *counter, *entry), delete, (old, *counter))

@@ -271,3 +271,85 @@ class RunLogTable:
                 unarchived_from_zero=from_zero,
             )
         return missing
+
+    def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
+        """Which of these runs committed ``counter``: one read of each run's log for the
+        counter's bucket (the run log is kept two weeks)."""
+        statement = self.core.prepare(
+            "runs_bucket",
+            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
+        )
+        shard, bucket = self.core.bucket(counter)
+        encode, _decode = self.core._key_codec()
+        wanted = encode(counter)
+        results = self.core._concurrent(statement, [(run_id, shard, bucket) for run_id in run_ids])
+        return {
+            run_id
+            for run_id, result in zip(run_ids, results, strict=True)
+            if any(
+                entry[0] == wanted
+                for (blob,) in result
+                if blob is not None
+                for entry in unpack_commit_keys(blob, self.core.key_codec)
+            )
+        }
+
+    def copy_commit_record(
+        self, cp: Checkpoint, counter: Key, old: tuple[int, int], new: tuple[int, int]
+    ) -> bool:
+        """Copy the counter's entry of its last commit's record of counted keys to the
+        record at its new place (merged with the entries already copied there): a later fold
+        reads it there. False when there is none to copy (nothing counted is pending, or the
+        record expired)."""
+        if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
+            return False
+        archived = self.core.family.archive is not None
+        read = self.core.prepare(
+            "runs_record_read" if archived else "runs_keys_read",
+            "SELECT keys"
+            + (", archive_rows, archived" if archived else "")
+            + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
+        )
+        run_id = cp.run_id or ""
+        found = self.core.session.execute(read, (run_id, *old, cp.commit_id)).one()
+        if found is None or found[0] is None:
+            return False
+        encode, _decode = self.core._key_codec()
+        wanted = encode(counter)
+        entry = [e for e in unpack_commit_keys(found[0], self.core.key_codec) if e[0] == wanted]
+        if not entry:
+            return False
+        there = self.core.session.execute(read, (run_id, *new, cp.commit_id)).one()
+        entries = [
+            e
+            for e in (
+                unpack_commit_keys(there[0], self.core.key_codec) if there and there[0] else []
+            )
+            if e[0] != wanted
+        ]
+        blob = pack_commit_keys([*entries, *entry], self.core.key_codec)
+        if not archived or found[1] is None:
+            write = self.core.prepare(
+                "runs_keys",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
+                "VALUES (?, ?, ?, ?, ?)",
+            )
+            self.core.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            return True
+        # the counter's part of the commit's archive record goes with its keys, in their order
+        from ..archive import join_records, record_part, unpack_record
+
+        mine = tuple(wanted)
+        parts = []
+        if there is not None and there[1] is not None:
+            parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
+        parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
+        write = self.core.prepare(
+            "runs_keys_archive_moved",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        self.core.session.execute(
+            write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
+        )
+        return True

@@ -214,7 +214,7 @@ def test_backfill_create_runs_in_order_and_compacted_epochs_are_noops(
     assert [state for _, state, _ in runs] == ["success"] * 3, f"{runs}\n{private_airflow.logs()}"
     assert [logical[11:16] for _, _, logical in runs] == ["12:03", "12:06", "12:09"]
 
-    audit = store.read_audit(10)  # newest first
+    audit = store.audit.page(10)  # newest first
     assert [a["outcome"] for a in audit] == ["success", "success", "noop", "success"]
     assert [a["run_id"] for a in audit[:3]] == [run_id for run_id, _, _ in reversed(runs)]
     assert [a["epoch_after"] for a in audit] == [base + timedelta(minutes=m) for m in (8, 5, 2, 2)]

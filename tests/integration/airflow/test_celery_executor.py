@@ -250,7 +250,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     f = family
     left = store.session.execute(f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}").one()[0]
     assert left == 0
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [(a["run_id"], a["outcome"]) for a in audit] == [("celery-sweep", "success")]
     assert (audit[0]["rows_folded"], audit[0]["rows_deleted"]) == (len(first), len(first))
 
@@ -275,7 +275,7 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     assert values[keys[0]].compact_value == written[keys[0]] - late.increment
     left = store.session.execute(f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}").one()[0]
     assert left == 1  # only the row newer than the epoch
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [(a["run_id"], a["outcome"]) for a in audit] == [
         ("celery-small", "success"),
         ("celery-sweep", "success"),

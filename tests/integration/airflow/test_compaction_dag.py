@@ -77,7 +77,7 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, before[counter])
         assert sorted(t for t in raw_times(store, counter) if t <= epoch) == []
         assert len(raw_times(store, counter)) == 2  # the newer rows are untouched
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["success"]
     assert audit[0]["run_id"] == run.run_id
     assert (audit[0]["rows_folded"], audit[0]["sum_folded"], audit[0]["rows_deleted"]) == (
@@ -86,7 +86,7 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
         20,
     )
     assert audit[0]["epoch_after"] == epoch
-    assert store.family_epoch() == epoch
+    assert store.control.family_epoch() == epoch
     # who started it (dag.test() triggers as the user "dag_test"), under what, and its evidence
     row = audit[0]
     assert (row["triggered_by"], row["airflow_user"], row["sweep"]) == ("manual", "dag_test", True)
@@ -147,8 +147,8 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
     assert [t for t in raw_times(store, "AAPL") if t <= epoch] == []  # the rest proceeds
     assert client.read("AAPL") == 255
-    assert store.family_epoch() == epoch
-    audit = store.read_audit(5)
+    assert store.control.family_epoch() == epoch
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["partial"]
     assert "IBM: compact value 999 (expected 55 = 0 + 55)" in audit[0]["message"]
 
@@ -198,7 +198,7 @@ def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
     assert {got["compact[0]"], got["compact[1]"]} == {"failed"}, got
     for counter in ("IBM", "AAPL"):  # nothing folded, nothing deleted
         assert len(raw_times(store, counter)) == 12
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["failed"]
     assert audit[0]["run_id"] == run.run_id
     assert "task compact[" in audit[0]["message"] and "SchemaError" in audit[0]["message"]
@@ -222,11 +222,11 @@ def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_fa
     assert run.state == "success"
     got = states(run)
     assert got["verify"] == "skipped" and got["record_audit"] == "skipped", got
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["dry-run"]
     assert audit[0]["dry_run"] is True
     assert (audit[0]["rows_folded"], audit[0]["sum_folded"]) == (10, 2 * 15)  # rows 1..5
-    assert store.family_epoch() is None
+    assert store.control.family_epoch() is None
     assert client.read_many(["IBM"])[0].compact_value == 0
     assert len(raw_times(store, "IBM")) == 12
 
@@ -247,17 +247,17 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
         assert run.state == "success", states(run)
         value = client.read_many(["IBM"])[0]
         assert (value.compact_value, value.epoch, value.value) == (expected, epoch, 255)
-        assert store.family_epoch() == epoch
+        assert store.control.family_epoch() == epoch
 
     older = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
     assert older.state == "success"
     got = states(older)
     assert got["run"] == "skipped" and got["compact"] == "skipped", got
-    audit = store.read_audit(10)
+    audit = store.audit.page(10)
     assert [a["outcome"] for a in audit] == ["noop", "success", "success", "success"]
     assert [a["epoch_after"] for a in audit[1:]] == [t0 + timedelta(minutes=m) for m in (9, 6, 3)]
     assert "not newer than the compacted epoch" in audit[0]["message"]
-    assert store.family_epoch() == t0 + timedelta(minutes=9)
+    assert store.control.family_epoch() == t0 + timedelta(minutes=9)
 
 
 def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
@@ -297,7 +297,7 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
         value = client.read_many([counter])[0]
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, 255)
         assert len(raw_times(store, counter)) == 2  # rows <= epoch deleted, the newer kept
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["success", "success"]
     assert audit[0]["run_id"] == second.run_id and audit[0]["rows_deleted"] == 8
     checks = json.loads(audit[0]["checks"])  # stored as JSON text
@@ -328,7 +328,7 @@ def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_mani
         .test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
     )
     assert run.state == "success", states(run)
-    [row] = store.read_audit(5)  # one row: the manifests and the run's outcome together
+    [row] = store.audit.page(5)  # one row: the manifests and the run's outcome together
     assert (row["outcome"], row["run_id"], row["rows_deleted"]) == ("success", run.run_id, 20)
     manifests = [Manifest.from_text(text) for text in row["archive"].values()]
     assert sum(m.rows for m in manifests) == 20 and sum(m.sum for m in manifests) == 110
@@ -378,9 +378,9 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
     got = states(run)  # the first run sweeps: the mapped shape
     assert got["record_audit"] == "failed", got
     assert {v for k, v in got.items() if k != "record_audit"} == {"success"}, got
-    audit = store.read_audit(5)
+    audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["failed"]
     assert "cleanup check failed" in audit[0]["message"]
     cleanup_check = json.loads(audit[0]["checks"])["no_counted_rows_remain_after_cleanup"]
     assert cleanup_check.startswith("FAIL: 1 counted row(s) still present"), cleanup_check
-    assert store.family_epoch() is None  # not advanced: the run did not finish
+    assert store.control.family_epoch() is None  # not advanced: the run did not finish

@@ -24,9 +24,9 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     )
     a, b, fresh, new = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    Store(conn, a).advance_family_epoch(now - timedelta(minutes=30), "old-run")
-    Store(conn, b).advance_family_epoch(now - timedelta(minutes=40), "old-run")
-    Store(conn, fresh).advance_family_epoch(now - timedelta(minutes=2), "recent-run")
+    Store(conn, a).control.advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    Store(conn, b).control.advance_family_epoch(now - timedelta(minutes=40), "old-run")
+    Store(conn, fresh).control.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
     dag = dagbag().dags["counters_freshness"]
     assert [t.task_id for t in dag.tasks] == ["check_freshness"]
 
@@ -53,12 +53,12 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert receivers.json_posts("/c") == []
 
     # a recovers: its notice only; b, still stale, is not alerted again (no reminder yet)
-    Store(conn, a).advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    Store(conn, a).control.advance_family_epoch(now - timedelta(minutes=1), "new-run")
     assert dag.test().state == "failed"
     assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
     assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale"]
 
-    Store(conn, b).advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    Store(conn, b).control.advance_family_epoch(now - timedelta(minutes=1), "new-run")
     done = dag.test()
     assert done.state == "success"
     summary = done.get_task_instances()[0].xcom_pull(task_ids="check_freshness")
@@ -83,7 +83,7 @@ def test_a_family_whose_alert_cannot_be_sent_does_not_silence_the_others(
     a, b = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     for family in (a, b):
-        Store(conn, family).advance_family_epoch(now - timedelta(minutes=30), "old-run")
+        Store(conn, family).control.advance_family_epoch(now - timedelta(minutes=30), "old-run")
     sent = tasks.notify_failure
 
     def broken_for_a(name, *args, **kwargs):

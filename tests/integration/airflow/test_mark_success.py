@@ -105,7 +105,7 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
     )
     assert states["compact"] == ["failed", "failed"], states
     committed = sum(
-        len(store.read_ledger(s, b, None).checkpoints) for s in range(2) for b in range(16)
+        len(store.ledger.read_ledger(s, b, None).checkpoints) for s in range(2) for b in range(16)
     )
     assert committed > 0  # committed, never copied (a shard stops at its first failed bucket)
     conn.session.execute(f"ALTER TABLE {table} ADD run_id text")
@@ -146,10 +146,10 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
     assert "success" in states["cleanup"], states  # the cleanups ran...
     epoch = base + timedelta(minutes=2)
     left = sum(
-        1 for c in counters for _ in [0] if store.read_rows([(c,)])[(c,)]
+        1 for c in counters for _ in [0] if store.raw.read_rows([(c,)])[(c,)]
     )  # ...and deleted nothing: no execution whose report passed verify had verified them
     assert left == len(counters)
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(counters, 9)
     engine.run_family(store, epoch + timedelta(minutes=1), "cli-after")  # copies, then cleans
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(counters, 9)
-    assert not any(store.read_rows([(c,)])[(c,)] for c in counters)
+    assert not any(store.raw.read_rows([(c,)])[(c,)] for c in counters)

@@ -288,7 +288,7 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
         # 2. a run with nothing to fold (nothing written since): it commits nothing, so no
         # asset event (recorded when its task ends) and no downstream run
         airflow.trigger_and_wait(family.dag_id, "idle-2", base + timedelta(minutes=10))
-        audit = {a["run_id"]: a for a in store.read_audit(5)}
+        audit = {a["run_id"]: a for a in store.audit.page(5)}
         assert (audit["idle-2"]["counters"], audit["idle-2"]["rows_folded"]) == (0, 0)
         idle_outcome = audit["idle-2"]["outcome"]  # `idle`, or `success` with nothing committed
         assert [e["run_id"] for e in airflow.asset_events(compact_uri)] == ["fold-1"]

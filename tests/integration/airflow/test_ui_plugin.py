@@ -296,7 +296,7 @@ def test_expect_a_quarantined_counter_shown_where_it_matters(
         "version) VALUES ('BROKEN', %s, 'bad-writer', 1)",
         (t0 + timedelta(minutes=1),),
     )
-    store.mark_touched([("BROKEN",)])
+    store.index.mark_touched([("BROKEN",)])
     with pytest.raises(engine.ChecksFailed):
         engine.run_family(store, t0 + timedelta(minutes=2), "run-quarantine")
 

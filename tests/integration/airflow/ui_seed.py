@@ -79,7 +79,7 @@ def _null_increment(conn: Any, family: Family, key: str, at: datetime) -> None:
         f"{q(cols.time)}, actor, version) VALUES (%s, %s, 'bad-writer', 1)",
         (key, at),
     )
-    CounterClient(conn, family).store.mark_touched([(key,)])
+    CounterClient(conn, family).store.index.mark_touched([(key,)])
 
 
 def compact_as_the_dag_does(family: Family, run_id: str, scheduled: datetime, now: datetime) -> str:

@@ -266,7 +266,7 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
         logical = (now - timedelta(minutes=1)).replace(tzinfo=UTC).isoformat()
         done = bundle_home.airflow("dags", "test", trades.dag_id, logical, check=False)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-        audit = store.read_audit(5)
+        audit = store.audit.page(5)
         assert [(a["outcome"], a["rows_folded"], a["rows_deleted"]) for a in audit] == [
             ("success", 10, 10)
         ]

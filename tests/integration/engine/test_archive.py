@@ -131,7 +131,7 @@ def test_cleanup_archives_exactly_the_rows_it_deletes_with_a_manifest_in_the_aud
     day = {p.parent.name for p in files(family)}
     assert day == {datetime.now(UTC).strftime("%Y-%m-%d")}
     # the run's own audit row holds each file's manifest: rows, sum, sha256 of its bytes
-    [row] = store.read_audit(5)
+    [row] = store.audit.page(5)
     assert row["outcome"] == "success" and row["run_id"] == "run-1"
     found = {name: Manifest.from_text(text) for name, text in row["archive"].items()}
     assert set(found) == names
@@ -326,7 +326,7 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
     write(epoch + timedelta(seconds=30), 7)
     for counter, owner, method in (
         ("k5", store.runs, "read_run_commits"),
-        ("k6", store, "delete_rows"),
+        ("k6", store.raw, "delete_rows"),
     ):
         original = getattr(owner, method)
 
@@ -446,7 +446,7 @@ def test_a_store_the_archive_cannot_be_written_to_fails_the_run_and_deletes_noth
     assert f"family {family.name!r}: archive {family.archive!r}" in message
     assert "cannot write the archive of run 'refused' shard 0" in message
     assert rows_at_or_below(store, ("IBM",), epoch) == 3  # nothing deleted
-    [row] = store.read_audit(5)
+    [row] = store.audit.page(5)
     assert row["outcome"] == "failed" and "cannot write the archive" in row["message"]
     assert client.read(("IBM",)) == 6  # readers still exact: counted, kept, not lost
 

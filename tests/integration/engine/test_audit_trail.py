@@ -86,13 +86,13 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
         + [datetime(2027, 1, 1, 0, 0) + timedelta(minutes=i) for i in range(4)]  # Dec is empty
     )
     for i, at in enumerate(times):
-        store.write_audit(record(family, at, f"r{i}", counters=i))
+        store.audit.write(record(family, at, f"r{i}", counters=i))
     newest_first = [f"r{i}" for i in reversed(range(10))]
 
     assert store.audit.months() == ["2027-01", "2026-11", "2026-10", "2026-09"]
     assert per_month(store) == {"2027-01": 4, "2026-11": 1, "2026-10": 3, "2026-09": 2}
-    assert [r["run_id"] for r in store.read_audit(6)] == newest_first[:6]  # three partitions
-    older = store.read_audit_range(3, before=times[6])
+    assert [r["run_id"] for r in store.audit.page(6)] == newest_first[:6]  # three partitions
+    older = store.audit.page(3, before=times[6])
     assert [r["run_id"] for r in older] == ["r5", "r4", "r3"]  # Nov then Oct
     ranged = status.audit_page(store, 100, since=times[1], before=times[7])
     assert [r.run_id for r in ranged] == ["r6", "r5", "r4", "r3", "r2", "r1"]
@@ -102,7 +102,7 @@ def test_expect_rows_in_month_partitions_read_newest_first_across_them(make_fami
         "r9",
         "r8",
     ]
-    assert store.read_audit_range(5, since=datetime(2027, 2, 1)) == []
+    assert store.audit.page(5, since=datetime(2027, 2, 1)) == []
     with pytest.raises(ValueError, match=r"since .* must be before until"):
         list(status.audit_stream(store, times[5], times[2]))
 
@@ -212,7 +212,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
     assert f"{other.name}: 3 audit row(s) moved from {family.keyspace}.counters_audit" in (
         result.output
     )
-    assert [r["run_id"] for r in other_store.read_audit(5)] == [
+    assert [r["run_id"] for r in other_store.audit.page(5)] == [
         f"scheduled__{i}" for i in (2, 1, 0)
     ]
     again = invoke("--config", path, "init", "--family", other.name)
@@ -262,7 +262,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
         "VALUES ('BROKEN', %s, 'bad-writer', 1)",
         (t0 + timedelta(minutes=7),),
     )
-    store.mark_touched([("BROKEN",)])
+    store.index.mark_touched([("BROKEN",)])
     with pytest.raises(engine.ChecksFailed, match=r"1 counter.s. quarantined"):
         engine.run_family(store, t0 + timedelta(minutes=8), "run-quarantine")
     # ... and released by an operator
@@ -273,7 +273,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     # a unique family's member whose derived row a crashed writer never wrote: repaired
     meeting_store = Store(conn, meetings)
     CounterClient(conn, meetings, meeting_store).add_member("m1", "erin", at=t0)
-    meeting_store.add_member(("m1",), "frank", t0)
+    meeting_store.raw.add_member(("m1",), "frank", t0)
     repaired = invoke("--config", path, "reconcile", "--family", meetings.name, "--repair")
     assert repaired.exit_code == 0, repaired.output
 
@@ -392,7 +392,7 @@ def test_a_family_total_past_a_bigint_still_leaves_the_runs_audit_row(make_famil
     client.record([Increment((f"c{i}",), big, at, ("w", i)) for i in (1, 2)])
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, run_id="big-sums", now=epoch + timedelta(minutes=2))
-    [row] = [r for r in store.read_audit(5) if r["run_id"] == "big-sums"]
+    [row] = [r for r in store.audit.page(5) if r["run_id"] == "big-sums"]
     assert row["outcome"] == "success" and row["rows_deleted"] == 2
     assert row["sum_folded"] is None and row["rows_folded"] == 2
     assert f"sum_folded {2 * big}" in row["message"]

@@ -175,12 +175,12 @@ def everything(store) -> dict:
             (shard, bucket, counter, sorted(row.items()))
             for shard in range(8)
             for bucket in range(16)
-            for counter, row in store.ledger_rows(shard, bucket)
+            for counter, row in store.ledger.ledger_rows(shard, bucket)
         ],
         "compact": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.compact_table}")),
         "raw": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.raw_table}")),
         "owners": store.control.table_owners(),
-        "audit": store.read_audit(50),
+        "audit": store.audit.page(50),
     }
 
 

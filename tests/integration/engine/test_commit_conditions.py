@@ -4,7 +4,8 @@ A run reads a bucket's head and its counters' ledger rows in separate quorum req
 cluster a read can meet a commit still landing on the replicas and see its head but not yet its
 rows; a fold built on such a row and committed under that head would put the counter back one
 commit. Each counter's row condition (``IF commit_id = <the commit its fold was built on>``)
-refuses it. Removing that condition from ``Store.commit_bucket`` makes this test fail (checked).
+refuses it. Removing that condition from ``Store.ledger.commit_bucket`` makes this test fail
+(checked).
 Likewise a run reads the ledger rows, then the compact copies: a rival's commit can land in
 between; without the second look at the ledger (``_compact_bucket``) the second test fails.
 """
@@ -32,7 +33,7 @@ def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_fam
     counter = ("X",)
     client.record([Increment(counter, n, t0 + timedelta(minutes=n), ("w", n)) for n in (1, 2)])
     shard, bucket = store.bucket(counter)
-    stale = store.read_ledger(shard, bucket, [counter])  # before any commit: no row
+    stale = store.ledger.read_ledger(shard, bucket, [counter])  # before any commit: no row
     assert counter not in stale.checkpoints
 
     first = engine.run_family(store, t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=7))
@@ -40,25 +41,31 @@ def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_fam
     client.record([Increment(counter, 4, t0 + timedelta(minutes=6), ("w", 6))])
 
     # the head as a read that met the first run's commit saw it, the row as one that did not
-    head = store.read_ledger(shard, bucket, [counter]).head
-    rows = store.read_rows([counter])[counter]  # the raw rows as they are: only the new one
+    head = store.ledger.read_ledger(shard, bucket, [counter]).head
+    rows = store.raw.read_rows([counter])[counter]  # the raw rows as they are: only the new one
     fold = fold_counter(counter, EMPTY_CHECKPOINT, rows, to_millis(t0 + timedelta(minutes=10)))
     assert fold.commit and fold.value == 4  # what the ledger would hold: 3 increments lost
-    applied = store.commit_bucket(
-        shard, bucket, head, [fold], store.new_commit_id(), "stale", to_millis(t0) * 1000
+    applied = store.ledger.commit_bucket(
+        shard, bucket, head, [fold], store.ledger.new_commit_id(), "stale", to_millis(t0) * 1000
     )
     assert not applied
-    assert store.read_ledger(shard, bucket, [counter]).checkpoints[counter].value == 3
+    assert store.ledger.read_ledger(shard, bucket, [counter]).checkpoints[counter].value == 3
     assert client.read("X") == 7
 
     # the same fold on the checkpoint as it is commits, and stays exact
-    current = store.read_ledger(shard, bucket, [counter])
+    current = store.ledger.read_ledger(shard, bucket, [counter])
     base = current.checkpoints[counter]
     fold = fold_counter(counter, base, rows, to_millis(t0 + timedelta(minutes=10)))
-    assert store.commit_bucket(
-        shard, bucket, current.head, [fold], store.new_commit_id(), "fresh", to_millis(t0) * 1000
+    assert store.ledger.commit_bucket(
+        shard,
+        bucket,
+        current.head,
+        [fold],
+        store.ledger.new_commit_id(),
+        "fresh",
+        to_millis(t0) * 1000,
     )
-    assert store.read_ledger(shard, bucket, [counter]).checkpoints[counter].value == 7
+    assert store.ledger.read_ledger(shard, bucket, [counter]).checkpoints[counter].value == 7
 
 
 def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
@@ -79,7 +86,7 @@ def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
 
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
-    read_copies = store_a.read_copies
+    read_copies = store_a.ledger.read_copies
     raced: list[engine.RunSummary] = []
 
     def copies_after_a_rival_commit(*args, **kwargs):
@@ -92,7 +99,7 @@ def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
             )  # fmt: skip
         return read_copies(*args, **kwargs)
 
-    store_a.read_copies = copies_after_a_rival_commit
+    store_a.ledger.read_copies = copies_after_a_rival_commit
     a = engine.run_family(
         store_a, t0 + timedelta(minutes=6), "A", use_lease=False, now=t0 + timedelta(minutes=8)
     )
@@ -131,7 +138,7 @@ def test_a_commit_whose_outcome_is_unknown_is_settled_and_the_run_stays_exact(
     counters = [(f"k{i}",) for i in range(10)]
     client.record([Increment(c, 3, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
     client.record([Increment(c, 5, t0 + timedelta(minutes=4), ("w", 4)) for c in counters])
-    commit_bucket = store.commit_bucket
+    commit_bucket = store.ledger.commit_bucket
     timeouts: list[tuple[bool, int]] = []  # (applied, counters) of the commit that timed out
 
     first = threading.Lock()  # the run commits its buckets from several threads
@@ -142,7 +149,7 @@ def test_a_commit_whose_outcome_is_unknown_is_settled_and_the_run_stays_exact(
         timeouts.append((applied and commit_bucket(shard, bucket, head, folds, *args), len(folds)))
         raise error()
 
-    store.commit_bucket = commit_then_time_out
+    store.ledger.commit_bucket = commit_then_time_out
     summary = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert summary.outcome == "success", summary.message
     [(was_applied, in_commit)] = timeouts
@@ -165,11 +172,11 @@ def test_a_write_error_that_is_not_a_timeout_fails_the_run_and_deletes_nothing(m
     def refuse(*_args, **_kwargs):
         raise WriteTimeout("batch log", write_type=WriteType.BATCH_LOG)
 
-    store.commit_bucket = refuse
+    store.ledger.commit_bucket = refuse
     with pytest.raises(WriteTimeout):
         engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert all(len(raw_rows(store, c)) == 1 for c in counters)
-    store.commit_bucket = Store.commit_bucket.__get__(store)
+    del store.ledger.commit_bucket  # the table's own method again
     again = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert again.outcome == "success", again.message
     assert all(v.value == 3 and v.compact_value == 3 for v in client.read_many(counters))

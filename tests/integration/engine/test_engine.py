@@ -122,7 +122,7 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     summary = run(store, t0 + timedelta(minutes=1))
     assert summary.outcome == "success" and client.read("wide") == 3 * big
     shard, bucket = store.bucket(("wide",))
-    ledger = store.read_ledger(shard, bucket, [("wide",)])
+    ledger = store.ledger.read_ledger(shard, bucket, [("wide",)])
     near_max = ledger.checkpoints[("wide",)]
     state = store.session.execute(
         f"SELECT state FROM {engine_keyspace}.{store.family.compact_table}_ledger "
@@ -143,7 +143,7 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     with pytest.raises(engine.ChecksFailed, match=r"wide: value \d+ would overflow a bigint"):
         run(store, t0 + timedelta(minutes=2))
     assert [q.reason for q in engine.quarantined(store)] == ["overflow"]
-    assert store.read_audit(1)[0]["outcome"] == "partial"
+    assert store.audit.page(1)[0]["outcome"] == "partial"
 
 
 def long_keyed_rows(client, t0, counters, rows=60):
@@ -219,8 +219,10 @@ def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
     whatever time its cleanup runs at; the row is folded by the next run, found by the mark."""
     _family, store, client = make_family()
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    store.advance_family_epoch(now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1))
-    store.mark_touched([("slow",)])  # the writer's mark; its row comes later
+    store.control.advance_family_epoch(
+        now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1)
+    )
+    store.index.mark_touched([("slow",)])  # the writer's mark; its row comes later
     later = now + timedelta(minutes=10)  # the run's clock: e.g. its cleanup task minutes later
     run(store, now + timedelta(minutes=1), now=later)
     client.record([inc("slow", 42, now + timedelta(seconds=30), "w", 1)])  # the row lands
@@ -239,7 +241,7 @@ def test_rerun_same_or_older_epoch_is_a_recorded_noop(make_family, t0):
         assert summary.outcome == "noop"
         assert "not newer than the compacted epoch" in summary.message
     assert client.read("IBM") == 255
-    outcomes = [r["outcome"] for r in store.read_audit(10)]
+    outcomes = [r["outcome"] for r in store.audit.page(10)]
     assert outcomes.count("noop") == 2 and outcomes.count("success") == 1
 
 
@@ -260,7 +262,7 @@ def test_a_changed_shard_count_is_refused_before_anything_is_read_or_deleted(mak
     with pytest.raises(SchemaError, match=r"'shards' is 4 in the YAML but 2 since the first"):
         run(resharded, epoch)
     assert rows_at_or_below(store, ("IBM",), epoch) == 4  # nothing deleted (4 of 10 left)
-    assert [r["outcome"] for r in store.read_audit(10)] == ["success"]
+    assert [r["outcome"] for r in store.audit.page(10)] == ["success"]
     run(store, epoch)  # with the shard count back, the run goes on, exact
     assert client.read("IBM") == 255 and rows_at_or_below(store, ("IBM",), epoch) == 0
 
@@ -276,7 +278,7 @@ def test_late_write_is_folded_by_next_run_and_reported(make_family, t0):
     assert (summary.tally.late_rows, summary.tally.late_sum) == (1, 7)
     assert summary.tally.max_lateness_ms == 8 * 60_000
     assert client.read("IBM") == 262
-    audit = store.read_audit(1)[0]
+    audit = store.audit.page(1)[0]
     assert (audit["late_rows"], audit["late_sum"]) == (1, 7)
 
 
@@ -290,7 +292,7 @@ def test_late_write_during_a_run_survives_its_cleanup(make_family, t0):
     def write_late(point):
         """Once IBM's fold is committed (and before cleanup), a late row arrives next to the
         rows it counted."""
-        if not written and point != "lease" and store.committed_by(("IBM",)) is not None:
+        if not written and point != "lease" and store.ledger.committed_by(("IBM",)) is not None:
             written.append(point)
             client.record([inc("IBM", 1000, t0 + timedelta(minutes=1), "late", 2)])
 
@@ -326,7 +328,7 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
     assert rows_at_or_below(store, ("IBM",), epoch) == 11  # nothing of it deleted
     assert rows_at_or_below(store, ("AAPL",), epoch) == 0  # the rest of the family proceeds
     assert client.read("AAPL") == 255
-    audit = store.read_audit(1)[0]
+    audit = store.audit.page(1)[0]
     assert audit["outcome"] == "partial" and "IBM" in audit["message"]
     assert [q.reason for q in engine.quarantined(store)] == ["bad_rows"]
     # every run keeps alerting while it is quarantined, and leaves it alone
@@ -374,7 +376,7 @@ def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_fami
     assert rows_at_or_below(store, ("IBM",), epoch) == 10
     assert rows_at_or_below(store, ("AAPL",), epoch) == 0
     assert client.read("AAPL") == 255
-    assert store.read_audit(1)[0]["outcome"] == "partial"
+    assert store.audit.page(1)[0]["outcome"] == "partial"
     engine.release(store, ("IBM",))  # restores the readers' copy from the ledger
     assert client.read("IBM") == 255
     assert run(store, epoch + timedelta(minutes=1)).outcome == "success"
@@ -458,7 +460,7 @@ def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_fami
 def test_scan_discovery_finds_rows_written_without_the_index(make_family, t0):
     _family, store, client = make_family(discovery=Discovery.SCAN, shards=3)
     counters = [f"c{i}" for i in range(30)]
-    store.insert_raw(  # straight into the raw table, as a foreign writer would
+    store.raw.insert_raw(  # straight into the raw table, as a foreign writer would
         [((c,), (t0, "x", 1), 2, 0) for c in counters]
     )
     summary = run(store, t0 + timedelta(minutes=1))
@@ -506,7 +508,9 @@ def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family,
     family, store, client = make_family(shards=1)
     a, b = same_bucket(store, 2)  # one bucket: the crash comes after both are committed
     # no sweep due: only that bucket is worked (a crash in another one would come first)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=(a, b), before=5, after=1)
     epoch = t0 + timedelta(minutes=10)
 
@@ -562,7 +566,9 @@ def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     and adds nothing (B folded those rows); a stall before the raw read finds them deleted."""
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, 4)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=counters, before=4, after=1)  # 1+2+3+4 at or below A's epoch
     expected = {c: 10 + 100 for c in counters}
 
@@ -614,13 +620,13 @@ def _second_fold_of_one_bucket(make_family, t0, n=40):
 def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_it(make_family, t0):
     store, client, counters, first = _second_fold_of_one_bucket(make_family, t0)
     calls = []
-    recount = store.recount
+    recount = store.raw.recount
 
     def recording(shard, bucket, names, epoch_ms, after_ms=None):
         calls.append((store.phase, names is None, after_ms))
         return recount(shard, bucket, names, epoch_ms, after_ms)
 
-    store.recount = recording
+    store.raw.recount = recording
     victim = counters[0]
 
     def lose_a_row(point):
@@ -699,7 +705,9 @@ def _crashed_before_upgrade(make_family, t0, point):
     (``before-upgrade``) that crashed at ``point``: (family, store, client, counters, epoch)."""
     family, store, client = make_family(shards=1)
     counters = same_bucket(store, 2)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     load(client, t0, counters=counters, before=5, after=1)
     epoch = t0 + timedelta(minutes=10)
 

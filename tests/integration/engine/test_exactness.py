@@ -325,7 +325,7 @@ def test_a_shard_count_changed_after_a_crashed_first_run_is_refused_everywhere(m
     with pytest.raises(engine.IdentityMismatch, match="counterctl reshard"):  # a worker's YAML
         engine.compact_shard(eight, 0, later, "worker-with-8")
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger_positions(1000)]
+    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(1000)]
     assert positions and written_shards(positions) == 2  # nothing committed at 8 shards
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
@@ -410,7 +410,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     epoch2 = epoch1 + timedelta(minutes=1)
     stalled, resume, outcome = threading.Event(), threading.Event(), []
     a_store = Store(conn, family, store.layout)
-    copy = a_store.copy_compact
+    copy = a_store.ledger.copy_compact
 
     def stalling_copy(commits, *args, **kwargs):
         if any(counter == ("foreign",) for counter, _cp in commits):
@@ -418,7 +418,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
             assert resume.wait(60)
         return copy(commits, *args, **kwargs)
 
-    a_store.copy_compact = stalling_copy
+    a_store.ledger.copy_compact = stalling_copy
 
     def execution_a() -> None:
         outcome.append(
@@ -446,7 +446,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     assert not thread.is_alive() and outcome and outcome[0].counters_committed >= 1
     assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
     later = epoch2 + timedelta(minutes=1)
-    store.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
+    store.index.mark_touched([("foreign",)])  # A's counted rows are cleaned by the next run of them
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, ["foreign", "seen"]) == {"foreign": 14, "seen": 30}
     assert rows_at_or_below(store, ("foreign",), later) == 0
@@ -549,7 +549,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     a_store = Store(conn, family, store.layout)
     executions: dict[int, str] = {}  # bucket -> the execution that marked its commits
     other_marked = threading.Event()
-    mark, copy = a_store.runs.mark_verified, a_store.copy_compact
+    mark, copy = a_store.runs.mark_verified, a_store.ledger.copy_compact
 
     def watched_mark(run_id, shard, bucket, commit_ids, execution):
         mark(run_id, shard, bucket, commit_ids, execution)
@@ -563,7 +563,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
             raise Crash("copy")  # the commit applied; its copy never written
         return copy(commits, *args, **kwargs)
 
-    a_store.runs.mark_verified, a_store.copy_compact = watched_mark, dying_copy
+    a_store.runs.mark_verified, a_store.ledger.copy_compact = watched_mark, dying_copy
     with pytest.raises(Crash):
         engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
     assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1
@@ -575,7 +575,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     assert rows_at_or_below(store, ("foreign",), epoch) == 2  # its unverified one: kept
     assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
     later = epoch + timedelta(minutes=1)
-    store.mark_touched([("foreign",)])
+    store.index.mark_touched([("foreign",)])
     assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
     assert not engine.quarantined(store)
     assert compact_row(store, ("foreign",)).value == 14
@@ -611,7 +611,7 @@ def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family,
         time.sleep(2.5)
     assert _values(client, ["v"]) == {"v": 0}  # what readers get until a run restores it
     if found_by == "mark":
-        store.mark_touched([("v",)])
+        store.index.mark_touched([("v",)])
     later = epoch + timedelta(minutes=1)
     with pytest.raises(engine.ChecksFailed, match="quarantined") as failed:
         engine.run_family(store, later, now=later + timedelta(minutes=5))
@@ -634,7 +634,9 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     writes the copy as its ordinary work, quarantining nothing."""
     _family, store, client = make_family(shards=1)
     # no sweep due: only the counter's bucket is worked (a crash in another one would come first)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     client.record(_events(["n"], t0 + timedelta(seconds=5)))
     epoch = t0 + timedelta(minutes=1)
     hits: list[str] = []
@@ -647,7 +649,7 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     with pytest.raises(Crash):
         engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
     assert compact_row(store, ("n",)) is None and _values(client, ["n"]) == {"n": 15}
-    store.mark_touched([("n",)])
+    store.index.mark_touched([("n",)])
     later = epoch + timedelta(minutes=1)
     assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
     assert compact_row(store, ("n",)).value == 15 and not engine.quarantined(store)
@@ -661,7 +663,9 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     between, run B commits on top of A's commit (counting A's rows as present) and deletes
     them. A's commit was right and is superseded: nothing to quarantine."""
     family, store, client = make_family(shards=1)
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     names = [f"s{i}" for i in range(4)]
     client.record(
         [
@@ -673,7 +677,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     epoch = t0 + timedelta(minutes=1)
     a_store = Store(conn, family, store.layout)
     stalled, resume, ended = threading.Event(), threading.Event(), []
-    read_rows = a_store.read_rows
+    read_rows = a_store.raw.read_rows
 
     def stalling_read_rows(*args, **kwargs):
         if a_store.phase == "verify" and not stalled.is_set():
@@ -681,7 +685,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
             assert resume.wait(60)
         return read_rows(*args, **kwargs)
 
-    a_store.read_rows = stalling_read_rows
+    a_store.raw.read_rows = stalling_read_rows
 
     def late_rows(point: str) -> None:
         if point == "commit":

@@ -35,7 +35,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     after_cleanup = {c.name: c for c in first.checks}["no_counted_rows_remain_after_cleanup"]
     assert after_cleanup.success  # by the server's count, or by parts if that is refused
     with pytest.raises(ReadFailure):  # the partition is past the threshold now
-        store.read_rows([hot])
+        store.raw.read_rows([hot])
 
     late_recent = Increment(hot, 100, epoch1 - timedelta(minutes=3), ("late", 1))
     late_deep = Increment(hot, 1000, t0 - timedelta(minutes=5), ("late", 2))
@@ -53,7 +53,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert client.read("cold") == 25
     # the deep late row is kept (uncounted, not lost) for a run that can read the whole partition
     deep_key = store.pack_clustering((late_deep.time, *late_deep.identity))
-    assert [r[2] for r in store.read_rows_at(hot, [deep_key])] == [1000]
+    assert [r[2] for r in store.raw.read_rows_at(hot, [deep_key])] == [1000]
 
     # a sweep (the fixture's sweeps fall half an interval after t0: this run is the first after
     # t0 + 37.5 min): the bucket's scan is refused, its counters are found around the hot one
@@ -64,7 +64,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert third.outcome == "success", third.message
     assert client.read("hot") == HOT_ROWS + 100 + 7  # pending rows were not counted again
     recent_key = store.pack_clustering((late_recent.time, *late_recent.identity))
-    assert store.read_rows_at(hot, [recent_key]) == []
+    assert store.raw.read_rows_at(hot, [recent_key]) == []
 
 
 def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, make_family, t0):
@@ -84,4 +84,4 @@ def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, mak
     kept = t0 + timedelta(minutes=5)
     client.record([Increment(("a",), 100, kept, ())])
     keys = [store.pack_clustering((kept,)), store.pack_clustering((t0,))]
-    assert [r[2] for r in store.read_rows_at(("a",), keys)] == [100]
+    assert [r[2] for r in store.raw.read_rows_at(("a",), keys)] == [100]

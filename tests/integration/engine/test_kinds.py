@@ -109,21 +109,25 @@ def test_rows_family_overlapping_commits_never_double_count(orders, t0):
     key = (1, DAY)
     epoch = t0 + timedelta(minutes=10)
     shard, bucket = store.bucket(key)
-    ledger = store.read_ledger(shard, bucket, [key])
+    ledger = store.ledger.read_ledger(shard, bucket, [key])
     base = {key: ledger.checkpoints.get(key, EMPTY_CHECKPOINT)}
     epoch_ms = to_millis(epoch)
-    slice_ = store.read_slices([key], base, epoch_ms)
+    slice_ = store.raw.read_slices([key], base, epoch_ms)
     fold = fold_slice(key, base[key], *slice_[key], epoch_ms)
     now = to_millis(epoch) * 1000
     first = [
-        store.commit_bucket(shard, bucket, ledger.head, [fold], store.new_commit_id(), "A", now)
+        store.ledger.commit_bucket(
+            shard, bucket, ledger.head, [fold], store.ledger.new_commit_id(), "A", now
+        )
     ]
     second = [
-        store.commit_bucket(shard, bucket, ledger.head, [fold], store.new_commit_id(), "B", now)
+        store.ledger.commit_bucket(
+            shard, bucket, ledger.head, [fold], store.ledger.new_commit_id(), "B", now
+        )
     ]
     assert (first, second) == ([True], [False])
     assert client.read_many([key])[0].value == 5  # no copy for readers yet: still exact
-    assert store.read_ledger(shard, bucket, [key]).checkpoints[key].value == 5
+    assert store.ledger.read_ledger(shard, bucket, [key]).checkpoints[key].value == 5
 
 
 def test_rows_family_needs_a_time_clustering_column(conn, engine_keyspace, make_family):
@@ -263,7 +267,7 @@ def test_unique_writer_with_clock_behind_wins_but_counts_once(meetings, t0):
 def test_unique_writer_crash_between_member_and_row_is_healed_by_reconcile(meetings, t0):
     _family, store, client = meetings
     client.add_member("m1", "erin", at=t0)
-    store.add_member(("m1",), "frank", t0)  # crashed before writing its derived row
+    store.raw.add_member(("m1",), "frank", t0)  # crashed before writing its derived row
     assert client.read("m1") == 1
     [found] = engine.reconcile(store)
     assert (found.counter, found.expected, found.counted) == (("m1",), 2, 1)
@@ -314,7 +318,7 @@ def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
     client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=6), ("w", 99))])
     engine.run_family(store, t0 + timedelta(minutes=8), now=t0 + timedelta(minutes=10))
     assert client.read("IBM") == 17
-    assert store.read_audit(5)[1]["outcome"] == "reset"
+    assert store.audit.page(5)[1]["outcome"] == "reset"
     with pytest.raises(engine.EngineError, match="before its compacted epoch"):
         engine.reset_counter(store, ("IBM",), t0 + timedelta(minutes=1), reset_id="other")
 
@@ -343,7 +347,7 @@ def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, 
     client.add_member("m1", "u5", at=t0 + timedelta(minutes=1))  # behind: wins, second row
     engine.run_family(store, t0 + timedelta(minutes=3), now=t0 + timedelta(minutes=4))
     assert client.read("m1") == 1  # the row at minute 5 is a duplicate of a counted member
-    store.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
+    store.raw.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
     [found] = engine.reconcile(store, repair=True)
     assert (found.expected, found.counted) == (2, 1)
     compact_all(store, t0)
@@ -473,12 +477,12 @@ def test_a_rows_counter_whose_rows_were_all_deleted_comes_down_to_zero(orders, t
         assert (found.counter[0], found.expected, found.counted) == (1, 0, 3)
         [repaired] = engine.reconcile(store, repair=True)
         assert repaired.repaired and repaired.difference == -3
-        assert store.read_audit(1)[0]["sum_folded"] == -3
+        assert store.audit.page(1)[0]["sum_folded"] == -3
     else:
         summary = engine.run_family(store, t0 + timedelta(minutes=7), now=t0 + timedelta(minutes=8))
         assert summary.plan.sweep and summary.outcome == "success"
         assert (summary.tally.rows_gone, summary.tally.late_rows) == (3, 0)
-        assert "3 counted business row(s) found deleted" in store.read_audit(1)[0]["message"]
+        assert "3 counted business row(s) found deleted" in store.audit.page(1)[0]["message"]
     values = client.read_many([(1, DAY), (2, DAY)])
     assert [(v.compact_value, v.value) for v in values] == [(0, 0), (3, 3)]
     assert engine.reconcile(store) == [] and business_rows(store) == 3

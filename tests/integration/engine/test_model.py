@@ -196,7 +196,7 @@ class Unique:
     def write(self, machine, counter, amount, at, ident):
         member = f"u{amount % 7}"  # a small pool: many repeats
         if ident % 5 == 0:  # a writer that crashes between the member and its derived row
-            machine.store.add_member((counter,), member, at)
+            machine.store.raw.add_member((counter,), member, at)
         else:
             machine.client.add_member(counter, member, at=at)
         machine.members[counter].add(member)
@@ -457,7 +457,7 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap], steps: Co
                     engine.run_family(self.store.with_shards(shards), epoch, now=self.clock)
             if die_after is not None:
                 dying = self.store.with_shards(self.family.shards)
-                move, moved = dying.move_ledger_row, []
+                move, moved = dying.ledger.move_ledger_row, []
 
                 def move_then_die(*args, **kwargs):
                     if len(moved) == die_after:
@@ -465,7 +465,7 @@ def run_model(make_family, t0, adapter_class, overlaps: list[Overlap], steps: Co
                     moved.append(1)
                     return move(*args, **kwargs)
 
-                dying.move_ledger_row = move_then_die
+                dying.ledger.move_ledger_row = move_then_die
                 try:
                     reshard(dying, shards)
                 except Crash:

@@ -33,7 +33,7 @@ def test_a_counter_that_stays_quarantined_counts_once_until_released(make_family
             run(store, epoch + timedelta(minutes=minutes))
         count = health.quarantined_now(store)
         assert count == 1
-        record = store.read_audit(1)[0]
+        record = store.audit.page(1)[0]
         gauge = {m.name: m for m in run_metrics(record, epoch, quarantined=count)}
         assert gauge["counters.quarantined"].kind == "gauge"
         assert gauge["counters.quarantined"].value == 1

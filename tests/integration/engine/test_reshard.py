@@ -78,7 +78,7 @@ def test_a_reshard_that_dies_is_finished_by_running_it_again_and_refuses_runs_me
     counters = [f"d{i}" for i in range(80)]
     _crashed_first_run(store, client, counters, t0)
     dying = store.with_shards(2)
-    move = dying.move_ledger_row
+    move = dying.ledger.move_ledger_row
     done: list[int] = []
 
     def move_then_die(*args, **kwargs):
@@ -87,7 +87,7 @@ def test_a_reshard_that_dies_is_finished_by_running_it_again_and_refuses_runs_me
         done.append(1)
         return move(*args, **kwargs)
 
-    dying.move_ledger_row = move_then_die
+    dying.ledger.move_ledger_row = move_then_die
     with pytest.raises(Crash):
         reshard(dying, 4)
     later = t0 + timedelta(minutes=2)

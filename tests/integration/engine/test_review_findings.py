@@ -33,7 +33,7 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
 
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
-    read_copies, read_ledger = store_a.read_copies, store_a.read_ledger
+    read_copies, read_ledger = store_a.ledger.read_copies, store_a.ledger.read_ledger
     raced: list[engine.RunSummary] = []
     started: list[bool] = []
     ledger_read: list[bool] = []
@@ -58,8 +58,8 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
             )  # fmt: skip
         return read_copies(shard, bucket, *args, **kwargs)
 
-    store_a.read_copies = copies_after_a_rival_commit
-    store_a.read_ledger = ledger_then_flag
+    store_a.ledger.read_copies = copies_after_a_rival_commit
+    store_a.ledger.read_ledger = ledger_then_flag
     try:
         a = engine.run_family(
             store_a, t0 + timedelta(minutes=6), "A", use_lease=False, now=t0 + timedelta(minutes=8)
@@ -118,7 +118,7 @@ def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn,
 
     operator = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
-    read_copies, read_ledger = store_a.read_copies, store_a.read_ledger
+    read_copies, read_ledger = store_a.ledger.read_copies, store_a.ledger.read_ledger
     here = store.bucket(x)
     ledger_read: list[bool] = []
     reset: list[object] = []
@@ -137,8 +137,8 @@ def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn,
             )  # fmt: skip
         return read_copies(shard, bucket, *args, **kwargs)
 
-    store_a.read_copies = copies_after_a_reset
-    store_a.read_ledger = ledger_then_flag
+    store_a.ledger.read_copies = copies_after_a_reset
+    store_a.ledger.read_ledger = ledger_then_flag
     try:
         a = engine.run_family(
             store_a, t0 + timedelta(minutes=6), "A", use_lease=False, now=t0 + timedelta(minutes=8)

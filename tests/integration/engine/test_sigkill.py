@@ -92,7 +92,7 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
         (family.name,),
     ).one()
     assert (state.epoch, state.run_id) == (base + timedelta(minutes=30), "run-1")
-    outcomes = [r["outcome"] for r in store.read_audit(20)]
+    outcomes = [r["outcome"] for r in store.audit.page(20)]
     assert outcomes and set(outcomes) <= {"success", "noop"}, outcomes
     time.sleep(1)  # the kernel's parent-death signal is immediate; give the reaper a moment
     assert processes_marked(marker) == [], "shard workers outlived the killed run"

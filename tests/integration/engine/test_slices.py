@@ -36,8 +36,10 @@ def run(store, epoch, **kw):
     """A run, then the marks it read forgotten, as a run minutes later finds them (a run keeps
     a mark younger than ``engine.FORGET_MARGIN``). One shard: every mark is in shard 0."""
     summary = run_once(store, epoch, **kw)
-    for shard, bucket in {store.bucket(t.counter) for b in store.touched(0).values() for t in b}:
-        store.forget_bucket(shard, bucket, int(time.time() * 1e6))
+    for shard, bucket in {
+        store.bucket(t.counter) for b in store.index.touched(0).values() for t in b
+    }:
+        store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
     return summary
 
 
@@ -45,19 +47,21 @@ def _family(make_family, t0, n=N):
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, n)
     # no sweep falls in these runs: every run after the first reads only marked counters
-    store.advance_family_epoch(t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2))
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
     return store, client, counters
 
 
 def _scans(store):
     calls = []
-    scan = store.scan_rows
+    scan = store.raw.scan_rows
 
     def recording(shard, bucket, after_ms=None):
         calls.append(after_ms)
         return scan(shard, bucket, after_ms)
 
-    store.scan_rows = recording
+    store.raw.scan_rows = recording
     return calls
 
 
@@ -94,7 +98,7 @@ def test_counted_rows_a_crash_left_are_read_by_the_slice_and_deleted_once(make_f
     def crash(point):
         if point == "cleanup_read_log":  # committed, marks forgotten, nothing deleted
             for shard, bucket in {store.bucket((c,)) for c in counters}:
-                store.forget_bucket(shard, bucket, int(time.time() * 1e6))
+                store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
             raise Crash(point)
 
     with pytest.raises(Crash):
@@ -165,14 +169,14 @@ def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0
 def test_a_few_marked_counters_are_read_by_name_above_their_floor(make_family, t0):
     store, client, counters = _family(make_family, t0, n=4)  # too few to scan the bucket
     calls = []
-    read_rows = store.read_rows
+    read_rows = store.raw.read_rows
 
     def recording(names, after_ms=None):
         if store.phase == "read_raw":
             calls.append((len(names), after_ms))
         return read_rows(names, after_ms)
 
-    store.read_rows = recording
+    store.raw.read_rows = recording
     total = 0
     epochs = [t0 + timedelta(minutes=m) for m in (1, 2, 3)]
     for i, epoch in enumerate(epochs):

@@ -37,13 +37,13 @@ def _record(client, names, amount, at) -> None:
 def _reads_of_copies(store: Store) -> list[str]:
     """Record how each read of compact rows went: ``whole`` (token range) or ``by name``."""
     seen: list[str] = []
-    read_copies = store.read_copies
+    read_copies = store.ledger.read_copies
 
     def spy(shard, bucket, counters):
         seen.append("whole" if counters is None else "by name")
         return read_copies(shard, bucket, counters)
 
-    store.read_copies = spy
+    store.ledger.read_copies = spy
     return seen
 
 
@@ -55,7 +55,7 @@ def _run(store, t0, minute, names):
         store, t0 + timedelta(minutes=minute), now=t0 + timedelta(minutes=minute + 2)
     )
     assert summary.outcome == "success", summary.message
-    store.forget_bucket(*store.bucket((names[0],)), int(time.time() * 1_000_000))
+    store.index.forget_bucket(*store.bucket((names[0],)), int(time.time() * 1_000_000))
     return summary
 
 
