@@ -1,0 +1,31 @@
+"""Adversarial review of round 42 (the Store composed by tables, the typed RunPlan across XCom,
+ShardJob, one time format): each test reproduces a finding on the real node and asserts the
+correct behaviour."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from counters import engine
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_idle_dry_run_leaves_the_family_epoch_where_it_was(make_family, t0):
+    """A dry run writes nothing (``counterctl compact --dry-run``, the DAG's ``dry_run``
+    param). An idle plan (nothing touched, nothing quarantined, no sweep due) advanced the
+    family's compacted epoch inside ``plan_run`` whether or not the run was a dry run: the
+    dry run moved the epoch every later run is planned against, while its audit row said it
+    moved nothing."""
+    _family, store, _client = make_family(shards=1)
+    before = t0 - timedelta(days=1)
+    # no sweep due (the last one is ahead of the runs' clock), nothing touched: idle
+    store.control.advance_family_epoch(before, "setup", swept_at=t0 + timedelta(days=2))
+    epoch = t0 + timedelta(minutes=1)
+    dry = engine.run_family(store, epoch, dry_run=True, now=epoch + timedelta(minutes=5))
+    assert dry.plan.idle and dry.plan.dry_run
+    assert store.control.family_epoch() == before, "the dry run moved the compacted epoch"
+    real = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    assert real.outcome == "idle" and store.control.family_epoch() == epoch
+
