@@ -4,10 +4,12 @@ correct behaviour."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 import pytest
 from counters import engine
+from counters.schema import SchemaError
 
 pytestmark = pytest.mark.integration
 
@@ -29,3 +31,26 @@ def test_an_idle_dry_run_leaves_the_family_epoch_where_it_was(make_family, t0):
     real = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     assert real.outcome == "idle" and store.control.family_epoch() == epoch
 
+
+def _timeuuid_table(conn, keyspace: str) -> str:
+    """An existing raw table whose time column is a timeuuid, with an increment column."""
+    table = f"ticks_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {keyspace}.{table} (k text, at timeuuid, id int, amount bigint, "
+        "PRIMARY KEY ((k), at, id))"
+    )
+    return table
+
+
+def test_an_increments_family_on_a_timeuuid_time_column_is_refused(
+    conn, engine_keyspace, make_family
+):
+    """The schema check took a timeuuid time column for every kind, but only a rows family
+    (counted by server-side slices) is consistent with it: an increments family folds each row
+    by its time in milliseconds (``toUnixTimestamp``) while its recount and the readers' bound
+    split at the epoch's first timeuuid tick, and its readers bind the copy's timestamp epoch
+    to the timeuuid column. On the node, after one run, every read of such a counter failed
+    (a timestamp bound to a timeuuid). Refused at init and at every step, naming the field."""
+    table = _timeuuid_table(conn, engine_keyspace)
+    with pytest.raises(SchemaError, match=r"columns\.time 'at' is a timeuuid"):
+        make_family(raw_table=table, columns={"key": "k", "time": "at", "increment": "amount"})
