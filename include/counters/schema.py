@@ -436,6 +436,14 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
             f"{where}: columns.time {cols.time!r} has type {time.cql_type}; "
             "it must be timestamp or timeuuid"
         )
+    if time.cql_type == "timeuuid" and not family.folds_by_slice:
+        raise SchemaError(
+            f"{where}: columns.time {cols.time!r} is a timeuuid, which only a rows family "
+            f"(rows kept, counted by the server) may count by; family {family.name!r} is of kind "
+            f"{family.kind.value}: its folds compare each row's time to the epoch in "
+            "milliseconds while the server orders timeuuids within one, and its readers bind a "
+            "timestamp epoch. Use a timestamp time column. Nothing was read or changed."
+        )
     if not summed:
         return RawLayout(key=partition, clustering=clustering, time=time, increment=None)
     increment = Column(cols.increment, columns[cols.increment].cql_type)

@@ -227,9 +227,9 @@ def plan_run(
     scheduled: datetime | None = None,
     provenance: Provenance | None = None,
 ) -> RunPlan:
-    """Decide the run; an idle run's epoch is recorded here (it has no other step).
-    ``dry_run``, ``scheduled`` and ``provenance`` (default: the store's) ride in the plan to
-    every later step."""
+    """Decide the run; an idle run's epoch is recorded here (it has no other step), but not
+    a dry run's (it writes nothing). ``dry_run``, ``scheduled`` and ``provenance`` (default:
+    the store's) ride in the plan to every later step."""
     check_family(store, record=False, run_id=run_id, once_per_run=True)
     state = store.control.family_state()
     touched = store.index.touched_count(SMALL_RUN_COUNTERS)
@@ -250,7 +250,7 @@ def plan_run(
         scheduled=scheduled,
         provenance=provenance or store.provenance or Provenance(),
     )
-    if plan.idle:
+    if plan.idle and not plan.dry_run:
         finish_run(store, plan)
     return plan
 
