@@ -483,6 +483,23 @@ def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(named) if named else default_config_path(os.environ)
 
 
+def local_folder(raw: str, env: Mapping[str, str], checkout: Path, setting: str) -> Path:
+    """A local folder setting (``raw``, no ``scheme://``) as an absolute path. A relative path is
+    the checkout's folder (``checkout``) in the local dev setup (``$COUNTERS_LOCAL_DEV``:
+    ``make run``, ``make test``); elsewhere it is refused, naming ``setting``: relative to the
+    installed package it would land in site-packages, relative to the current directory in
+    whichever folder each process started in. Pure but for ``~``."""
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return path
+    if env.get(LOCAL_DEV_ENV) == "1":
+        return checkout / path
+    raise ConfigError(
+        f"{setting}: {raw!r} is a relative path, used only in the local dev setup "
+        f"({LOCAL_DEV_ENV}=1); give an absolute path or a URL (e.g. 's3://bucket/prefix')"
+    )
+
+
 def local_archive_warnings(families: Sequence[Family], env: Mapping[str, str]) -> list[str]:
     """One warning per family whose ``archive`` is a local folder, outside the local dev setup
     (``$COUNTERS_LOCAL_DEV``): a worker's or pod's disk is not an archive (it goes with the pod,
@@ -494,7 +511,13 @@ def local_archive_warnings(families: Sequence[Family], env: Mapping[str, str]) -
         if family.archive is None:
             continue
         match = ARCHIVE_SCHEME.match(family.archive)
-        if match is None or match.group(1).lower() in ("file", "local"):
+        if match is None and not Path(family.archive).expanduser().is_absolute():
+            warnings.append(
+                f"family {family.name!r}: field 'archive': {family.archive!r} is a relative path, "
+                f"used only in the local dev setup ({LOCAL_DEV_ENV}=1): its cleanups are refused "
+                "(and delete nothing); use an object store (e.g. 's3://bucket/prefix')"
+            )
+        elif match is None or match.group(1).lower() in ("file", "local"):
             warnings.append(
                 f"family {family.name!r}: field 'archive': {family.archive!r} is a local folder; "
                 "outside the local dev setup use an object store (e.g. 's3://bucket/prefix'): "
