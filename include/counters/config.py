@@ -463,24 +463,40 @@ class Catalog:
         return [f.name for f in self.families]
 
 
-def default_config_path(env: Mapping[str, str]) -> Path:
-    """``counter_families.yaml`` in Airflow's DAG folder, as the environment names it
-    (``AIRFLOW__CORE__DAGS_FOLDER``, else ``$AIRFLOW_HOME/dags``, else ``~/airflow/dags``), so the
-    families are deployed with the DAG files. Pure. A DAG folder set only in airflow.cfg is not
-    seen here: set ``COUNTERS_CONFIG`` then."""
+def dag_folder(env: Mapping[str, str]) -> Path:
+    """Airflow's DAG folder as the environment names it (``AIRFLOW__CORE__DAGS_FOLDER``, else
+    ``$AIRFLOW_HOME/dags``, else ``~/airflow/dags``): where a DAG-only deploy puts its files. A
+    DAG folder set only in airflow.cfg is not seen here: set ``COUNTERS_CONFIG`` then. Pure."""
     folder = env.get("AIRFLOW__CORE__DAGS_FOLDER")
-    if not folder:
-        home = env.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
-        folder = str(Path(home) / "dags")
-    return Path(folder) / CONFIG_FILE_NAME
+    if folder:
+        return Path(folder)
+    home = env.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
+    return Path(home) / "dags"
+
+
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """``counter_families.yaml`` in Airflow's DAG folder, so the families are deployed with the
+    DAG files. Pure."""
+    return dag_folder(env) / CONFIG_FILE_NAME
+
+
+def config_path_in(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path:
+    """The families file: ``explicit`` (``--config``, relative to the current directory as any
+    command-line path), else ``$COUNTERS_CONFIG``, else the DAG folder's. A relative
+    ``$COUNTERS_CONFIG`` is in the DAG folder: the scheduler, DAG processor and workers each
+    start in a directory of their own, and a DAG-only deploy puts the file in the bundle. Pure."""
+    if explicit:
+        return Path(explicit)
+    named = env.get(CONFIG_ENV)
+    if not named:
+        return default_config_path(env)
+    path = Path(named).expanduser()
+    return path if path.is_absolute() else dag_folder(env) / path
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The families file: ``explicit``, else ``$COUNTERS_CONFIG``, else the DAG folder's."""
-    if explicit:
-        return Path(explicit)
-    named = os.environ.get(CONFIG_ENV)
-    return Path(named) if named else default_config_path(os.environ)
+    """The families file in this process's environment (``config_path_in``)."""
+    return config_path_in(explicit, os.environ)
 
 
 def local_folder(raw: str, env: Mapping[str, str], checkout: Path, setting: str) -> Path:

@@ -1,15 +1,18 @@
 """Paths a deployment resolves: never under the installed package (site-packages) or the
 process's current directory. A relative archive or results folder is the checkout's in the
-local dev setup only (issue #41, item 1)."""
+local dev setup only; a relative ``COUNTERS_CONFIG`` is in the DAG folder (issue #41, item 1)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from counters.airflow import checks, evidence
 from counters.archive import storage
-from counters.config import ConfigError, load_catalog, local_folder
+from counters.cli import cli
+from counters.config import ConfigError, config_path_in, load_catalog, local_folder
 from counters.errors import ArchiveError
 
 pytestmark = pytest.mark.unit
@@ -92,3 +95,48 @@ def test_a_relative_results_store_is_refused_outside_the_local_dev_setup() -> No
     assert not evidence.results_location(None, {}, checks.PROJECT_ROOT).startswith(
         checks.PROJECT_ROOT.as_uri()
     )
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "expected"),
+    [
+        (
+            None,
+            {"COUNTERS_CONFIG": "families/f.yaml", "AIRFLOW__CORE__DAGS_FOLDER": "/bundle"},
+            "/bundle/families/f.yaml",
+        ),
+        (
+            None,
+            {"COUNTERS_CONFIG": "f.yaml", "AIRFLOW_HOME": "/opt/airflow"},
+            "/opt/airflow/dags/f.yaml",
+        ),
+        (
+            None,
+            {"COUNTERS_CONFIG": "/etc/f.yaml", "AIRFLOW__CORE__DAGS_FOLDER": "/bundle"},
+            "/etc/f.yaml",
+        ),
+        ("mine.yaml", {"COUNTERS_CONFIG": "f.yaml"}, "mine.yaml"),  # --config: the shell's cwd
+        (None, {"AIRFLOW__CORE__DAGS_FOLDER": "/bundle"}, "/bundle/counter_families.yaml"),
+    ],
+)
+def test_a_relative_counters_config_is_in_the_dag_folder(
+    explicit: str | None, env: dict[str, str], expected: str
+) -> None:
+    assert config_path_in(explicit, env) == Path(expected)
+
+
+def test_counterctl_reads_a_relative_counters_config_from_the_dag_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle, elsewhere = tmp_path / "bundle", tmp_path / "cwd"
+    for folder in (bundle / "conf", elsewhere / "conf"):
+        folder.mkdir(parents=True)
+    (bundle / "conf" / "f.yaml").write_text(FAMILIES.format(archive="s3://b/a"))
+    (elsewhere / "conf" / "f.yaml").write_text(
+        FAMILIES.replace("trades", "wrong").format(archive="s3://b/a")
+    )
+    monkeypatch.chdir(elsewhere)
+    env = {"COUNTERS_CONFIG": "conf/f.yaml", "AIRFLOW__CORE__DAGS_FOLDER": str(bundle)}
+    result = CliRunner().invoke(cli, ["families", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert [f["name"] for f in json.loads(result.output)] == ["trades"]
