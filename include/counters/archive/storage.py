@@ -32,7 +32,7 @@ from ..errors import ArchiveError
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 """The checkout, in the local dev setup (the package installed editable from ``include/``): a
 relative ``archive`` is a folder of it there, and refused elsewhere (``config.local_folder``)."""
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
