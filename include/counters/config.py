@@ -463,24 +463,57 @@ class Catalog:
         return [f.name for f in self.families]
 
 
-def default_config_path(env: Mapping[str, str]) -> Path:
-    """``counter_families.yaml`` in Airflow's DAG folder, as the environment names it
-    (``AIRFLOW__CORE__DAGS_FOLDER``, else ``$AIRFLOW_HOME/dags``, else ``~/airflow/dags``), so the
-    families are deployed with the DAG files. Pure. A DAG folder set only in airflow.cfg is not
-    seen here: set ``COUNTERS_CONFIG`` then."""
+def dag_folder(env: Mapping[str, str]) -> Path:
+    """Airflow's DAG folder as the environment names it (``AIRFLOW__CORE__DAGS_FOLDER``, else
+    ``$AIRFLOW_HOME/dags``, else ``~/airflow/dags``): where a DAG-only deploy puts its files. A
+    DAG folder set only in airflow.cfg is not seen here: set ``COUNTERS_CONFIG`` then. Pure."""
     folder = env.get("AIRFLOW__CORE__DAGS_FOLDER")
-    if not folder:
-        home = env.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
-        folder = str(Path(home) / "dags")
-    return Path(folder) / CONFIG_FILE_NAME
+    if folder:
+        return Path(folder)
+    home = env.get("AIRFLOW_HOME") or str(Path("~/airflow").expanduser())
+    return Path(home) / "dags"
+
+
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """``counter_families.yaml`` in Airflow's DAG folder, so the families are deployed with the
+    DAG files. Pure."""
+    return dag_folder(env) / CONFIG_FILE_NAME
+
+
+def config_path_in(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path:
+    """The families file: ``explicit`` (``--config``, relative to the current directory as any
+    command-line path), else ``$COUNTERS_CONFIG``, else the DAG folder's. A relative
+    ``$COUNTERS_CONFIG`` is in the DAG folder: the scheduler, DAG processor and workers each
+    start in a directory of their own, and a DAG-only deploy puts the file in the bundle. Pure."""
+    if explicit:
+        return Path(explicit)
+    named = env.get(CONFIG_ENV)
+    if not named:
+        return default_config_path(env)
+    path = Path(named).expanduser()
+    return path if path.is_absolute() else dag_folder(env) / path
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The families file: ``explicit``, else ``$COUNTERS_CONFIG``, else the DAG folder's."""
-    if explicit:
-        return Path(explicit)
-    named = os.environ.get(CONFIG_ENV)
-    return Path(named) if named else default_config_path(os.environ)
+    """The families file in this process's environment (``config_path_in``)."""
+    return config_path_in(explicit, os.environ)
+
+
+def local_folder(raw: str, env: Mapping[str, str], checkout: Path, setting: str) -> Path:
+    """A local folder setting (``raw``, no ``scheme://``) as an absolute path. A relative path is
+    the checkout's folder (``checkout``) in the local dev setup (``$COUNTERS_LOCAL_DEV``:
+    ``make run``, ``make test``); elsewhere it is refused, naming ``setting``: relative to the
+    installed package it would land in site-packages, relative to the current directory in
+    whichever folder each process started in. Pure but for ``~``."""
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return path
+    if env.get(LOCAL_DEV_ENV) == "1":
+        return checkout / path
+    raise ConfigError(
+        f"{setting}: {raw!r} is a relative path, used only in the local dev setup "
+        f"({LOCAL_DEV_ENV}=1); give an absolute path or a URL (e.g. 's3://bucket/prefix')"
+    )
 
 
 def local_archive_warnings(families: Sequence[Family], env: Mapping[str, str]) -> list[str]:
@@ -494,7 +527,13 @@ def local_archive_warnings(families: Sequence[Family], env: Mapping[str, str]) -
         if family.archive is None:
             continue
         match = ARCHIVE_SCHEME.match(family.archive)
-        if match is None or match.group(1).lower() in ("file", "local"):
+        if match is None and not Path(family.archive).expanduser().is_absolute():
+            warnings.append(
+                f"family {family.name!r}: field 'archive': {family.archive!r} is a relative path, "
+                f"used only in the local dev setup ({LOCAL_DEV_ENV}=1): its cleanups are refused "
+                "(and delete nothing); use an object store (e.g. 's3://bucket/prefix')"
+            )
+        elif match is None or match.group(1).lower() in ("file", "local"):
             warnings.append(
                 f"family {family.name!r}: field 'archive': {family.archive!r} is a local folder; "
                 "outside the local dev setup use an object store (e.g. 's3://bucket/prefix'): "

@@ -74,7 +74,7 @@ ARCHIVED = GOOD + "    archive: {archive}\n"
 @pytest.mark.parametrize(
     ("archive", "env", "warned"),
     [
-        ("var/archive", {}, True),
+        ("/data/archive", {}, True),
         ("file:///data/archive", {}, True),
         ("var/archive", {"COUNTERS_LOCAL_DEV": "1"}, False),  # make run, make test
         ("s3://bucket/counters", {}, False),
@@ -100,7 +100,7 @@ def test_loading_the_file_logs_the_local_archive_warning(tmp_path, monkeypatch, 
     monkeypatch.delenv("COUNTERS_LOCAL_DEV", raising=False)
     path = write(tmp_path, ARCHIVED.format(archive="var/archive"))
     load_catalog(path)
-    assert f"{path}: family 'trades': field 'archive': 'var/archive' is a local folder" in (
+    assert f"{path}: family 'trades': field 'archive': 'var/archive' is a relative path" in (
         caplog.text
     )
 

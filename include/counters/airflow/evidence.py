@@ -6,7 +6,8 @@ each validation the ``verify`` step stores the result (``result.json``) at
 
     $COUNTERS_GX_RESULTS/<family>/<YYYY-MM-DD>/<run time>__<run name>/
 
-(a local folder by default, ``var/gx-results``; ``file:///shared/...`` on a shared volume,
+(a local folder by default: ``var/gx-results`` of the checkout in the local dev setup,
+``$AIRFLOW_HOME/gx-results`` elsewhere; ``file:///shared/...`` on a shared volume,
 ``s3://bucket/prefix`` or ``gs://...`` in a deployment, with the Airflow connection
 ``$COUNTERS_GX_RESULTS_CONN_ID`` for credentials), records that folder in the run's audit row
 (``gx_result``), and deletes the day folders older than ``$COUNTERS_GX_KEEP_DAYS`` (90). The UI
@@ -22,12 +23,13 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import LOCAL_DEV_ENV, ConfigError, local_folder
 from . import checks
 
 if TYPE_CHECKING:
@@ -39,7 +41,10 @@ RESULTS_ENV = "COUNTERS_GX_RESULTS"
 RESULTS_CONN_ENV = "COUNTERS_GX_RESULTS_CONN_ID"
 KEEP_DAYS_ENV = "COUNTERS_GX_KEEP_DAYS"
 DEFAULT_KEEP_DAYS = 90
-DEFAULT_RESULTS = checks.PROJECT_ROOT / "var" / "gx-results"
+DEV_RESULTS = "var/gx-results"
+"""The default in the local dev setup, a folder of the checkout (``checks.PROJECT_ROOT``)."""
+HOME_RESULTS = "gx-results"
+"""The default elsewhere, a folder of ``$AIRFLOW_HOME`` (not of the installed package)."""
 RESULT_FILE = "result.json"
 PAGE_FILE = "page.html"
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -66,14 +71,33 @@ def keep_days(env: dict[str, str] | None = None) -> int:
     return days
 
 
+def results_location(
+    location: str | os.PathLike[str] | None, env: Mapping[str, str], checkout: Path
+) -> str:
+    """The store's root as a URL: ``location``, else ``$COUNTERS_GX_RESULTS``, else the default
+    (``var/gx-results`` of the checkout in the local dev setup, ``$AIRFLOW_HOME/gx-results``
+    elsewhere). A plain path is a local folder; a relative one is refused outside the local dev
+    setup, naming the variable (``config.local_folder``). Pure but for ``~``."""
+    raw = str(location or env.get(RESULTS_ENV) or "")
+    if not raw:
+        if env.get(LOCAL_DEV_ENV) == "1":
+            return (checkout / DEV_RESULTS).as_uri()
+        home = Path(env.get("AIRFLOW_HOME") or "~/airflow").expanduser()
+        return (home / HOME_RESULTS).as_uri()
+    if "://" in raw:
+        return raw
+    try:
+        return local_folder(raw, env, checkout, RESULTS_ENV).as_uri()
+    except ConfigError as exc:
+        raise EvidenceConfigError(str(exc)) from exc
+
+
 def results_root(location: str | os.PathLike[str] | None = None) -> ObjectStoragePath:
-    """The store's root: ``location``, else ``$COUNTERS_GX_RESULTS``, else ``var/gx-results``.
-    A plain path (no ``scheme://``) is a local folder."""
+    """The store's root in this process's environment (``results_location``), with
+    ``$COUNTERS_GX_RESULTS_CONN_ID``'s credentials."""
     from airflow.sdk import ObjectStoragePath
 
-    raw = str(location or os.environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
-    if "://" not in raw:
-        raw = Path(raw).expanduser().resolve().as_uri()
+    raw = results_location(location, os.environ, checks.PROJECT_ROOT)
     conn_id = os.environ.get(RESULTS_CONN_ENV) or None
     return ObjectStoragePath(raw, conn_id=conn_id) if conn_id else ObjectStoragePath(raw)
 

@@ -17,6 +17,7 @@ second part of the same run and shard (a run cleaned up again with other commits
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 import sys
@@ -24,14 +25,16 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import Family
+from ..config import ConfigError, Family, local_folder
 from ..core import utc_naive
 from ..errors import ArchiveError
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+"""The checkout, in the local dev setup (the package installed editable from ``include/``): a
+relative ``archive`` is a folder of it there, and refused elsewhere (``config.local_folder``)."""
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 MAX_PARTS = 100
 """Parts of one run and shard: past it, a cleanup refuses (and deletes nothing)."""
@@ -54,14 +57,19 @@ def open_path(url: str, conn_id: str | None = None) -> ObjectStoragePath:
 
 
 def archive_root(family: Family) -> ObjectStoragePath:
-    """The family's ``archive`` as a path (a plain path is a local folder, relative to the
-    project root), with its ``archive_conn_id`` for credentials."""
+    """The family's ``archive`` as a path (a plain path is a local folder: a relative one is the
+    checkout's, in the local dev setup only), with its ``archive_conn_id`` for credentials."""
     if family.archive is None:
         raise ArchiveError(f"family {family.name!r} has no archive (field 'archive')")
     raw = family.archive
     if "://" not in raw:
-        path = Path(raw).expanduser()
-        raw = (path if path.is_absolute() else PROJECT_ROOT / path).resolve().as_uri()
+        try:
+            path = local_folder(
+                raw, os.environ, PROJECT_ROOT, f"family {family.name!r}: field 'archive'"
+            )
+        except ConfigError as exc:
+            raise ArchiveError(str(exc)) from exc
+        raw = path.resolve().as_uri()
     try:
         return open_path(raw, family.archive_conn_id)
     except (ValueError, ImportError) as exc:

@@ -36,9 +36,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.group()
 @click.option(
     "--config",
-    envvar="COUNTERS_CONFIG",
     type=click.Path(dir_okay=False),
-    help="Families YAML ($COUNTERS_CONFIG, else counter_families.yaml in Airflow's DAG folder).",
+    help="Families YAML ($COUNTERS_CONFIG, a relative one in Airflow's DAG folder; else "
+    "counter_families.yaml in the DAG folder).",
 )
 @click.option(
     "--conn-id",

@@ -451,6 +451,25 @@ def test_a_store_the_archive_cannot_be_written_to_fails_the_run_and_deletes_noth
     assert client.read(("IBM",)) == 6  # readers still exact: counted, kept, not lost
 
 
+def test_a_relative_archive_outside_the_local_dev_setup_fails_the_run_and_deletes_nothing(
+    make_family, monkeypatch, t0
+):
+    """Installed, a relative folder would be under site-packages: refused, naming the field."""
+    family, store, client = make_family(archive="var/archive", shards=1)
+    load(client, t0, counters=("IBM",), before=3, after=0)
+    monkeypatch.delenv("COUNTERS_LOCAL_DEV", raising=False)
+    epoch = t0 + timedelta(minutes=10)
+    with pytest.raises(engine.ArchiveError) as info:
+        run(store, epoch, run_id="relative")
+    assert str(info.value).startswith(
+        f"family {family.name!r}: field 'archive': 'var/archive' is a relative path"
+    )
+    assert rows_at_or_below(store, ("IBM",), epoch) == 3  # nothing deleted
+    [row] = store.audit.page(5)
+    assert row["outcome"] == "failed" and "is a relative path" in row["message"]
+    assert client.read(("IBM",)) == 6  # readers still exact: counted, kept, not lost
+
+
 def test_the_job_prunes_day_folders_past_the_retention_and_recount_says_so(archived_family, t0):
     family, store, client = archived_family(shards=1, archive_retention="2d")
     root = Path(family.archive) / family.name
