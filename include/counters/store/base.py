@@ -568,7 +568,8 @@ class StoreBase:
 
     def _time_bound(self, epoch_ms: int) -> Any:
         """An epoch as a bound on the time column: a timeuuid bound is the largest timeuuid of
-        the epoch's millisecond, so ``time <= bound`` and ``time > bound`` split at the epoch."""
+        the epoch's first 100 ns tick (``max_uuid_from_time``), so ``time <= bound`` and
+        ``time > bound`` split there; every split of a rows family uses this same value."""
         if self.layout.time.cql_type == "timeuuid":
             return max_uuid_from_time(epoch_ms / 1000)
         return epoch_ms
