@@ -151,6 +151,10 @@ FIGURES: list[Figure] = [
         lambda r: _number(_ratio(_at(r, "active.cassandra_cpu_s"), _at(r, "active.family_runs"))),
     ),
     (
+        "minute-families per core at 70 % busy: task processes / scheduler / Cassandra",
+        lambda r: _families_per_core(r),
+    ),
+    (
         "machine busy, run start delay p99 (s)",
         lambda r: _pair(
             _number(_at(r, "active.machine_busy_fraction")),
@@ -188,6 +192,28 @@ def _per_run(r: dict[str, Any], *kinds: str) -> str | None:
     if not runs or not isinstance(by_kind, dict):
         return None
     return " / ".join(_number(_ratio(by_kind.get(k), runs)) or NONE for k in kinds)
+
+
+CORE_BUSY = 0.7
+"""The share of a core a capacity estimate plans for: headroom for bursts, retries, sweeps."""
+
+
+def _families_per_core(r: dict[str, Any]) -> str | None:
+    """How many minute-families one core carries, per kind of process: ``0.7 * 60`` CPU-s a
+    minute over what one family-run cost that kind in the bench's active window. A linear
+    estimate (docs/airflow.md, "Past one machine"), valid near the measured load."""
+    runs = _at(r, "active.family_runs")
+    by_kind = _at(r, "active.airflow_cpu_by_kind_s")
+    node = _at(r, "active.cassandra_cpu_s")
+    if not runs or not isinstance(by_kind, dict):
+        return None
+
+    def per_core(cpu_s: Any) -> str:
+        per_run = _ratio(cpu_s, runs)
+        return f"{CORE_BUSY * 60 / per_run:.0f}" if per_run else NONE
+
+    kinds = (by_kind.get("task processes"), by_kind.get("scheduler"), node)
+    return " / ".join(per_core(cpu_s) for cpu_s in kinds)
 
 
 def _mb(value: Any) -> float | None:

@@ -57,3 +57,19 @@ def test_the_table_is_replaced_between_its_markers_only():
     assert results.rewrite(text, "new\n") == f"intro\n{results.BEGIN}\nnew\n{results.END}\nafter\n"
     with pytest.raises(SystemExit, match="markers"):
         results.rewrite("no markers here", "new\n")
+
+
+def test_families_per_core_divide_a_busy_core_by_each_kinds_cost_per_run():
+    """0.7 of a core's 60 CPU-s a minute over each kind's CPU-s per family-run: 100 runs that
+    cost the task processes 84 CPU-s (0.84 each) leave room for 50 families on a core."""
+    result = {
+        "active": {
+            "family_runs": 100,
+            "airflow_cpu_by_kind_s": {"task processes": 84.0, "scheduler": 42.0},
+            "cassandra_cpu_s": 21.0,
+        }
+    }
+    assert results._families_per_core(result) == "50 / 100 / 200"
+    result["active"]["airflow_cpu_by_kind_s"] = {"task processes": 84.0}
+    assert results._families_per_core(result) == "50 / \N{EN DASH} / 200"
+    assert results._families_per_core({"active": {}}) is None
