@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from .config import Family
+from .config import CHECKOUT, Family
 from .core import utc_naive
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = CHECKOUT
 CODE_VERSION_ENV = "COUNTERS_CODE_VERSION"
 """Set by a deployment that ships the code without its git history (an image): the version
 audit rows carry. Without it: the package version and ``git describe`` of the checkout."""

@@ -34,6 +34,10 @@ so the families ship with the DAG files (adding a family is a DAG-only deploy)."
 LOCAL_DEV_ENV = "COUNTERS_LOCAL_DEV"
 """Set to 1 by scripts/env.sh (``make run``, ``make test``, ``make bench``): the local dev
 setup, where a local-folder archive is expected and not warned about."""
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The project's checkout when the package runs from it (``include/counters`` below it): the
+base of the local dev setup's relative folders and of ``git describe``. Installed, it is
+site-packages' parent, which is why those folders are refused outside the local dev setup."""
 
 log = logging.getLogger(__name__)
 

@@ -22,17 +22,16 @@ import re
 import secrets
 import sys
 from datetime import date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import ConfigError, Family, local_folder
+from ..config import CHECKOUT, ConfigError, Family, local_folder
 from ..core import utc_naive
 from ..errors import ArchiveError
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+PROJECT_ROOT = CHECKOUT
 """The checkout, in the local dev setup (the package installed editable from ``include/``): a
 relative ``archive`` is a folder of it there, and refused elsewhere (``config.local_folder``)."""
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
