@@ -1,5 +1,5 @@
-"""docs/benchmarks.md's results table is generated from the kept JSON results
-(``bench/results``), and says what they hold."""
+"""docs/benchmarks.md's results table and the README's headline are generated from the kept
+JSON results (``bench/results``), and say what they hold."""
 
 from __future__ import annotations
 
@@ -16,6 +16,49 @@ pytestmark = pytest.mark.unit
 def test_the_docs_table_is_what_the_kept_results_say(capsys):
     assert results.load(), "bench/results/ holds no result"
     assert results.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_headline_is_the_kept_results_figures(tmp_path):
+    """The fastest and the latest 1M-row first run, and the latest Airflow window."""
+    machine = {"cpus": 2, "loadavg_at_start": [1.0]}
+    engine = {"results": {"compaction": {"seconds": 14.2, "counters": 100000}}}
+    kept = [
+        ("a.json", {"started_at": "1", "machine": machine, **engine}),
+        (
+            "b.json",
+            {
+                "started_at": "2",
+                "machine": machine,
+                "results": {"compaction": {"seconds": 29.4, "counters": 100000}},
+                "ratios": {"compaction_over_scan_floor": 20.2},
+            },
+        ),
+        (
+            "c.json",
+            {
+                "started_at": "3",
+                "families": 50,
+                "active": {
+                    "family_runs": 283,
+                    "window": {"minutes": 6},
+                    "airflow_cpu_s_per_family_run": 1.487,
+                    "machine_busy_fraction": 0.784,
+                },
+            },
+        ),
+    ]
+    text = results.headline(kept)
+    assert "1M raw rows of 100,000 counters in 14 s at best, and 29 s (20x" in text
+    assert "50 minute-families: 283 of 300 family-runs done in a 6-minute window" in text
+    assert "1.49 CPU-s per family-run (the machine 78 % busy)" in text
+    assert "No engine or Airflow result" in results.headline(kept[:2])
+
+
+def test_the_readme_keeps_within_its_cap():
+    """A README a newcomer reads to the end: 250 lines at most (CONTRIBUTING.md); detail goes
+    to docs/."""
+    lines = results.README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines, over its cap of 250"
 
 
 def test_every_kept_result_names_its_commit_machine_and_command():
