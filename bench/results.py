@@ -285,9 +285,7 @@ def headline(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
-def rewrite(
-    text: str, table: str, begin: str = BEGIN, end: str = END, doc: Path = DOC
-) -> str:
+def rewrite(text: str, table: str, begin: str = BEGIN, end: str = END, doc: Path = DOC) -> str:
     """``text`` with what lies between the markers replaced by ``table``."""
     if begin not in text or end not in text:
         raise SystemExit(f"{doc}: the markers of the generated text are missing ({begin!r})")
