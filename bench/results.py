@@ -166,6 +166,13 @@ FIGURES: list[Figure] = [
         ),
     ),
     (
+        "minute DAG doing nothing of ours, one task / five tasks: Airflow CPU-s per run",
+        lambda r: _pair(
+            _number(_at(r, "shapes.one.airflow_cpu_s_per_family_run")),
+            _number(_at(r, "shapes.five.airflow_cpu_s_per_family_run")),
+        ),
+    ),
+    (
         "Airflow metadata DB after the bench (MB)",
         lambda r: _number(_mb(r.get("metadata_db_bytes")), 1),
     ),

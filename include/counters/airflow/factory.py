@@ -230,12 +230,23 @@ def _label(shards: Sequence[int]) -> str:
 
 
 def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> DAG:
-    """The DAG of one family: run -> compact[shards] -> verify -> cleanup[shards] ->
-    record_audit (``run`` does a small run itself; the rest is skipped). Five tasks, the
-    fewest that keep a large run's per-shard tasks: every task of a DAG gets a task instance
-    row in every run, skipped or not (docs/airflow.md, "The DAG's shape")."""
+    """The DAG of one family. With ``shard_tasks`` (the default): run -> compact[shards] ->
+    verify -> cleanup[shards] -> record_audit (``run`` does a small run itself; the rest is
+    skipped). Five tasks, the fewest that keep a large run's per-shard tasks: every task of a
+    DAG gets a task instance row in every run, skipped or not. Without: ``run`` alone does
+    every run whole, one task instance per run (docs/airflow.md, "The DAG's shape")."""
     channels = Channels.for_family(family, env)
-    with DAG(
+    with _family_dag(family, channels) as dag:
+        if family.shard_tasks:
+            _shard_tasks(family, channels)
+        else:
+            _run_task(family, channels, whole=True)()
+    return dag
+
+
+def _family_dag(family: Family, channels: Channels) -> DAG:
+    """A family's DAG, without its tasks: schedule, one run at a time, the run's params."""
+    return DAG(
         dag_id=family.dag_id,
         description=(family.description or f"Compact counter family {family.name}")[:200],
         schedule=family.schedule,
@@ -256,85 +267,95 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
                 False, type="boolean", description="Compact without writing anything."
             ),
         },
-    ) as dag:
-        raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
-        alias = assets.compacted_alias(family)
+    )
 
-        @task(task_id=FIRST_TASK, pool=pool(), inlets=[raw], outlets=[alias])
-        def run_() -> list[list[int]]:
-            """Plans the run (XCom key ``run``) and, for a small run, does it whole here; returns
-            the shard groups to map ``compact`` and ``cleanup`` over (none when done here). A
-            small run that committed something updates the compact table's asset."""
-            context = get_current_context()
-            dag_run = context["dag_run"]
-            params = context["params"]
-            ti = context["ti"]
-            try:
-                run = _tasks().plan(
-                    family,
-                    run_id=dag_run.run_id,
-                    scheduled=_tasks().scheduled_time(dag_run),
-                    epoch=params.get("epoch"),
-                    dry_run=bool(params.get("dry_run")),
-                    started_by=_tasks().provenance(dag_run, params),
-                )
-            except AirflowSkipException:  # noop or idle: the run ended without failing
-                notify_recovery(family.name, channels, FAILING, context)
-                raise
-            ti.xcom_push("run", run.as_dict())
-            if not run.small:
-                return [list(group) for group in run.shard_groups]
-            summary = _tasks().whole_run(family, run)
-            ti.xcom_push("summary", summary)
+
+def _run_task(family: Family, channels: Channels, *, whole: bool) -> Any:
+    """The ``run`` task: plans the run (XCom key ``run``) and does it whole here when it is
+    small, or always (``whole``: a family without ``shard_tasks``); returns the shard groups
+    to map ``compact`` and ``cleanup`` over (none when done here; nothing without them). A
+    run done here that committed something updates the compact table's asset (its alias)."""
+    raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
+    alias = assets.compacted_alias(family)
+
+    @task(task_id=FIRST_TASK, pool=pool(), inlets=[raw], outlets=[alias])
+    def run_() -> list[list[int]] | None:
+        context = get_current_context()
+        dag_run = context["dag_run"]
+        params = context["params"]
+        ti = context["ti"]
+        try:
+            run = _tasks().plan(
+                family,
+                run_id=dag_run.run_id,
+                scheduled=_tasks().scheduled_time(dag_run),
+                epoch=params.get("epoch"),
+                dry_run=bool(params.get("dry_run")),
+                started_by=_tasks().provenance(dag_run, params),
+            )
+        except AirflowSkipException:  # noop or idle: the run ended without failing
             notify_recovery(family.name, channels, FAILING, context)
-            if assets.committed(summary):
-                context["outlet_events"][alias].add(compacted, extra=assets.event_extra(summary))
-            return []
+            raise
+        ti.xcom_push("run", run.as_dict())
+        if not (whole or run.small):
+            return [list(group) for group in run.shard_groups]
+        summary = _tasks().whole_run(family, run, any_size=whole)
+        ti.xcom_push("summary", summary)
+        notify_recovery(family.name, channels, FAILING, context)
+        if assets.committed(summary):
+            context["outlet_events"][alias].add(compacted, extra=assets.event_extra(summary))
+        return None if whole else []  # None: no return-value XCom where nothing maps over it
 
-        @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-        def compact(run: PlanPayload, shards: list[int]) -> list[dict[str, Any]]:
-            get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            return _tasks().compact(family, _tasks().received_plan(run), shards)
+    return run_
 
-        @task
-        def verify(run: PlanPayload, reports: list[dict[str, Any]]) -> dict[str, Any]:
-            return _tasks().verify(family, _tasks().received_plan(run), _all(reports)).as_dict()
 
-        @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-        def cleanup(
-            run: PlanPayload, verified: dict[str, Any], shards: list[int]
-        ) -> list[dict[str, Any]]:
-            get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-            tasks = _tasks()
-            found = tasks.VerifiedRun.from_dict(verified)
-            return tasks.cleanup(family, tasks.received_plan(run), found, shards)
+def _shard_tasks(family: Family, channels: Channels) -> None:
+    """``run``, then a large run's steps as their own tasks, mapped over shard groups."""
+    raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
 
-        @task(inlets=[raw], outlets=[compacted])
-        def record_audit(
-            run: PlanPayload, verified: dict[str, Any], cleanups: list[dict[str, Any]]
-        ) -> dict[str, Any]:
-            """Checks the cleanup, then audits the run (one task: a task instance costs the
-            scheduler more than these reads); skipped (no asset event) when it committed
-            nothing."""
-            context = get_current_context()
-            tasks = _tasks()
-            found = tasks.VerifiedRun.from_dict(verified)
-            summary = tasks.finish(family, tasks.received_plan(run), found, _all(cleanups))
-            notify_recovery(family.name, channels, FAILING, context)
-            if not assets.committed(summary):
-                raise AirflowSkipException("the run committed nothing: no compact-table event")
-            context["outlet_events"][compacted].extra = assets.event_extra(summary)
-            return summary
+    @task(pool=pool(), map_index_template="shards {{ shard_label }}")
+    def compact(run: PlanPayload, shards: list[int]) -> list[dict[str, Any]]:
+        get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
+        return _tasks().compact(family, _tasks().received_plan(run), shards)
 
-        # The wiring passes XComArgs where the task functions take values; Airflow types a
-        # TaskFlow call with the function's own parameters, so these references are Any.
-        groups: Any = run_()
-        run = groups["run"]
-        reports: Any = compact.partial(run=run).expand(shards=groups)
-        verified: Any = verify(run, reports)
-        cleanups: Any = cleanup.partial(run=run, verified=verified).expand(shards=groups)
-        record_audit(run, verified, cleanups)
-    return dag
+    @task
+    def verify(run: PlanPayload, reports: list[dict[str, Any]]) -> dict[str, Any]:
+        return _tasks().verify(family, _tasks().received_plan(run), _all(reports)).as_dict()
+
+    @task(pool=pool(), map_index_template="shards {{ shard_label }}")
+    def cleanup(
+        run: PlanPayload, verified: dict[str, Any], shards: list[int]
+    ) -> list[dict[str, Any]]:
+        get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
+        tasks = _tasks()
+        found = tasks.VerifiedRun.from_dict(verified)
+        return tasks.cleanup(family, tasks.received_plan(run), found, shards)
+
+    @task(inlets=[raw], outlets=[compacted])
+    def record_audit(
+        run: PlanPayload, verified: dict[str, Any], cleanups: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Checks the cleanup, then audits the run (one task: a task instance costs the
+        scheduler more than these reads); skipped (no asset event) when it committed
+        nothing."""
+        context = get_current_context()
+        tasks = _tasks()
+        found = tasks.VerifiedRun.from_dict(verified)
+        summary = tasks.finish(family, tasks.received_plan(run), found, _all(cleanups))
+        notify_recovery(family.name, channels, FAILING, context)
+        if not assets.committed(summary):
+            raise AirflowSkipException("the run committed nothing: no compact-table event")
+        context["outlet_events"][compacted].extra = assets.event_extra(summary)
+        return summary
+
+    # The wiring passes XComArgs where the task functions take values; Airflow types a
+    # TaskFlow call with the function's own parameters, so these references are Any.
+    groups: Any = _run_task(family, channels, whole=False)()
+    run = groups["run"]
+    reports: Any = compact.partial(run=run).expand(shards=groups)
+    verified: Any = verify(run, reports)
+    cleanups: Any = cleanup.partial(run=run, verified=verified).expand(shards=groups)
+    record_audit(run, verified, cleanups)
 
 
 FRESHNESS_TASK = "check_freshness"

@@ -535,12 +535,13 @@ def finish(
     return record_audit(family, run, verified, cleaned)
 
 
-def whole_run(family: Family, run: RunPlan) -> dict[str, Any]:
+def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[str, Any]:
     """A small run's phases in the ``run`` task (one process instead of five): compact every
     shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
     phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
-    larger run's phases run as their own (mapped) tasks."""
-    if not run.small:
+    larger run's phases run as their own (mapped) tasks, unless ``any_size`` (a family without
+    ``shard_tasks``: every run here, its shards one after another)."""
+    if not (run.small or any_size):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     shards = run.shards
     verified = verify(family, run, compact(family, run, shards))

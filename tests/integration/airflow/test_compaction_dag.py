@@ -304,6 +304,70 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     assert checks["gx:recount_equals_counted_rows"] == "pass", checks
 
 
+def test_a_family_without_shard_tasks_does_every_run_whole_in_one_task_instance(
+    conn, make_families, dagbag, t0
+):
+    """``shard_tasks: false``: the DAG is the ``run`` task alone, one task instance per run;
+    the first run (a sweep, which the five-task DAG maps over shards) and a small one both
+    fold, check (GX included), delete and audit there."""
+    families = make_families({"shards": 2, "shard_tasks": False})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    dag = dagbag().dags[family.dag_id]
+    assert [t.task_id for t in dag.tasks] == ["run"]
+
+    first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    assert first.state == "success" and states(first) == {"run": "success"}, states(first)
+    epoch = t0 + timedelta(minutes=10)
+    second = dag.test(logical_date=aware(epoch + family.lag))
+    assert second.state == "success" and states(second) == {"run": "success"}, states(second)
+    for counter in ("IBM", "AAPL"):
+        value = client.read_many([counter])[0]
+        assert (value.compact_value, value.epoch, value.value) == (55, epoch, 255)
+        assert len(raw_times(store, counter)) == 2  # rows <= epoch deleted, the newer kept
+    audit = store.audit.page(5)
+    assert [a["outcome"] for a in audit] == ["success", "success"]
+    assert [a["rows_deleted"] for a in audit] == [8, 12]
+    for row in audit:
+        checks_ = json.loads(row["checks"])
+        assert checks_["gx:recount_equals_counted_rows"] == "pass", checks_
+        assert checks_["no_counted_rows_remain_after_cleanup"].startswith("pass"), checks_
+
+
+def test_a_failed_check_in_the_one_task_dag_deletes_nothing_of_that_counter(
+    conn, make_families, dagbag, t0
+):
+    """The one-task DAG checks as the mapped one does: a counter whose readers' copy is
+    overwritten during the run is quarantined before anything of it is deleted, the run fails
+    (``partial``) and the rest is compacted."""
+    families = make_families({"shard_tasks": False})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=10)
+    compact = f"{family.keyspace}.{family.compact_table}"
+
+    def tamper(point: str) -> None:
+        row = store.session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        if point == "copy" and row is not None and row.value == 55:
+            store.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+
+    dag = dagbag().dags[family.dag_id]
+    with tasks.fault_hook(tamper):
+        run = dag.test(logical_date=aware(epoch + family.lag))
+
+    assert run.state == "failed" and states(run) == {"run": "failed"}, states(run)
+    assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
+    assert [t for t in raw_times(store, "AAPL") if t <= epoch] == []
+    assert client.read("AAPL") == 255
+    audit = store.audit.page(5)
+    assert [a["outcome"] for a in audit] == ["partial"]
+    assert "IBM: compact value 999 (expected 55 = 0 + 55)" in audit[0]["message"]
+
+
 def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_manifests(
     conn, make_families, dagbag, t0, tmp_path: Path
 ):

@@ -1,0 +1,164 @@
+"""``python -m bench.shape``: what a minute DAG's shape costs Airflow, apart from our code.
+
+Starts ``airflow standalone`` once per shape over ``--dags`` minute DAGs whose tasks do nothing
+of ours (``run`` sleeps a second): ``one`` is that task alone, ``five`` is the five-task shape of
+a family with ``shard_tasks`` (``run`` -> ``compact[]`` -> ``verify`` -> ``cleanup[]`` ->
+``record_audit``, the mapped tasks over nothing, the rest skipped, as in a small run). The CPU
+each process kind spent per DAG run in a window of whole minutes is the cost of the shape, and
+the ``one`` figure is Airflow's own floor for a family-run (docs/airflow.md, "The DAG's shape").
+Needs no Cassandra; the settings are those of ``scripts/env.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .ops import code_state, machine
+from .orchestration import VENV_BIN, Airflow, free_port, measure_window
+from .report import result_path, write_new
+
+SHAPES = ("one", "five")
+
+DAG_FILE = '''"""Minute DAGs of one shape (bench.shape): tasks that do nothing of the project's."""
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import DAG, task
+
+SHAPE = os.environ["BENCH_DAG_SHAPE"]
+START = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
+
+for i in range(int(os.environ["BENCH_DAGS"])):
+    with DAG(
+        dag_id=f"compact_orch{i:03d}",
+        schedule="* * * * *",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+    ) as dag:
+
+        @task(task_id="run")
+        def run_():
+            time.sleep(1.0)
+            return None if SHAPE == "one" else []
+
+        if SHAPE == "one":
+            run_()
+        else:
+
+            @task
+            def compact(run, shards):
+                return []
+
+            @task
+            def verify(run, reports):
+                return {}
+
+            @task
+            def cleanup(run, verified, shards):
+                return []
+
+            @task
+            def record_audit(run, verified, cleanups):
+                return {}
+
+            groups = run_()
+            plan = groups["run"]
+            reports = compact.partial(run=plan).expand(shards=groups)
+            verified = verify(plan, reports)
+            cleanups = cleanup.partial(run=plan, verified=verified).expand(shards=groups)
+            record_audit(plan, verified, cleanups)
+    globals()[dag.dag_id] = dag
+'''
+
+
+def airflow_env(home: Path, dags: Path, shape: str, count: int) -> dict[str, str]:
+    """The environment of one shape's Airflow: ``scripts/env.sh``'s settings for minute DAGs,
+    a scratch home and DAG folder, no project plugin preload (nothing of ours runs)."""
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{VENV_BIN}:{env.get('PATH', '')}",
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+        AIRFLOW__CORE__PARALLELISM="8",
+        AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL="30",
+        AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="120",
+        AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="1",
+        AIRFLOW__CORE__MP_START_METHOD="fork",
+        COUNTERS_PRELOAD="0",
+        PYTHONWARNINGS="ignore",
+        BENCH_DAG_SHAPE=shape,
+        BENCH_DAGS=str(count),
+    )
+    return env
+
+
+def measure_shape(shape: str, count: int, warmup: int, minutes: int, say: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"bench-shape-{shape}-") as scratch:
+        home, dags = Path(scratch) / "home", Path(scratch) / "dags"
+        home.mkdir()
+        dags.mkdir()
+        (dags / "shape_dags.py").write_text(DAG_FILE)
+        env = airflow_env(home, dags, shape, count)
+        subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True
+        )
+        port = free_port()
+        env.update(
+            AIRFLOW__API__PORT=str(port),
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://localhost:{port}/execution/",
+        )
+        airflow = Airflow(home, port, env)
+        try:
+            say(f"{shape}: airflow standalone on port {port}")
+            started = airflow.start()
+            say(f"{shape}: healthy after {started:.0f} s; warm-up {warmup} min")
+            time.sleep(warmup * 60)
+            return measure_window(shape, minutes, airflow, None, say)
+        finally:
+            airflow.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.shape", description=__doc__)
+    parser.add_argument("--dags", type=int, default=25, help="minute DAGs (25)")
+    parser.add_argument("--warmup", type=int, default=2, help="minutes before measuring (2)")
+    parser.add_argument("--minutes", type=int, default=4, help="minutes per window (4)")
+    args = parser.parse_args(argv)
+
+    def say(message: str) -> None:
+        print(f"[bench-shape {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    started = datetime.now(UTC)
+    code = code_state()
+    report: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "command": "python -m bench.shape " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(),
+        "code": code,
+        "dags": args.dags,
+        "shapes": {},
+    }
+    for shape in SHAPES:
+        report["shapes"][shape] = measure_shape(shape, args.dags, args.warmup, args.minutes, say)
+    written = write_new(result_path(started, code["commit"], ["shape"]), report, started)
+    for shape, window in report["shapes"].items():
+        say(f"{shape}: {window['airflow_cpu_s_per_family_run']} Airflow CPU-s per DAG run")
+    say(f"JSON: {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
