@@ -208,3 +208,33 @@ def test_expect_a_rule_gx_did_not_evaluate_to_fail_the_suite() -> None:
         checks._context().suites.pop("fam_short", None)
     assert not report.success
     assert [o.name for o in report.outcomes if not o.success] == ["gx_suite_complete"]
+
+
+def test_expect_the_result_to_be_what_gx_validation_definition_run_returns() -> None:
+    """``validate_evidence`` validates without GX's per-run store round trip (``_validate``):
+    its stored result must still be the one ``ValidationDefinition.run`` returns, the same
+    results and the same ``meta`` (the UI renders the page from it), up to the run's time."""
+    from datetime import UTC, datetime
+
+    import great_expectations as gx
+
+    rows = [evidence(0, 5), evidence(1, 3, value_delta=4)]
+    ours = stored(checks.validate_evidence("fam_same", "manual__same", rows))
+    suite = checks._suite("fam_same")
+    theirs_result = suite.definition.run(
+        batch_parameters={"dataframe": checks.evidence_frame(rows)},
+        result_format="COMPLETE",
+        run_id=gx.RunIdentifier(run_name="manual__same", run_time=datetime.now(UTC)),
+    )
+    theirs = json.loads(json.dumps(theirs_result.to_json_dict(), default=str, sort_keys=True))
+    store = checks._context().context.validation_results_store
+    for key in store.list_keys():  # what run stored: this process's context stays empty
+        store.remove_key(key)
+
+    for result in (ours, theirs):  # the moments differ
+        result["meta"].pop("validation_time")
+        result["meta"]["run_id"].pop("run_time")
+        result["meta"]["batch_markers"].pop("ge_load_time")
+    assert ours["meta"] == theirs["meta"]
+    assert ours == theirs
+    assert not ours["success"] and ours["meta"]["validation_id"]
