@@ -152,15 +152,18 @@ WARM_AND_FORK = textwrap.dedent(
     def bucket(delta):
         return Evidence(0, 0, 1, 1, 5, delta, 1, 5, 1, 5, 0, 0, 0, delta)
 
-    left = checks.warm()
+    left = checks.warm(["fam"])
+    built = checks._context().suites["fam"].definition.id
     threads = [t.name for t in threading.enumerate()]
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a task process forked from the preloaded parent
-        good = checks.validate_evidence("fam", "good", [bucket(5)]).success
+        report = checks.validate_evidence("fam", "good", [bucket(5)])
+        good = report.success
         bad = checks.validate_evidence("fam", "bad", [bucket(6)])
         os.write(write, json.dumps([good, bad.success, [o.name for o in bad.outcomes
-                                    if not o.success], len(threading.enumerate())]).encode())
+                                    if not o.success], len(threading.enumerate()),
+                                    report.result["meta"]["validation_id"] == built]).encode())
         os._exit(0)
     os.close(write)
     _, status = os.waitpid(child, 0)
@@ -172,7 +175,8 @@ WARM_AND_FORK = textwrap.dedent(
 
 def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -> None:
     """What the preload does (``checks.warm``) in a fresh interpreter, then a fork: no thread
-    is left to lose in the fork, and the child's suite still fails a wrong total."""
+    is left to lose in the fork, the child validates with the family's suite the parent built
+    (not one of its own), and it still fails a wrong total."""
     done = subprocess.run(
         [sys.executable, "-c", WARM_AND_FORK], capture_output=True, text=True, timeout=300
     )
@@ -180,8 +184,9 @@ def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["left"] == [] and got["threads"] == ["MainThread"], got
     assert got["status"] == 0
-    good, bad, failures, threads = got["child"]
+    good, bad, failures, threads, parents_suite = got["child"]
     assert good is True and bad is False and threads == 1
+    assert parents_suite is True
     assert set(failures) == {"value_change_equals_folded_sum", "family_total_conserved"}
 
 
