@@ -4,6 +4,7 @@ rendered from a stored result, and the preload's warm-up in a forked child."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -243,3 +244,46 @@ def test_expect_the_result_to_be_what_gx_validation_definition_run_returns() -> 
     assert ours["meta"] == theirs["meta"]
     assert ours == theirs
     assert not ours["success"] and ours["meta"]["validation_id"]
+
+
+PRELOAD_AND_FORK = textwrap.dedent(
+    """
+    import json, os, subprocess
+    from counters.airflow import preload
+    from counters import audit
+
+    preload.preload_tasks()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a task process: it may not run git (a subprocess per task) any more
+        def refuse(*args, **kwargs):
+            raise RuntimeError("a task process ran a subprocess")
+        subprocess.run = refuse
+        try:
+            os.write(write, json.dumps(audit.code_version()).encode())
+        except Exception as exc:
+            os.write(write, json.dumps(repr(exc)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    print(json.dumps({"parent": audit.code_version(),
+                      "child": json.loads(os.read(read, 65536) or b"null")}))
+    """
+)
+
+
+def test_expect_a_forked_task_to_inherit_the_preloaded_code_version() -> None:
+    """Every audit row records the code version (``git describe``): the preload computes it
+    once, so a task forked afterwards records the same without running ``git`` itself."""
+    env = {k: v for k, v in os.environ.items() if k != "COUNTERS_CODE_VERSION"}
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_AND_FORK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "+git." in got["parent"], got
+    assert got["child"] == got["parent"]
