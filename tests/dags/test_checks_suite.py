@@ -217,15 +217,20 @@ def test_expect_a_rule_gx_did_not_evaluate_to_fail_the_suite() -> None:
 
 
 def test_expect_the_result_to_be_what_gx_validation_definition_run_returns() -> None:
-    """``validate_evidence`` validates without GX's per-run store round trip (``_validate``):
-    its stored result must still be the one ``ValidationDefinition.run`` returns, the same
-    results and the same ``meta`` (the UI renders the page from it), up to the run's time."""
+    """``validate_evidence`` validates without GX's per-run store round trip (``_validate``)
+    and builds each expectation's configuration once per validation: its stored result must
+    still be the one ``ValidationDefinition.run`` returns, the same results and the same
+    ``meta`` (the UI renders the page from it), up to the run's time."""
     from datetime import UTC, datetime
 
     import great_expectations as gx
 
     rows = [evidence(0, 5), evidence(1, 3, value_delta=4)]
     ours = stored(checks.validate_evidence("fam_same", "manual__same", rows))
+    from great_expectations.expectations.expectation import Expectation
+
+    # GX's own property is back after a validation (ours only lives while one runs)
+    assert Expectation.__dict__["configuration"].fget.__qualname__ == "Expectation.configuration"
     suite = checks._suite("fam_same")
     theirs_result = suite.definition.run(
         batch_parameters={"dataframe": checks.evidence_frame(rows)},
