@@ -341,8 +341,6 @@ def warm(families: Sequence[str] = ()) -> list[str]:
     (a task) finds GX ready, and build each of ``families``' suites (a task would spend about
     a twentieth of its run building its family's); returns the names of threads this left
     running (none expected: a forked child would not have them)."""
-    import threading
-
     before = {t.ident for t in threading.enumerate()}
     sample = Evidence(
         shard=0,
@@ -437,8 +435,8 @@ def _validate(suite: _Suite, frame: pd.DataFrame, run_id: str) -> Any:
     stores each run: it re-reads and compares the suite and the definition (``is_fresh``), then
     serializes the result into the in-memory results store, which had to be emptied again. Both
     were built in this process and never change; ``evidence.keep`` stores the result. That was
-    about a fifth of a run's validation. The result and its ``meta`` are those ``run`` returns
-    (``tests/dags/test_checks_suite.py`` compares them)."""
+    5-20 % of a validation (measured, on a loaded machine). The result and its ``meta`` are
+    those ``run`` returns (``tests/dags/test_checks_suite.py`` compares them)."""
     import great_expectations as gx
     from great_expectations.constants import DATAFRAME_REPLACEMENT_STR
     from great_expectations.validator.v1_validator import Validator
