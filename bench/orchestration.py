@@ -170,12 +170,12 @@ def delays(runs: list[RunRow]) -> dict[str, Any]:
 # --- the families, Airflow, the writer --------------------------------------------------------
 
 
-def families_yaml(count: int, shards: int) -> str:
+def families_yaml(count: int, shards: int, keyspace: str = KEYSPACE) -> str:
     families = [
         {
             "name": f"orch{i:03d}",
             "kind": "increments",
-            "keyspace": KEYSPACE,
+            "keyspace": keyspace,
             "raw_table": f"orch{i:03d}_raw",
             "compact_table": f"orch{i:03d}_compact",
             "lag": "1m",
@@ -382,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-preload", action="store_true", help="COUNTERS_PRELOAD=0")
     parser.add_argument("--skip-idle", action="store_true", help="measure the active window only")
     parser.add_argument(
+        "--keyspace",
+        default=KEYSPACE,
+        help=f"keyspace of the families ({KEYSPACE}; dropped first): another on a shared node",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="JSON report, a new file (var/bench/<start>-<commit>-airflow.json)",
@@ -395,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(os.environ["AIRFLOW_HOME"])
     config = home / "families.yaml"
-    config.write_text(families_yaml(args.families, args.shards))
+    config.write_text(families_yaml(args.families, args.shards, args.keyspace))
     os.environ["COUNTERS_CONFIG"] = str(config)
     from counters.config import load_catalog
 
@@ -403,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     from counters.connection import connect
 
     with connect() as conn:  # a fresh deployment: no state (epochs, sweeps) of an earlier run
-        conn.session.execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=120)
-    say(f"{len(families)} families in {config} (keyspace {KEYSPACE} dropped); counterctl init")
+        conn.session.execute(f"DROP KEYSPACE IF EXISTS {args.keyspace}", timeout=120)
+    say(f"{len(families)} families in {config} (keyspace {args.keyspace} dropped); counterctl init")
     subprocess.run([str(VENV_BIN / "counterctl"), "init"], check=True, env=os.environ)
     subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "scripts/airflow_settings.py")],

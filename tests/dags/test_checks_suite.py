@@ -4,6 +4,7 @@ rendered from a stored result, and the preload's warm-up in a forked child."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -152,15 +153,18 @@ WARM_AND_FORK = textwrap.dedent(
     def bucket(delta):
         return Evidence(0, 0, 1, 1, 5, delta, 1, 5, 1, 5, 0, 0, 0, delta)
 
-    left = checks.warm()
+    left = checks.warm(["fam"])
+    built = checks._context().suites["fam"].definition.id
     threads = [t.name for t in threading.enumerate()]
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a task process forked from the preloaded parent
-        good = checks.validate_evidence("fam", "good", [bucket(5)]).success
+        report = checks.validate_evidence("fam", "good", [bucket(5)])
+        good = report.success
         bad = checks.validate_evidence("fam", "bad", [bucket(6)])
         os.write(write, json.dumps([good, bad.success, [o.name for o in bad.outcomes
-                                    if not o.success], len(threading.enumerate())]).encode())
+                                    if not o.success], len(threading.enumerate()),
+                                    report.result["meta"]["validation_id"] == built]).encode())
         os._exit(0)
     os.close(write)
     _, status = os.waitpid(child, 0)
@@ -172,7 +176,8 @@ WARM_AND_FORK = textwrap.dedent(
 
 def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -> None:
     """What the preload does (``checks.warm``) in a fresh interpreter, then a fork: no thread
-    is left to lose in the fork, and the child's suite still fails a wrong total."""
+    is left to lose in the fork, the child validates with the family's suite the parent built
+    (not one of its own), and it still fails a wrong total."""
     done = subprocess.run(
         [sys.executable, "-c", WARM_AND_FORK], capture_output=True, text=True, timeout=300
     )
@@ -180,8 +185,9 @@ def test_expect_the_warm_up_to_leave_no_thread_and_a_forked_task_to_validate() -
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["left"] == [] and got["threads"] == ["MainThread"], got
     assert got["status"] == 0
-    good, bad, failures, threads = got["child"]
+    good, bad, failures, threads, parents_suite = got["child"]
     assert good is True and bad is False and threads == 1
+    assert parents_suite is True
     assert set(failures) == {"value_change_equals_folded_sum", "family_total_conserved"}
 
 
@@ -208,3 +214,81 @@ def test_expect_a_rule_gx_did_not_evaluate_to_fail_the_suite() -> None:
         checks._context().suites.pop("fam_short", None)
     assert not report.success
     assert [o.name for o in report.outcomes if not o.success] == ["gx_suite_complete"]
+
+
+def test_expect_the_result_to_be_what_gx_validation_definition_run_returns() -> None:
+    """``validate_evidence`` validates without GX's per-run store round trip (``_validate``)
+    and builds each expectation's configuration once per validation: its stored result must
+    still be the one ``ValidationDefinition.run`` returns, the same results and the same
+    ``meta`` (the UI renders the page from it), up to the run's time."""
+    from datetime import UTC, datetime
+
+    import great_expectations as gx
+
+    rows = [evidence(0, 5), evidence(1, 3, value_delta=4)]
+    ours = stored(checks.validate_evidence("fam_same", "manual__same", rows))
+    from great_expectations.expectations.expectation import Expectation
+
+    # GX's own property is back after a validation (ours only lives while one runs)
+    assert Expectation.__dict__["configuration"].fget.__qualname__ == "Expectation.configuration"
+    suite = checks._suite("fam_same")
+    theirs_result = suite.definition.run(
+        batch_parameters={"dataframe": checks.evidence_frame(rows)},
+        result_format="COMPLETE",
+        run_id=gx.RunIdentifier(run_name="manual__same", run_time=datetime.now(UTC)),
+    )
+    theirs = json.loads(json.dumps(theirs_result.to_json_dict(), default=str, sort_keys=True))
+    store = checks._context().context.validation_results_store
+    for key in store.list_keys():  # what run stored: this process's context stays empty
+        store.remove_key(key)
+
+    for result in (ours, theirs):  # the moments differ
+        result["meta"].pop("validation_time")
+        result["meta"]["run_id"].pop("run_time")
+        result["meta"]["batch_markers"].pop("ge_load_time")
+    assert ours["meta"] == theirs["meta"]
+    assert ours == theirs
+    assert not ours["success"] and ours["meta"]["validation_id"]
+
+
+PRELOAD_AND_FORK = textwrap.dedent(
+    """
+    import json, os, subprocess
+    from counters.airflow import preload
+    from counters import audit
+
+    preload.preload_tasks()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a task process: it may not run git (a subprocess per task) any more
+        def refuse(*args, **kwargs):
+            raise RuntimeError("a task process ran a subprocess")
+        subprocess.run = refuse
+        try:
+            os.write(write, json.dumps(audit.code_version()).encode())
+        except Exception as exc:
+            os.write(write, json.dumps(repr(exc)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    print(json.dumps({"parent": audit.code_version(),
+                      "child": json.loads(os.read(read, 65536) or b"null")}))
+    """
+)
+
+
+def test_expect_a_forked_task_to_inherit_the_preloaded_code_version() -> None:
+    """Every audit row records the code version (``git describe``): the preload computes it
+    once, so a task forked afterwards records the same without running ``git`` itself."""
+    env = {k: v for k, v in os.environ.items() if k != "COUNTERS_CODE_VERSION"}
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_AND_FORK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "+git." in got["parent"], got
+    assert got["child"] == got["parent"]

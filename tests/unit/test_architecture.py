@@ -82,7 +82,10 @@ BENCH_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "sections",
         ("mainset", "scaling", "steady", "idle", "reads", "limits", "probes", "audit", "archive"),
     ),
-    ("entry points", ("", "__main__", "run", "worker", "results", "orchestration", "shape")),
+    (
+        "entry points",
+        ("", "__main__", "run", "worker", "results", "orchestration", "shape", "taskprofile"),
+    ),
 )
 """CONTRIBUTING.md's layers of ``bench`` (outside the package: it may import any of
 ``counters``, which never imports it), read as ``LAYERS``: a section module runs on the harness,

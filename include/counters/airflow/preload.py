@@ -8,7 +8,8 @@ what the process's children need, so every child forked later inherits it:
 
 - the scheduler (whose LocalExecutor workers fork the task processes): the engine, the
   Cassandra driver, pandas and Great Expectations (about 3.5 CPU-seconds and 160 MB), with the
-  GX suite built in memory and validated once (``checks.warm``), so a task only validates;
+  GX suite built in memory and validated once, and each configured family's suite built
+  (``checks.warm``), so a task only validates;
 - the DAG processor (a fork per DAG-file parse): the DAG factory and the families YAML only.
 
 Nothing connects or leaves a thread running here (``warm`` checks), so forking stays safe. A
@@ -73,26 +74,43 @@ def preload_tasks() -> None:
     except Exception:
         log.warning("counters: preloading the task modules failed", exc_info=True)
         return
+    families = warm_families()
+    warm_code_version()
     try:
-        threads = checks.warm()
+        threads = checks.warm(families)
     except Exception:  # a task builds the suite itself and reports the real error there
         log.warning("counters: warming the GX suite failed", exc_info=True)
         threads = []
     if threads:
         log.warning("counters: the GX warm-up left threads running (lost in forks): %s", threads)
-    warm_families()
     log.info("counters: task modules preloaded in %.1f CPU-s", time.process_time() - started)
 
 
-def warm_families() -> None:
+def warm_families() -> list[str]:
     """The families YAML, parsed once here: every forked parse reuses it (the memo is keyed on
-    the file's stamp, so an edited file is parsed again)."""
+    the file's stamp, so an edited file is parsed again). Returns the families' names (none
+    when the YAML does not load: a task builds what it needs itself)."""
     try:
         from counters.config import load_families_leniently
 
-        load_families_leniently()
+        good, _errors = load_families_leniently()
     except Exception:  # a parse reads it itself and reports the real error there
         log.warning("counters: preloading the families YAML failed", exc_info=True)
+        return []
+    return [family.name for family in good]
+
+
+def warm_code_version() -> None:
+    """The code version every audit row records (``audit.code_version``: ``git describe`` in a
+    subprocess, cached per process), computed here once: each forked task ran ``git`` again
+    (about 0.015 CPU-s a run). The tasks run the code this process imported, so its version is
+    theirs."""
+    try:
+        from counters import audit
+
+        audit.code_version()
+    except Exception:  # a task computes it itself
+        log.warning("counters: preloading the code version failed", exc_info=True)
 
 
 def preload_parsing() -> None:
