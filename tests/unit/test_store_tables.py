@@ -1,6 +1,7 @@
-"""The store composed by table: a table moved out of ``Store``'s mixins (``store.runs``,
-``store.control``) is reached only through its attribute, and holds the statements core rather
-than inheriting it (issue #42)."""
+"""The store composed by table (issue #42): ``Store`` is a container with no base class,
+holding the statements core (``store.statements``), the keys (``store.keys``) and one object
+per table over them, each reached only through its attribute; no class under ``store/``
+inherits another of the project's, and no object there reaches into another's private names."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from counters.store import (
     Reader,
     RunLogTable,
     Store,
-    StoreBase,
 )
 
 pytestmark = pytest.mark.unit
@@ -35,6 +35,6 @@ def test_a_composed_table_is_only_reached_through_its_attribute(
 ) -> None:
     methods = sorted(name for name in vars(table) if not name.startswith("_"))
     assert some <= set(methods)
-    assert not issubclass(table, StoreBase), f"{table.__name__} holds the core, not inherits it"
+    assert table.__mro__ == (table, object), f"{table.__name__} holds the core, not inherits it"
     on_store = [name for name in methods if hasattr(Store, name)]
     assert not on_store, f"{table.__name__}'s methods still on Store itself: {on_store}"
