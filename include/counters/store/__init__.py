@@ -2,14 +2,23 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-``Store`` holds the statements core (``base``: statements, batching, keys; ``records``: the
-small types they return) and one object per table over it, each owning every statement on its
-table, a reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's
-set), ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``:
-the ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
-``store.control`` (``ControlTable``: family state, leases, quarantine, table owners) and
-``store.audit`` (``AuditLog``); and the read rule, ``store.reader`` (``Reader``), over the
-tables it reads. A caller says which table it uses: ``store.ledger.commit_bucket(...)``.
+``Store`` is a container with no base class and no behaviour of its own. It holds:
+
+- ``store.statements`` (``Statements``, module ``statements``): preparing, running and
+  batching statements, the session, the raw layout, and the requests counted per ``phase``;
+- ``store.keys`` (``Keys``, module ``keys``): tokens, shards, buckets, key and JSON codecs,
+  packing of raw rows, epochs as stored;
+- one object per table over those two, each owning every statement on its table, a
+  reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's set),
+  ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``: the
+  ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
+  ``store.control`` (``ControlTable``: family state, leases, quarantine, table owners, and
+  ``checked_run``) and ``store.audit`` (``AuditLog``, and the ``provenance`` it writes);
+- ``store.reader`` (``Reader``): the read rule over the tables it reads.
+
+The small types they return are in ``records``. Besides these the store says what it is for,
+read-only: ``family``, ``conn``, ``layout``. A caller says which object it uses:
+``store.ledger.commit_bucket(...)``, ``store.keys.bucket(c)``, ``store.statements.requests``.
 """
 
 from __future__ import annotations
