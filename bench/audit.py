@@ -105,7 +105,7 @@ def write_all(store: Store, statements: Iterable[tuple[Any, Any]], chunk: int = 
     while part := list(islice(pairs, chunk)):
         todo = part
         for _attempt in range(3):
-            results = store._run(todo, raise_first=False)
+            results = store.statements.run(todo, raise_first=False)
             todo = [s for s, r in zip(todo, results, strict=True) if isinstance(r, Exception)]
             if not todo:
                 break
@@ -182,7 +182,7 @@ def run(bench: Any, minutes: int, repeats: int = 5) -> dict[str, Any]:
     with Meter(bench.server) as write:
         write_all(store, (store.audit._insert(row) for row in months_counted()))
     bench.say("audit: the same rows in one partition per family (the layout before)")
-    session = store.session
+    session = store.statements.session
     session.execute(
         f"CREATE TABLE IF NOT EXISTS {q(keyspace)}.{LEGACY_TABLE} (family text, "
         "started_at timestamp, run_id text, kind text, outcome text, dry_run boolean, "

@@ -588,7 +588,7 @@ def write_folded_compact_rows(
     )
     by_bucket: dict[tuple[int, int], list[tuple[tuple, int]]] = {}
     for key, value in rows:
-        by_bucket.setdefault(store.bucket(key), []).append((key, value))
+        by_bucket.setdefault(store.keys.bucket(key), []).append((key, value))
     now = int(time.time() * 1_000_000)
     for (shard, bucket), members in by_bucket.items():
         head = store.ledger.read_ledger(shard, bucket, []).head

@@ -56,7 +56,7 @@ def required_work(
 
     def each(step: str, work: Callable[..., Any], items: list[Any] = buckets) -> list[Any]:
         def one(where: tuple[int, ...]) -> Any:
-            main.phase = scratch.phase = step
+            main.statements.phase = scratch.statements.phase = step
             return work(*where)
 
         # under the collector's threshold of a shard's step, as the run's steps are

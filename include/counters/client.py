@@ -123,7 +123,7 @@ class CounterClient:
             counter=as_key(counter),
             increment=amount,
             time=truncate_ms(utc_naive(at or datetime.now(UTC))),
-            identity=identity if identity is not None else self.store.fresh_identity(),
+            identity=identity if identity is not None else self.store.keys.fresh_identity(),
         )
         self.record([event])
         return event

@@ -501,7 +501,7 @@ class QueueingConnection(DefaultConnection):
     ``NoHostAvailable``), although it only has to wait. A 3M-row run's cleanup failed so, four
     threads each sending 64 batches of deletes. This one queues the request behind the others
     (the driver drains the queue whenever the socket can take more); what bounds the bytes in
-    flight is the engine's own concurrency (``Store.concurrency`` requests per thread, a few
+    flight is the engine's own concurrency (``Statements.concurrency`` requests per thread, a few
     threads per process).
 
     And under protocol v5 the stock connection drops the first bytes of a segment header when a

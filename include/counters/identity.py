@@ -128,12 +128,12 @@ def check_family(
     one ``Store`` (the plan, then each shard a task compacts) share one check; a commit is
     still conditioned on its ledger partition's shard count, and a step that may record checks
     again unless every table was already recorded."""
-    if once_per_run and run_id and store.checked_run is not None:
-        checked_id, covers_record = store.checked_run
+    if once_per_run and run_id and store.control.checked_run is not None:
+        checked_id, covers_record = store.control.checked_run
         if checked_id == run_id and (covers_record or not record):
             return
-    store.checked_run = None  # a check that fails below leaves nothing to skip the next one
-    session = store.session
+    store.control.checked_run = None  # a check that fails below leaves nothing to skip the next one
+    session = store.statements.session
     check_table_options(session, store.family)
     problem = serial_problem(
         store.family, replication_dcs(session, store.family.keyspace), local_dc(session)
@@ -141,7 +141,7 @@ def check_family(
     if problem:
         raise SchemaError(problem)
     recorded = check_identity(store, record=record, run_id=run_id)
-    store.checked_run = (run_id, record or recorded) if run_id else None
+    store.control.checked_run = (run_id, record or recorded) if run_id else None
 
 
 def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | None:
@@ -289,7 +289,7 @@ def _check_unrecorded(store: Store) -> None:
             f"{_fix('shards', shards, family)}. Nothing was read or changed."
         )
     positions = store.ledger.ledger_positions(LEDGER_SAMPLE)
-    tokens = [(shard, bucket, store.token(counter)) for shard, bucket, counter in positions]
+    tokens = [(shard, bucket, store.keys.token(counter)) for shard, bucket, counter in positions]
     if all(bucket_of(token, family.shards) == (s, b) for s, b, token in tokens):
         return
     written = written_shards(tokens)

@@ -176,7 +176,7 @@ def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     counter compacted before the ledger existed: from its compact row, if that names no
     commit; a copy naming a commit the ledger does not hold is refused, as a run quarantines
     it: taken as a base, its rows would be counted again)."""
-    shard, bucket = store.bucket(counter)
+    shard, bucket = store.keys.bucket(counter)
     ledger = store.ledger.read_ledger(shard, bucket, [counter])
     check_partition(store, shard, bucket, ledger)
     checkpoint = ledger.checkpoints.get(counter)
@@ -332,7 +332,7 @@ def _reset_done(store: Store, counter: Key, reset_id: str) -> int | None:
     """The point (ms) of this counter's reset by ``reset_id`` if one applied, found in the run
     log (kept 14 days) whatever committed since: a commit its reset verified, or one whose point
     is still the counter's reset point (applied, then a crash before it was verified)."""
-    shard, _bucket = store.bucket(counter)
+    shard, _bucket = store.keys.bucket(counter)
     origin = _base(store, counter)[3].origin_ms
     for entry, epoch_ms, verified in store.runs.run_entries(reset_id, shard):
         if entry == counter and (verified or epoch_ms == origin):
@@ -508,7 +508,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     ledger (the engine's record of every commit). Fix its raw rows first if that was the
     reason (a NULL increment); the next run folds it."""
     check_family(store, record=True, run_id="release")
-    shard, bucket = store.bucket(counter)
+    shard, bucket = store.keys.bucket(counter)
     entry = store.control.read_quarantine(shard).get(counter)
     if entry is None:
         raise EngineError(

@@ -99,7 +99,7 @@ def recount(
     if since and until and utc_naive(since) >= utc_naive(until):
         raise ValueError(f"--from ({since}) must be before --to ({until})")
     report = RecountReport(family.name, since, until)
-    encode, decode = store._key_codec()
+    encode, decode = store.keys.json_codec()
     wanted = None if counters is None else {tuple(encode(c)) for c in counters}
     segments = _archived(store, report, wanted, since, until, now or datetime.now(UTC))
     report.unrecorded = _unrecorded(store, since, until)
@@ -253,14 +253,14 @@ def _present(
     """Per counter, its checkpoint, its compact copy and, when its last commit is not
     archived yet, the counted rows of that commit still present (``names`` None: every
     counter of the ledger)."""
-    encode, decode = store._key_codec()
+    encode, decode = store.keys.json_codec()
     by_bucket: dict[tuple[int, int], list[Key] | None] = {}
     if names is None:
         by_bucket = {(s, b): None for s in range(store.family.shards) for b in range(BUCKETS)}
     else:
         for name in names:
             key = decode(list(name))
-            by_bucket.setdefault(store.bucket(key), []).append(key)  # type: ignore[union-attr]
+            by_bucket.setdefault(store.keys.bucket(key), []).append(key)  # type: ignore[union-attr]
     out: dict[tuple[Any, ...], Present] = {}
     for (shard, bucket), keys in sorted(by_bucket.items()):
         ledger = store.ledger.read_ledger(shard, bucket, keys)
@@ -297,7 +297,7 @@ def _last_commit(
     zero and its counted rows not archived (then read where still present)."""
     from dataclasses import replace
 
-    encode, _decode = store._key_codec()
+    encode, _decode = store.keys.json_codec()
     record = store.runs.commit_record(cp.run_id or "", shard, bucket, cp.commit_id)
     if record is None:
         if cp.pending_rows:

@@ -104,7 +104,7 @@ def plan_reshard(store: Store, shards: int) -> ReshardPlan:
         for bucket in range(BUCKETS):
             for counter, _row in store.ledger.ledger_rows(shard, bucket):
                 total += 1
-                if bucket_of(store.token(counter), shards) != (shard, bucket):
+                if bucket_of(store.keys.token(counter), shards) != (shard, bucket):
                     moving += 1
     return ReshardPlan(family.name, before, shards, total, moving, under_way)
 
@@ -159,7 +159,7 @@ def _recorded_shards(
 def _written(store: Store) -> int:
     from .identity import written_shards
 
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(256)]
+    positions = [(s, b, store.keys.token(c)) for s, b, c in store.ledger.ledger_positions(256)]
     found = written_shards(positions) if positions else None
     return found or store.control.family_state().shards or store.family.shards
 
@@ -178,7 +178,7 @@ def _move_bucket(store: Store, shard: int, bucket: int, shards: int) -> tuple[in
     with its commit's record of counted keys first (a later fold reads it at the new place)."""
     moved = records = 0
     for counter, row in store.ledger.ledger_rows(shard, bucket):
-        place = bucket_of(store.token(counter), shards)
+        place = bucket_of(store.keys.token(counter), shards)
         if place == (shard, bucket):
             continue  # already where the new count puts it
         checkpoint = store.ledger.row_checkpoint(row)
@@ -195,7 +195,7 @@ def _move_quarantine(store: Store, before: int, shards: int) -> int:
     moved = 0
     for shard in range(before):
         for counter, entry in store.control.quarantine_entries(shard):
-            to = shard_of(store.token(counter), shards)
+            to = shard_of(store.keys.token(counter), shards)
             if to != shard:
                 store.control.move_quarantine_entry(counter, entry, shard, to)
                 moved += 1
@@ -209,7 +209,7 @@ def _move_marks(store: Store, before: int, shards: int) -> int:
     for shard in range(before):
         for bucket in range(BUCKETS):
             for counter, minutes, written in store.index.marks_to_move(shard, bucket):
-                to = bucket_of(store.token(counter), shards)
+                to = bucket_of(store.keys.token(counter), shards)
                 if to != (shard, bucket):
                     store.index.move_mark(counter, minutes, written, (shard, bucket), to)
                     moved += 1

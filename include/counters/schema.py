@@ -378,7 +378,7 @@ def table_metadata(session: Session, keyspace: str, table: str) -> Any:
 
 
 def _table_meta(session: Session, keyspace: str, table: str):
-    if not _has_table(session, keyspace, table):
+    if not has_table(session, keyspace, table):
         return None
     cluster = session.cluster
 
@@ -395,7 +395,9 @@ def _table_meta(session: Session, keyspace: str, table: str):
     return ks.tables.get(table) if ks else None
 
 
-def _has_table(session: Session, keyspace: str, table: str) -> bool:
+def has_table(session: Session, keyspace: str, table: str) -> bool:
+    """Whether ``keyspace.table`` exists, read from ``system_schema`` (not the driver's model,
+    which a connection without the full schema model does not keep)."""
     row = session.execute(
         "SELECT table_name FROM system_schema.tables WHERE keyspace_name=%s AND table_name=%s",
         (keyspace, table),
@@ -556,7 +558,7 @@ def ensure_schema(
     if family.kind is Kind.UNIQUE:
         ensure_unique_tables(session, family)
     layout = read_raw_layout(session, family)
-    if _has_table(session, family.keyspace, family.compact_table):
+    if has_table(session, family.keyspace, family.compact_table):
         for statement in check_compact_table(session, family, layout):
             session.execute(statement)
     else:

@@ -481,9 +481,9 @@ def look_up(
     ``ValueError`` naming the key's columns."""
     from .client import CounterClient
 
-    counter = store.parse_key(split_counter(store.family, text))
+    counter = store.keys.parse_key(split_counter(store.family, text))
     value = CounterClient(store.conn, store.family, store).read_many([counter])[0]
-    shard, bucket = store.bucket(counter)
+    shard, bucket = store.keys.bucket(counter)
     ledger = store.ledger.read_ledger(shard, bucket, [counter], with_pending=False).checkpoints
     worked = [row for row in audit_page(store, audit_limit) if row.counters and not row.dry_run][
         :history_runs

@@ -350,7 +350,7 @@ def rows_at_or_below(
         f'AND "{f.columns.time}" <= %s',
         consistency_level=level,
     )
-    return sum(store.session.execute(statement, (c, epoch)).one()[0] for c in counters)
+    return sum(store.statements.session.execute(statement, (c, epoch)).one()[0] for c in counters)
 
 
 def assert_exact(cf: ClusterFamily, expected: dict[str, int], epoch: datetime) -> None:

@@ -139,7 +139,7 @@ def test_two_nodes_down_runs_fail_clearly_delete_nothing_then_complete(
     # superuser status is read from system_auth at LOCAL_QUORUM too)
     assert rows_at_or_below(cf.admin, counters, epoch) == len(counters) * ROWS
     compact = f"SELECT count(*) FROM {cf.family.keyspace}.{cf.family.compact_table}"
-    assert cf.admin.session.execute(compact, timeout=60).one()[0] == 0
+    assert cf.admin.statements.session.execute(compact, timeout=60).one()[0] == 0
     retry = run(cf.store, epoch, "run-1")  # what Airflow's retry of the task does
     assert retry.outcome == "success", retry.message
     assert_exact(cf, expected, epoch)

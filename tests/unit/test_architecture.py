@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "store",
         (
             "store",
-            "store.base",
+            "store.statements",
+            "store.keys",
             "store.records",
             "store.raw",
             "store.touched",

@@ -137,7 +137,7 @@ def test_a_counter_that_is_not_the_familys_key_exits_2_naming_it() -> None:
             raise ValueError(f"calculation_date: not a date: {parts[1]!r}")
         return tuple(parts)
 
-    store = SimpleNamespace(family=orders, parse_key=parse_key)
+    store = SimpleNamespace(family=orders, keys=SimpleNamespace(parse_key=parse_key))
     assert cli_module.counter_keys(store, ["7/2026-11-22"]) == [("7", "2026-11-22")]
     with pytest.raises(click.ClickException) as typed:
         cli_module.counter_keys(store, ["7/2026-11-22", "7/22.11.2026"])

@@ -98,8 +98,8 @@ def store_for(family: Family) -> Store:
         if store is None or store.conn is not conn or store.family != family:
             store = Store(conn, family)
             _stores[family.name] = store
-        store.requests.clear()
-        store.provenance = None
+        store.statements.requests.clear()
+        store.audit.provenance = None
         return store
 
 

@@ -200,7 +200,7 @@ def _audit(
         gx_result=(gx or {}).get("gx_result"),
     )
     store = store_for(family)
-    store.provenance = run.provenance
+    store.audit.provenance = run.provenance
     store.audit.write(record)
     log.info("audit row written: family %s run %s outcome %s", family.name, run.run_id, outcome)
     metrics.emit_run(

@@ -119,7 +119,7 @@ def archive_commits(
             f"family {family.name!r} run {run_id!r}: the run's start (its audit row) is needed to "
             "archive its rows; nothing was deleted"
         )
-    encode, _decode = store._key_codec()
+    encode, _decode = store.keys.json_codec()
     held = {tuple(encode(c)) for c in quarantined}
     records = [(bucket, record, unpack_record(rows)) for bucket, record, rows in todo]
     mine = {bucket: {r.commit_id for r in runs[bucket]} for bucket in runs}
@@ -175,7 +175,7 @@ def _commits(
     neither of those holds it archived. Vectorised over the rows; keys are decoded only for
     the counters that need a look, which only crashes, retries and cleanups out of run order
     leave."""
-    _encode, decode = store._key_codec()
+    _encode, decode = store.keys.json_codec()
     appears = Counter(c for _b, _r, rec in records for c in rec.counters)
     later = _later_commits(store, shard, records, mine or {})
     masks: list[Any] = []
@@ -270,7 +270,7 @@ def _later_commits(
     carried on, with their current checkpoint (pending loaded, with its flags). One head read
     per bucket; the ledger only of a bucket whose head is not the run's (a newer run committed
     to it before this cleanup)."""
-    _encode, decode = store._key_codec()
+    _encode, decode = store.keys.json_codec()
     out: dict[Any, dict[tuple[Any, ...], Checkpoint]] = {}
     by_bucket: dict[int, list[tuple[CommitRecord, ArchiveRecord]]] = {}
     for bucket, record, rec in records:
@@ -307,7 +307,7 @@ def _archived_elsewhere(
     """By counter, its present rows that another commit's archive holds: flagged archived by
     the counter's current commit (a later fold), or in a base commit whose cleanup archived it
     after this commit's fold (its mark, read now)."""
-    _encode, decode = store._key_codec()
+    _encode, decode = store.keys.json_codec()
     out: dict[tuple[Any, ...], set[Any]] = {}
 
     def add(counter: tuple[Any, ...], cp: Checkpoint) -> None:
@@ -336,5 +336,5 @@ def _archived_elsewhere(
 
 def _entries(store: Store, record: CommitRecord) -> list[tuple[list[Any], int, Any]]:
     """A record's entries with each counter JSON-encoded, as its archive record names it."""
-    encode, _decode = store._key_codec()
+    encode, _decode = store.keys.json_codec()
     return [(encode(counter), epoch, keys) for counter, epoch, keys in record.entries]

@@ -252,7 +252,7 @@ def audited_store(conn: Connection, family: Family, **parameters: object) -> Sto
     """The family's store, its audit rows saying this command wrote them, with ``parameters``
     (``by_cli``): every command that changes counters opens its store so."""
     store = Store(conn, family)
-    store.provenance = by_cli(**parameters)
+    store.audit.provenance = by_cli(**parameters)
     return store
 
 
@@ -260,7 +260,7 @@ def counter_keys(store: Store, texts: Iterable[str]) -> list[Key]:
     """COUNTER arguments as the family's typed keys ('/' between a composite key's parts);
     one that is not exits 2, naming it and the family's key."""
     try:
-        return [store.parse_key(split_counter(store.family, text)) for text in texts]
+        return [store.keys.parse_key(split_counter(store.family, text)) for text in texts]
     except ValueError as exc:
         raise Failure(str(exc), 2) from exc
 

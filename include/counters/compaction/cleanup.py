@@ -97,7 +97,7 @@ def cleanup_shard(
     failure there deletes nothing."""
     started = time.perf_counter()
     report = CleanupReport(shard)
-    store.phase = "cleanup"
+    store.statements.phase = "cleanup"
     runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
@@ -108,9 +108,9 @@ def cleanup_shard(
     if store.family.archive is not None:
         from ..archive.writer import archive_commits
 
-        store.phase = "archive"
+        store.statements.phase = "archive"
         archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)
-        store.phase = "cleanup"
+        store.statements.phase = "cleanup"
         deferred = archived.deferred
         report.archived_rows, report.archived_sum = archived.rows, archived.sum
         report.archive_files = [m.url for m in archived.manifests]
@@ -121,7 +121,7 @@ def cleanup_shard(
     now_us = max(micros(), micros(now))
 
     def one(bucket: int) -> CleanupReport:
-        store.phase = "cleanup"  # this thread's requests
+        store.statements.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
         # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
@@ -135,7 +135,7 @@ def cleanup_shard(
                 if counter in mine:  # a retry of the run committed it again
                     epoch_before, keys_before = mine[counter]
                     merged = dict.fromkeys([*keys_before.keys, *keys.keys])
-                    keys = CountedKeys.of(store.key_codec, list(merged))
+                    keys = CountedKeys.of(store.keys.key_codec, list(merged))
                     mine[counter] = (max(epoch_ms, epoch_before), keys)
                 else:
                     mine[counter] = (epoch_ms, keys)
@@ -153,7 +153,7 @@ def cleanup_shard(
                 )
                 fault("cleanup_mark")
             part.rows_deleted += store.raw.delete_rows(deletions, tombstone_ts)
-        store.phase = "verify_cleanup"
+        store.statements.phase = "verify_cleanup"
         _check_left(store, shard, bucket, mine, part)
         return part
 
@@ -166,7 +166,7 @@ def cleanup_shard(
         report.counters_cleaned += part.counters_cleaned
         report.counters_checked += part.counters_checked
     fault("cleanup_delete")
-    report.requests = dict(store.requests)
+    report.requests = dict(store.statements.requests)
     report.seconds = time.perf_counter() - started
     report.peak_rss_mib = peak_rss_mib()
     return report

@@ -117,7 +117,7 @@ class Phases:
     def timed(self, name: str, store: Store | None = None) -> Iterator[None]:
         start = time.perf_counter()
         if store is not None:
-            store.phase = name
+            store.statements.phase = name
         try:
             yield
         finally:
@@ -264,7 +264,7 @@ def read_rows_tolerant(
         except (ReadFailure, ReadTimeout) as exc:
             base = ledger.checkpoints.get(counter)
             if base is not None and not base.pending_loaded:  # its counted rows: point reads
-                store.runs.load_pending(*store.bucket(counter), ledger.checkpoints, [counter])
+                store.runs.load_pending(*store.keys.bucket(counter), ledger.checkpoints, [counter])
                 base = ledger.checkpoints[counter]
             if base is None and counter in copies:
                 copy = copies[counter]

@@ -166,7 +166,9 @@ def against_readers(
     mark filed under another shard count) has its copy read by its key here."""
     here = (ctx.shard, bucket)
     elsewhere = [
-        f.counter for f in folds if f.counter not in copies and ctx.store.bucket(f.counter) != here
+        f.counter
+        for f in folds
+        if f.counter not in copies and ctx.store.keys.bucket(f.counter) != here
     ]
     if elsewhere:
         copies = {**copies, **ctx.store.ledger.read_copies(ctx.shard, bucket, elsewhere)}

@@ -248,7 +248,7 @@ def plan_run(
         plan,
         dry_run=dry_run,
         scheduled=scheduled,
-        provenance=provenance or store.provenance or Provenance(),
+        provenance=provenance or store.audit.provenance or Provenance(),
     )
     if plan.idle and not plan.dry_run:
         finish_run(store, plan)

@@ -201,7 +201,7 @@ def run_family(
     ``on_audit(record, tally)`` is called with the run's audit row once written (metrics)."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
-    store.requests.clear()
+    store.statements.requests.clear()
     peak = 0.0
     phases = Phases()
     with phases.timed("plan", store):
@@ -227,7 +227,7 @@ def run_family(
         store.audit.write(record)
         if on_audit is not None:
             on_audit(record, tally)
-        _merge_requests(requests, store.requests)
+        _merge_requests(requests, store.statements.requests)
         return RunSummary(plan, outcome, tally, phases, checks, message, requests, peak)
 
     if plan.noop:

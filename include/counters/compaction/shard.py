@@ -155,7 +155,7 @@ def compact_shard(
         raise
     if holding:
         store.control.release_lease(shard, run_id)
-    report.requests = dict(store.requests)
+    report.requests = dict(store.statements.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
 
@@ -173,7 +173,7 @@ def _placed(
     for bucket, found in marks.items():
         here = placed[bucket] = []
         for mark in found:
-            if store.bucket(mark.counter) == (shard, bucket):
+            if store.keys.bucket(mark.counter) == (shard, bucket):
                 here.append(mark)
             else:
                 strays.append((bucket, mark))
@@ -349,7 +349,7 @@ def _own(ctx: ShardContext, bucket: int, counters: list[Key]) -> list[Key]:
     copied to readers: its copy is read through the bucket's token range, where it is not, and
     restoring it would overwrite the counter's real copy with a stray value."""
     here = (ctx.shard, bucket)
-    strays = [c for c in counters if ctx.store.bucket(c) != here]
+    strays = [c for c in counters if ctx.store.keys.bucket(c) != here]
     if not strays:
         return counters
     log.warning(

@@ -158,7 +158,7 @@ def verify_bucket(
 
 def _in_phase(store: Store, phase: str, work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` in a helper thread, its requests counted under ``phase``."""
-    store.phase = phase
+    store.statements.phase = phase
     return work(*args)
 
 

@@ -2,14 +2,23 @@
 
 The engine and the client library call these; nothing else in the project writes CQL for a
 family's tables. Identifiers come from the validated config and are quoted; values are bound.
-``Store`` holds the statements core (``base``: statements, batching, keys; ``records``: the
-small types they return) and one object per table over it, each owning every statement on its
-table, a reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's
-set), ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``:
-the ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
-``store.control`` (``ControlTable``: family state, leases, quarantine, table owners) and
-``store.audit`` (``AuditLog``); and the read rule, ``store.reader`` (``Reader``), over the
-tables it reads. A caller says which table it uses: ``store.ledger.commit_bucket(...)``.
+``Store`` is a container with no base class and no behaviour of its own. It holds:
+
+- ``store.statements`` (``Statements``, module ``statements``): preparing, running and
+  batching statements, the session, the raw layout, and the requests counted per ``phase``;
+- ``store.keys`` (``Keys``, module ``keys``): tokens, shards, buckets, key and JSON codecs,
+  packing of raw rows, epochs as stored;
+- one object per table over those two, each owning every statement on its table, a
+  reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's set),
+  ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``: the
+  ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
+  ``store.control`` (``ControlTable``: family state, leases, quarantine, table owners, and
+  ``checked_run``) and ``store.audit`` (``AuditLog``, and the ``provenance`` it writes);
+- ``store.reader`` (``Reader``): the read rule over the tables it reads.
+
+The small types they return are in ``records``. Besides these the store says what it is for,
+read-only: ``family``, ``conn``, ``layout``. A caller says which object it uses:
+``store.ledger.commit_bucket(...)``, ``store.keys.bucket(c)``, ``store.statements.requests``.
 """
 
 from __future__ import annotations
@@ -20,41 +29,11 @@ from ..config import Family
 from ..connection import Connection
 from ..schema import RawLayout
 from .auditlog import AuditLog
-from .base import (
-    BATCH_BYTES,
-    CAS_WRITE_UNKNOWN,
-    COMMIT_CHUNK,
-    COPY_BATCH_PARTITIONS,
-    DEFAULT_CONCURRENCY,
-    DELETE_BATCH_ROWS,
-    FIRST_WRITE_WINS,
-    IN_CHUNK,
-    IN_KEY_TYPES,
-    PACKED_TYPES,
-    PLAIN_KEY_TYPES,
-    READ_ATTEMPTS,
-    READ_HINT_S,
-    READ_HINTS,
-    ROW_BYTES,
-    ROWS_PER_BATCH,
-    RUN_LOG_FETCH,
-    SCAN_FETCH,
-    SCAN_SPLITS,
-    MillisTimestampType,
-    StoreBase,
-    batch_too_large,
-    bind,
-    consistency_of,
-    millis_timestamps,
-    normal_key,
-    outcome_unknown,
-    pending_flags_of,
-    serial_consistency_of,
-)
 from .control import ControlTable
+from .keys import PACKED_TYPES, PLAIN_KEY_TYPES, Keys, normal_key
 from .ledger import LedgerTable
 from .raw import RawTable
-from .reads import Reader
+from .reads import READ_ATTEMPTS, READ_HINT_S, READ_HINTS, Reader
 from .records import (
     COMMIT_KEYS_V2,
     EMPTY_READ_BASE,
@@ -69,17 +48,47 @@ from .records import (
     TableOwner,
     Touched,
     pack_commit_keys,
+    pending_flags_of,
     unpack_commit_keys,
 )
 from .runlog import RunLogTable
+from .statements import (
+    BATCH_BYTES,
+    CAS_WRITE_UNKNOWN,
+    COMMIT_CHUNK,
+    COPY_BATCH_PARTITIONS,
+    DEFAULT_CONCURRENCY,
+    DELETE_BATCH_ROWS,
+    FIRST_WRITE_WINS,
+    IN_CHUNK,
+    IN_KEY_TYPES,
+    ROW_BYTES,
+    ROWS_PER_BATCH,
+    RUN_LOG_FETCH,
+    SCAN_FETCH,
+    SCAN_SPLITS,
+    MillisTimestampType,
+    Statements,
+    batch_too_large,
+    bind,
+    consistency_of,
+    millis_timestamps,
+    outcome_unknown,
+    serial_consistency_of,
+)
 from .touched import IndexTable
 
 
-class Store(StoreBase):
+class Store:
     """I/O for one family. Cheap to create; statements are prepared on first use.
 
-    The statements core, and its tables over it as attributes: ``raw``, ``index``,
-    ``ledger``, ``runs``, ``control``, ``audit``; ``reader``, the read rule."""
+    A container, no behaviour of its own: ``statements`` (``Statements``: preparing, running,
+    batching, counting requests by ``phase``), ``keys`` (``Keys``: tokens, shards, buckets,
+    codecs, packing, epochs) and the tables over them, ``raw``, ``index``, ``ledger``,
+    ``runs``, ``control``, ``audit``, and ``reader``, the read rule. Besides them it says what
+    it is for, read-only: ``family``, ``conn`` and ``layout``; everything else is reached
+    through the object that holds it (``store.keys.bucket(c)``,
+    ``store.statements.requests``)."""
 
     def __init__(
         self,
@@ -88,19 +97,38 @@ class Store(StoreBase):
         layout: RawLayout | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
     ):
-        super().__init__(conn, family, layout, concurrency)
-        self.raw = RawTable(self)
-        self.index = IndexTable(self)
-        self.ledger = LedgerTable(self)
-        self.runs = RunLogTable(self)
-        self.control = ControlTable(self)
-        self.audit = AuditLog(self)
-        self.reader = Reader(self, self.raw, self.ledger)
+        self.statements = Statements(conn, family, layout, concurrency)
+        self.keys = Keys(self.statements)
+        self.raw = RawTable(self.statements, self.keys)
+        self.index = IndexTable(self.statements, self.keys)
+        self.ledger = LedgerTable(self.statements, self.keys)
+        self.runs = RunLogTable(self.statements, self.keys)
+        self.control = ControlTable(self.statements, self.keys)
+        self.audit = AuditLog(self.statements)
+        self.reader = Reader(family, self.keys, self.raw, self.ledger)
+
+    @property
+    def family(self) -> Family:
+        """The family this store reads and writes."""
+        return self.statements.family
+
+    @property
+    def conn(self) -> Connection:
+        """The connection its statements run on."""
+        return self.statements.conn
+
+    @property
+    def layout(self) -> RawLayout:
+        """The family's raw table layout (read from the schema on first use)."""
+        return self.statements.layout
 
     def with_shards(self, shards: int) -> Self:
         """This store for the same family at another shard count (a reshard's old count)."""
         family = self.family.model_copy(update={"shards": shards})
-        return type(self)(self.conn, family, self._layout, self.concurrency)
+        statements = self.statements
+        return type(self)(
+            statements.conn, family, statements.layout_if_read, statements.concurrency
+        )
 
 
 __all__ = [
@@ -133,6 +161,7 @@ __all__ = [
     "Copy",
     "FamilyState",
     "IndexTable",
+    "Keys",
     "Ledger",
     "LedgerTable",
     "MillisTimestampType",
@@ -141,8 +170,8 @@ __all__ = [
     "ReadBase",
     "Reader",
     "RunLogTable",
+    "Statements",
     "Store",
-    "StoreBase",
     "TableOwner",
     "Touched",
     "batch_too_large",

@@ -26,7 +26,8 @@ from ..audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
 from ..core import utc_naive
 
 if TYPE_CHECKING:
-    from .base import StoreBase
+    from ..audit import Provenance
+    from .statements import Statements
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +86,20 @@ class UpgradeState:
 class AuditLog:
     """A family's audit trail (cheap to create; statements are prepared once per ``Store``)."""
 
-    def __init__(self, store: StoreBase):
-        self.store = store
+    def __init__(self, statements: Statements):
+        self.statements = statements
+        self.family = statements.family
+        self.provenance: Provenance | None = None
+        """Who started the changes this store makes (written into its audit rows)."""
         self._months_written: set[str] = set()
 
     @property
     def family_name(self) -> str:
-        return self.store.family.name
+        return self.family.name
 
     def _execute(self, statement: Any, params: Sequence[Any] | None = None) -> Any:
-        self.store.requests[self.store.phase] += 1
-        return self.store.session.execute(statement, params)
+        self.statements.requests[self.statements.phase] += 1
+        return self.statements.session.execute(statement, params)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -104,7 +108,7 @@ class AuditLog:
         row; once per process and month."""
         if month in self._months_written:
             return
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_month_add", "INSERT INTO {audit_months} (family, month) VALUES (?, ?)"
         )
         self._execute(statement, (self.family_name, month))
@@ -113,7 +117,7 @@ class AuditLog:
     def _insert(self, row: Mapping[str, Any]) -> tuple[Any, list[Any]]:
         """The INSERT of a row; a None column is left unset (no tombstone)."""
         columns = list(row)
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_write:" + ",".join(columns),
             f"INSERT INTO {{audit}} ({', '.join(columns)}) "
             f"VALUES ({', '.join('?' for _ in columns)})",
@@ -122,11 +126,9 @@ class AuditLog:
 
     def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Write one row (``compaction.audit_record`` or ``audit.operator_record``), stamped
-        with who wrote it (``Store.provenance``), the code version and the configuration hash;
+        with who wrote it (``provenance``), the code version and the configuration hash;
         returns it as written."""
-        row = stamped(
-            record, self.store.family, self.store.provenance, self.store.conn.settings.username
-        )
+        row = stamped(record, self.family, self.provenance, self.statements.conn.settings.username)
         self._add_month(row["month"])
         self._execute(*self._insert(row))
         return row
@@ -142,7 +144,7 @@ class AuditLog:
             return
         month = month_of(started_at)
         self._add_month(month)
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_archive_add",
             "UPDATE {audit} SET archive = archive + ? WHERE family = ? AND month = ? "
             "AND started_at = ? AND run_id = ?",
@@ -157,7 +159,7 @@ class AuditLog:
         """``(started_at, run_id, archive map)`` of every row of ``[since, before)`` whose run
         archived rows, newest first, a page at a time."""
         low, high = utc_naive(since) if since else EARLIEST, utc_naive(before) if before else LATEST
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_archives",
             "SELECT started_at, run_id, archive FROM {audit} WHERE family = ? AND month = ? "
             "AND started_at >= ? AND started_at < ?",
@@ -172,13 +174,13 @@ class AuditLog:
                         yield started_at, run_id, dict(archive)
                 if not result.has_more_pages:
                     break
-                self.store.requests[self.store.phase] += 1
+                self.statements.requests[self.statements.phase] += 1
                 result.fetch_next_page()
 
     def months(self, since: datetime | None = None, before: datetime | None = None) -> list[str]:
         """The family's months (``YYYY-MM``) that hold any time of ``[since, before)``, newest
         first: one small partition."""
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_months", "SELECT month FROM {audit_months} WHERE family = ?"
         )
         return [
@@ -193,8 +195,8 @@ class AuditLog:
             "AND started_at >= ? AND started_at < ?"
         )
         if limited:
-            return self.store.prepare("audit_range", cql + " LIMIT ?")
-        return self.store.prepare("audit_stream", cql)
+            return self.statements.prepare("audit_range", cql + " LIMIT ?")
+        return self.statements.prepare("audit_stream", cql)
 
     def page(
         self, limit: int, since: datetime | None = None, before: datetime | None = None
@@ -235,13 +237,13 @@ class AuditLog:
                     yield row._asdict()
                 if not result.has_more_pages:
                     break
-                self.store.requests[self.store.phase] += 1
+                self.statements.requests[self.statements.phase] += 1
                 result.fetch_next_page()
 
     # --- the upgrade from one partition per family ----------------------------------------
 
     def _upgrade_state(self) -> UpgradeState | None:
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_upgrade_read",
             "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?",
         )
@@ -249,7 +251,7 @@ class AuditLog:
         return None if row is None else UpgradeState(row[0], row[1], int(row[2] or 0), row[3])
 
     def _save_upgrade_state(self, state: UpgradeState, started: bool = False) -> None:
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_upgrade_write",
             "UPDATE {audit_upgrade} SET cut_micros = ?, cursor = ?, copied = ?, finished_at = ? "
             "WHERE family = ?",
@@ -259,13 +261,13 @@ class AuditLog:
             (state.cut_micros, state.cursor, state.copied, state.finished_at, self.family_name),
         )
         if started:
-            begun = self.store.prepare(
+            begun = self.statements.prepare(
                 "audit_upgrade_begin", "UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"
             )
             self._execute(begun, (datetime.now(UTC), self.family_name))
 
     def _legacy_rows_left(self) -> bool:
-        statement = self.store.prepare(
+        statement = self.statements.prepare(
             "audit_legacy_any", "SELECT started_at FROM {audit_legacy} WHERE family = ? LIMIT 1"
         )
         return self._execute(statement, (self.family_name,)).one() is not None
@@ -286,9 +288,9 @@ class AuditLog:
         move's start minus ``margin``: a row an older version wrote meanwhile (or in the
         margin before) stays and the next call moves it. A family already moved costs two
         small reads. ``after_page(moved)`` is called after each page (tests crash there)."""
-        session = self.store.session
-        keyspace = self.store.family.keyspace
-        if not schema._has_table(session, keyspace, schema.LEGACY_AUDIT_TABLE):
+        session = self.statements.session
+        keyspace = self.family.keyspace
+        if not schema.has_table(session, keyspace, schema.LEGACY_AUDIT_TABLE):
             return 0
         state = self._upgrade_state()
         if state is None or state.finished_at is not None:
@@ -299,7 +301,7 @@ class AuditLog:
             cut = int((datetime.now(UTC) - margin).timestamp() * 1_000_000)
             state = UpgradeState(cut, None, 0, None)
             self._save_upgrade_state(state, started=True)
-        select = self.store.prepare(
+        select = self.statements.prepare(
             "audit_legacy_scan",
             "SELECT * FROM {audit_legacy} WHERE family = ? AND started_at >= ? "
             "ORDER BY started_at ASC",
@@ -320,9 +322,9 @@ class AuditLog:
                     after_page(moved)
             if not result.has_more_pages:
                 break
-            self.store.requests[self.store.phase] += 1
+            self.statements.requests[self.statements.phase] += 1
             result.fetch_next_page()
-        delete = self.store.prepare(
+        delete = self.statements.prepare(
             "audit_legacy_delete", "DELETE FROM {audit_legacy} USING TIMESTAMP ? WHERE family = ?"
         )
         self._execute(delete, (state.cut_micros, self.family_name))
@@ -351,8 +353,8 @@ class AuditLog:
                 legacy = {c: row.get(c) for c in LEGACY_COLUMNS}
                 action = Action.RESET if legacy["outcome"] == "reset" else Action.COMPACT
                 writes.append(self._insert({**legacy, "month": month, "action": action.value}))
-        self.store._run(writes)
-        check = self.store.prepare(
+        self.statements.run(writes)
+        check = self.statements.prepare(
             "audit_upgrade_check",
             "SELECT * FROM {audit} WHERE family = ? AND month = ? "
             "AND started_at >= ? AND started_at <= ?",

@@ -14,14 +14,13 @@ from ..core import (
     quarantine_shards,
     write_timestamp,
 )
-from .base import (
-    StoreBase,
-)
+from .keys import Keys
 from .records import (
     FamilyState,
     Quarantined,
     TableOwner,
 )
+from .statements import Statements
 
 log = logging.getLogger(__name__)
 
@@ -31,43 +30,50 @@ class ControlTable:
     statement on them, a reshard's and a run's conclusion included, over the statements core.
     ``Store`` makes one as ``store.control``."""
 
-    def __init__(self, core: StoreBase):
-        self.core = core
+    def __init__(self, statements: Statements, keys: Keys):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
+        self.checked_run: tuple[str, bool] | None = None
+        """The run whose family checks passed on this store, and whether they cover a step
+        that may record the identity (``identity.check_family(once_per_run=True)``)."""
 
     # --- quarantine -----------------------------------------------------------------------
 
     def quarantine(self, run_id: str, entries: Sequence[tuple[Key, str, str]]) -> None:
         """Keep counters out of every run (no fold, no delete) until an operator releases
         them: ``(counter, reason, detail)``."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_put",
             "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
             "VALUES (?, {key_marks}, ?, ?, ?, toTimestamp(now()))",
         )
-        self.core._concurrent(
+        self.statements.concurrent(
             statement,
             [
-                (self.core.bucket(c)[0], *c, reason, detail[:2000], run_id)
+                (self.keys.bucket(c)[0], *c, reason, detail[:2000], run_id)
                 for c, reason, detail in entries
             ],
         )
 
     def read_quarantine(self, shard: int) -> dict[Key, Quarantined]:
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_read",
             "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
         )
-        width = len(self.core.layout.key)
-        self.core.requests[self.core.phase] += 1
+        width = len(self.statements.layout.key)
+        self.statements.requests[self.statements.phase] += 1
         return {
             tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
-            for r in self.core.session.execute(statement, (shard,), execution_profile=BULK_PROFILE)
+            for r in self.statements.session.execute(
+                statement, (shard,), execution_profile=BULK_PROFILE
+            )
         }
 
     def shard_counts(self) -> set[int]:
         """Every shard count the family's entries may be numbered by: the YAML's, the one its
         state and tables record, and both ends of a reshard under way."""
-        counts = {self.core.family.shards}
+        counts = {self.family.shards}
         recorded = self.family_state().shards
         if recorded:
             counts.add(recorded)
@@ -91,20 +97,20 @@ class ControlTable:
     def count_quarantined(self) -> int:
         """How many counters are quarantined now: one count per shard partition (the
         quarantine metric is a gauge of this, so a counter that stays quarantined counts once)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_count", "SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"
         )
         total = 0
-        for shard in range(self.core.family.shards):
-            self.core.requests[self.core.phase] += 1
-            total += int(self.core.session.execute(statement, (shard,)).one()[0])
+        for shard in range(self.family.shards):
+            self.statements.requests[self.statements.phase] += 1
+            total += int(self.statements.session.execute(statement, (shard,)).one()[0])
         return total
 
     def release(self, counter: Key) -> None:
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
         )
-        self.core.session.execute(statement, (self.core.bucket(counter)[0], *counter))
+        self.statements.session.execute(statement, (self.keys.bucket(counter)[0], *counter))
 
     # --- lease ----------------------------------------------------------------------------
 
@@ -112,24 +118,24 @@ class ControlTable:
         """Take the shard's lease (or keep it, for a retry of the same run).
 
         Returns None on success, else the current holder."""
-        take = self.core.prepare(
+        take = self.statements.prepare(
             "lease_take",
             "UPDATE {lease} USING TTL ? SET owner = ?, acquired_at = toTimestamp(now()) "
             "WHERE family = ? AND shard = ? IF owner = null",
             serial=True,
         )
-        keep = self.core.prepare(
+        keep = self.statements.prepare(
             "lease_keep",
             "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        result = self.core.session.execute(take, (ttl_s, owner, self.core.family.name, shard))
+        result = self.statements.session.execute(take, (ttl_s, owner, self.family.name, shard))
         if result.was_applied:
             return None
         holder = result.one().owner
         if holder == owner:
-            again = self.core.session.execute(
-                keep, (ttl_s, owner, self.core.family.name, shard, owner)
+            again = self.statements.session.execute(
+                keep, (ttl_s, owner, self.family.name, shard, owner)
             )
             if again.was_applied:
                 return None
@@ -137,59 +143,59 @@ class ControlTable:
         return holder or "(unknown)"
 
     def renew_lease(self, shard: int, owner: str, ttl_s: int) -> bool:
-        keep = self.core.prepare(
+        keep = self.statements.prepare(
             "lease_keep",
             "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        return self.core.session.execute(
-            keep, (ttl_s, owner, self.core.family.name, shard, owner)
+        return self.statements.session.execute(
+            keep, (ttl_s, owner, self.family.name, shard, owner)
         ).was_applied
 
     def release_lease(self, shard: int, owner: str) -> None:
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "lease_release",
             "DELETE FROM {lease} WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        self.core.session.execute(statement, (self.core.family.name, shard, owner))
+        self.statements.session.execute(statement, (self.family.name, shard, owner))
 
     # --- family state and audit -----------------------------------------------------------
 
     def family_state(self) -> FamilyState:
         """The family's compacted epoch, when its last sweep (a full scan) started, and the
         shard count its ledger was written with."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "state_read",
             "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
         )
-        row = self.core.session.execute(statement, (self.core.family.name,)).one()
+        row = self.statements.session.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
 
     def table_owners(self) -> dict[str, TableOwner]:
         """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "tables_read",
             "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
             "WHERE table_name IN ?",
         )
-        self.core.requests[self.core.phase] += 1
-        rows = self.core.session.execute(statement, (list(self.core.family.tables),))
+        self.statements.requests[self.statements.phase] += 1
+        rows = self.statements.session.execute(statement, (list(self.family.tables),))
         return {r[0]: TableOwner(*r[1:]) for r in rows}
 
     def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
         """Record the family as ``table``'s owner with its identity, unless an owner is recorded
         (a lightweight transaction: of two first commits, one records). None when this call
         recorded it, else the owner that is recorded."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "tables_claim",
             "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
             "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
             serial=True,
         )
-        self.core.requests[self.core.phase] += 1
-        result = self.core.session.execute(
-            statement, (table, self.core.family.name, identity, run_id)
+        self.statements.requests[self.statements.phase] += 1
+        result = self.statements.session.execute(
+            statement, (table, self.family.name, identity, run_id)
         )
         if result.was_applied:
             return None
@@ -198,32 +204,36 @@ class ControlTable:
 
     def anything_quarantined(self) -> bool:
         """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
-        statement = self.core.prepare("quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1")
-        self.core.requests[self.core.phase] += 1
-        return self.core.session.execute(statement).one() is not None
+        statement = self.statements.prepare(
+            "quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1"
+        )
+        self.statements.requests[self.statements.phase] += 1
+        return self.statements.session.execute(statement).one() is not None
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
         table is small; a count beyond ``limit`` is not needed to see that something is)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
         )
-        width = len(self.core.layout.key)
-        self.core.requests[self.core.phase] += 1
+        width = len(self.statements.layout.key)
+        self.statements.requests[self.statements.phase] += 1
         return [
             Quarantined(tuple(r[:width]), *r[width:])
-            for r in self.core.session.execute(statement, (limit,), execution_profile=BULK_PROFILE)
+            for r in self.statements.session.execute(
+                statement, (limit,), execution_profile=BULK_PROFILE
+            )
         ]
 
     def quarantined_entry(self, counter: Key) -> Quarantined | None:
         """The counter's quarantine entry, if it is quarantined (one point read)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_one",
             "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
         )
-        self.core.requests[self.core.phase] += 1
-        row = self.core.session.execute(
-            statement, (self.core.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        self.statements.requests[self.statements.phase] += 1
+        row = self.statements.session.execute(
+            statement, (self.keys.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
         ).one()
         return Quarantined(counter, *row) if row else None
 
@@ -231,20 +241,20 @@ class ControlTable:
         """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
         ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
         was."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "tables_replace",
             "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
             serial=True,
         )
-        result = self.core.session.execute(statement, (identity, table, expected))
+        result = self.statements.session.execute(statement, (identity, table, expected))
         return result.was_applied or identity == result.one().identity
 
     def record_shards(self, shards: int) -> None:
         """The family state's shard count after a reshard."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
         )
-        self.core.session.execute(statement, (shards, self.core.family.name))
+        self.statements.session.execute(statement, (shards, self.family.name))
 
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
@@ -259,33 +269,39 @@ class ControlTable:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
         newest epoch wins whatever order overlapping runs finish in. A sweep run also records
         when it started and how much it read."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "state_write",
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
             "updated_at = toTimestamp(now()) WHERE family = ?",
         )
-        self.core.session.execute(
+        self.statements.session.execute(
             statement,
-            (write_timestamp(epoch), epoch, run_id, self.core.family.shards, self.core.family.name),
+            (
+                write_timestamp(epoch),
+                epoch,
+                run_id,
+                self.family.shards,
+                self.family.name,
+            ),
         )
         if swept_at is not None:
-            sweep = self.core.prepare(
+            sweep = self.statements.prepare(
                 "state_sweep",
                 "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
             )
-            self.core.session.execute(sweep, (swept_at, sweep_size, self.core.family.name))
+            self.statements.session.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def quarantine_entries(self, shard: int) -> list[tuple[Key, tuple[Any, ...]]]:
         """A shard's quarantine entries as stored: ``(counter, (reason, detail, run_id, at))``
         (what a reshard moves)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "quarantine_all",
             "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?",
         )
-        width = len(self.core.layout.key)
+        width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), tuple(r[width:]))
-            for r in self.core.session.execute(statement, (shard,))
+            for r in self.statements.session.execute(statement, (shard,))
         ]
 
     def move_quarantine_entry(
@@ -293,12 +309,12 @@ class ControlTable:
     ) -> None:
         """A quarantine entry (as ``quarantine_entries`` read it) moved from shard ``old`` to
         shard ``new``, in one logged batch."""
-        insert = self.core.prepare(
+        insert = self.statements.prepare(
             "quarantine_move",
             "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
             "VALUES (?, {key_marks}, ?, ?, ?, ?)",
         )
-        delete = self.core.prepare(
+        delete = self.statements.prepare(
             "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
         )
-        self.core._move(insert, (new, *counter, *entry), delete, (old, *counter))
+        self.statements.move(insert, (new, *counter, *entry), delete, (old, *counter))

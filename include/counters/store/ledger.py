@@ -35,15 +35,7 @@ from ..core import (
 )
 from ..errors import EngineError
 from ..schema import q
-from .base import (
-    COPY_BATCH_PARTITIONS,
-    ROWS_PER_BATCH,
-    StoreBase,
-    bind,
-    consistency_of,
-    normal_key,
-    serial_consistency_of,
-)
+from .keys import Keys, normal_key
 from .records import (
     EMPTY_READ_BASE,
     MOVING,
@@ -51,6 +43,14 @@ from .records import (
     Copy,
     Ledger,
     ReadBase,
+)
+from .statements import (
+    COPY_BATCH_PARTITIONS,
+    ROWS_PER_BATCH,
+    Statements,
+    bind,
+    consistency_of,
+    serial_consistency_of,
 )
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,10 @@ class LedgerTable:
     readers' compact copies (``{compact}``): every statement on them, a reshard's fences and
     moves included, over the statements core. ``Store`` makes one as ``store.ledger``."""
 
-    def __init__(self, core: StoreBase):
-        self.core = core
+    def __init__(self, statements: Statements, keys: Keys):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
 
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
 
@@ -120,18 +122,18 @@ class LedgerTable:
     ) -> Ledger:
         """A bucket's head and the checkpoints of ``counters`` (all counters when None);
         ``with_pending=False`` leaves the pending lists unparsed (a read-back of values)."""
-        width = len(self.core.layout.key)
+        width = len(self.statements.layout.key)
         columns = self._LEDGER_COLUMNS if with_pending else self._LEDGER_VALUES
         suffix = "" if with_pending else "_values"
         if counters is None:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "ledger_scan" + suffix,
                 f"SELECT head, shards, {{key}}, {columns} FROM {{ledger}} "
                 "WHERE shard = ? AND bucket = ?",
             )
-            self.core.requests[self.core.phase] += 1
+            self.statements.requests[self.statements.phase] += 1
             rows = list(
-                self.core.session.execute(
+                self.statements.session.execute(
                     statement, (shard, bucket), execution_profile=BULK_PROFILE
                 )
             )
@@ -144,7 +146,7 @@ class LedgerTable:
             # its population is counted by the caller, who reads the compact rows too
             return Ledger(head, checkpoints, None, shards)
         head_statement = self._head_statement()
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_read" + suffix,
             f"SELECT {{key}}, {columns} FROM {{ledger}} "
             "WHERE shard = ? AND bucket = ? AND ({key}) IN ?",
@@ -154,7 +156,7 @@ class LedgerTable:
             (statement, (shard, bucket, [tuple(c) for c in group]))
             for group in chunks(list(counters), ROWS_PER_BATCH)
         ]
-        results = self.core._run(requests)
+        results = self.statements.run(requests)
         head, population, shards = self._head_of(results[0].one())
         asked = {normal_key(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
@@ -168,20 +170,20 @@ class LedgerTable:
 
     def population(self, shard: int, bucket: int) -> int | None:
         """A bucket's population alone: enough to choose how to read it."""
-        self.core.requests[self.core.phase] += 1
+        self.statements.requests[self.statements.phase] += 1
         return self._head_of(
-            self.core.session.execute(self._head_statement(), (shard, bucket)).one()
+            self.statements.session.execute(self._head_statement(), (shard, bucket)).one()
         )[1]
 
     def bucket_head(self, shard: int, bucket: int) -> Any:
         """A bucket's head alone (the id of its last commit, None if never set)."""
-        self.core.requests[self.core.phase] += 1
+        self.statements.requests[self.statements.phase] += 1
         return self._head_of(
-            self.core.session.execute(self._head_statement(), (shard, bucket)).one()
+            self.statements.session.execute(self._head_statement(), (shard, bucket)).one()
         )[0]
 
     def _head_statement(self) -> PreparedStatement:
-        return self.core.prepare(
+        return self.statements.prepare(
             "ledger_head",
             "SELECT head, population, shards FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1",
         )
@@ -216,7 +218,7 @@ class LedgerTable:
         once this commit applies (``core.grown_population``); None leaves it as it is."""
         from ..core import next_version
 
-        head_cas = self.core.prepare(
+        head_cas = self.statements.prepare(
             "ledger_head_cas",
             "UPDATE {ledger} SET head = ?, population = ?, shards = ? "
             "WHERE shard = ? AND bucket = ? IF head = ? AND shards IN (?, null)",
@@ -225,7 +227,7 @@ class LedgerTable:
         # the checkpoint as one cell (``core.pack_state``); the keys are in the run log
         # (``write_commit_keys``), not in this Paxos mutation. The columns older versions
         # wrote are left as they are: ``state`` names the commit it belongs to
-        row = self.core.prepare(
+        row = self.statements.prepare(
             "ledger_state_write",
             "UPDATE {ledger} SET state = ?, commit_id = ? "
             "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
@@ -233,10 +235,10 @@ class LedgerTable:
         )
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED,
-            consistency_level=consistency_of(self.core.family),
-            serial_consistency_level=serial_consistency_of(self.core.family),
+            consistency_level=consistency_of(self.family),
+            serial_consistency_level=serial_consistency_of(self.family),
         )
-        reset_row = self.core.prepare(
+        reset_row = self.statements.prepare(
             "ledger_state_write_origin",
             "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? "
             "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
@@ -248,11 +250,11 @@ class LedgerTable:
                 (
                     commit_id,
                     UNSET_VALUE if population is None else population,
-                    self.core.family.shards,
+                    self.family.shards,
                     shard,
                     bucket,
                     head,
-                    self.core.family.shards,
+                    self.family.shards,
                 ),
             )
         )
@@ -286,17 +288,17 @@ class LedgerTable:
                     f.base.commit_id,
                 )
                 batch.add(bind(reset_row, params))
-        self.core.requests[self.core.phase] += 1
-        return self.core.session.execute(batch).was_applied
+        self.statements.requests[self.statements.phase] += 1
+        return self.statements.session.execute(batch).was_applied
 
     def head_serial(self, shard: int, bucket: int) -> Any:
         """A bucket's head read at the serial level. The read is itself a Paxos round: a
         commit still in flight (accepted by some replicas when its coordinator timed out) is
         completed or superseded before it answers, and cannot apply afterwards."""
         bound = self._head_statement().bind((shard, bucket))
-        bound.consistency_level = serial_consistency_of(self.core.family)
-        self.core.requests[self.core.phase] += 1
-        return self._head_of(self.core.session.execute(bound).one())[0]
+        bound.consistency_level = serial_consistency_of(self.family)
+        self.statements.requests[self.statements.phase] += 1
+        return self._head_of(self.statements.session.execute(bound).one())[0]
 
     def copy_compact(
         self, commits: Sequence[tuple[Key, Checkpoint]], run_id: str, now_micros: int
@@ -304,9 +306,9 @@ class LedgerTable:
         """Write the readers' copies of committed checkpoints, each with the write timestamp
         of its commit (``version``): a late copy of an older commit never overwrites a newer
         one. Unlogged batches of many partitions (one bucket's, so one token range)."""
-        unique = self.core.family.kind is Kind.UNIQUE
+        unique = self.family.kind is Kind.UNIQUE
         pending = ", pending = ?" if unique else ""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "compact_copy",
             "UPDATE {compact} USING TIMESTAMP ? SET {value} = ?, {epoch} = ?, commit_id = ?, "
             f"run_id = ?, updated_at = ?{pending} WHERE {{key_where}}",
@@ -317,57 +319,57 @@ class LedgerTable:
             values = [
                 cp.version,
                 cp.value,
-                self.core.epoch_value(cp.epoch_ms),
+                self.keys.epoch_value(cp.epoch_ms),
                 cp.commit_id,
                 run_id,
                 now_ms,
             ]
             if unique:
-                values.append(sorted((self.core._unpack(p) for p in cp.pending), key=repr))
+                values.append(sorted((self.keys.unpack(p) for p in cp.pending), key=repr))
             params.append((1, (*values, *counter)))
-        self.core._write_spread(statement, params, COPY_BATCH_PARTITIONS)
+        self.statements.write_spread(statement, params, COPY_BATCH_PARTITIONS)
 
     def read_copies(
         self, shard: int, bucket: int, counters: Sequence[Key] | None
     ) -> dict[Key, Copy]:
         """The compact rows of ``counters`` (all of the bucket's token range when None)."""
-        pending = ", pending" if not self.core.family.folds_by_slice else ""
+        pending = ", pending" if not self.family.folds_by_slice else ""
         epoch = (  # a timestamp as epoch ms from the server: no datetime built and taken apart
             "toUnixTimestamp({epoch})"
-            if schema.epoch_type(self.core.family, self.core.layout) == "timestamp"
+            if schema.epoch_type(self.family, self.statements.layout) == "timestamp"
             else "{epoch}"
         )
         columns = f"{{value}}, {epoch}, commit_id, writetime({{value}}){pending}"
         if counters is None:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "compact_scan",
                 f"SELECT {{key}}, {columns} FROM {{compact}} "
                 "WHERE {token} > ? AND {token} <= ?",
             )
-            self.core.requests[self.core.phase] += 1
-            width = len(self.core.layout.key)
-            rows = self.core.session.execute(
+            self.statements.requests[self.statements.phase] += 1
+            width = len(self.statements.layout.key)
+            rows = self.statements.session.execute(
                 statement,
-                bucket_bounds(self.core.family.shards, shard, bucket),
+                bucket_bounds(self.family.shards, shard, bucket),
                 execution_profile=BULK_PROFILE,
             )
             return {tuple(r[:width]): self._copy(r[width:]) for r in rows}
-        found = self.core._rows_by_partition("compact_read", columns, "{compact}", counters)
+        found = self.statements.rows_by_partition("compact_read", columns, "{compact}", counters)
         return {c: self._copy(rows[0]) for c, rows in found.items() if rows}
 
     def _copy(self, row: Sequence[Any]) -> Copy:
         legacy = (
-            frozenset(self.core.pack_clustering(p) for p in row[4])
+            frozenset(self.keys.pack_clustering(p) for p in row[4])
             if len(row) > 4 and row[4]
             else NO_KEYS
         )
         epoch = row[1]
-        epoch_ms = epoch if type(epoch) is int else self.core.epoch_ms_of(epoch)
+        epoch_ms = epoch if type(epoch) is int else self.keys.epoch_ms_of(epoch)
         return Copy(row[0] or 0, epoch_ms, row[2], row[3], legacy)
 
     def committed_by(self, counter: Key) -> str | None:
         """The run (or reset) id of the counter's latest commit."""
-        shard, bucket = self.core.bucket(counter)
+        shard, bucket = self.keys.bucket(counter)
         checkpoint = self.read_ledger(shard, bucket, [counter]).checkpoints.get(counter)
         return checkpoint.run_id if checkpoint else None
 
@@ -378,55 +380,59 @@ class LedgerTable:
     def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
         """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
         where the ledger holds some counters, to check it against the shard count."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
         )
-        self.core.requests[self.core.phase] += 1
+        self.statements.requests[self.statements.phase] += 1
         return [
             (r[0], r[1], tuple(r[2:]))
-            for r in self.core.session.execute(statement, (limit,))
+            for r in self.statements.session.execute(statement, (limit,))
             if all(v is not None for v in r[2:])  # a partition holding only its head
         ]
 
     def fence_bucket(self, shard: int, bucket: int) -> None:
         """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
         from then on no commit applies to it, whoever planned it."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_fence",
             "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?",
             serial=True,
         )
         for _attempt in range(16):
             head = self.head_serial(shard, bucket)
-            if self.core.session.execute(statement, (MOVING, shard, bucket, head)).was_applied:
+            if self.statements.session.execute(
+                statement, (MOVING, shard, bucket, head)
+            ).was_applied:
                 return
         raise EngineError(
-            f"family {self.core.family.name!r}: ledger partition {shard}/{bucket} kept changing "
+            f"family {self.family.name!r}: ledger partition {shard}/{bucket} kept changing "
             "while a reshard fenced it; stop the family's runs (pause its DAG) and run it again"
         )
 
     def open_bucket(self, shard: int, bucket: int, shards: int) -> None:
         """A ledger partition of the new shard count: its ``shards`` set, a fresh head (a
         reader of the old one commits nothing), its population to be counted again."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_open",
             "UPDATE {ledger} SET shards = ?, head = ?, population = null "
             "WHERE shard = ? AND bucket = ?",
         )
-        self.core.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
+        self.statements.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
 
     def drop_bucket(self, shard: int, bucket: int) -> None:
         """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
         )
-        self.core.session.execute(statement, (shard, bucket))
+        self.statements.session.execute(statement, (shard, bucket))
 
     @cached_property
     def _ledger_row_columns(self) -> list[str]:
         """The ledger's columns a checkpoint's row holds (not its key, not the statics)."""
         table = schema.table_metadata(
-            self.core.session, self.core.family.keyspace, schema.ledger_table(self.core.family)
+            self.statements.session,
+            self.family.keyspace,
+            schema.ledger_table(self.family),
         )
         fixed = {c.name for c in (*table.partition_key, *table.clustering_key)}
         return [
@@ -438,13 +444,15 @@ class LedgerTable:
     def ledger_rows(self, shard: int, bucket: int) -> list[tuple[Key, dict[str, Any]]]:
         """Every checkpoint row of a ledger partition, its columns as stored."""
         columns = self._ledger_row_columns
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "ledger_rows",
             f"SELECT {{key}}, {', '.join(q(c) for c in columns)} FROM {{ledger}} "
             "WHERE shard = ? AND bucket = ?",
         )
-        width = len(self.core.layout.key)
-        rows = self.core.session.execute(statement, (shard, bucket), execution_profile=BULK_PROFILE)
+        width = len(self.statements.layout.key)
+        rows = self.statements.session.execute(
+            statement, (shard, bucket), execution_profile=BULK_PROFILE
+        )
         return [
             (tuple(r[:width]), dict(zip(columns, r[width:], strict=True)))
             for r in rows
@@ -457,33 +465,33 @@ class LedgerTable:
         """A checkpoint row at its new place and its deletion at the old one, in one logged
         batch (both or neither, eventually)."""
         columns = list(row)
-        insert = self.core.prepare(
+        insert = self.statements.prepare(
             "ledger_row_insert",
             f"INSERT INTO {{ledger}} (shard, bucket, {{key}}, {', '.join(q(c) for c in columns)}) "
             f"VALUES (?, ?, {{key_marks}}, {', '.join('?' for _ in columns)})",
         )
-        delete = self.core.prepare(
+        delete = self.statements.prepare(
             "ledger_row_delete",
             "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
         )
-        self.core._move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
+        self.statements.move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
 
     def read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
         """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
         family the members it already counts); an empty base where there is none."""
-        unique = self.core.family.kind is Kind.UNIQUE
+        unique = self.family.kind is Kind.UNIQUE
         if unique:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "compact_value_pending",
                 "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
             )
         else:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
             )
         out: dict[Key, ReadBase] = {}
         for counter, result in zip(
-            counters, self.core._concurrent(statement, counters), strict=True
+            counters, self.statements.concurrent(statement, counters), strict=True
         ):
             row = result.one()
             if row is None:

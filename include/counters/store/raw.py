@@ -28,12 +28,8 @@ from ..core import (
 )
 from ..errors import EngineError
 from ..rowkeys import CountedKeys
-from .base import (
-    DELETE_BATCH_ROWS,
-    FIRST_WRITE_WINS,
-    ROWS_PER_BATCH,
-    StoreBase,
-)
+from .keys import Keys
+from .statements import DELETE_BATCH_ROWS, FIRST_WRITE_WINS, ROWS_PER_BATCH, Statements
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +39,10 @@ class RawTable:
     of a counter's rows, the server's recounts and the deletes, over the statements core.
     ``Store`` makes one as ``store.raw``."""
 
-    def __init__(self, core: StoreBase):
-        self.core = core
+    def __init__(self, statements: Statements, keys: Keys):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
 
     # --- write API ------------------------------------------------------------------------
 
@@ -52,20 +50,27 @@ class RawTable:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
         counter (one mutation per partition)."""
         cols = ", ".join(
-            [self.core._names["key"], self.core._names["clustering"], self.core._names["increment"]]
+            [
+                self.statements.names["key"],
+                self.statements.names["clustering"],
+                self.statements.names["increment"],
+            ]
         )
         marks = ", ".join(
-            "?" for _ in range(len(self.core.layout.key) + len(self.core.layout.clustering) + 1)
+            "?"
+            for _ in range(
+                len(self.statements.layout.key) + len(self.statements.layout.clustering) + 1
+            )
         )
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "raw_insert", f"INSERT INTO {{raw}} ({cols}) VALUES ({marks}) USING TIMESTAMP ?"
         )
         by_counter: dict[Key, list[tuple]] = defaultdict(list)
         for counter, clustering, increment, ts in rows:
             by_counter[counter].append((*counter, *clustering, increment, ts))
-        self.core._run(
+        self.statements.run(
             [
-                (self.core._batch(statement, group), None)
+                (self.statements.batch(statement, group), None)
                 for values in by_counter.values()
                 for group in chunks(values, ROWS_PER_BATCH)
             ]
@@ -83,39 +88,43 @@ class RawTable:
         ``(counter, member)`` pairs at once; returns per pair (whether this write was the first,
         the winning first-write time). Every insert lands before any check is read."""
         ts = FIRST_WRITE_WINS - write_timestamp(now)
-        insert = self.core.prepare(
+        insert = self.statements.prepare(
             "set_insert",
             "INSERT INTO {set} ({key}, {member}, first_seen) VALUES ({key_marks}, ?, ?) "
             "USING TIMESTAMP ?",
         )
-        check = self.core.prepare(
+        check = self.statements.prepare(
             "set_check",
             "SELECT first_seen, writetime(first_seen) FROM {set} WHERE {key_where} "
             "AND {member} = ?",
         )
-        self.core._concurrent(insert, [(*counter, member, now, ts) for counter, member in items])
-        checks = self.core._concurrent(check, [(*counter, member) for counter, member in items])
+        self.statements.concurrent(
+            insert, [(*counter, member, now, ts) for counter, member in items]
+        )
+        checks = self.statements.concurrent(
+            check, [(*counter, member) for counter, member in items]
+        )
         return [(winner == ts, first_seen) for first_seen, winner in (r.one() for r in checks)]
 
     def counted_members(self, counter: Key, members: Sequence[Any]) -> set[Any]:
         """Members of a unique family already marked counted by an earlier cleanup."""
         if not members:
             return set()
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "set_counted",
             "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
         )
-        rows = self.core.session.execute(statement, (*counter, list(set(members))))
+        rows = self.statements.session.execute(statement, (*counter, list(set(members))))
         return {member for member, counted in rows if counted}
 
     def mark_counted(self, items: Sequence[tuple[Key, Sequence[Any]]]) -> None:
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "set_mark",
             "UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?",
         )
-        self.core._run(
+        self.statements.run(
             [
-                (self.core._batch(statement, [(*counter, m) for m in group]), None)
+                (self.statements.batch(statement, [(*counter, m) for m in group]), None)
                 for counter, members in items
                 for group in chunks(members, ROWS_PER_BATCH)
             ]
@@ -123,24 +132,26 @@ class RawTable:
 
     def members(self, counter: Key) -> list[tuple[Any, datetime | None, bool]]:
         """Every member of a unique counter with its first-write time and counted mark."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "set_members",
             "SELECT {member}, first_seen, counted FROM {set} WHERE {key_where}",
         )
-        rows = self.core.session.execute(statement, counter, execution_profile=BULK_PROFILE)
+        rows = self.statements.session.execute(statement, counter, execution_profile=BULK_PROFILE)
         return [(m, first_seen, bool(counted)) for m, first_seen, counted in rows]
 
     def scan_set_counters(self, shard: int) -> list[Key]:
         """Every counter of a unique family's set table in the shard's token range."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "set_distinct", "SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"
         )
-        return self.core._scan_distinct(statement, shard)
+        return self.statements.scan_distinct(statement, shard)
 
     def count_members(self, counters: Sequence[Key]) -> dict[Key, int]:
         """Recount a unique family's set (reconciliation)."""
-        statement = self.core.prepare("set_count", "SELECT count(*) FROM {set} WHERE {key_where}")
-        results = self.core._concurrent(statement, counters)
+        statement = self.statements.prepare(
+            "set_count", "SELECT count(*) FROM {set} WHERE {key_where}"
+        )
+        results = self.statements.concurrent(statement, counters)
         return {c: r.one()[0] for c, r in zip(counters, results, strict=True)}
 
     # --- reading raw rows -----------------------------------------------------------------
@@ -151,19 +162,21 @@ class RawTable:
         """Every raw row of one bucket's token range, grouped by counter (one paged query); only
         those after ``after_ms`` if given (a clustering slice: the node never reaches the
         tombstones of earlier folds behind it)."""
-        select = f"SELECT {{key}}, {self.core._row_columns()} FROM {{raw}} "
-        params: tuple[Any, ...] = bucket_bounds(self.core.family.shards, shard, bucket)
+        select = f"SELECT {{key}}, {self.keys.row_columns()} FROM {{raw}} "
+        params: tuple[Any, ...] = bucket_bounds(self.family.shards, shard, bucket)
         if after_ms is None:
-            statement = self.core.prepare("raw_scan", select + "WHERE {token} > ? AND {token} <= ?")
+            statement = self.statements.prepare(
+                "raw_scan", select + "WHERE {token} > ? AND {token} <= ?"
+            )
         else:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "raw_scan_after",
                 select + "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING",
             )
-            params = (*params, self.core._time_bound(after_ms))
-        self.core.requests[self.core.phase] += 1
-        result = self.core.session.execute(statement, params, execution_profile=BULK_PROFILE)
-        return self.core._parse_rows(result, len(self.core.layout.key))
+            params = (*params, self.keys.time_bound(after_ms))
+        self.statements.requests[self.statements.phase] += 1
+        result = self.statements.session.execute(statement, params, execution_profile=BULK_PROFILE)
+        return self.keys.parse_rows(result, len(self.statements.layout.key))
 
     def read_rows(
         self, counters: Sequence[Key], after_ms: int | None = None
@@ -172,60 +185,60 @@ class RawTable:
         given (a clustering slice, as ``scan_rows``: past a hot counter's epoch it meets no
         tombstone of ours, every folded row being at or before the epoch it was folded at)."""
         if after_ms is None:
-            found = self.core._rows_by_partition(
-                "raw_read", self.core._row_columns(), "{raw}", counters
+            found = self.statements.rows_by_partition(
+                "raw_read", self.keys.row_columns(), "{raw}", counters
             )
         else:
-            found = self.core._rows_by_partition(
+            found = self.statements.rows_by_partition(
                 "raw_read_after_all",
-                self.core._row_columns(),
+                self.keys.row_columns(),
                 "{raw}",
                 counters,
                 where="AND {time} > ?",
-                params=(self.core._time_bound(after_ms),),
+                params=(self.keys.time_bound(after_ms),),
             )
         out: dict[Key, list[Row]] = {}
         for counter in counters:
-            out[counter] = self.core._parse_rows(found[counter], 0).get((), [])
+            out[counter] = self.keys.parse_rows(found[counter], 0).get((), [])
         return out
 
     def _read_counter_rows(self, name: str, where: str, params: Sequence[Any]) -> list[Row]:
-        statement = self.core.prepare(
-            name, f"SELECT {self.core._row_columns()} FROM {{raw}} WHERE {{key_where}} {where}"
+        statement = self.statements.prepare(
+            name, f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} {where}"
         )
-        self.core.requests[self.core.phase] += 1
-        rows = self.core.session.execute(statement, params, execution_profile=BULK_PROFILE)
-        return self.core._parse_rows(rows, 0).get((), [])
+        self.statements.requests[self.statements.phase] += 1
+        rows = self.statements.session.execute(statement, params, execution_profile=BULK_PROFILE)
+        return self.keys.parse_rows(rows, 0).get((), [])
 
     def read_rows_between(self, counter: Key, low_ms: int, high_ms: int) -> list[Row]:
         """A counter's rows in ``[low_ms, high_ms]`` (a hot counter's recent past)."""
-        low = self.core._time_bound(low_ms - 1)
+        low = self.keys.time_bound(low_ms - 1)
         return self._read_counter_rows(
             "raw_read_between",
             "AND {time} > ? AND {time} <= ?",
-            (*counter, low, self.core._time_bound(high_ms)),
+            (*counter, low, self.keys.time_bound(high_ms)),
         )
 
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
         """Those of the given rows of a counter that are present: point reads, no range."""
         relation, bind = self._rows_in()
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "raw_read_at",
-            f"SELECT {self.core._row_columns()} FROM {{raw}} WHERE {{key_where}} AND {relation}",
+            f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} AND {relation}",
         )
         params = [(*counter, bind(group)) for group in chunks(list(keys), ROWS_PER_BATCH)]
-        results = self.core._concurrent(statement, params)
-        return self.core._parse_rows((r for result in results for r in result), 0).get((), [])
+        results = self.statements.concurrent(statement, params)
+        return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
 
     def _rows_in(self) -> tuple[str, Callable[[Sequence[Packed]], list[Any]]]:
         """The relation naming many rows of one partition by their clustering keys, and how to
         bind packed keys to it (a one-column clustering key is not a tuple)."""
-        if len(self.core.layout.clustering) == 1:
-            decode = self.core._packing[1][0]
+        if len(self.statements.layout.clustering) == 1:
+            decode = self.keys.packing[1][0]
             return "{time} IN ?", lambda keys: [decode(k[0]) for k in keys]
-        if self.core._packing[2]:  # packed keys bind as they are (times as epoch ms)
+        if self.keys.packing[2]:  # packed keys bind as they are (times as epoch ms)
             return "({clustering}) IN ?", list
-        return "({clustering}) IN ?", lambda keys: [self.core._unpack(k) for k in keys]
+        return "({clustering}) IN ?", lambda keys: [self.keys.unpack(k) for k in keys]
 
     def recount(
         self,
@@ -240,28 +253,28 @@ class RawTable:
         over the bucket's token range, or over the given counters). The lower bound is a
         clustering slice: the node never reaches the tombstones behind it. Summed as varint: an
         int column cannot wrap."""
-        measure = f"count(*), sum(CAST({self.core._names['increment']} AS varint))"
-        bound = self.core._time_bound(epoch_ms)
+        measure = f"count(*), sum(CAST({self.statements.names['increment']} AS varint))"
+        bound = self.keys.time_bound(epoch_ms)
         params: tuple[Any, ...]
         where, params, name = "AND {time} <= ?", (bound,), "raw_recount_below"
         if after_ms is not None:
             where = "AND {time} > ? AND {time} <= ?"
-            params, name = (self.core._time_bound(after_ms), bound), "raw_recount_between"
+            params, name = (self.keys.time_bound(after_ms), bound), "raw_recount_between"
         if counters is None:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 f"{name}_range",
                 f"SELECT {{key}}, {measure} FROM {{raw}} WHERE {{token}} > ? AND {{token}} <= ? "
                 f"{where} GROUP BY {{key}} ALLOW FILTERING",
             )
-            self.core.requests[self.core.phase] += 1
-            rows = self.core.session.execute(
+            self.statements.requests[self.statements.phase] += 1
+            rows = self.statements.session.execute(
                 statement,
-                (*bucket_bounds(self.core.family.shards, shard, bucket), *params),
+                (*bucket_bounds(self.family.shards, shard, bucket), *params),
                 execution_profile=BULK_PROFILE,
             )
-            width = len(self.core.layout.key)
+            width = len(self.statements.layout.key)
             return {tuple(r[:width]): (r[width], r[width + 1] or 0) for r in rows}
-        found = self.core._rows_by_partition(
+        found = self.statements.rows_by_partition(
             name, measure, "{raw}", counters, where=where, params=params, group=True
         )
         return {c: (rows[0][0], rows[0][1] or 0) if rows else (0, 0) for c, rows in found.items()}
@@ -277,7 +290,7 @@ class RawTable:
         many counters (the caller passes one bucket: one token range). Keys from the run log
         are bound as the bytes they are stored in."""
         relation = self._rows_in()[0]
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "raw_delete_in",
             f"DELETE FROM {{raw}} USING TIMESTAMP ? WHERE {{key_where}} AND {relation}",
         )
@@ -285,22 +298,22 @@ class RawTable:
         deleted = 0
         for counter, keys in deletions:
             if not isinstance(keys, CountedKeys):
-                keys = CountedKeys.of(self.core.key_codec, keys)
+                keys = CountedKeys.of(self.keys.key_codec, keys)
             deleted += len(keys)
             entries += [
                 (n, (ts, *counter, value)) for n, value in keys.in_values(DELETE_BATCH_ROWS)
             ]
-        self.core._write_spread(statement, entries, DELETE_BATCH_ROWS)
+        self.statements.write_spread(statement, entries, DELETE_BATCH_ROWS)
         return deleted
 
     def scan_counters(self, shard: int) -> list[Key]:
         """Every counter with live raw rows in the shard's token range (the sweep), read as
         ``SCAN_SPLITS`` finer ranges so no single query walks a whole shard's tombstones."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "raw_distinct",
             "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
         )
-        return self.core._scan_distinct(statement, shard)
+        return self.statements.scan_distinct(statement, shard)
 
     def distinct_counters(
         self, shard: int, bucket: int, splits: int = 8, around: Sequence[Key] = ()
@@ -310,19 +323,19 @@ class RawTable:
         range for a rows family, whose rows are never deleted). A range the server refuses
         (a hot counter's partition of tombstones) is read again around the partitions of
         ``around`` (known counters, which the caller reads by parts), else in halves."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "raw_distinct",
             "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
         )
-        low, high = bucket_bounds(self.core.family.shards, shard, bucket)
+        low, high = bucket_bounds(self.family.shards, shard, bucket)
         step = (high - low) // splits or 1
         edges = [low + i * step for i in range(splits)] + [high]
         ranges = [(edges[i], edges[i + 1]) for i in range(splits) if edges[i] < edges[i + 1]]
-        known = [self.core.token(c) for c in around]
+        known = [self.keys.token(c) for c in around]
         found: dict[Key, None] = {}
         while ranges:
             refused: list[tuple[int, int]] = []
-            results = self.core._run([(statement, r) for r in ranges], raise_first=False)
+            results = self.statements.run([(statement, r) for r in ranges], raise_first=False)
             for (start, end), result in zip(ranges, results, strict=True):
                 try:
                     if isinstance(result, Exception):
@@ -333,7 +346,7 @@ class RawTable:
                         refused += split_refused_range(start, end, known)
                     except ValueError as unsplittable:
                         raise EngineError(
-                            f"family {self.core.family.name!r}: {unsplittable}: it holds too many "
+                            f"family {self.family.name!r}: {unsplittable}: it holds too many "
                             f"tombstones ({type(error).__name__}) and is no counter the family "
                             "knows (no ledger row, compact row or mark); wait for its "
                             "tombstones to be purged (gc_grace_seconds) or raise the node's "
@@ -350,17 +363,17 @@ class RawTable:
         counters sharing a checkpoint are aggregated together (``IN`` + ``GROUP BY``)."""
         measure = (
             "count(*)"
-            if self.core.layout.increment is None
-            else f"sum(CAST({self.core._names['increment']} AS varint))"
+            if self.statements.layout.increment is None
+            else f"sum(CAST({self.statements.names['increment']} AS varint))"
         )
-        upper = self.core._time_bound(epoch_ms)
+        upper = self.keys.time_bound(epoch_ms)
         by_base: dict[int | None, list[Key]] = defaultdict(list)
         for counter in counters:
             by_base[checkpoints[counter].epoch_ms].append(counter)
         out: dict[Key, tuple[int, int]] = {}
         for base, group in by_base.items():
             if base is None:
-                found = self.core._rows_by_partition(
+                found = self.statements.rows_by_partition(
                     "raw_slice_all",
                     f"count(*), {measure}",
                     "{raw}",
@@ -370,13 +383,13 @@ class RawTable:
                     group=True,
                 )
             else:
-                found = self.core._rows_by_partition(
+                found = self.statements.rows_by_partition(
                     "raw_slice",
                     f"count(*), {measure}",
                     "{raw}",
                     group,
                     where="AND {time} > ? AND {time} <= ?",
-                    params=(self.core._time_bound(base), upper),
+                    params=(self.keys.time_bound(base), upper),
                     group=True,
                 )
             for counter, rows in found.items():
@@ -389,11 +402,11 @@ class RawTable:
         wanted = [(c, sorted(m, key=repr)) for c, m in newer.items() if isinstance(m, set) and m]
         if not wanted:
             return {}
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "set_counted",
             "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
         )
-        results = self.core._concurrent(statement, [(*c, members) for c, members in wanted])
+        results = self.statements.concurrent(statement, [(*c, members) for c, members in wanted])
         return {
             c: frozenset(member for member, counted in result if counted)
             for (c, _members), result in zip(wanted, results, strict=True)
@@ -402,23 +415,23 @@ class RawTable:
     def read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
         """What each counter's rows after its base's epoch add: their sum (varint: an int column
         cannot wrap), their count for a rows family, their members for a unique family."""
-        unique = self.core.family.kind is Kind.UNIQUE
+        unique = self.family.kind is Kind.UNIQUE
         if unique:  # members, counted distinct: a clock-behind winner leaves two rows
             measure = "{member}"
-        elif self.core.layout.increment is None:
+        elif self.statements.layout.increment is None:
             measure = "count(*)"
         else:
             measure = "sum(CAST({increment} AS varint))"
-        newer = self.core.prepare(
+        newer = self.statements.prepare(
             "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
         )
-        everything = self.core.prepare(
+        everything = self.statements.prepare(
             "raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}"
         )
         requests = [
             (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
         ]
         out: dict[Key, Any] = {}
-        for counter, result in zip(counters, self.core._run(requests), strict=True):
+        for counter, result in zip(counters, self.statements.run(requests), strict=True):
             out[counter] = {r[0] for r in result} if unique else result.one()[0] or 0
         return out

@@ -8,20 +8,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ..config import Family
 from ..core import (
     Key,
 )
 from ..errors import EngineError
-from .base import (
-    READ_ATTEMPTS,
-    READ_HINT_S,
-    READ_HINTS,
-    StoreBase,
-)
+from .keys import Keys
 from .ledger import LedgerTable
 from .raw import RawTable
 
 log = logging.getLogger(__name__)
+
+READ_ATTEMPTS = 8
+"""Rounds a read takes at most while runs keep moving its counters' copies (a run moves a
+counter's copy once; a read round takes milliseconds)."""
+READ_HINT_S = 60.0
+"""How long the epoch a counter was read at serves as the next read's first bound: the raw read
+after a stale bound also reads the rows (or tombstones) of the folds since."""
+READ_HINTS = 100_000
+"""Counters whose last read epoch a store keeps."""
 
 
 class Reader:
@@ -29,8 +34,9 @@ class Reader:
     the readers' compact copies. ``Store`` makes one as ``store.reader``; it keeps the epochs
     counters were last read at (``READ_HINT_S``)."""
 
-    def __init__(self, core: StoreBase, raw: RawTable, ledger: LedgerTable):
-        self.core = core
+    def __init__(self, family: Family, keys: Keys, raw: RawTable, ledger: LedgerTable):
+        self.family = family
+        self.keys = keys
         self.raw = raw
         self.ledger = ledger
         self._read_hints: dict[Key, tuple[float, Any]] = {}
@@ -70,7 +76,7 @@ class Reader:
             for counter, base in self.ledger.read_bases(todo).items():
                 if base.has_epoch(bounds[counter]):
                     measured = base.measure(newer[counter], marked.get(counter, frozenset()))
-                    out[counter] = (base.value, self.core.epoch_time(base.epoch), measured)
+                    out[counter] = (base.value, self.keys.epoch_time(base.epoch), measured)
                     self._hint(counter, base.epoch)
                 else:
                     bounds[counter] = base.epoch
@@ -78,7 +84,7 @@ class Reader:
             if not todo:
                 return out
         raise EngineError(
-            f"family {self.core.family.name!r}: the compact rows of {len(todo)} counter(s) moved "
+            f"family {self.family.name!r}: the compact rows of {len(todo)} counter(s) moved "
             f"at each of {READ_ATTEMPTS} reads (e.g. {todo[0]}): too many runs at once; read again"
         )
 
@@ -86,7 +92,7 @@ class Reader:
         """Each counter's compacted epoch as its copy says (None before its first commit): the
         horizon behind which a late row is not read until a run folds it."""
         keys = list(dict.fromkeys(counters))
-        return {c: self.core.epoch_time(b.epoch) for c, b in self.ledger.read_bases(keys).items()}
+        return {c: self.keys.epoch_time(b.epoch) for c, b in self.ledger.read_bases(keys).items()}
 
     def _hint(self, counter: Key, epoch: Any) -> None:
         if len(self._read_hints) >= READ_HINTS:

@@ -194,3 +194,31 @@ def unpack_commit_keys(blob: bytes, codec: KeyCodec) -> list[tuple[list[Any], in
         out.append((counter, epoch, CountedKeys(codec, count, data[at : at + width])))
         at += width
     return out
+
+
+def pending_flags_of(
+    archive: tuple[bytes | None, str | None] | None, counter: list[Any], keys: Sequence[Packed]
+) -> tuple[dict[Packed, int], bool]:
+    """The ``ROW_*`` flags of a counter's pending keys from its commit's archive record, each
+    ``ROW_ARCHIVED`` when a cleanup archived the commit (and did not leave the counter out: a
+    quarantined one), and whether no archive holds the commit and it was built on zero. A
+    commit recorded before the family had an archive: every key counted, none archived."""
+    from ..archive import archived_skipped, unpack_record
+    from ..core import ROW_ARCHIVED, ROW_COUNTED
+
+    blob, mark = archive or (None, None)
+    flags: list[int] | None = None
+    from_zero = False
+    if blob is not None:
+        record = unpack_record(blob)
+        flags = record.flags_of(counter)
+        segment = next((s for s in record.segments if s.counter == tuple(counter)), None)
+        from_zero = bool(segment and segment.from_zero)
+    if flags is None or len(flags) != len(keys):
+        flags = [ROW_COUNTED] * len(keys)
+    skipped = archived_skipped(mark)  # None: the commit is not archived
+    archived = skipped is not None and tuple(counter) not in skipped
+    extra = ROW_ARCHIVED if archived else 0
+    kept = ROW_COUNTED | ROW_ARCHIVED
+    flagged = {k: (f | extra) & kept for k, f in zip(keys, flags, strict=True)}
+    return flagged, from_zero and not archived

@@ -16,19 +16,14 @@ from ..core import (
     chunks,
 )
 from ..rowkeys import CountedKeys
-from .base import (
-    PLAIN_KEY_TYPES,
-    ROWS_PER_BATCH,
-    RUN_LOG_FETCH,
-    StoreBase,
-    normal_key,
-    pending_flags_of,
-)
+from .keys import PLAIN_KEY_TYPES, Keys, normal_key
 from .records import (
     CommitRecord,
     pack_commit_keys,
+    pending_flags_of,
     unpack_commit_keys,
 )
+from .statements import ROWS_PER_BATCH, RUN_LOG_FETCH, Statements
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +33,16 @@ class RunLogTable:
     core. ``Store`` makes one as ``store.runs``, so a step that reads or writes the run log
     says so at its call."""
 
-    def __init__(self, core: StoreBase):
-        self.core = core
+    def __init__(self, statements: Statements, keys: Keys):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
 
     def commit_keys(self, folds: Sequence[Fold]) -> bytes:
         """The record of the rows ``folds`` count, as ``write_commit_keys`` stores it."""
-        encode, _decode = self.core._key_codec()
+        encode, _decode = self.keys.json_codec()
         return pack_commit_keys(
-            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.core.key_codec
+            [(encode(f.counter), f.epoch_ms, f.pending) for f in folds], self.keys.key_codec
         )
 
     def write_commit_keys(
@@ -67,41 +64,43 @@ class RunLogTable:
         ``archive_rows``: the rows' archive record, for a family with an archive (in the same
         write: a commit's keys are never recorded without it)."""
         blob = self.commit_keys(folds) if keys is None else keys
-        if archive_rows is None and self.core.family.archive is not None:
+        if archive_rows is None and self.family.archive is not None:
             archive_rows = self.archive_rows(folds)
-        self.core.requests[self.core.phase] += 1
+        self.statements.requests[self.statements.phase] += 1
         if archive_rows is None:
-            statement = self.core.prepare(
+            statement = self.statements.prepare(
                 "runs_keys",
                 "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
                 "VALUES (?, ?, ?, ?, ?)",
             )
-            self.core.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+            self.statements.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
             return
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_keys_archive",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows) "
             "VALUES (?, ?, ?, ?, ?, ?)",
         )
-        self.core.session.execute(statement, (run_id, shard, bucket, commit_id, blob, archive_rows))
+        self.statements.session.execute(
+            statement, (run_id, shard, bucket, commit_id, blob, archive_rows)
+        )
 
     def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
         """The archive record of the rows ``folds`` count (``archive.pack_record``), None for
         a family without an archive."""
-        if self.core.family.archive is None:
+        if self.family.archive is None:
             return None
         from ..archive import pack_record
 
-        encode, _decode = self.core._key_codec()
-        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.core.layout.key):
+        encode, _decode = self.keys.json_codec()
+        if all(c.cql_type in PLAIN_KEY_TYPES for c in self.statements.layout.key):
             encode = list  # JSON as they are: the encoder's call per counter is not needed
-        return pack_record(folds, encode, [c.cql_type for c in self.core.layout.clustering])
+        return pack_record(folds, encode, [c.cql_type for c in self.statements.layout.clustering])
 
     def archive_layout(self) -> Any:
         """The family's columns as its archive files name them (``archive.Layout``)."""
         from ..archive import Layout
 
-        lay = self.core.layout
+        lay = self.statements.layout
         return Layout(
             tuple((c.name, c.cql_type) for c in lay.key),
             tuple((c.name, c.cql_type) for c in lay.clustering),
@@ -117,14 +116,14 @@ class RunLogTable:
         archived. One single-partition batch."""
         if not commits:
             return
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_archived",
             "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
         params = [(url, run_id, shard, bucket, commit_id) for bucket, commit_id in commits]
         for group in chunks(params, ROWS_PER_BATCH):
-            self.core._run([(self.core._batch(statement, group), None)])
+            self.statements.run([(self.statements.batch(statement, group), None)])
 
     def mark_verified(
         self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any], execution: str
@@ -135,13 +134,13 @@ class RunLogTable:
         (not a crash between commit and copy). One single-partition batch."""
         if not commit_ids:
             return
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_verified",
             "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
         params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
-        self.core._run([(self.core._batch(statement, params), None)])
+        self.statements.run([(self.statements.batch(statement, params), None)])
 
     def read_run_commits(
         self, run_id: str, shard: int, executions: Sequence[str]
@@ -151,42 +150,42 @@ class RunLogTable:
         attempt, a run that reused the run id, a task marked successful by hand): its rows,
         if counted, stay counted (its checkpoint's pending), and a later fold commits them
         again as present and deletes them then."""
-        archived = self.core.family.archive is not None
-        statement = self.core.prepare(
+        archived = self.family.archive is not None
+        statement = self.statements.prepare(
             "runs_read_archive" if archived else "runs_read",
             "SELECT bucket, commit_id, keys, verified_by"
             + (", archive_rows, archived" if archived else "")
             + " FROM {runs} WHERE run_id = ? AND shard = ?",
         )
-        _encode, decode = self.core._key_codec()
+        _encode, decode = self.keys.json_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
-        self.core.requests[self.core.phase] += 1
+        self.statements.requests[self.statements.phase] += 1
         wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for row in self.core.session.execute(bound, execution_profile=BULK_PROFILE):
+        for row in self.statements.session.execute(bound, execution_profile=BULK_PROFILE):
             bucket, commit_id, blob, verified_by = row[:4]
             if blob is None or verified_by not in wanted:
                 continue
             extra = (row[4], row[5]) if archived else (None, None)
-            out[bucket].append(CommitRecord(commit_id, blob, decode, self.core.key_codec, *extra))
+            out[bucket].append(CommitRecord(commit_id, blob, decode, self.keys.key_codec, *extra))
         return out
 
     def run_entries(self, run_id: str, shard: int) -> list[tuple[Key, int, bool]]:
         """``(counter, epoch ms, verified)`` of every commit record a run wrote in a shard,
         whatever its outcome: a reset looks its own id up here (a record whose commit did not
         apply is told apart by the caller)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_entries",
             "SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?",
         )
-        _encode, decode = self.core._key_codec()
-        self.core.requests[self.core.phase] += 1
+        _encode, decode = self.keys.json_codec()
+        self.statements.requests[self.statements.phase] += 1
         return [
             (decode(counter), epoch_ms, verified_by is not None)
-            for blob, verified_by in self.core.session.execute(statement, (run_id, shard))
+            for blob, verified_by in self.statements.session.execute(statement, (run_id, shard))
             if blob is not None
-            for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.core.key_codec)
+            for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.keys.key_codec)
         ]
 
     def commit_record(
@@ -194,28 +193,30 @@ class RunLogTable:
     ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:
         """One commit's record: its entries (counter JSON-encoded, epoch, keys), its archive
         record and its ``archived`` mark; None when the run log no longer holds it."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_record_read",
             "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
             "AND bucket = ? AND commit_id = ?",
         )
-        self.core.requests[self.core.phase] += 1
-        row = self.core.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
+        self.statements.requests[self.statements.phase] += 1
+        row = self.statements.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
         if row is None or row[0] is None:
             return None
-        return unpack_commit_keys(row[0], self.core.key_codec), row[1], row[2]
+        return unpack_commit_keys(row[0], self.keys.key_codec), row[1], row[2]
 
     def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
         """Whether an execution verified this commit (its copy was read back equal to it), as
         far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
         verified: any run that read the counter since would have copied it again)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_verified_read",
             "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        self.core.requests[self.core.phase] += 1
-        row = self.core.session.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
+        self.statements.requests[self.statements.phase] += 1
+        row = self.statements.session.execute(
+            statement, (run_id or "", shard, bucket, commit_id)
+        ).one()
         return row is None or row[0] is not None
 
     def load_pending(
@@ -228,8 +229,8 @@ class RunLogTable:
         wanted = [c for c in counters if not checkpoints[c].pending_loaded]
         if not wanted:
             return []
-        archived = self.core.family.archive is not None
-        statement = self.core.prepare(
+        archived = self.family.archive is not None
+        statement = self.statements.prepare(
             "runs_keys_read_archive" if archived else "runs_keys_read",
             "SELECT keys" + (", archive_rows, archived" if archived else "") + " FROM {runs} "
             "WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
@@ -237,8 +238,10 @@ class RunLogTable:
         refs = sorted(
             {(checkpoints[c].run_id or "", checkpoints[c].commit_id) for c in wanted}, key=str
         )
-        results = self.core._concurrent(statement, [(r, shard, bucket, cid) for r, cid in refs])
-        encode, decode = self.core._key_codec()
+        results = self.statements.concurrent(
+            statement, [(r, shard, bucket, cid) for r, cid in refs]
+        )
+        encode, decode = self.keys.json_codec()
         records: dict[tuple[str, Any], dict[Key, CountedKeys]] = {}
         archives: dict[tuple[str, Any], tuple[bytes | None, str | None]] = {}
         for ref, result in zip(refs, results, strict=True):
@@ -246,7 +249,7 @@ class RunLogTable:
             if row is not None and row[0] is not None:
                 records[ref] = {
                     normal_key(decode(c)): keys
-                    for c, _epoch, keys in unpack_commit_keys(row[0], self.core.key_codec)
+                    for c, _epoch, keys in unpack_commit_keys(row[0], self.keys.key_codec)
                 }
                 if archived:
                     archives[ref] = (row[1], row[2])
@@ -275,14 +278,16 @@ class RunLogTable:
     def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
         """Which of these runs committed ``counter``: one read of each run's log for the
         counter's bucket (the run log is kept two weeks)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "runs_bucket",
             "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
         )
-        shard, bucket = self.core.bucket(counter)
-        encode, _decode = self.core._key_codec()
+        shard, bucket = self.keys.bucket(counter)
+        encode, _decode = self.keys.json_codec()
         wanted = encode(counter)
-        results = self.core._concurrent(statement, [(run_id, shard, bucket) for run_id in run_ids])
+        results = self.statements.concurrent(
+            statement, [(run_id, shard, bucket) for run_id in run_ids]
+        )
         return {
             run_id
             for run_id, result in zip(run_ids, results, strict=True)
@@ -290,7 +295,7 @@ class RunLogTable:
                 entry[0] == wanted
                 for (blob,) in result
                 if blob is not None
-                for entry in unpack_commit_keys(blob, self.core.key_codec)
+                for entry in unpack_commit_keys(blob, self.keys.key_codec)
             )
         }
 
@@ -303,38 +308,38 @@ class RunLogTable:
         record expired)."""
         if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
             return False
-        archived = self.core.family.archive is not None
-        read = self.core.prepare(
+        archived = self.family.archive is not None
+        read = self.statements.prepare(
             "runs_record_read" if archived else "runs_keys_read",
             "SELECT keys"
             + (", archive_rows, archived" if archived else "")
             + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
         )
         run_id = cp.run_id or ""
-        found = self.core.session.execute(read, (run_id, *old, cp.commit_id)).one()
+        found = self.statements.session.execute(read, (run_id, *old, cp.commit_id)).one()
         if found is None or found[0] is None:
             return False
-        encode, _decode = self.core._key_codec()
+        encode, _decode = self.keys.json_codec()
         wanted = encode(counter)
-        entry = [e for e in unpack_commit_keys(found[0], self.core.key_codec) if e[0] == wanted]
+        entry = [e for e in unpack_commit_keys(found[0], self.keys.key_codec) if e[0] == wanted]
         if not entry:
             return False
-        there = self.core.session.execute(read, (run_id, *new, cp.commit_id)).one()
+        there = self.statements.session.execute(read, (run_id, *new, cp.commit_id)).one()
         entries = [
             e
             for e in (
-                unpack_commit_keys(there[0], self.core.key_codec) if there and there[0] else []
+                unpack_commit_keys(there[0], self.keys.key_codec) if there and there[0] else []
             )
             if e[0] != wanted
         ]
-        blob = pack_commit_keys([*entries, *entry], self.core.key_codec)
+        blob = pack_commit_keys([*entries, *entry], self.keys.key_codec)
         if not archived or found[1] is None:
-            write = self.core.prepare(
+            write = self.statements.prepare(
                 "runs_keys",
                 "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
                 "VALUES (?, ?, ?, ?, ?)",
             )
-            self.core.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            self.statements.session.execute(write, (run_id, *new, cp.commit_id, blob))
             return True
         # the counter's part of the commit's archive record goes with its keys, in their order
         from ..archive import join_records, record_part, unpack_record
@@ -344,12 +349,12 @@ class RunLogTable:
         if there is not None and there[1] is not None:
             parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
         parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
-        write = self.core.prepare(
+        write = self.statements.prepare(
             "runs_keys_archive_moved",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
-        self.core.session.execute(
+        self.statements.session.execute(
             write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
         )
         return True

@@ -12,13 +12,11 @@ from ..core import (
     Key,
     chunks,
 )
-from .base import (
-    ROWS_PER_BATCH,
-    StoreBase,
-)
+from .keys import Keys
 from .records import (
     Touched,
 )
+from .statements import ROWS_PER_BATCH, Statements
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +26,23 @@ class IndexTable:
     written by the write API and forgotten by a run's cleanup, over the statements core.
     ``Store`` makes one as ``store.index``."""
 
-    def __init__(self, core: StoreBase):
-        self.core = core
+    def __init__(self, statements: Statements, keys: Keys):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
 
     # --- discovery ------------------------------------------------------------------------
 
     def touched(self, shard: int) -> dict[int, list[Touched]]:
         """The shard's index marks, by bucket (one index partition each)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "index_scan",
             "SELECT {key}, writetime(touched), minutes FROM {index} WHERE shard = ? AND slot = ?",
         )
-        width = len(self.core.layout.key)
-        results = self.core._concurrent(statement, [(shard, bucket) for bucket in range(BUCKETS)])
+        width = len(self.statements.layout.key)
+        results = self.statements.concurrent(
+            statement, [(shard, bucket) for bucket in range(BUCKETS)]
+        )
         return {
             bucket: [
                 Touched(tuple(r[:width]), r[width], min(r[width + 1]) if r[width + 1] else None)
@@ -53,14 +55,14 @@ class IndexTable:
         """How many counters are marked touched, counted up to ``limit`` per index partition
         (one small read per partition: a scan of the whole index would walk every tombstone
         of the marks forgotten within its ``gc_grace_seconds``)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "index_count", "SELECT {key} FROM {index} WHERE shard = ? AND slot = ? LIMIT ?"
         )
-        results = self.core._concurrent(
+        results = self.statements.concurrent(
             statement,
             [
                 (shard, bucket, limit)
-                for shard in range(self.core.family.shards)
+                for shard in range(self.family.shards)
                 for bucket in range(BUCKETS)
             ],
         )
@@ -70,27 +72,27 @@ class IndexTable:
         """Delete every mark of one index partition written at or before ``before_micros``: a
         partition tombstone at that time (marks written later, with later server timestamps,
         survive it)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "index_forget_bucket",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?",
         )
-        self.core.requests[self.core.phase] += 1
-        self.core.session.execute(statement, (before_micros, shard, bucket))
+        self.statements.requests[self.statements.phase] += 1
+        self.statements.session.execute(statement, (before_micros, shard, bucket))
 
     def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
         the read has a later server timestamp and survives. Single-partition batches."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "index_forget",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
         by_partition: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         for entry in entries:
-            where = self.core.bucket(entry.counter)
+            where = self.keys.bucket(entry.counter)
             by_partition[where].append((entry.writetime, *where, *entry.counter))
-        self.core._run(
+        self.statements.run(
             [
-                (self.core._batch(statement, group), None)
+                (self.statements.batch(statement, group), None)
                 for params in by_partition.values()
                 for group in chunks(params, ROWS_PER_BATCH)
             ]
@@ -102,23 +104,23 @@ class IndexTable:
         """Mark counters as having rows to fold (server timestamps; before the raw write), with
         the minutes (ms) of the rows to come where known: a run reads a marked counter's past
         only down to them. A mark without minutes makes the run read the counter whole."""
-        plain = self.core.prepare(
+        plain = self.statements.prepare(
             "index_mark",
             "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        timed = self.core.prepare(
+        timed = self.statements.prepare(
             "index_mark_minutes",
             "UPDATE {index} SET touched = true, minutes = minutes + ? "
             "WHERE shard = ? AND slot = ? AND {key_where}",
         )
         minutes = minutes or {}
         requests: list[tuple[Any, tuple[Any, ...]]] = [
-            (timed, (minutes[c], *self.core.bucket(c), *c))
+            (timed, (minutes[c], *self.keys.bucket(c), *c))
             if minutes.get(c)
-            else (plain, (*self.core.bucket(c), *c))
+            else (plain, (*self.keys.bucket(c), *c))
             for c in set(counters)
         ]
-        self.core._run(requests, session=self.core.conn.server_timestamp_session)
+        self.statements.run(requests, session=self.statements.conn.server_timestamp_session)
 
     def refile_marks(self, shard: int, marks: Sequence[tuple[int, Touched]]) -> None:
         """Move marks filed in another bucket than their counter's (``(bucket, mark)``, all of
@@ -129,23 +131,23 @@ class IndexTable:
             [t.counter for _b, t in marks],
             {t.counter: {t.earliest_ms} for _b, t in marks if t.earliest_ms is not None},
         )
-        unmark = self.core.prepare(
+        unmark = self.statements.prepare(
             "index_unmark",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        self.core._concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
+        self.statements.concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
 
     def marks_to_move(self, shard: int, bucket: int) -> list[tuple[Key, set[int], int]]:
         """One index partition's marks as stored: ``(counter, minutes, server write time)``
         (what a reshard moves)."""
-        statement = self.core.prepare(
+        statement = self.statements.prepare(
             "index_all",
             "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
         )
-        width = len(self.core.layout.key)
+        width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), r[width] or set(), r[width + 1])
-            for r in self.core.session.execute(statement, (shard, bucket))
+            for r in self.statements.session.execute(statement, (shard, bucket))
         ]
 
     def move_mark(
@@ -158,12 +160,12 @@ class IndexTable:
     ) -> None:
         """A mark moved from partition ``old`` to ``new`` with its server write time (the
         forget horizon compares it), in one logged batch."""
-        insert = self.core.prepare(
+        insert = self.statements.prepare(
             "index_move",
             "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? "
             "WHERE shard = ? AND slot = ? AND {key_where}",
         )
-        delete = self.core.prepare(
+        delete = self.statements.prepare(
             "index_delete", "DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"
         )
-        self.core._move(insert, (written, minutes, *new, *counter), delete, (*old, *counter))
+        self.statements.move(insert, (written, minutes, *new, *counter), delete, (*old, *counter))

@@ -248,7 +248,9 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     assert {v.counter[0]: v.compact_value for v in values} == written
     assert {v.epoch for v in values} == {epoch1}
     f = family
-    left = store.session.execute(f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}").one()[0]
+    left = store.statements.session.execute(
+        f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}"
+    ).one()[0]
     assert left == 0
     audit = store.audit.page(5)
     assert [(a["run_id"], a["outcome"]) for a in audit] == [("celery-sweep", "success")]
@@ -273,7 +275,9 @@ def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celer
     values = {v.counter[0]: v for v in client.read_many(keys)}
     assert {key: v.value for key, v in values.items()} == written
     assert values[keys[0]].compact_value == written[keys[0]] - late.increment
-    left = store.session.execute(f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}").one()[0]
+    left = store.statements.session.execute(
+        f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}"
+    ).one()[0]
     assert left == 1  # only the row newer than the epoch
     audit = store.audit.page(5)
     assert [(a["run_id"], a["outcome"]) for a in audit] == [

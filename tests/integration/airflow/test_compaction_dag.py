@@ -38,7 +38,7 @@ def load(client: CounterClient, t0: Any, counters=("IBM", "AAPL")) -> None:
 
 def raw_times(store: Store, counter: str) -> list[Any]:
     f = store.family
-    rows = store.session.execute(
+    rows = store.statements.session.execute(
         f'SELECT "{f.columns.time}" FROM {f.keyspace}.{f.raw_table} '
         f'WHERE "{f.columns.key[0]}" = %s',
         (counter,),
@@ -132,9 +132,11 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
 
     def tamper(point: str) -> None:
         """Right after the readers' copy is written: someone overwrites IBM's compact value."""
-        row = store.session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        row = store.statements.session.execute(
+            f"SELECT value FROM {compact} WHERE type = 'IBM'"
+        ).one()
         if point == "copy" and row is not None and row.value == 55:
-            store.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+            store.statements.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
@@ -426,10 +428,10 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
         """Before the first cleanup deletes: IBM's first row (counted: at t0, before the epoch)
         written again, far in the future."""
         if point == "cleanup_read_log" and not rewritten:
-            rows = store.session.execute(f"SELECT JSON * FROM {raw} WHERE type = 'IBM'")
+            rows = store.statements.session.execute(f"SELECT JSON * FROM {raw} WHERE type = 'IBM'")
             first = min((r[0] for r in rows), key=lambda text: json.loads(text)["modify_time"])
             future_us = int((datetime.now(UTC) + timedelta(days=30)).timestamp() * 1_000_000)
-            store.session.execute(
+            store.statements.session.execute(
                 f"INSERT INTO {raw} JSON %s USING TIMESTAMP {future_us}", (first,)
             )
             rewritten.append(first)

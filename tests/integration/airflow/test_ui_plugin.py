@@ -218,7 +218,7 @@ def test_expect_a_counter_look_up_to_read_what_the_client_reads(
     assert found["ledger"]["run_id"] == "run-2" and found["ledger"]["value"] == 6
     assert [r["run_id"] for r in found["history"]] == ["run-2", "run-1", "run-0"]
     assert found["runs_searched"] == 3 and found["quarantine"] is None
-    assert (found["shard"], found["bucket"]) == store.bucket(("IBM",))
+    assert (found["shard"], found["bucket"]) == store.keys.bucket(("IBM",))
 
     never = ui.get(f"{PREFIX}/api/families/{family.name}/counters/NEVER-WRITTEN").json()
     assert (never["value"], never["ledger"], never["history"]) == (0, None, [])
@@ -500,7 +500,7 @@ def test_expect_the_ui_export_to_stream_past_ten_thousand_rows(
     ]
     for month in {r["month"] for r in rows}:
         store.audit._add_month(month)
-    store._run([store.audit._insert(row) for row in rows])
+    store.statements.run([store.audit._insert(row) for row in rows])
     url = f"{PREFIX}/api/families/{family.name}/audit"
 
     with ui.stream("GET", url, params={"format": "csv"}) as answer:

@@ -20,7 +20,7 @@ from counters.store import Store
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:
     f = store.family
     cols = f.columns
-    rows = store.session.execute(
+    rows = store.statements.session.execute(
         f'SELECT "{cols.time}", "{cols.increment}" FROM {f.keyspace}.{f.raw_table} '
         f'WHERE "{cols.key[0]}" = %s',
         (counter[0],),
@@ -34,7 +34,7 @@ def rows_at_or_below(store: Store, counter: tuple, epoch: datetime) -> int:
 
 def compact_row(store: Store, counter: tuple):
     f = store.family
-    return store.session.execute(
+    return store.statements.session.execute(
         f'SELECT * FROM {f.keyspace}.{f.compact_table} WHERE "{f.columns.key[0]}" = %s',
         (counter[0],),
     ).one()
@@ -54,13 +54,15 @@ def ledger_as_older_versions_wrote_it(
     keys = [c.name for c in store.layout.key]
     key_list = ", ".join(f'"{k}"' for k in keys)
     key_where = " AND ".join(f'"{k}" = %s' for k in keys)
-    rows = list(store.session.execute(f"SELECT shard, bucket, {key_list}, state FROM {table}"))
+    rows = list(
+        store.statements.session.execute(f"SELECT shard, bucket, {key_list}, state FROM {table}")
+    )
     for row in rows:
         state = row[-1]
         if state is None:
             continue
         cp = state_fields(state)
-        store.session.execute(
+        store.statements.session.execute(
             f"UPDATE {table} SET value = %s, epoch_ms = %s, run_id = %s, pending = '', "
             "pending_sum = %s, pending_rows = %s, pending_low_ms = %s, base_value = %s, "
             "folded_sum = %s, version = %s, updated_at = %s, state = %s "
@@ -192,7 +194,7 @@ def forget_table_owners(store: Store) -> None:
     many short-lived families one set of tables (a new set each would exhaust the node's
     heap)."""
     f = store.family
-    store.session.execute(
+    store.statements.session.execute(
         f"DELETE FROM {f.keyspace}.{TABLES_TABLE} WHERE table_name IN %s",
         (ValueSequence(f.tables),),
     )

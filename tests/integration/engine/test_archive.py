@@ -555,7 +555,7 @@ def test_a_quarantined_counters_rows_are_neither_archived_nor_deleted_until_rele
 ):
     family, store, client = archived_family(shards=1)
     load(client, t0, counters=("IBM", "AAPL"), before=3, after=0)
-    store.session.execute(
+    store.statements.session.execute(
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
         "increment) VALUES ('IBM', %s, 'bad', 1, null)",
         (t0 + timedelta(minutes=1),),
@@ -565,7 +565,7 @@ def test_a_quarantined_counters_rows_are_neither_archived_nor_deleted_until_rele
         run(store, epoch, run_id="q")
     assert {r[0] for r in archived_rows(family)} == {"AAPL"}
     assert rows_at_or_below(store, ("IBM",), epoch) == 4
-    store.session.execute(
+    store.statements.session.execute(
         f"DELETE FROM {family.keyspace}.{family.raw_table} WHERE type = 'IBM' AND "
         "modify_time = %s AND actor = 'bad' AND version = 1",
         (t0 + timedelta(minutes=1),),

@@ -70,7 +70,7 @@ def record(family: Any, at: datetime, run_id: str, **fields: Any) -> dict[str, A
 def per_month(store: Store) -> dict[str, int]:
     ks = store.family.keyspace
     return {
-        month: store.session.execute(
+        month: store.statements.session.execute(
             f"SELECT count(*) FROM {ks}.{AUDIT_TABLE} WHERE family = %s AND month = %s",
             (store.family.name, month),
         ).one()[0]
@@ -138,8 +138,8 @@ def _legacy_rows(family_name: str, start: datetime, count: int) -> list[tuple[An
 def _write_legacy(store: Store, rows: list[tuple[Any, ...]], now: bool = False) -> None:
     """Write the rows as an older version did: when their run ended (``now``: just now)."""
     ks = store.family.keyspace
-    store.session.execute(LEGACY_DDL.format(ks=ks))
-    insert = store.session.prepare(
+    store.statements.session.execute(LEGACY_DDL.format(ks=ks))
+    insert = store.statements.session.prepare(
         f"INSERT INTO {ks}.{LEGACY_AUDIT_TABLE} ({', '.join(LEGACY_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in LEGACY_COLUMNS)})" + ("" if now else " USING TIMESTAMP ?")
     )
@@ -147,11 +147,11 @@ def _write_legacy(store: Store, rows: list[tuple[Any, ...]], now: bool = False) 
         row if now else (*row, int(row[1].replace(tzinfo=UTC).timestamp() * 1e6) + 30_000_000)
         for row in rows
     ]
-    execute_concurrent_with_args(store.session, insert, written, concurrency=50)
+    execute_concurrent_with_args(store.statements.session, insert, written, concurrency=50)
 
 
 def _legacy_left(store: Store) -> int:
-    return store.session.execute(
+    return store.statements.session.execute(
         f"SELECT count(*) FROM {store.family.keyspace}.{LEGACY_AUDIT_TABLE} WHERE family = %s",
         (store.family.name,),
     ).one()[0]
@@ -172,7 +172,7 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
 
     with pytest.raises(Crash):
         store.audit.upgrade(page_rows=1000, after_page=crash)
-    state = store.session.execute(
+    state = store.statements.session.execute(
         f"SELECT cursor, copied, finished_at FROM {family.keyspace}.{AUDIT_UPGRADE_TABLE} "
         "WHERE family = %s",
         (family.name,),
@@ -339,7 +339,7 @@ def long_trail(conn, engine_keyspace) -> Any:
     for month in sorted({r["month"] for r in rows}):
         store.audit._add_month(month)
     statements = [store.audit._insert(row) for row in rows]
-    store._run(statements)
+    store.statements.run(statements)
     return family, store, rows
 
 

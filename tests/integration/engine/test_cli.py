@@ -169,7 +169,7 @@ def everything(store) -> dict:
     """Every row a reset or a reshard could change: the ledger of every partition the family
     may use, the compact and raw tables, the identity records and the audit trail."""
     f = store.family
-    session = store.session
+    session = store.statements.session
     return {
         "ledger": [
             (shard, bucket, counter, sorted(row.items()))

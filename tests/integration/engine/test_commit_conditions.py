@@ -32,7 +32,7 @@ def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_fam
     _family, store, client = make_family()
     counter = ("X",)
     client.record([Increment(counter, n, t0 + timedelta(minutes=n), ("w", n)) for n in (1, 2)])
-    shard, bucket = store.bucket(counter)
+    shard, bucket = store.keys.bucket(counter)
     stale = store.ledger.read_ledger(shard, bucket, [counter])  # before any commit: no row
     assert counter not in stale.checkpoints
 

@@ -43,7 +43,7 @@ def same_bucket(store, n, prefix="o"):
     by_bucket: dict = {}
     for i in range(10_000):
         name = f"{prefix}{i}"
-        group = by_bucket.setdefault(store.bucket((name,)), [])
+        group = by_bucket.setdefault(store.keys.bucket((name,)), [])
         group.append(name)
         if len(group) == n:
             return group
@@ -77,7 +77,7 @@ def test_shard_worker_processes_get_the_runs_plan_a_dry_run_writes_nothing(make_
     after it folds and deletes exactly the counted rows."""
     _family, store, client = make_family(shards=2)
     counters = [("IBM",), ("AAPL",), ("MSFT",), ("ORCL",)]
-    assert {store.shard(c) for c in counters} == {0, 1}  # both workers have work
+    assert {store.keys.shard(c) for c in counters} == {0, 1}  # both workers have work
     load(client, t0, counters=[c[0] for c in counters])
     epoch = t0 + timedelta(minutes=10)
     dry = run(store, epoch, workers=2, dry_run=True)
@@ -121,20 +121,21 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
     assert client.read("wide") == 3 * big  # Cassandra's sum(int) would wrap
     summary = run(store, t0 + timedelta(minutes=1))
     assert summary.outcome == "success" and client.read("wide") == 3 * big
-    shard, bucket = store.bucket(("wide",))
+    shard, bucket = store.keys.bucket(("wide",))
     ledger = store.ledger.read_ledger(shard, bucket, [("wide",)])
     near_max = ledger.checkpoints[("wide",)]
-    state = store.session.execute(
+    state = store.statements.session.execute(
         f"SELECT state FROM {engine_keyspace}.{store.family.compact_table}_ledger "
         "WHERE shard = %s AND bucket = %s AND type = 'wide'",
         (shard, bucket),
     ).one()[0]
-    store.session.execute(  # a counter close to the bigint limit, as the engine would leave it
+    # a counter close to the bigint limit, as the engine would leave it
+    store.statements.session.execute(
         f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET state = %s "
         "WHERE shard = %s AND bucket = %s AND type = 'wide'",
         (state_with(state, value=2**63 - 10), shard, bucket),
     )
-    store.session.execute(
+    store.statements.session.execute(
         f"UPDATE {engine_keyspace}.{store.family.compact_table} USING TIMESTAMP %s "
         "SET value = %s WHERE type = 'wide'",
         (near_max.version, 2**63 - 10),
@@ -166,7 +167,9 @@ def test_long_row_keys_are_deleted_in_batches_the_node_accepts(make_family, t0):
     assert summary.outcome == "success" and summary.tally.rows_deleted == 12 * 60
     assert [v.value for v in client.read_many(counters)] == [60] * 12
     assert not any(raw_rows(store, (c,)) for c in counters)
-    assert store.batch_bytes == BATCH_BYTES  # the estimate kept every batch under the limit
+    assert (
+        store.statements.batch_bytes == BATCH_BYTES
+    )  # the estimate kept every batch under the limit
 
 
 def test_a_batch_the_node_refuses_as_too_large_is_sent_again_in_halves(make_family, t0):
@@ -176,12 +179,12 @@ def test_a_batch_the_node_refuses_as_too_large_is_sent_again_in_halves(make_fami
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, 12)
     long_keyed_rows(client, t0, counters)
-    store.batch_bytes = 2**30
+    store.statements.batch_bytes = 2**30
     summary = run(store, t0 + timedelta(minutes=2))
     assert summary.outcome == "success" and summary.tally.rows_deleted == 12 * 60
     assert [v.value for v in client.read_many(counters)] == [60] * 12
     assert not any(raw_rows(store, (c,)) for c in counters)
-    assert store.batch_bytes < 50 * 1024
+    assert store.statements.batch_bytes < 50 * 1024
 
 
 def test_counted_keys_too_long_for_one_commit_are_committed_in_parts(make_family, t0):
@@ -317,7 +320,7 @@ def test_retry_of_folded_increment_is_not_counted_twice(make_family, t0):
 def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_family, t0):
     family, store, client = make_family()
     load(client, t0, counters=("IBM", "AAPL"))
-    store.session.execute(
+    store.statements.session.execute(
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version) "
         "VALUES ('IBM', %s, 'bad', 1)",
         (t0 + timedelta(minutes=1),),
@@ -336,7 +339,7 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
         run(store, epoch + timedelta(minutes=1))
     assert rows_at_or_below(store, ("IBM",), epoch) == 11
     # an operator fixes the row and releases the counter: the next run folds it
-    store.session.execute(
+    store.statements.session.execute(
         f"UPDATE {family.keyspace}.{family.raw_table} SET increment = 0 "
         "WHERE type = 'IBM' AND modify_time = %s AND actor = 'bad' AND version = 1",
         (t0 + timedelta(minutes=1),),
@@ -365,7 +368,7 @@ def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_fami
     def tamper(point):
         committed = compact_row(store, ("IBM",))
         if point == "copy" and committed is not None and committed.value == 55:
-            store.session.execute(
+            store.statements.session.execute(
                 f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 "
                 "WHERE type = 'IBM'"
             )
@@ -399,7 +402,7 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
     run(store, epoch)
     hour_us = 3600 * 10**6
     stamp = f" USING TIMESTAMP {micros() + hour_us}" if skew != "operator_clock_ahead" else ""
-    store.session.execute(
+    store.statements.session.execute(
         f"UPDATE {family.keyspace}.{family.compact_table}{stamp} SET value = 7 WHERE type = 'IBM'"
     )
     later = epoch + timedelta(minutes=1)
@@ -422,7 +425,7 @@ def test_compact_row_changed_between_runs_is_detected_at_the_next_run(make_famil
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
     run(store, epoch)
-    store.session.execute(
+    store.statements.session.execute(
         f"UPDATE {family.keyspace}.{family.compact_table} SET value = 7 WHERE type = 'IBM'"
     )
     client.record([inc("IBM", 1, t0 + timedelta(minutes=10, seconds=30), "w", 99)])
@@ -443,10 +446,10 @@ def test_counters_written_by_plain_cql_are_folded_by_the_default_sweep(make_fami
         "increment) VALUES (%s, %s, 'P1', %s, %s)"
     )
     for i, at in enumerate((t0, t0 + timedelta(minutes=1))):
-        store.session.execute(insert, ("IBM", at, i, 500))
+        store.statements.session.execute(insert, ("IBM", at, i, 500))
     first = run(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=3))
     assert first.plan.sweep and first.tally.rows_folded == 2
-    store.session.execute(insert, ("IBM", t0 + timedelta(minutes=3), 7, 5))
+    store.statements.session.execute(insert, ("IBM", t0 + timedelta(minutes=3), 7, 5))
     quiet = run(store, t0 + timedelta(minutes=4), now=t0 + timedelta(minutes=5))
     staggered = sweep_due(family, t0 + timedelta(minutes=5), t0 + timedelta(minutes=3))
     assert quiet.plan.sweep == staggered and client.read("IBM") == 1005  # readers exact
@@ -535,7 +538,7 @@ def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family,
     client.record([inc(a, 7, epoch + timedelta(minutes=2), "w", 7)])
     with pytest.raises(Crash):
         run(store, epoch + timedelta(minutes=3), fault=crash, run_id="crashed-2")
-    store.session.execute(f"TRUNCATE {family.keyspace}.{runs_table(family)}")
+    store.statements.session.execute(f"TRUNCATE {family.keyspace}.{runs_table(family)}")
     client.record([inc(a, 9, epoch + timedelta(minutes=2, seconds=5), "late", 2)])
     with pytest.raises(engine.ChecksFailed, match="quarantined"):
         run(store, epoch + timedelta(minutes=4), run_id="after-loss")
@@ -623,7 +626,7 @@ def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_i
     recount = store.raw.recount
 
     def recording(shard, bucket, names, epoch_ms, after_ms=None):
-        calls.append((store.phase, names is None, after_ms))
+        calls.append((store.statements.phase, names is None, after_ms))
         return recount(shard, bucket, names, epoch_ms, after_ms)
 
     store.raw.recount = recording
@@ -632,7 +635,7 @@ def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_i
     def lose_a_row(point):
         if point == "copy":  # after the commit, before the recount: a row it counted vanishes
             f = store.family
-            store.session.execute(
+            store.statements.session.execute(
                 f"DELETE FROM {f.keyspace}.{f.raw_table} WHERE type = %s AND modify_time = %s "
                 "AND actor = 'w' AND version = 51",
                 (victim, first + timedelta(seconds=20)),
@@ -682,16 +685,16 @@ def _as_records_from_before_the_key_bytes(store, family) -> int:
 
     table = f"{family.keyspace}.{runs_table(family)}"
     rewritten = 0
-    for run_id, shard, bucket, commit_id, blob in store.session.execute(
+    for run_id, shard, bucket, commit_id, blob in store.statements.session.execute(
         f"SELECT run_id, shard, bucket, commit_id, keys FROM {table}"
     ):
         if blob is None:
             continue
         entries = [
             [counter, epoch, [list(k) for k in keys.keys]]
-            for counter, epoch, keys in unpack_commit_keys(blob, store.key_codec)
+            for counter, epoch, keys in unpack_commit_keys(blob, store.keys.key_codec)
         ]
-        store.session.execute(
+        store.statements.session.execute(
             f"UPDATE {table} SET keys = %s WHERE run_id = %s AND shard = %s AND bucket = %s "
             "AND commit_id = %s",
             (zlib.compress(json.dumps(entries).encode(), 1), run_id, shard, bucket, commit_id),
@@ -760,8 +763,8 @@ def test_ledger_rows_an_older_version_committed_are_read_from_their_columns(
     values = {v.counter[0]: v.value for v in client.read_many(counters)}
     assert values == {counters[0]: 1115, counters[1]: 115}
     assert engine.quarantined(store) == []
-    shard, bucket = store.bucket((counters[0],))
-    for commit_id, state in store.session.execute(
+    shard, bucket = store.keys.bucket((counters[0],))
+    for commit_id, state in store.statements.session.execute(
         f'SELECT commit_id, state FROM {family.keyspace}."{ledger_table(family)}" '
         "WHERE shard = %s AND bucket = %s",
         (shard, bucket),

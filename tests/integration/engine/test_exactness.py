@@ -115,8 +115,8 @@ def test_a_run_that_copies_and_deletes_between_a_readers_reads_is_not_seen(
 
         return wrapped
 
-    reading.store._concurrent = after_first_request(reading.store._concurrent)
-    reading.store._run = after_first_request(reading.store._run)
+    reading.store.statements.concurrent = after_first_request(reading.store.statements.concurrent)
+    reading.store.statements.run = after_first_request(reading.store.statements.run)
     values = reading.read_many(counters)
     assert ran == ["success"]
     assert rows_at_or_below(store, ("c0",), epoch) == 0  # the run did delete what it folded
@@ -193,7 +193,7 @@ def test_a_run_between_any_two_of_a_readers_requests_is_not_seen(
         assert {v.value for v in reading.read_many(counters)} == {8}
     sent: list[int] = []
     ran: list[str] = []
-    run = reading.store._run
+    run = reading.store.statements.run
 
     def run_after_the_nth_request(*args, **kwargs):
         result = run(*args, **kwargs)
@@ -203,7 +203,7 @@ def test_a_run_between_any_two_of_a_readers_requests_is_not_seen(
             ran.append(engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).outcome)
         return result
 
-    reading.store._run = run_after_the_nth_request
+    reading.store.statements.run = run_after_the_nth_request
     values = reading.read_many(counters)
     assert ran == ["success"]
     assert {v.counter[0]: v.value for v in values} == dict.fromkeys(counters, 8)
@@ -325,7 +325,7 @@ def test_a_shard_count_changed_after_a_crashed_first_run_is_refused_everywhere(m
     with pytest.raises(engine.IdentityMismatch, match="counterctl reshard"):  # a worker's YAML
         engine.compact_shard(eight, 0, later, "worker-with-8")
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    positions = [(s, b, store.token(c)) for s, b, c in store.ledger.ledger_positions(1000)]
+    positions = [(s, b, store.keys.token(c)) for s, b, c in store.ledger.ledger_positions(1000)]
     assert positions and written_shards(positions) == 2  # nothing committed at 8 shards
     engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
@@ -376,7 +376,7 @@ def test_a_copy_naming_a_commit_the_ledger_lacks_is_quarantined_not_adopted(make
     client.record(_events(counters, t0 + timedelta(seconds=10)))
     epoch = t0 + timedelta(minutes=1)
     _crash_after_first_copies(store, epoch)
-    store.session.execute(f"TRUNCATE {family.keyspace}.{family.compact_table}_ledger")
+    store.statements.session.execute(f"TRUNCATE {family.keyspace}.{family.compact_table}_ledger")
     later = epoch + timedelta(minutes=1)
     with pytest.raises(engine.ChecksFailed, match="quarantined"):
         engine.run_family(store, later, now=later + timedelta(minutes=5))
@@ -401,7 +401,7 @@ def test_a_cleanup_deletes_only_what_its_own_execution_verified(conn, make_famil
     engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=5))  # sweeps, once a day
     f = family
     for second in (10, 20):  # a foreign writer's rows: found by a sweep only
-        store.session.execute(
+        store.statements.session.execute(
             f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
             "increment) VALUES ('foreign', %s, 'x', 1, 7)",
             (epoch1 + timedelta(seconds=second),),
@@ -457,7 +457,7 @@ def _foreign_rows(store, at) -> None:
     finds them."""
     f = store.family
     for second in (10, 20):
-        store.session.execute(
+        store.statements.session.execute(
             f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
             "increment) VALUES ('foreign', %s, 'x', 1, 7)",
             (at + timedelta(seconds=second),),
@@ -478,7 +478,7 @@ def test_a_cleanup_leaves_the_commits_of_an_execution_whose_report_never_reached
     _foreign_rows(store, epoch1)
     client.record(_events(["seen"], epoch1 + timedelta(seconds=5)))  # marked: B's work
     epoch2 = epoch1 + timedelta(minutes=1)
-    foreign_bucket = store.bucket(("foreign",))[1]
+    foreign_bucket = store.keys.bucket(("foreign",))[1]
     stalled, resume, outcome = threading.Event(), threading.Event(), []
     a_store = Store(conn, family, store.layout)
     mark = a_store.runs.mark_verified
@@ -539,9 +539,9 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     the other counter as 0), and the next run restores that copy as its ordinary work: the
     run log says it was never verified, so it is no removed copy (no quarantine, no alarm)."""
     family, store, client = make_family(shards=1)
-    foreign_bucket = store.bucket(("foreign",))[1]
+    foreign_bucket = store.keys.bucket(("foreign",))[1]
     other = next(
-        n for n in (f"o{i}" for i in range(100)) if store.bucket((n,))[1] != foreign_bucket
+        n for n in (f"o{i}" for i in range(100)) if store.keys.bucket((n,))[1] != foreign_bucket
     )
     client.record(_events([other], t0 + timedelta(seconds=5)))
     _foreign_rows(store, t0)
@@ -566,7 +566,7 @@ def test_a_commit_its_execution_never_verified_is_not_cleaned_even_for_that_exec
     a_store.runs.mark_verified, a_store.ledger.copy_compact = watched_mark, dying_copy
     with pytest.raises(Crash):
         engine.compact_shard(a_store, 0, epoch, "X", sweep=True, use_lease=False)
-    assert store.bucket((other,))[1] in executions and len(set(executions.values())) == 1
+    assert store.keys.bucket((other,))[1] in executions and len(set(executions.values())) == 1
     assert compact_row(store, ("foreign",)) is None  # committed, never copied
     assert _values(client, ["foreign", other]) == {"foreign": 14, other: 15}
     cleaned = engine.cleanup_shard(store, 0, "X", list(executions.values()))
@@ -600,10 +600,12 @@ def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family,
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     f = family
     if how == "deleted":
-        store.session.execute(f"DELETE FROM {f.keyspace}.{f.compact_table} WHERE type = 'v'")
+        store.statements.session.execute(
+            f"DELETE FROM {f.keyspace}.{f.compact_table} WHERE type = 'v'"
+        )
     else:
         row = compact_row(store, ("v",))
-        store.session.execute(
+        store.statements.session.execute(
             f"UPDATE {f.keyspace}.{f.compact_table} USING TTL 1 SET value = %s, epoch = %s, "
             "commit_id = %s, run_id = %s WHERE type = 'v'",
             (row.value, row.epoch, row.commit_id, row.run_id),
@@ -680,7 +682,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     read_rows = a_store.raw.read_rows
 
     def stalling_read_rows(*args, **kwargs):
-        if a_store.phase == "verify" and not stalled.is_set():
+        if a_store.statements.phase == "verify" and not stalled.is_set():
             stalled.set()
             assert resume.wait(60)
         return read_rows(*args, **kwargs)
@@ -842,11 +844,13 @@ def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0,
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version, "
         "increment) VALUES ('p', %s, 'cql', %s, %s)"
     )
-    store.session.execute(insert, (t0 + timedelta(seconds=5), 1, 15))  # no mark: a sweep's
+    store.statements.session.execute(
+        insert, (t0 + timedelta(seconds=5), 1, 15)
+    )  # no mark: a sweep's
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
     assert store.control.family_state().last_sweep_size == 2  # one row, one counter
-    store.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
+    store.statements.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
     later = epoch + timedelta(minutes=1)
     summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert summary.plan.sweep == bool(below)

@@ -52,7 +52,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert client.read("hot") == HOT_ROWS + 100 + 7
     assert client.read("cold") == 25
     # the deep late row is kept (uncounted, not lost) for a run that can read the whole partition
-    deep_key = store.pack_clustering((late_deep.time, *late_deep.identity))
+    deep_key = store.keys.pack_clustering((late_deep.time, *late_deep.identity))
     assert [r[2] for r in store.raw.read_rows_at(hot, [deep_key])] == [1000]
 
     # a sweep (the fixture's sweeps fall half an interval after t0: this run is the first after
@@ -63,7 +63,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert third.plan.sweep and not second.plan.sweep
     assert third.outcome == "success", third.message
     assert client.read("hot") == HOT_ROWS + 100 + 7  # pending rows were not counted again
-    recent_key = store.pack_clustering((late_recent.time, *late_recent.identity))
+    recent_key = store.keys.pack_clustering((late_recent.time, *late_recent.identity))
     assert store.raw.read_rows_at(hot, [recent_key]) == []
 
 
@@ -83,5 +83,5 @@ def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, mak
     assert client.read("a") == 15
     kept = t0 + timedelta(minutes=5)
     client.record([Increment(("a",), 100, kept, ())])
-    keys = [store.pack_clustering((kept,)), store.pack_clustering((t0,))]
+    keys = [store.keys.pack_clustering((kept,)), store.keys.pack_clustering((t0,))]
     assert [r[2] for r in store.raw.read_rows_at(("a",), keys)] == [100]

@@ -48,7 +48,9 @@ def orders(conn, engine_keyspace, make_family):
 
 def business_rows(store: Store) -> int:
     f = store.family
-    return store.session.execute(f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}").one()[0]
+    return store.statements.session.execute(
+        f"SELECT count(*) FROM {f.keyspace}.{f.raw_table}"
+    ).one()[0]
 
 
 def test_rows_family_counts_without_deleting(orders, t0):
@@ -66,7 +68,7 @@ def test_rows_family_counts_without_deleting(orders, t0):
     assert (values[2].compact_value, values[2].value) == (5, 10)
     assert values[1].epoch == epoch
     assert business_rows(store) == 20
-    row = store.session.execute(
+    row = store.statements.session.execute(
         f"SELECT count, counted_until FROM {family.keyspace}.{family.compact_table} "
         "WHERE location_id = 1 AND calculation_date = %s",
         (DAY,),
@@ -108,7 +110,7 @@ def test_rows_family_overlapping_commits_never_double_count(orders, t0):
         add(1, t0 + timedelta(minutes=i), i)
     key = (1, DAY)
     epoch = t0 + timedelta(minutes=10)
-    shard, bucket = store.bucket(key)
+    shard, bucket = store.keys.bucket(key)
     ledger = store.ledger.read_ledger(shard, bucket, [key])
     base = {key: ledger.checkpoints.get(key, EMPTY_CHECKPOINT)}
     epoch_ms = to_millis(epoch)
@@ -448,13 +450,13 @@ def remove_orders(store: Store, location: int, order_ids: set[int]) -> None:
     """Delete business rows by order id, as an application cancelling orders does."""
     f = store.family
     table = f"{f.keyspace}.{f.raw_table}"
-    found = store.session.execute(
+    found = store.statements.session.execute(
         f"SELECT timestamp, order_id FROM {table} WHERE location_id = %s AND calculation_date = %s",
         (location, DAY),
     )
     for row in found:
         if row.order_id in order_ids:
-            store.session.execute(
+            store.statements.session.execute(
                 f"DELETE FROM {table} WHERE location_id = %s AND calculation_date = %s "
                 "AND timestamp = %s AND order_id = %s",
                 (location, DAY, row.timestamp, row.order_id),

@@ -35,7 +35,7 @@ def test_a_lean_connection_routes_a_familys_statements_to_its_replicas(
     assert "system_schema" not in meta.keyspaces
     # the same layout as a cached one: the Store reads no table here, only its keyspace
     lean_store = Store(lean, family, store.layout)
-    statement = lean_store.prepare(
+    statement = lean_store.statements.prepare(
         "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
     )
     routing_key = bind(statement, ("IBM",)).routing_key
@@ -107,11 +107,11 @@ def test_a_task_process_keeps_one_store_per_family_and_resets_its_run_state(
     other, _other_store, _ = make_family()
     store = runtime.store_for(family)
     assert store.control.read_quarantine(0) == {}
-    assert sum(store.requests.values()) > 0
-    store.provenance = Provenance("airflow")
+    assert sum(store.statements.requests.values()) > 0
+    store.audit.provenance = Provenance("airflow")
     again = runtime.store_for(family)
     assert again is store
-    assert not again.requests and again.provenance is None
+    assert not again.statements.requests and again.audit.provenance is None
     assert runtime.store_for(other) is not store
     assert runtime.store_for(other).family == other
     changed = family.model_copy(update={"lag": family.lag * 2})

@@ -86,7 +86,7 @@ class Increments:
         Only a sweep finds it. (It is never retried after its row was folded and deleted:
         such a retry would count again, the documented limit of writers outside the API.)"""
         f = machine.family
-        machine.store.session.execute(
+        machine.store.statements.session.execute(
             f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, "
             "increment) VALUES (%s, %s, 'foreign', %s, %s)",
             (counter, at, ident, amount),
@@ -125,7 +125,7 @@ class Rows:
             shards=shards,
             columns={"key": ["location", "day"], "time": "at"},
         )
-        self.insert = store.session.prepare(
+        self.insert = store.statements.session.prepare(
             f"INSERT INTO {family.keyspace}.{self.table} (location, day, at, order_id) "
             "VALUES (?, ?, ?, ?)"
         )
@@ -137,7 +137,7 @@ class Rows:
     def write(self, machine, counter, amount, at, ident):
         del amount
         row = (counter, DAY, uuid_from_time(at), ident)
-        machine.store.session.execute(self.insert, row)
+        machine.store.statements.session.execute(self.insert, row)
         machine.oracle[counter] += 1
         return row
 
@@ -146,7 +146,7 @@ class Rows:
         return self.write(machine, counter, amount, at, ident)
 
     def retry(self, machine, row):
-        machine.store.session.execute(self.insert, row)  # the same row: no new order
+        machine.store.statements.session.execute(self.insert, row)  # the same row: no new order
 
     def settle(self, machine):
         # rows written behind a checkpoint: caught by a sweep (every run, discovery scan) and
@@ -156,7 +156,7 @@ class Rows:
     def check_rows(self, machine, epoch):
         f = machine.family
         total = sum(
-            machine.store.session.execute(
+            machine.store.statements.session.execute(
                 f"SELECT count(*) FROM {f.keyspace}.{self.table} WHERE location = %s AND day = %s",
                 (counter, DAY),
             ).one()[0]

@@ -50,7 +50,7 @@ def make_family_v4(conn_v4: Connection, engine_keyspace: str, t0) -> FamilyFacto
         family = Family.model_validate(with_sweep_offset(fields, t0))
         layout = ensure_schema(conn_v4.session, family)
         store = Store(conn_v4, family, layout, concurrency=8)
-        assert store.session.cluster.protocol_version == 4
+        assert store.statements.session.cluster.protocol_version == 4
         return family, store, CounterClient(conn_v4, family, store)
 
     return factory

@@ -21,7 +21,7 @@ def run(store, epoch):
 def test_a_counter_that_stays_quarantined_counts_once_until_released(make_family, t0):
     family, store, client = make_family(shards=4)
     client.increment("AAPL", 5, at=t0 + timedelta(seconds=10), identity=("w", 1))
-    store.session.execute(
+    store.statements.session.execute(
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version) "
         "VALUES ('IBM', %s, 'bad', 1)",  # a NULL increment: IBM is quarantined
         (t0 + timedelta(seconds=20),),
@@ -41,7 +41,7 @@ def test_a_counter_that_stays_quarantined_counts_once_until_released(make_family
 
     # counters held in other shards count too: every shard's partition is read
     held = [f"H{i}" for i in range(12)]
-    assert len({store.bucket((c,))[0] for c in held}) > 1
+    assert len({store.keys.bucket((c,))[0] for c in held}) > 1
     store.control.quarantine("by-hand", [((c,), "bad_rows", "held for the test") for c in held])
     assert health.quarantined_now(store) == 1 + len(held)
 

@@ -113,9 +113,9 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     reshard(store, 8)
     eight = store.with_shards(8)
     stale = CounterClient(conn, family, Store(conn, family, store.layout))  # shards: 2
-    filed = stale.store.bucket(("X",))  # where the stale writer files X's mark
-    assert filed != eight.bucket(("X",))
-    near = [c for c in (f"n{i}" for i in range(12000)) if eight.bucket((c,)) == filed][:40]
+    filed = stale.store.keys.bucket(("X",))  # where the stale writer files X's mark
+    assert filed != eight.keys.bucket(("X",))
+    near = [c for c in (f"n{i}" for i in range(12000)) if eight.keys.bucket((c,)) == filed][:40]
     assert len(near) == 40
     reader = CounterClient(conn, eight.family, eight)
     reader.record([Increment((c,), 1, first + timedelta(seconds=10), ("w", 1)) for c in near])

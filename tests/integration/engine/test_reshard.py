@@ -157,7 +157,9 @@ def test_a_reshard_between_verify_and_cleanup_keeps_a_quarantined_counters_rows(
     _family, store, client = make_family(shards=2)
     counters = [f"q{i}" for i in range(40)]
     client.record(_events(counters, t0 + timedelta(seconds=10), 5))
-    held = next(c for c in counters if bucket_of(store.token((c,)), 8)[0] != store.bucket((c,))[0])
+    held = next(
+        c for c in counters if bucket_of(store.keys.token((c,)), 8)[0] != store.keys.bucket((c,))[0]
+    )
     epoch = t0 + timedelta(minutes=1)
     resharded: list[str] = []
 

@@ -38,7 +38,7 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
     started: list[bool] = []
     ledger_read: list[bool] = []
 
-    here = store.bucket(x)
+    here = store.keys.bucket(x)
 
     def ledger_then_flag(shard, bucket, *args, **kwargs):
         found = read_ledger(shard, bucket, *args, **kwargs)
@@ -119,7 +119,7 @@ def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn,
     operator = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
     read_copies, read_ledger = store_a.ledger.read_copies, store_a.ledger.read_ledger
-    here = store.bucket(x)
+    here = store.keys.bucket(x)
     ledger_read: list[bool] = []
     reset: list[object] = []
 

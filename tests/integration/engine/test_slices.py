@@ -37,7 +37,7 @@ def run(store, epoch, **kw):
     a mark younger than ``engine.FORGET_MARGIN``). One shard: every mark is in shard 0."""
     summary = run_once(store, epoch, **kw)
     for shard, bucket in {
-        store.bucket(t.counter) for b in store.index.touched(0).values() for t in b
+        store.keys.bucket(t.counter) for b in store.index.touched(0).values() for t in b
     }:
         store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
     return summary
@@ -97,7 +97,7 @@ def test_counted_rows_a_crash_left_are_read_by_the_slice_and_deleted_once(make_f
 
     def crash(point):
         if point == "cleanup_read_log":  # committed, marks forgotten, nothing deleted
-            for shard, bucket in {store.bucket((c,)) for c in counters}:
+            for shard, bucket in {store.keys.bucket((c,)) for c in counters}:
                 store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
             raise Crash(point)
 
@@ -154,8 +154,8 @@ def test_commits_and_marks_from_before_the_floors_are_read_whole(make_family, t0
         (ledger_table(family), "state"),
         (index_table(family), "minutes"),
     ):
-        store.session.execute(f"ALTER TABLE {family.keyspace}.{table} DROP {column}")
-    ensure_schema(store.session, family)  # what `counterctl init` does after an upgrade
+        store.statements.session.execute(f"ALTER TABLE {family.keyspace}.{table} DROP {column}")
+    ensure_schema(store.statements.session, family)  # what `counterctl init` does after an upgrade
     calls = _scans(store)
     run(store, e2)
     total += _round(client, counters, e2, 20)
@@ -172,7 +172,7 @@ def test_a_few_marked_counters_are_read_by_name_above_their_floor(make_family, t
     read_rows = store.raw.read_rows
 
     def recording(names, after_ms=None):
-        if store.phase == "read_raw":
+        if store.statements.phase == "read_raw":
             calls.append((len(names), after_ms))
         return read_rows(names, after_ms)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def _population(store: Store, shard: int, bucket: int) -> int | None:
     f = store.family
-    row = store.session.execute(
+    row = store.statements.session.execute(
         f'SELECT population FROM {f.keyspace}."{ledger_table(f)}" WHERE shard = %s AND bucket = %s '
         "LIMIT 1",
         (shard, bucket),
@@ -55,14 +55,14 @@ def _run(store, t0, minute, names):
         store, t0 + timedelta(minutes=minute), now=t0 + timedelta(minutes=minute + 2)
     )
     assert summary.outcome == "success", summary.message
-    store.index.forget_bucket(*store.bucket((names[0],)), int(time.time() * 1_000_000))
+    store.index.forget_bucket(*store.keys.bucket((names[0],)), int(time.time() * 1_000_000))
     return summary
 
 
 def test_the_population_follows_the_commits_and_chooses_how_a_bucket_is_read(make_family, t0):
     _family, store, client = make_family(shards=1, sweep_interval="1d")
     names = same_bucket(store, 240)
-    shard, bucket = store.bucket((names[0],))
+    shard, bucket = store.keys.bucket((names[0],))
     _record(client, names[:40], 1, t0 + timedelta(minutes=1))
     _run(store, t0, 2, names)  # a sweep, the family's first run
     assert _population(store, shard, bucket) == 40
@@ -119,7 +119,7 @@ def test_a_whole_read_touches_only_the_touched_counters(make_family, t0):
     names = same_bucket(store, 40)
     _record(client, names, 1, t0 + timedelta(minutes=1))
     _run(store, t0, 2, names)
-    store.session.execute(
+    store.statements.session.execute(
         f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 WHERE type = %s",
         (names[-1],),
     )
@@ -137,10 +137,10 @@ def test_a_ledger_from_before_the_population_is_read_by_name_and_stays_exact(mak
     init`` leaves it when it adds the column) is read by name until a sweep counts it."""
     family, store, client = make_family(shards=1, sweep_interval="1d")
     names = same_bucket(store, 40)
-    shard, bucket = store.bucket((names[0],))
+    shard, bucket = store.keys.bucket((names[0],))
     _record(client, names, 1, t0 + timedelta(minutes=1))
     _run(store, t0, 2, names)
-    store.session.execute(
+    store.statements.session.execute(
         f'DELETE population FROM {family.keyspace}."{ledger_table(family)}" '
         "WHERE shard = %s AND bucket = %s",
         (shard, bucket),
@@ -161,10 +161,10 @@ def test_a_sweep_counts_compact_rows_from_before_the_ledger(make_family, t0):
     mostly such idle counters."""
     family, store, client = make_family(shards=1, sweep_interval="1d")
     names = same_bucket(store, 200)
-    shard, bucket = store.bucket((names[0],))
+    shard, bucket = store.keys.bucket((names[0],))
     cc = family.compact_columns
     for name in names[40:]:
-        store.session.execute(
+        store.statements.session.execute(
             f'INSERT INTO {family.keyspace}.{family.compact_table} (type, "{cc.value}", '
             f'"{cc.epoch}") VALUES (%s, 5, %s)',
             (name, t0),

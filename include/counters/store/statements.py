@@ -1,19 +1,18 @@
-"""What every part of a family's store shares: the statements, prepared once and executed
-with bounded concurrency and batching; keys, shards and packing. The types the parts return
-are in ``records``."""
+"""The statements core of a family's store: every statement prepared once (by name, from CQL
+text over the family's quoted table and column names), run with bounded concurrency, batched
+(unlogged within a token range, logged for a reshard's moves) and counted per phase. The tables
+(``raw``, ``touched``, ``ledger``, ...) hold one and say what to run; ``keys`` holds the key,
+shard and epoch arithmetic over it."""
 
 from __future__ import annotations
 
 import logging
-import secrets
 import struct
 import threading
-import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cassandra import (
     ConsistencyLevel,
@@ -24,7 +23,6 @@ from cassandra import (
 from cassandra.concurrent import execute_concurrent
 from cassandra.cqltypes import DateType, ListType, MapType, SetType, TupleType, UserType
 from cassandra.marshal import int64_pack
-from cassandra.murmur3 import murmur3
 from cassandra.policies import WriteType
 from cassandra.protocol import ErrorMessage
 from cassandra.query import (
@@ -34,30 +32,13 @@ from cassandra.query import (
     BoundStatement,
     PreparedStatement,
 )
-from cassandra.util import Date as CassandraDate
-from cassandra.util import max_uuid_from_time
 
 from .. import schema
 from ..config import Family
 from ..connection import BULK_PROFILE, Connection
-from ..core import (
-    Key,
-    Packed,
-    Row,
-    bucket_of,
-    chunks,
-    from_millis,
-    shard_bounds,
-    shard_of,
-    spread,
-    to_millis,
-)
-from ..rowkeys import Encoded, KeyCodec
+from ..core import Key, chunks, shard_bounds, spread
+from ..rowkeys import Encoded
 from ..schema import RawLayout, q
-from .records import epoch_ms_of
-
-if TYPE_CHECKING:
-    from ..audit import Provenance
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +89,6 @@ counters of short keys), so a page of a shard's records stays small."""
 COMMIT_CHUNK = 1000
 """Counters per conditional batch: one Paxos round, one mutation of the ledger partition."""
 SCAN_FETCH = 5000
-PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
-PLAIN_KEY_TYPES = frozenset(
-    {"text", "varchar", "ascii", "int", "bigint", "smallint", "tinyint", "varint", "boolean"}
-)
-"""Key column types whose values are their own JSON encoding (``_encode_value``)."""
-"""Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
-
 CAS_WRITE_UNKNOWN = 0x1700
 """Protocol v5's error for a compare-and-set whose outcome the coordinator cannot tell; driver
 3.30 has no class for it and raises the bare ``ErrorMessage``."""
@@ -141,108 +115,6 @@ def serial_consistency_of(family: Family) -> int:
     both win a compare-and-set)."""
     local = family.consistency.value.startswith("LOCAL_")
     return ConsistencyLevel.LOCAL_SERIAL if local else ConsistencyLevel.SERIAL
-
-
-READ_ATTEMPTS = 8
-"""Rounds a read takes at most while runs keep moving its counters' copies (a run moves a
-counter's copy once; a read round takes milliseconds)."""
-READ_HINT_S = 60.0
-"""How long the epoch a counter was read at serves as the next read's first bound: the raw read
-after a stale bound also reads the rows (or tombstones) of the folds since."""
-READ_HINTS = 100_000
-"""Counters whose last read epoch a store keeps."""
-
-
-def _parse_value(cql_type: str, column: str, text: str) -> Any:
-    import datetime as dt
-    import decimal
-    import uuid
-
-    try:
-        if cql_type in ("tinyint", "smallint", "int", "bigint", "varint", "counter"):
-            return int(text)
-        if cql_type in ("float", "double"):
-            return float(text)
-        if cql_type == "decimal":
-            return decimal.Decimal(text)
-        if cql_type == "boolean":
-            return text.lower() in ("true", "1", "yes")
-        if cql_type == "date":
-            return dt.date.fromisoformat(text)
-        if cql_type == "timestamp":
-            return dt.datetime.fromisoformat(text)
-        if cql_type in ("uuid", "timeuuid"):
-            return uuid.UUID(text)
-    except ValueError as exc:
-        raise ValueError(f"key column {column!r} ({cql_type}): cannot parse {text!r}") from exc
-    return text
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def pending_flags_of(
-    archive: tuple[bytes | None, str | None] | None, counter: list[Any], keys: Sequence[Packed]
-) -> tuple[dict[Packed, int], bool]:
-    """The ``ROW_*`` flags of a counter's pending keys from its commit's archive record, each
-    ``ROW_ARCHIVED`` when a cleanup archived the commit (and did not leave the counter out: a
-    quarantined one), and whether no archive holds the commit and it was built on zero. A
-    commit recorded before the family had an archive: every key counted, none archived."""
-    from ..archive import archived_skipped, unpack_record
-    from ..core import ROW_ARCHIVED, ROW_COUNTED
-
-    blob, mark = archive or (None, None)
-    flags: list[int] | None = None
-    from_zero = False
-    if blob is not None:
-        record = unpack_record(blob)
-        flags = record.flags_of(counter)
-        segment = next((s for s in record.segments if s.counter == tuple(counter)), None)
-        from_zero = bool(segment and segment.from_zero)
-    if flags is None or len(flags) != len(keys):
-        flags = [ROW_COUNTED] * len(keys)
-    skipped = archived_skipped(mark)  # None: the commit is not archived
-    archived = skipped is not None and tuple(counter) not in skipped
-    extra = ROW_ARCHIVED if archived else 0
-    kept = ROW_COUNTED | ROW_ARCHIVED
-    flagged = {k: (f | extra) & kept for k, f in zip(keys, flags, strict=True)}
-    return flagged, from_zero and not archived
-
-
-def normal_key(key: Sequence[Any]) -> tuple[Any, ...]:
-    """A key with the driver's own value types made plain (``cassandra.util.Date`` -> date)."""
-    return tuple(v.date() if isinstance(v, CassandraDate) else v for v in key)
-
-
-def _encode_value(cql_type: str, value: Any) -> Any:
-    """A key value as JSON (the run's chunks list counters)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, datetime):
-        return to_millis(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)  # uuid, date, decimal, inet
-
-
-def _decode_value(cql_type: str, value: Any) -> Any:
-    import datetime as dt
-    import decimal
-
-    if value is None:
-        return None
-    if cql_type in ("uuid", "timeuuid"):
-        return uuid.UUID(value)
-    if cql_type == "date":
-        return dt.date.fromisoformat(value)
-    if cql_type == "timestamp":
-        return from_millis(value)
-    if cql_type == "decimal":
-        return decimal.Decimal(value)
-    if cql_type == "blob":
-        return bytes.fromhex(value)
-    return value
 
 
 def _bound_bytes(bound: BoundStatement) -> int:
@@ -313,8 +185,11 @@ def millis_timestamps(cqltype: Any) -> Any:
     return cqltype.apply_parameters(fast)
 
 
-class StoreBase:
-    """I/O for one family. Cheap to create; statements are prepared on first use."""
+class Statements:
+    """A family's statements over one connection: prepared once by name, run with at most
+    ``concurrency`` in flight, batched, and counted in ``requests`` by ``phase``. Cheap to
+    create; statements are prepared on first use. ``Store`` makes one as ``store.statements``
+    and gives it to every table."""
 
     def __init__(
         self,
@@ -335,12 +210,7 @@ class StoreBase:
         self.batch_bytes = BATCH_BYTES
         """Most estimated bytes per multi-partition batch; lowered when the node refuses one."""
         self._local = threading.local()
-        """Per counter, when it was last read and the epoch it was read at (``read_values``)."""
-        self.provenance: Provenance | None = None
-        """Who started the changes this store makes (written into its audit rows)."""
-        self.checked_run: tuple[str, bool] | None = None
-        """The run whose family checks passed on this store, and whether they cover a step
-        that may record the identity (``identity.check_family(once_per_run=True)``)."""
+        """Per thread, the phase its requests are counted in."""
 
     @property
     def phase(self) -> str:
@@ -355,16 +225,27 @@ class StoreBase:
 
     @property
     def session(self):
+        """The connection's session (a table that sends one statement by itself uses it)."""
         return self.conn.session
 
     @property
+    def layout_if_read(self) -> RawLayout | None:
+        """The layout when given or read already, else None (nothing is read for it): what a
+        store for the same family at another shard count starts from."""
+        return self._layout
+
+    @property
     def layout(self) -> RawLayout:
+        """The raw table's key, clustering, time and increment columns: read from the schema
+        on first use unless the store was given them."""
         if self._layout is None:
             self._layout = schema.read_raw_layout(self.session, self.family)
         return self._layout
 
     @cached_property
-    def _names(self) -> dict[str, str]:
+    def names(self) -> dict[str, str]:
+        """The quoted table and column names a statement's CQL text names in braces
+        (``{ledger}``, ``{key_where}``, ``{increment}``: empty for a rows family)."""
         f = self.family
         lay = self.layout
         # before the first statement is prepared: token-aware routing needs the keyspace's
@@ -400,13 +281,16 @@ class StoreBase:
         }
 
     def prepare(self, name: str, cql: str, serial: bool = False) -> PreparedStatement:
+        """The statement ``name``, prepared from ``cql`` (its braces filled from ``names``) the
+        first time it is asked for, at the family's consistency (and its serial one for a
+        conditional statement)."""
         statement = self._prepared.get(name)
         if statement is None:
             consistency = (
                 consistency_of(self.family),
                 serial_consistency_of(self.family) if serial else None,
             )
-            statement, new = self.conn.prepare(cql.format(**self._names), consistency)
+            statement, new = self.conn.prepare(cql.format(**self.names), consistency)
             if new:
                 statement.column_metadata = [
                     c._replace(type=millis_timestamps(c.type)) for c in statement.column_metadata
@@ -417,7 +301,7 @@ class StoreBase:
             self._prepared[name] = statement
         return statement
 
-    def _run(
+    def run(
         self,
         statements: Sequence[tuple[Any, Any]],
         profile: str = BULK_PROFILE,
@@ -439,168 +323,31 @@ class StoreBase:
         )
         return [result for _ok, result in results]
 
-    def _concurrent(
+    def concurrent(
         self, statement: PreparedStatement, params: Sequence[Sequence[Any]], bulk: bool = True
     ) -> list[Any]:
         """One prepared statement for many parameter sets."""
         from cassandra.cluster import EXEC_PROFILE_DEFAULT
 
-        return self._run(
+        return self.run(
             [(statement, p) for p in params], BULK_PROFILE if bulk else EXEC_PROFILE_DEFAULT
         )
 
     # --- keys and shards ------------------------------------------------------------------
 
-    def token(self, counter: Key) -> int:
-        statement = self.prepare(
-            "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
-        )
-        return murmur3(bind(statement, counter).routing_key)
+    def batch(self, statement: PreparedStatement, params: Sequence[Sequence[Any]]) -> Any:
+        """One unlogged batch of ``statement`` for each parameter set (one partition's rows)."""
+        return self.batch_of([bind(statement, values) for values in params])
 
-    def parse_key(self, parts: Sequence[str]) -> Key:
-        """Typed key values from text (the CLI), by the partition key's column types."""
-        if len(parts) != len(self.layout.key):
-            raise ValueError(
-                f"family {self.family.name!r}: key {[c.name for c in self.layout.key]} needs "
-                f"{len(self.layout.key)} part(s), got {list(parts)}"
-            )
-        return tuple(
-            _parse_value(c.cql_type, c.name, p) for c, p in zip(self.layout.key, parts, strict=True)
-        )
-
-    def shard(self, counter: Key) -> int:
-        return shard_of(self.token(counter), self.family.shards)
-
-    def fresh_identity(self) -> tuple[Any, ...]:
-        """Random values for the clustering columns after the time (the seed's actor and
-        version): an increment that names no identity of its own is a row of its own."""
-        values: list[Any] = []
-        for column in self.layout.clustering[1:]:
-            if column.cql_type in ("text", "varchar", "ascii"):
-                values.append(uuid.uuid4().hex)
-            elif column.cql_type in ("bigint", "varint"):
-                values.append(secrets.randbits(63))
-            elif column.cql_type == "int":
-                values.append(secrets.randbits(31))
-            elif column.cql_type in ("uuid", "timeuuid"):
-                values.append(uuid.uuid1())
-            else:
-                raise TypeError(
-                    f"family {self.family.name!r}: pass an identity for clustering column "
-                    f"{column.name!r} ({column.cql_type}); it cannot be made up"
-                )
-        return tuple(values)
-
-    def bucket(self, counter: Key) -> tuple[int, int]:
-        """(shard, bucket) of a counter: its ledger partition and its touched-index partition."""
-        return bucket_of(self.token(counter), self.family.shards)
-
-    # --- packing: raw rows and keys as plain, hashable, JSON-able values ------------------
-
-    @cached_property
-    def _packing(self) -> tuple[list[str], list[Callable[[Any], Any]], bool, int | None]:
-        """How raw rows are selected and packed: the clustering select expressions, a decoder
-        per clustering column (packed value -> bindable value), whether no column needs
-        converting, and the position of the time in epoch ms when it is not the packed time."""
-        exprs: list[str] = []
-        decoders: list[Callable[[Any], Any]] = []
-        plain = True
-        for column in self.layout.clustering:
-            if column.cql_type not in PACKED_TYPES:
-                raise schema.SchemaError(
-                    f"family {self.family.name!r}: clustering column {column.name!r} has type "
-                    f"{column.cql_type}; the engine packs only {', '.join(sorted(PACKED_TYPES))}"
-                )
-            if column.cql_type == "timestamp":
-                exprs.append(f"toUnixTimestamp({q(column.name)})")
-                decoders.append(_identity)
-            elif column.cql_type in ("uuid", "timeuuid"):
-                exprs.append(q(column.name))
-                decoders.append(uuid.UUID)
-                plain = False
-            else:
-                exprs.append(q(column.name))
-                decoders.append(_identity)
-        time_at = None
-        if self.layout.time.cql_type != "timestamp":
-            exprs.append(f"toUnixTimestamp({q(self.layout.time.name)})")
-            time_at = len(self.layout.clustering)
-        return exprs, decoders, plain, time_at
-
-    def _row_columns(self) -> str:
-        """The select list of raw rows; a rows family has no increment column (its rows are
-        counted by the server), so the time is repeated in its place."""
-        exprs = self._packing[0]
-        return ", ".join([*exprs, self._names["increment"] or exprs[0]])
-
-    def _parse_rows(self, rows: Iterable[tuple[Any, ...]], width: int) -> dict[Key, list[Row]]:
-        """``(key..., clustering..., [time ms], increment)`` rows grouped by counter as
-        ``(time ms, packed clustering, increment)``. ``width``: key columns in the row (0 when
-        the caller knows the counter)."""
-        _exprs, _decoders, plain, time_at = self._packing
-        cw = len(self.layout.clustering)
-        out: dict[Key, list[Row]] = {}
-        last_key: Any = None
-        bucket: list[Row] = []
-        for r in rows:
-            key = r[:width]
-            if key != last_key:
-                bucket = out.setdefault(key, [])
-                last_key = key
-            packed = r[width : width + cw]
-            if not plain:
-                packed = tuple(str(v) if isinstance(v, uuid.UUID) else v for v in packed)
-            time_ms = packed[0] if time_at is None else r[width + time_at]
-            bucket.append((time_ms, packed, r[-1]))
-        return out
-
-    def _unpack(self, packed: Packed) -> tuple[Any, ...]:
-        """A packed clustering key as values to bind."""
-        decoders = self._packing[1]
-        return tuple(d(v) for d, v in zip(decoders, packed, strict=True))
-
-    def pack_clustering(self, values: Sequence[Any]) -> Packed:
-        """Clustering values as read by the driver (datetimes, uuids) in packed form."""
-        return tuple(
-            to_millis(v) if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
-            for v in values
-        )
-
-    def _time_bound(self, epoch_ms: int) -> Any:
-        """An epoch as a bound on the time column: a timeuuid bound is the largest timeuuid of
-        the epoch's first 100 ns tick (``max_uuid_from_time``), so ``time <= bound`` and
-        ``time > bound`` split there; every split of a rows family uses this same value."""
-        if self.layout.time.cql_type == "timeuuid":
-            return max_uuid_from_time(epoch_ms / 1000)
-        return epoch_ms
-
-    def epoch_value(self, epoch_ms: int | None) -> Any:
-        """The stored form of an epoch in the compact table (timestamp, or a rows family's
-        timeuuid ``counted_until``)."""
-        if epoch_ms is None:
-            return None
-        if self.family.folds_by_slice and self.layout.time.cql_type == "timeuuid":
-            return max_uuid_from_time(epoch_ms / 1000)
-        return epoch_ms
-
-    @staticmethod
-    def epoch_ms_of(stored: Any) -> int | None:
-        return epoch_ms_of(stored)
-
-    def epoch_time(self, stored: Any) -> datetime | None:
-        ms = self.epoch_ms_of(stored)
-        return None if ms is None else from_millis(ms)
-
-    def _batch(self, statement: PreparedStatement, params: Sequence[Sequence[Any]]) -> Any:
-        return self._batch_of([bind(statement, values) for values in params])
-
-    def _scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
+    def scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
+        """The partition keys a ``SELECT DISTINCT`` over a token range finds in ``shard``, read
+        in ``SCAN_SPLITS`` sub-ranges (a query counts tombstones per range)."""
         fine = shard_bounds(self.family.shards * SCAN_SPLITS)
         ranges = fine[shard * SCAN_SPLITS : (shard + 1) * SCAN_SPLITS]
-        results = self._concurrent(statement, ranges)
+        results = self.concurrent(statement, ranges)
         return [tuple(r) for result in results for r in result]
 
-    def _rows_by_partition(
+    def rows_by_partition(
         self,
         name: str,
         columns: str,
@@ -627,7 +374,7 @@ class StoreBase:
             statement = self.prepare(
                 name, f"SELECT {columns} FROM {table} WHERE {{key_where}} {where}"
             )
-            results = self._concurrent(statement, [(*c, *params) for c in counters])
+            results = self.concurrent(statement, [(*c, *params) for c in counters])
             for counter, result in zip(counters, results, strict=True):
                 out[counter].extend(tuple(r) for r in result)
             return out
@@ -646,12 +393,12 @@ class StoreBase:
             for chunk in chunks(group_, IN_CHUNK):
                 requests.append((statement, ([c[0] for c in chunk], *others, *params)))
                 owners.append({c[0]: c for c in chunk})
-        for owner, result in zip(owners, self._run(requests), strict=True):
+        for owner, result in zip(owners, self.run(requests), strict=True):
             for row in result:
                 out[owner[row[0]]].append(tuple(row[width:]))
         return out
 
-    def _write_spread(
+    def write_spread(
         self, statement: PreparedStatement, entries: Iterable[tuple[int, Sequence[Any]]], most: int
     ) -> None:
         """Write ``(rows, values)`` entries of many partitions of one token range in unlogged
@@ -665,8 +412,8 @@ class StoreBase:
             ((n, _bound_bytes(b) + ROW_BYTES * n, b) for n, b in bound), most, self.batch_bytes
         )
         while groups:
-            results = self._run(
-                [(self._batch_of(group), None) for _size, group in groups], raise_first=False
+            results = self.run(
+                [(self.batch_of(group), None) for _size, group in groups], raise_first=False
             )
             again: list[tuple[int, list[BoundStatement]]] = []
             for (size, group), result in zip(groups, results, strict=True):
@@ -688,23 +435,8 @@ class StoreBase:
                 )
             groups = again
 
-    @cached_property
-    def key_codec(self) -> KeyCodec:
-        """Counted keys <-> the bytes of the raw table's ``(clustering) IN ?`` value."""
-        return KeyCodec(tuple(c.cql_type for c in self.layout.clustering))
-
-    def _key_codec(self) -> tuple[Callable[[Key], list[Any]], Callable[[list[Any]], Key]]:
-        types = [c.cql_type for c in self.layout.key]
-
-        def encode(key: Key) -> list[Any]:
-            return [_encode_value(t, v) for t, v in zip(types, key, strict=True)]
-
-        def decode(values: list[Any]) -> Key:
-            return tuple(_decode_value(t, v) for t, v in zip(types, values, strict=True))
-
-        return encode, decode
-
-    def _batch_of(self, bound: Sequence[BoundStatement]) -> Any:
+    def batch_of(self, bound: Sequence[BoundStatement]) -> Any:
+        """Bound statements as one unlogged batch at the family's consistency."""
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED, consistency_level=consistency_of(self.family)
         )
@@ -712,7 +444,7 @@ class StoreBase:
             batch.add(one)
         return batch
 
-    def _move(
+    def move(
         self, insert: PreparedStatement, at_new: Sequence[Any], delete: PreparedStatement,
         at_old: Sequence[Any],
     ) -> None:  # fmt: skip
