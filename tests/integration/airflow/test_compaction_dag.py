@@ -353,9 +353,11 @@ def test_a_failed_check_in_the_one_task_dag_deletes_nothing_of_that_counter(
     compact = f"{family.keyspace}.{family.compact_table}"
 
     def tamper(point: str) -> None:
-        row = store.session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        row = store.statements.session.execute(
+            f"SELECT value FROM {compact} WHERE type = 'IBM'"
+        ).one()
         if point == "copy" and row is not None and row.value == 55:
-            store.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+            store.statements.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
