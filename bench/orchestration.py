@@ -170,7 +170,9 @@ def delays(runs: list[RunRow]) -> dict[str, Any]:
 # --- the families, Airflow, the writer --------------------------------------------------------
 
 
-def families_yaml(count: int, shards: int, keyspace: str = KEYSPACE) -> str:
+def families_yaml(
+    count: int, shards: int, keyspace: str = KEYSPACE, *, shard_tasks: bool = True
+) -> str:
     families = [
         {
             "name": f"orch{i:03d}",
@@ -181,6 +183,7 @@ def families_yaml(count: int, shards: int, keyspace: str = KEYSPACE) -> str:
             "lag": "1m",
             "schedule": "* * * * *",
             "shards": shards,
+            "shard_tasks": shard_tasks,
             "tags": ["bench"],
         }
         for i in range(count)
@@ -382,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-preload", action="store_true", help="COUNTERS_PRELOAD=0")
     parser.add_argument("--skip-idle", action="store_true", help="measure the active window only")
     parser.add_argument(
+        "--one-task",
+        action="store_true",
+        help="families with shard_tasks: false (one task instance per run)",
+    )
+    parser.add_argument(
         "--keyspace",
         default=KEYSPACE,
         help=f"keyspace of the families ({KEYSPACE}; dropped first): another on a shared node",
@@ -400,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(os.environ["AIRFLOW_HOME"])
     config = home / "families.yaml"
-    config.write_text(families_yaml(args.families, args.shards, args.keyspace))
+    config.write_text(
+        families_yaml(args.families, args.shards, args.keyspace, shard_tasks=not args.one_task)
+    )
     os.environ["COUNTERS_CONFIG"] = str(config)
     from counters.config import load_catalog
 
@@ -445,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         "families": args.families,
         "shards": args.shards,
         "preload": not args.no_preload,
+        "shard_tasks": not args.one_task,
         "rate_per_family": args.rate,
         "cores": os.cpu_count(),
         "started": datetime.now(UTC).isoformat(),
