@@ -34,10 +34,10 @@ from ..connection import Connection
 from ..core import CheckOutcome, Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
+from ..gx import checks, evidence
 from ..health import FamilyLag
 from ..status import Freshness
 from ..store import Store
-from . import checks, evidence
 from .alerting import STALE
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .notifiers import Channels, notify_failure, notify_recovery
