@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from counters.airflow import evidence, tasks
+from counters.airflow import tasks
 from counters.airflow.ui import datadocs
+from counters.gx import evidence
 
 from tests.integration.airflow.conftest import DAGS, airflow_ready
 from tests.integration.airflow.test_compaction_dag import mail_text

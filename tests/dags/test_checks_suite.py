@@ -12,9 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from counters.airflow import checks
 from counters.airflow.ui import datadocs
 from counters.core import Evidence, evaluate_evidence
+from counters.gx import checks
 
 pytestmark = pytest.mark.airflow
 
@@ -147,7 +147,7 @@ def test_expect_a_page_rendered_from_a_stored_result_to_show_the_run_and_its_fai
 WARM_AND_FORK = textwrap.dedent(
     """
     import json, os, sys, threading
-    from counters.airflow import checks
+    from counters.gx import checks
     from counters.core import Evidence
 
     def bucket(delta):

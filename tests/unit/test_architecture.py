@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "archive.storage",
         ),
     ),
+    ("gx", ("gx", "gx.*")),
     (
         "store",
         (

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from counters import audit
-from counters.airflow import checks, evidence
 from counters.config import Family
+from counters.gx import checks, evidence
 
 pytestmark = pytest.mark.unit
 

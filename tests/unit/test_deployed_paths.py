@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from counters.airflow import checks, evidence
 from counters.archive import storage
 from counters.cli import cli
 from counters.config import ConfigError, config_path_in, load_catalog, local_folder
 from counters.errors import ArchiveError
+from counters.gx import checks, evidence
 
 pytestmark = pytest.mark.unit
 

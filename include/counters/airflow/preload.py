@@ -62,7 +62,7 @@ def preload_tasks() -> None:
     them itself and reports the real error there)."""
     started = time.process_time()
     try:
-        from counters.airflow import checks
+        from counters.gx import checks
 
         checks.quiet()  # GX logs INFO lines as it is imported
         import cassandra.cluster  # noqa: F401

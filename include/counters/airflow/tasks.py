@@ -1,15 +1,18 @@
-"""The bodies of a compaction DAG's tasks: thin calls into ``counters.engine``.
+"""The bodies of a compaction DAG's tasks: thin adapters over the engine's one sequence of a
+run's steps (``engine.RunSteps``, ``engine.run_steps``: what ``counterctl compact`` runs).
 
 Each function takes the family, the run's ``RunPlan`` and what earlier tasks returned (plain
-JSON: XCom), calls the engine function ``counterctl compact`` calls for the same phase, and
-returns plain JSON or a typed value with one codec. The plan crosses XCom as
-``RunPlan.as_dict()`` and is read back with ``received_plan``; ``verify``'s ``VerifiedRun`` as
-``as_dict``/``from_dict``. The DAG factory wraps them in ``@task``; tests may call them
-directly.
+JSON: XCom), calls one engine step (``whole_run``: all of them after the plan), and returns
+plain JSON or a typed value with one codec. The plan crosses XCom as ``RunPlan.as_dict()`` and
+is read back with ``received_plan``; ``verify``'s ``VerifiedRun`` as ``as_dict``/``from_dict``.
+What stays here is Airflow's: a run that stopped (noop, idle, dry-run) skips the rest
+(``AirflowSkipException``), a failed check fails the task (``CheckFailed``, not retried), the
+logs, the metrics. The DAG factory wraps them in ``@task``; tests may call them directly.
 
 Audit rows: one per run, keyed by the run's start (``started_at``) and run id, written by the
-task that decides the outcome: ``plan`` (noop), ``verify`` (dry-run), ``record_audit``
-(success), or the task that failed a check or was refused (failed).
+engine's step that ends the run (``plan``: noop, idle; ``verify``: dry-run or a failed check;
+the cleanup check; the conclusion: success, partial, failed), or by ``record_failure`` when a
+task failed for good on an error no step audited.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -31,13 +33,12 @@ from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..connection import Connection
-from ..core import CheckOutcome, Tally, to_text, utc_naive
+from ..core import Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag
 from ..status import Freshness
 from ..store import Store
-from . import checks, evidence
 from .alerting import STALE
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .notifiers import Channels, notify_failure, notify_recovery
@@ -94,67 +95,8 @@ def scheduled_time(dag_run: Any) -> datetime:
     return dag_run.logical_date or dag_run.run_after
 
 
-def _outcome_dict(outcome: CheckOutcome) -> dict[str, Any]:
-    return {
-        "name": outcome.name,
-        "success": outcome.success,
-        "critical": outcome.critical,
-        "detail": outcome.detail,
-        "counters": list(outcome.counters),
-    }
-
-
-def _outcome(data: Mapping[str, Any]) -> CheckOutcome:
-    return CheckOutcome(
-        data["name"], data["success"], data["critical"], data["detail"], tuple(data["counters"])
-    )
-
-
-@dataclass(frozen=True)
-class VerifiedRun:
-    """What ``verify`` found, as ``cleanup`` and the run's finish receive it (``verify``'s XCom):
-    the run's tally and phase times so far, the compact attempts whose reports passed, per
-    shard (the only commits a cleanup deletes the rows of), every check's outcome, and the GX
-    suite's fingerprint and stored result. ``as_dict``/``from_dict``: its one encoding."""
-
-    tally: Tally
-    seconds: Mapping[str, float]
-    executions: Mapping[int, tuple[str, ...]]
-    checks: tuple[CheckOutcome, ...]
-    gx_suite: str | None = None
-    gx_result: str | None = None
-
-    @property
-    def gx(self) -> dict[str, Any]:
-        return {"gx_suite": self.gx_suite, "gx_result": self.gx_result}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tally": self.tally.as_dict(),
-            "seconds": dict(self.seconds),
-            "executions": {str(k): list(v) for k, v in self.executions.items()},
-            "checks": [_outcome_dict(o) for o in self.checks],
-            **self.gx,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedRun:
-        return cls(
-            Tally.from_dict(dict(data["tally"])),
-            {str(k): float(v) for k, v in data["seconds"].items()},
-            {int(k): tuple(v) for k, v in data["executions"].items()},
-            tuple(_outcome(c) for c in data["checks"]),
-            data["gx_suite"],
-            data["gx_result"],
-        )
-
-
-def _shard_reports(reports: Iterable[Mapping[str, Any]]) -> tuple[list[ShardReport], Phases]:
-    parsed = [ShardReport.from_dict(dict(report)) for report in reports]
-    phases = Phases()
-    for report in parsed:
-        phases = phases.merge(report.phases)
-    return parsed, phases
+VerifiedRun = engine.VerifiedRun
+"""What ``verify`` returns (its XCom: ``as_dict``/``from_dict``), the engine's type."""
 
 
 def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -173,41 +115,45 @@ def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[st
     ).as_dict()
 
 
-def _audit(
-    family: Family,
-    run: RunPlan,
-    outcome: str,
-    *,
-    tally: Tally,
-    phases: Phases,
-    checks_: Sequence[CheckOutcome] = (),
-    message: str = "",
-    gx: Mapping[str, Any] | None = None,
-) -> None:
-    """Write the run's audit row; ``gx``: the GX suite's fingerprint and where its result is
-    stored (``gx_suite``, ``gx_result``) when the suite validated the run."""
-    record = engine.audit_record(
-        family,
+def _emit_metrics(family: Family) -> engine.AuditHook:
+    """The audit hook of a task's steps: the run's metrics, from its audit row."""
+
+    def emit(record: dict[str, Any], _tally: Tally) -> None:
+        store = store_for(family)
+        metrics.emit_run(
+            record,
+            quarantined=lambda: health.quarantined_now(store),
+            stale_after=health.stale_after(family),
+        )
+
+    return emit
+
+
+def _steps(family: Family, run: RunPlan) -> engine.RunSteps:
+    """The engine's steps of the planned run, on the process's store."""
+    return engine.RunSteps(
+        store_for(family),
         run,
-        outcome=outcome,
-        tally=tally,
-        phases=phases,
-        checks=checks_,
-        dry_run=run.dry_run,
-        message=message,
-        started_at=run.started_at,
-        gx_suite=(gx or {}).get("gx_suite"),
-        gx_result=(gx or {}).get("gx_result"),
+        run.started_at or utc_naive(datetime.now(UTC)),
+        fault=_fault,
+        on_audit=_emit_metrics(family),
     )
-    store = store_for(family)
-    store.audit.provenance = run.provenance
-    store.audit.write(record)
-    log.info("audit row written: family %s run %s outcome %s", family.name, run.run_id, outcome)
-    metrics.emit_run(
-        record,
-        quarantined=lambda: health.quarantined_now(store),
-        stale_after=health.stale_after(family),
-    )
+
+
+@contextmanager
+def _as_task() -> Iterator[None]:
+    """A step's ending as Airflow's: a run that stopped without failing (noop, idle, dry-run)
+    skips the rest; a failed check (or a partial run) fails the task, not retried, already
+    audited by the step."""
+    try:
+        yield
+    except engine.RunStopped as stop:
+        log.info("family %s run %s: %s", stop.plan.family, stop.plan.run_id, stop)
+        raise AirflowSkipException(str(stop)) from None
+    except engine.RunFailed as failed:
+        raise CheckFailed(
+            str(failed), checks=failed.failed, counters=failed.counters, audited=True
+        ) from failed
 
 
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
@@ -244,14 +190,14 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
                 provenance=Provenance.from_dict(provenance(dag_run, params)),
             )
         message = f"task {task} failed for good: {type(error).__name__}: {error}"
-        _audit(family, run, "failed", tally=Tally(), phases=Phases(), message=message)
+        _steps(family, run).audit("failed", tally=Tally(), phases=Phases(), message=message)
     except Exception:
         log.warning(
             "could not write the failed audit row after task %s failed", task, exc_info=True
         )
 
 
-# --- the tasks ----------------------------------------------------------------------------
+# --- the tasks: each one step of the engine's sequence (``engine.RunSteps``) ----------------
 
 
 def plan(
@@ -264,32 +210,27 @@ def plan(
     now: datetime | None = None,
     started_by: Mapping[str, Any] | None = None,
 ) -> RunPlan:
-    """Decide the run's epoch and whether it sweeps; a run with nothing to do (epoch not newer,
-    or nothing touched and no sweep due) records its audit row here and skips the rest.
-    ``started_by``: who started the run (``provenance``), carried to every audit row."""
-    started = time.perf_counter()
+    """Decide the run's epoch and whether it sweeps (``engine.plan_step``); a run with nothing
+    to do (epoch not newer, or nothing touched and no sweep due) records its audit row there
+    and skips the rest. ``started_by``: who started the run (``provenance``), carried to every
+    audit row."""
     now = now or datetime.now(UTC)
     at = run_epoch(family, scheduled, epoch)
-    store = store_for(family)
+    started = Provenance.from_dict(started_by) if started_by else Provenance("airflow")
     try:
-        run = engine.plan_run(
-            store,
-            run_id,
-            at,
-            now,
-            dry_run=bool(dry_run),
-            scheduled=utc_naive(scheduled),
-            provenance=Provenance.from_dict(started_by) if started_by else Provenance("airflow"),
-        )
+        with _as_task():
+            run = engine.plan_step(
+                store_for(family),
+                run_id,
+                at,
+                now,
+                dry_run=bool(dry_run),
+                scheduled=utc_naive(scheduled),
+                provenance=started,
+                on_audit=_emit_metrics(family),
+            )
     except engine.EpochInFuture as exc:
         raise RunRefused(str(exc), checks=["epoch_not_in_future"]) from exc
-    phases = Phases({"plan": time.perf_counter() - started})
-    if run.noop or run.idle:
-        outcome = "noop" if run.noop else "idle"
-        reason = run.noop_reason or "nothing touched since the last run, no sweep due"
-        _audit(family, run, outcome, tally=Tally(), phases=phases, message=reason)
-        log.info("family %s run %s: %s", family.name, run_id, reason)
-        raise AirflowSkipException(f"{outcome}: {reason}")
     log.info(
         "family %s run %s: fold rows up to %s (compacted epoch before: %s) over %d shard(s)%s%s",
         family.name,
@@ -303,95 +244,58 @@ def plan(
     return run
 
 
-def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[dict[str, Any]]:
-    """Fold, commit, copy and verify the given shards (token ranges), one after the other; a
-    counter that fails its checks is quarantined there, before anything is deleted."""
-    store = store_for(family)
-    reports = []
-    for shard in shards:
-        report = engine.compact_shard(
-            store,
-            shard,
-            run.epoch,
-            run.run_id,
-            sweep=run.sweep,
-            dry_run=run.dry_run,
-            fault=_fault,
-        )
-        tally = report.tally
+def _log_compacted(report: ShardReport) -> None:
+    tally = report.tally
+    log.info(
+        "shard %d: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) "
+        "(sum %d), %d conflict(s), %d quarantined%s",
+        report.shard,
+        tally.counters_committed,
+        tally.rows_folded,
+        tally.sum_folded,
+        tally.late_rows,
+        tally.late_sum,
+        tally.conflicts,
+        tally.counters_quarantined,
+        " (dry run: nothing written)" if report.dry_run else "",
+    )
+
+
+def _log_cleaned(report: CleanupReport) -> None:
+    log.info(
+        "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
+        report.shard,
+        report.rows_deleted,
+        report.late_rows,
+    )
+    if report.archive_files or report.archive_deferred:
         log.info(
-            "shard %d: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) "
-            "(sum %d), %d conflict(s), %d quarantined%s",
-            shard,
-            tally.counters_committed,
-            tally.rows_folded,
-            tally.sum_folded,
-            tally.late_rows,
-            tally.late_sum,
-            tally.conflicts,
-            tally.counters_quarantined,
-            " (dry run: nothing written)" if report.dry_run else "",
+            "shard %d: %d row(s) (sum %d) archived first to %s; %d commit(s) from before "
+            "the archive left for the next run",
+            report.shard,
+            report.archived_rows,
+            report.archived_sum,
+            ", ".join(report.archive_files) or "-",
+            report.archive_deferred,
         )
-        reports.append(report.as_dict())
-    return reports
+
+
+def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[dict[str, Any]]:
+    """The engine's compact step over the given shards (token ranges), one after the other."""
+    reports = _steps(family, run).compact(shards)
+    for report in reports:
+        _log_compacted(report)
+    return [report.as_dict() for report in reports]
 
 
 def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -> VerifiedRun:
-    """The family-level conservation checks over the shards' evidence (engine rules, then the
-    GX suite; its result stored for the audit row and the UI). A dry run stops here with a
-    ``dry-run`` audit row."""
-    shard_reports, phases = _shard_reports(reports)
-    with phases.timed("verify"):
-        verification = engine.verify_run(shard_reports)
-    tally = verification.tally
-    if run.dry_run:
-        message = engine.dry_run_message(tally)
-        _audit(family, run, "dry-run", tally=tally, phases=phases, message=message)
-        raise AirflowSkipException(message)
-    with phases.timed("verify_gx"):
-        suite = checks.validate_evidence(family.name, run.run_id, verification.evidence)
-        gx = {
-            "gx_suite": suite.fingerprint,
-            "gx_result": evidence.keep(family.name, run.run_id, suite),
-        }
-    log.info(
-        "Great Expectations: %s expectation(s) passed of %s; result stored at %s",
-        suite.statistics.get("successful_expectations"),
-        suite.statistics.get("evaluated_expectations"),
-        gx["gx_result"],
-    )
-    outcomes = list(verification.outcomes) + [
-        CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
-        for o in suite.outcomes
-    ]
-    if not (verification.passed and suite.success):
-        failed = [o for o in outcomes if o.critical and not o.success]
-        message = (
-            verification.failure_message(family.name, run.run_id)
-            if not verification.passed
-            else f"conservation check failed for family {family.name!r} run "
-            f"{run.run_id!r}; nothing was deleted: "
-            + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
-        ) + (
-            f". Full GX result: {gx['gx_result']}/{evidence.RESULT_FILE} (its Data Docs page: "
-            f"Browse > Counter families > {family.name})"
+    """The engine's verify step (its checks, then the GX suite) over the shards' reports; a
+    dry run stops here, skipping the rest."""
+    with _as_task():
+        verified = _steps(family, run).verify(
+            [ShardReport.from_dict(dict(report)) for report in reports]
         )
-        _audit(
-            family,
-            run,
-            "failed",
-            tally=tally,
-            phases=phases,
-            checks_=outcomes,
-            message=message,
-            gx=gx,
-        )
-        raise CheckFailed(
-            message,
-            checks=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
-            counters=list(dict.fromkeys(c for o in failed for c in o.counters)),
-            audited=True,
-        )
+    tally = verified.tally
     log.info(
         "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d), "
         "%d quarantined",
@@ -402,51 +306,18 @@ def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -
         tally.late_sum,
         tally.counters_quarantined,
     )
-    return VerifiedRun(
-        tally,
-        dict(phases.seconds),
-        {k: tuple(v) for k, v in verification.executions.items()},
-        tuple(outcomes),
-        gx["gx_suite"],
-        gx["gx_result"],
-    )
+    return verified
 
 
 def cleanup(
     family: Family, run: RunPlan, verified: VerifiedRun, shards: Sequence[int]
 ) -> list[dict[str, Any]]:
-    """Delete the raw rows counted by the commits of the compact attempts whose reports passed
-    ``verify`` (exactly those rows), then count what is left. A shard whose report did not
-    reach ``verify`` (its task marked successful by hand, say) deletes nothing."""
-    store = store_for(family)
-    reports = []
-    for shard in shards:
-        report = engine.cleanup_shard(
-            store,
-            shard,
-            run.run_id,
-            list(verified.executions.get(shard, ())),
-            fault=_fault,
-            started_at=run.started_at,
-        )
-        log.info(
-            "shard %d: %d raw row(s) deleted; %d late row(s) arrived after the fold",
-            shard,
-            report.rows_deleted,
-            report.late_rows,
-        )
-        if report.archive_files or report.archive_deferred:
-            log.info(
-                "shard %d: %d row(s) (sum %d) archived first to %s; %d commit(s) from before "
-                "the archive left for the next run",
-                shard,
-                report.archived_rows,
-                report.archived_sum,
-                ", ".join(report.archive_files) or "-",
-                report.archive_deferred,
-            )
-        reports.append(report.as_dict())
-    return reports
+    """The engine's cleanup step over the given shards: exactly the rows of the compact
+    attempts ``verify`` passed (a shard whose report did not reach it deletes nothing)."""
+    reports = _steps(family, run).cleanup(verified, shards)
+    for report in reports:
+        _log_cleaned(report)
+    return [report.as_dict() for report in reports]
 
 
 def verify_cleanup(
@@ -455,71 +326,37 @@ def verify_cleanup(
     verified: VerifiedRun,
     cleanups: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """No row the run counted is left at or below its epoch; late arrivals are reported."""
+    """The engine's cleanup check: no row the run counted is left at or below its epoch."""
     reports = [CleanupReport.from_dict(dict(c)) for c in cleanups]
-    outcome = engine.verify_cleanup(reports)
-    log.info("cleanup check: %s", outcome.detail)
-    rows_deleted = sum(r.rows_deleted for r in reports)
-    if outcome.critical and not outcome.success:
-        tally = replace(verified.tally, rows_deleted=rows_deleted)
-        phases = Phases(dict(verified.seconds))
-        message = engine.cleanup_failure_message(family.name, run.run_id, outcome)
-        checks_ = [*verified.checks, outcome]
-        _audit(
-            family,
-            run,
-            "failed",
-            tally=tally,
-            phases=phases,
-            checks_=checks_,
-            message=message,
-            gx=verified.gx,
-        )
-        raise CheckFailed(message, checks=[outcome.name], counters=outcome.counters, audited=True)
-    return {
-        "check": _outcome_dict(outcome),
-        "rows_deleted": rows_deleted,
-        "seconds": {"cleanup": max((r.seconds for r in reports), default=0.0)},
+    with _as_task():
+        cleaned = _steps(family, run).check_cleanup(verified, reports)
+    log.info("cleanup check: %s", cleaned.check.detail)
+    return cleaned.as_dict()
+
+
+def _summary(family: Family, run: RunPlan, summary: engine.RunSummary) -> dict[str, Any]:
+    """A finished run's XCom (and the asset event's source)."""
+    done = {
+        "family": family.name,
+        "run_id": run.run_id,
+        "epoch_before": to_text(run.epoch_before),
+        "epoch": to_text(run.epoch),
+        **{k: v for k, v in summary.tally.as_dict().items() if k != "quarantined"},
+        "gx_result": summary.gx_result,
     }
+    log.info("run finished: %s", done)
+    return done
 
 
 def record_audit(
     family: Family, run: RunPlan, verified: VerifiedRun, cleaned: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Advance the family's compacted epoch, check it moved, and write the run's audit row:
-    ``success``, or ``partial`` when counters were quarantined (then the task fails, so the
-    run alerts; the rest of the family was compacted)."""
-    store = store_for(family)
-    phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned["seconds"])))
-    tally = replace(verified.tally, rows_deleted=cleaned["rows_deleted"])
-    checks_ = [*verified.checks, _outcome(cleaned["check"])]
-    with phases.timed("finish"):
-        ended = engine.conclude_run(store, run, tally, checks_)
-        engine.prune_archive(family)
-    outcomes = ended.checks
-    if ended.outcome != "success":
-        _audit(
-            family,
-            run,
-            ended.outcome,
-            tally=tally,
-            phases=phases,
-            checks_=outcomes,
-            message=ended.message,
-            gx=verified.gx,
-        )
-        raise CheckFailed(ended.message, checks=ended.failed, counters=ended.counters, audited=True)
-    _audit(family, run, "success", tally=tally, phases=phases, checks_=outcomes, gx=verified.gx)
-    summary = {
-        "family": family.name,
-        "run_id": run.run_id,
-        "epoch_before": to_text(run.epoch_before),
-        "epoch": to_text(run.epoch),
-        **{k: v for k, v in tally.as_dict().items() if k != "quarantined"},
-        "gx_result": verified.gx_result,
-    }
-    log.info("run finished: %s", summary)
-    return summary
+    """The engine's conclude step: advance the family's compacted epoch, check it moved, and
+    write the run's audit row: ``success``, or ``partial`` when counters were quarantined
+    (then the task fails, so the run alerts; the rest of the family was compacted)."""
+    with _as_task():
+        summary = _steps(family, run).conclude(verified, engine.CleanedRun.from_dict(cleaned))
+    return _summary(family, run, summary)
 
 
 def finish(
@@ -535,26 +372,31 @@ def finish(
     return record_audit(family, run, verified, cleaned)
 
 
+CLEANUP_CHECK = "no_counted_rows_remain_after_cleanup"
+
+
 def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[str, Any]:
-    """A small run's phases in the ``run`` task (one process instead of five): compact every
-    shard, verify (engine checks and the GX suite), clean up, check the cleanup, audit. Each
-    phase raises and audits exactly as its own task does, so a failure still deletes nothing. A
-    larger run's phases run as their own (mapped) tasks, unless ``any_size`` (a family without
-    ``shard_tasks``: every run here, its shards one after another)."""
+    """A small run's steps in the ``run`` task (one process instead of five): the engine's
+    ``run_steps``, what ``counterctl compact`` runs after its plan. Each step raises and audits
+    as in its own task, so a failure still deletes nothing; an engine or driver error is left
+    to the task's retries (and its failure callback's audit row). A larger run's steps run as
+    their own (mapped) tasks, unless ``any_size`` (a family without ``shard_tasks``: every run
+    here, its shards one after another)."""
     if not (run.small or any_size):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
-    shards = run.shards
-    verified = verify(family, run, compact(family, run, shards))
-    cleaned = verify_cleanup(family, run, verified, cleanup(family, run, verified, shards))
-    summary = record_audit(family, run, verified, cleaned)
-    summary["phases"] = {
+    with _as_task():
+        summary = engine.run_steps(_steps(family, run), audit_errors=False)
+    if summary.outcome == "dry-run":  # a dry run ends after verify, as its tasks do
+        raise AirflowSkipException(f"dry-run: {summary.message}")
+    done = _summary(family, run, summary)
+    done["phases"] = {
         "compact": "success",
         "verify": "success",
         "cleanup": "success",
-        "verify_cleanup": cleaned["check"]["detail"],
+        "verify_cleanup": next((o.detail for o in summary.checks if o.name == CLEANUP_CHECK), ""),
         "record_audit": "success",
     }
-    return summary
+    return done
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,12 @@ def compact_command(
     store = audited_store(
         obj.conn, family, epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers
     )
+    # the run keeps its GX result through Airflow's ObjectStoragePath (and sends its metrics
+    # through Airflow's facade): importing Airflow takes over the logging, so import it now
+    # and send the run's lines back to stderr, away from the summary on stdout
+    import airflow.sdk  # noqa: F401
+
+    configure_logging(obj.verbose)
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     started = datetime.now(UTC)

@@ -1,9 +1,9 @@
 """Compaction of a family: plan -> compact shards -> verify -> clean up -> finish.
 
-``run_family`` runs every step for ``counterctl compact`` (shards in parallel processes); the
-Airflow tasks call the same step functions, one task per step (compact and cleanup mapped over
-shards). So a run is sequenced in two places, ``run_family`` and the DAG factory
-(``airflow/factory.py``), from the same steps: what a step does lives here once.
+A run is sequenced once, in ``sequence``: each step does its check and writes the run's audit
+row where the run ends. ``run_family`` runs every step for ``counterctl compact`` (shards in
+parallel processes); the DAG runs the same ``run_steps`` for a small run, and one step of
+``RunSteps`` per task for a larger one (compact and cleanup mapped over shards).
 
 A shard is worked a bucket at a time (a token sub-range: one ledger partition, one index
 partition, one raw-table scan), so every step costs requests per bucket, not per counter:
@@ -24,7 +24,8 @@ partition, one raw-table scan), so every step costs requests per bucket, not per
 Safety does not depend on the shard lease (it only avoids duplicate work).
 
 One module per step: ``plan``, ``fold``, ``shard`` (fold, commit, copy), ``verify``, ``cleanup``,
-``conclude``, ``pool`` (a whole run); ``common`` holds what they share."""
+``conclude``, ``sequence`` (the steps in order, their checks and audit rows), ``pool`` (a whole
+run in worker processes); ``common`` holds what they share."""
 
 from __future__ import annotations
 
@@ -80,9 +81,25 @@ from .plan import (
     sweep_due,
 )
 from .pool import (
-    RunSummary,
     portable_error,
     run_family,
+)
+from .sequence import (
+    AuditHook,
+    CleanedRun,
+    RunFailed,
+    RunSteps,
+    RunStopped,
+    RunSummary,
+    ShardJob,
+    ShardRunner,
+    VerifiedRun,
+    outcome_dict,
+    outcome_from_dict,
+    plan_step,
+    run_shard_job,
+    run_steps,
+    write_audit,
 )
 from .shard import (
     commit_folds,
@@ -113,14 +130,22 @@ __all__ = [
     "SCAN_THRESHOLD",
     "SMALL_RUN_COUNTERS",
     "STEP_GC_THRESHOLD",
+    "AuditHook",
+    "CleanedRun",
     "CleanupReport",
     "Conclusion",
     "Fault",
     "Phases",
+    "RunFailed",
     "RunPlan",
+    "RunSteps",
+    "RunStopped",
     "RunSummary",
+    "ShardJob",
     "ShardReport",
+    "ShardRunner",
     "Verification",
+    "VerifiedRun",
     "audit_record",
     "cheap_sweep",
     "cleanup_failure_message",
@@ -138,8 +163,11 @@ __all__ = [
     "foreign_rows_bound",
     "hot_counter_outcomes",
     "new_run_id",
+    "outcome_dict",
+    "outcome_from_dict",
     "peak_rss_mib",
     "plan_run",
+    "plan_step",
     "portable_error",
     "prune_archive",
     "quarantine_message",
@@ -147,7 +175,10 @@ __all__ = [
     "read_rows_tolerant",
     "recount_tolerant",
     "run_family",
+    "run_shard_job",
+    "run_steps",
     "sweep_due",
     "verify_cleanup",
     "verify_run",
+    "write_audit",
 ]

@@ -10,9 +10,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from counters.airflow import checks, tasks
+from counters.airflow import tasks
 from counters.audit import config_fingerprint
 from counters.client import CounterClient, Increment
+from counters.gx import checks
 from counters.schema import SchemaError
 from counters.store import Store
 

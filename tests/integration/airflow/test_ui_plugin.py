@@ -369,8 +369,8 @@ def test_expect_the_audit_export_of_a_time_range_as_csv_and_json(
 def test_expect_data_docs_served_with_every_asset_local(
     ui: Any, conn: Any, make_families: Any, t0: datetime
 ) -> None:
-    from counters.airflow import evidence
     from counters.airflow.ui import datadocs
+    from counters.gx import evidence
 
     families = make_families({"shards": 1})
     family = families.family(families.entries[0]["name"])

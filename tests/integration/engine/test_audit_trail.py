@@ -289,7 +289,8 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     assert set(rows) == {"compact", "reset", "quarantine-release"}
     assert rows["compact"].parameters == {"epoch": epoch, "dry_run": False}
     assert rows["compact"].sweep and rows["compact"].counters == 2
-    assert rows["compact"].gx_suite == ""  # counterctl compact runs the engine's checks, not GX
+    # counterctl compact runs the GX suite after the engine's checks, as the DAG does
+    assert rows["compact"].gx_suite and rows["compact"].gx_result
     assert rows["reset"].parameters["counter"] == "IBM"
     assert rows["reset"].parameters["reset_id"].startswith("reset:IBM@")
     released_row = rows["quarantine-release"]

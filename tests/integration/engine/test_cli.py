@@ -51,7 +51,7 @@ def test_init_write_compact_read_audit(families_file, conn, engine_keyspace):
     )
     result = invoke("--config", path, "compact", "--family", family, "--json")
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)  # the log (GX's warnings under pytest) on stderr
     # a row written straight into the raw table (no index mark) is found by the first run's
     # sweep: the default discovery sees every writer
     assert summary["outcome"] == "success" and summary["sweep"]
@@ -266,3 +266,44 @@ def test_reshard_dry_run_changes_nothing_and_counts_what_moves(compacted):
 
     after = CounterClient(store.conn, resharded.family, resharded)
     assert {c.counter: c.value for c in after.read_many([f"c{i}" for i in range(40)])} == values
+
+
+def test_a_compaction_whose_gx_suite_fails_deletes_nothing_and_audits_failed(
+    families_file, conn, engine_keyspace, tmp_path, monkeypatch
+):
+    """counterctl compact runs the GX suite as the DAG does: a rule of the suite that fails
+    (the engine's own checks pass) fails the run before its cleanup, with one audit row."""
+    from counters.config import load_catalog
+    from counters.store import Store
+
+    from tests.gx_rules import add_failing_rule
+
+    path, name, raw = families_file
+    monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
+    assert invoke("--config", path, "init").exit_code == 0
+    past = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=10)
+    for version in (1, 2, 3):
+        conn.session.execute(
+            f"INSERT INTO {engine_keyspace}.{raw} (type, modify_time, actor, version, increment) "
+            "VALUES ('IBM', %s, 'a', %s, 100)",
+            (past + timedelta(seconds=version), version),
+        )
+    failing = add_failing_rule(monkeypatch)
+
+    result = CliRunner().invoke(cli, ["--config", str(path), "compact", "--family", name])
+
+    assert result.exit_code == 4, result.output  # a failed check
+    assert failing in result.output and "nothing was deleted" in result.output, result.output
+    left = conn.session.execute(f"SELECT count(*) FROM {engine_keyspace}.{raw}").one()[0]
+    assert left == 3  # the cleanup never ran
+    store = Store(conn, load_catalog(path).get(name))
+    assert store.control.family_epoch() is None  # the epoch did not advance
+    (row,) = store.audit.page(5)
+    checks = json.loads(row["checks"])
+    assert row["outcome"] == "failed" and row["rows_deleted"] == 0
+    assert checks[failing].startswith("FAIL"), checks
+    assert checks["gx:recount_equals_counted_rows"] == "pass", checks
+    assert all(v == "pass" for k, v in checks.items() if not k.startswith("gx:")), checks
+    assert failing in row["message"] and "nothing was deleted" in row["message"]
+    assert row["gx_suite"] and (tmp_path / "gx-results" / name).is_dir()
+    assert row["gx_result"].removeprefix("file://").startswith(str(tmp_path / "gx-results"))

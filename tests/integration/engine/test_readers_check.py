@@ -65,7 +65,7 @@ def test_without_the_per_counter_check_the_family_checks_see_the_wrong_base(
 ):
     """The per-counter check removed too: the commit lands, and the evidence (readers' copies
     read by key before and after) fails the family checks and the GX suite; nothing deleted."""
-    from counters.airflow import checks
+    from counters.gx import checks
 
     _family, store, _client, epoch = _x_with_history(make_family, t0)
     _wrong_base(monkeypatch, ("X",))

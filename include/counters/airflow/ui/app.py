@@ -49,7 +49,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...config import ConfigError, Family, load_families_leniently
 from ...core import parse_epoch, to_text
-from .. import evidence
+from ...gx import evidence
 from . import datadocs, views
 
 if TYPE_CHECKING:

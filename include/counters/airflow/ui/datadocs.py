@@ -31,7 +31,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .. import checks
+from ...gx import checks
 
 ASSETS_ENV = "COUNTERS_DATADOCS_ASSETS"
 DEFAULT_ASSETS = checks.PROJECT_ROOT / ".cache" / "datadocs-assets"

@@ -1,0 +1,628 @@
+"""One sequencer of a run's steps, for ``counterctl compact`` and the DAG alike.
+
+A run: plan -> compact the shards -> verify the family (the engine's checks, then the GX suite)
+-> clean up the shards -> check the cleanup -> conclude. Each step does its check and, where
+the run ends there (noop, idle, dry-run, a failed check, partial), writes the run's one audit
+row before it raises (``RunStopped``, ``RunFailed``): so both callers end a run at the same
+step, with the same checks, conclusion and audit row.
+
+``pool.run_family`` (``counterctl compact``) plans and then runs every other step in order
+(``run_steps``, its shards in a process pool); the DAG's ``run`` task plans and runs a small run
+with the same ``run_steps``; a larger run's mapped tasks each call one step of ``RunSteps``,
+passing what the steps return across XCom in their ``as_dict`` encodings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from cassandra import DriverException
+
+from ..audit import Provenance
+from ..core import CheckOutcome, Evidence, Tally, to_text
+from ..errors import ChecksFailed, EngineError
+from ..store import COMMIT_CHUNK, Store
+from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
+from .common import Fault, Phases, ShardReport, no_fault
+from .conclude import audit_record, conclude_run, dry_run_message, prune_archive
+from .plan import RunPlan, plan_run
+from .shard import compact_shard
+from .verify import verify_run
+
+log = logging.getLogger(__name__)
+
+IDLE_MESSAGE = "nothing touched since the last run, no sweep due"
+
+AuditHook = Callable[[dict[str, Any], Tally], None]
+"""Called with each audit row the run writes, and its tally (the run's metrics)."""
+
+
+# --- what the steps pass on ------------------------------------------------------------------
+
+
+def outcome_dict(outcome: CheckOutcome) -> dict[str, Any]:
+    """A check's outcome as plain JSON (XCom); ``outcome_from_dict`` reads it back."""
+    return {
+        "name": outcome.name,
+        "success": outcome.success,
+        "critical": outcome.critical,
+        "detail": outcome.detail,
+        "counters": list(outcome.counters),
+    }
+
+
+def outcome_from_dict(data: Mapping[str, Any]) -> CheckOutcome:
+    return CheckOutcome(
+        data["name"], data["success"], data["critical"], data["detail"], tuple(data["counters"])
+    )
+
+
+@dataclass(frozen=True)
+class VerifiedRun:
+    """What ``verify`` found, as the cleanup and the conclusion receive it: the run's tally and
+    phase times so far, the compact attempts whose reports passed, per shard (the only commits
+    a cleanup deletes the rows of), every check's outcome, and the GX suite's fingerprint and
+    stored result. ``as_dict``/``from_dict``: its one encoding."""
+
+    tally: Tally
+    seconds: Mapping[str, float]
+    executions: Mapping[int, tuple[str, ...]]
+    checks: tuple[CheckOutcome, ...]
+    gx_suite: str | None = None
+    gx_result: str | None = None
+
+    @property
+    def gx(self) -> dict[str, Any]:
+        return {"gx_suite": self.gx_suite, "gx_result": self.gx_result}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tally": self.tally.as_dict(),
+            "seconds": dict(self.seconds),
+            "executions": {str(k): list(v) for k, v in self.executions.items()},
+            "checks": [outcome_dict(o) for o in self.checks],
+            **self.gx,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedRun:
+        return cls(
+            Tally.from_dict(dict(data["tally"])),
+            {str(k): float(v) for k, v in data["seconds"].items()},
+            {int(k): tuple(v) for k, v in data["executions"].items()},
+            tuple(outcome_from_dict(c) for c in data["checks"]),
+            data["gx_suite"],
+            data["gx_result"],
+        )
+
+
+@dataclass(frozen=True)
+class CleanedRun:
+    """What the cleanup check found: its outcome, the rows deleted, the cleanup's time."""
+
+    check: CheckOutcome
+    rows_deleted: int
+    seconds: Mapping[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "check": outcome_dict(self.check),
+            "rows_deleted": self.rows_deleted,
+            "seconds": dict(self.seconds),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CleanedRun:
+        return cls(
+            outcome_from_dict(data["check"]),
+            int(data["rows_deleted"]),
+            {str(k): float(v) for k, v in data["seconds"].items()},
+        )
+
+
+@dataclass
+class RunSummary:
+    plan: RunPlan
+    outcome: str
+    tally: Tally
+    phases: Phases
+    checks: list[CheckOutcome]
+    message: str = ""
+    requests: dict[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    """The largest peak resident memory of the processes that worked the shards."""
+    gx_result: str | None = None
+    """Where the GX suite's result of the run is stored (None: the run stopped before it)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+            "family": self.plan.family,
+            "run_id": self.plan.run_id,
+            "outcome": self.outcome,
+            "epoch_before": to_text(self.plan.epoch_before),
+            "epoch": to_text(self.plan.epoch),
+            "sweep": self.plan.sweep,
+            "message": self.message,
+            **self.tally.as_dict(),
+            "checks": {o.name: o.success for o in self.checks},
+            "durations_s": {k: round(v, 3) for k, v in self.phases.seconds.items()},
+            "requests": dict(self.requests),
+            "gx_result": self.gx_result,
+        }
+
+
+class RunStopped(Exception):
+    """The run ended at a step without failing (``noop``, ``idle``, ``dry-run``); that step
+    wrote its audit row. Not an ``EngineError``: nothing went wrong."""
+
+    def __init__(self, plan: RunPlan, outcome: str, message: str, tally: Tally, phases: Phases):
+        super().__init__(f"{outcome}: {message}")
+        self.plan = plan
+        self.outcome = outcome
+        self.message = message
+        self.tally = tally
+        self.phases = phases
+
+
+class RunFailed(ChecksFailed):
+    """A step's check failed (``failed``), or counters were quarantined (``partial``): the step
+    wrote the run's audit row; nothing its checks did not pass was deleted. ``failed`` names
+    the failed checks (GX's without their ``gx:``), ``counters`` the counters to name."""
+
+    def __init__(
+        self,
+        message: str,
+        outcomes: Sequence[CheckOutcome],
+        *,
+        failed: Sequence[str],
+        counters: Sequence[str] = (),
+        outcome: str = "failed",
+    ):
+        super().__init__(message, outcomes)
+        self.failed = tuple(failed)
+        self.counters = tuple(counters)
+        self.outcome = outcome
+
+
+# --- the steps -------------------------------------------------------------------------------
+
+
+def write_audit(
+    store: Store,
+    plan: RunPlan,
+    outcome: str,
+    *,
+    started_at: datetime,
+    tally: Tally,
+    phases: Phases,
+    checks: Sequence[CheckOutcome] = (),
+    message: str = "",
+    gx: Mapping[str, Any] | None = None,
+    on_audit: AuditHook | None = None,
+) -> dict[str, Any]:
+    """Write the run's audit row (who started it: the plan's provenance); ``gx``: the GX
+    suite's fingerprint and where its result is stored, when the suite validated the run."""
+    record = audit_record(
+        store.family,
+        plan,
+        outcome=outcome,
+        tally=tally,
+        phases=phases,
+        checks=checks,
+        dry_run=plan.dry_run,
+        message=message,
+        started_at=started_at,
+        gx_suite=(gx or {}).get("gx_suite"),
+        gx_result=(gx or {}).get("gx_result"),
+    )
+    store.audit.provenance = plan.provenance
+    store.audit.write(record)
+    log.info(
+        "audit row written: family %s run %s outcome %s", store.family.name, plan.run_id, outcome
+    )
+    if on_audit is not None:
+        on_audit(record, tally)
+    return record
+
+
+def plan_step(
+    store: Store,
+    run_id: str,
+    epoch: datetime,
+    now: datetime | None = None,
+    *,
+    dry_run: bool = False,
+    scheduled: datetime | None = None,
+    provenance: Provenance | None = None,
+    started_at: datetime | None = None,
+    phases: Phases | None = None,
+    on_audit: AuditHook | None = None,
+) -> RunPlan:
+    """Plan the run; one with nothing to do (``noop``: epoch not newer; ``idle``: nothing
+    touched, no sweep due) writes its audit row and raises ``RunStopped``. ``started_at``: the
+    audit row's key (default the plan's start); ``phases`` gets the plan's time."""
+    phases = phases if phases is not None else Phases()
+    with phases.timed("plan", store):
+        plan = plan_run(
+            store,
+            run_id,
+            epoch,
+            now,
+            dry_run=dry_run,
+            scheduled=scheduled,
+            provenance=provenance,
+        )
+    if plan.noop or plan.idle:
+        outcome = "noop" if plan.noop else "idle"
+        reason = plan.noop_reason or IDLE_MESSAGE
+        write_audit(
+            store,
+            plan,
+            outcome,
+            started_at=started_at or plan.started_at or datetime.now(UTC),
+            tally=Tally(),
+            phases=phases,
+            message=reason,
+            on_audit=on_audit,
+        )
+        raise RunStopped(plan, outcome, reason, Tally(), phases)
+    return plan
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard's compact or cleanup step of a run, by name: what ``run_shard_job`` does in
+    the run's own process or, pickled, in a worker process (the same fields either way)."""
+
+    step: Literal["compact", "cleanup"]
+    shard: int
+    plan: RunPlan
+    started_at: datetime
+    """The run's start (its audit row's key; an archive's cleanup names its files by it)."""
+    use_lease: bool = True
+    commit_chunk: int = COMMIT_CHUNK
+    now: datetime | None = None
+    executions: tuple[str, ...] = ()
+    """For a cleanup: the compact attempts of this shard whose reports passed ``verify``."""
+
+
+def run_shard_job(
+    store: Store, job: ShardJob, fault: Fault = no_fault
+) -> ShardReport | CleanupReport:
+    """One shard's step of a run, on ``store``."""
+    plan = job.plan
+    if job.step == "compact":
+        return compact_shard(
+            store,
+            job.shard,
+            plan.epoch,
+            plan.run_id,
+            sweep=plan.sweep,
+            dry_run=plan.dry_run,
+            use_lease=job.use_lease,
+            commit_chunk=job.commit_chunk,
+            fault=fault,
+        )
+    return cleanup_shard(
+        store,
+        job.shard,
+        plan.run_id,
+        list(job.executions),
+        now=job.now,
+        fault=fault,
+        started_at=job.started_at,
+    )
+
+
+ShardRunner = Callable[[Sequence[ShardJob]], list[Any]]
+"""Runs shard jobs elsewhere (``pool.py``: worker processes) and returns their reports in
+order; without one, ``RunSteps`` runs them one after the other on its own store."""
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """The GX suite over the run's evidence: its outcomes (named ``gx:<check>``), whether every
+    critical one passed, its fingerprint and where its result is stored."""
+
+    outcomes: tuple[CheckOutcome, ...]
+    success: bool
+    fingerprint: str
+    stored: str
+    statistics: Mapping[str, Any]
+
+    @property
+    def gx(self) -> dict[str, Any]:
+        return {"gx_suite": self.fingerprint, "gx_result": self.stored}
+
+
+def validate_with_suite(family: str, run_id: str, evidence: Sequence[Evidence]) -> SuiteResult:
+    """Validate the evidence with the family's GX suite and store the result (``counters.gx``;
+    GX itself is imported on the first validation in the process)."""
+    from ..gx import checks
+    from ..gx import evidence as results
+
+    suite = checks.validate_evidence(family, run_id, evidence)
+    stored = results.keep(family, run_id, suite)
+    log.info(
+        "Great Expectations: %s expectation(s) passed of %s; result stored at %s",
+        suite.statistics.get("successful_expectations"),
+        suite.statistics.get("evaluated_expectations"),
+        stored,
+    )
+    return SuiteResult(
+        tuple(
+            CheckOutcome(f"gx:{o.name}", o.success, o.critical, o.detail, o.counters)
+            for o in suite.outcomes
+        ),
+        suite.success,
+        suite.fingerprint,
+        stored,
+        dict(suite.statistics),
+    )
+
+
+def gx_failure_note(family: str, stored: str) -> str:
+    """Where a failed run's GX result is, for its message and alert."""
+    from ..gx.evidence import RESULT_FILE
+
+    return (
+        f". Full GX result: {stored}/{RESULT_FILE} (its Data Docs page: Browse > Counter "
+        f"families > {family})"
+    )
+
+
+@dataclass
+class RunSteps:
+    """The steps of one planned run on ``store``; each writes the run's audit row where the
+    run ends (``RunStopped``, ``RunFailed``). ``started_at`` keys the audit row; ``runner``
+    works the shards elsewhere; ``on_audit`` is called with the audit row (metrics)."""
+
+    store: Store
+    plan: RunPlan
+    started_at: datetime
+    fault: Fault = no_fault
+    on_audit: AuditHook | None = None
+    runner: ShardRunner | None = None
+    use_lease: bool = True
+    commit_chunk: int = COMMIT_CHUNK
+    now: datetime | None = None
+
+    @property
+    def family(self) -> str:
+        return self.store.family.name
+
+    def audit(
+        self,
+        outcome: str,
+        *,
+        tally: Tally,
+        phases: Phases,
+        checks: Sequence[CheckOutcome] = (),
+        message: str = "",
+        gx: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return write_audit(
+            self.store,
+            self.plan,
+            outcome,
+            started_at=self.started_at,
+            tally=tally,
+            phases=phases,
+            checks=checks,
+            message=message,
+            gx=gx,
+            on_audit=self.on_audit,
+        )
+
+    def _jobs(
+        self,
+        step: Literal["compact", "cleanup"],
+        shards: Sequence[int],
+        executions: Mapping[int, Sequence[str]] | None = None,
+    ) -> list[Any]:
+        jobs = [
+            ShardJob(
+                step,
+                s,
+                self.plan,
+                self.started_at,
+                use_lease=self.use_lease,
+                commit_chunk=self.commit_chunk,
+                now=self.now,
+                executions=tuple((executions or {}).get(s, ())),
+            )
+            for s in shards
+        ]
+        if self.runner is not None:
+            return self.runner(jobs)
+        return [run_shard_job(self.store, job, self.fault) for job in jobs]
+
+    def compact(self, shards: Sequence[int]) -> list[ShardReport]:
+        """Fold, commit, copy and verify the shards; a counter that fails its checks is
+        quarantined there, before anything is deleted."""
+        reports: list[ShardReport] = self._jobs("compact", shards)
+        return reports
+
+    def verify(self, reports: Sequence[ShardReport], phases: Phases | None = None) -> VerifiedRun:
+        """The family-level conservation checks over the shards' evidence: the engine's rules,
+        then the GX suite (its result stored). A dry run stops here (``dry-run`` audit row); a
+        failed check fails the run here (``failed`` audit row), before anything is deleted."""
+        phases = phases if phases is not None else Phases()
+        for report in reports:
+            phases = phases.merge(
+                Phases({f"compact.{k}": v for k, v in report.phases.seconds.items()})
+            )
+        with phases.timed("verify", self.store):
+            verification = verify_run(reports)
+        tally = verification.tally
+        if self.plan.dry_run:
+            message = dry_run_message(tally)
+            self.audit("dry-run", tally=tally, phases=phases, message=message)
+            raise RunStopped(self.plan, "dry-run", message, tally, phases)
+        with phases.timed("verify_gx", self.store):
+            suite = validate_with_suite(self.family, self.plan.run_id, verification.evidence)
+        outcomes = [*verification.outcomes, *suite.outcomes]
+        if not (verification.passed and suite.success):
+            failed = [o for o in outcomes if o.critical and not o.success]
+            message = (
+                verification.failure_message(self.family, self.plan.run_id)
+                if not verification.passed
+                else f"conservation check failed for family {self.family!r} run "
+                f"{self.plan.run_id!r}; nothing was deleted: "
+                + " | ".join(f"{o.name}: {o.detail} [{'; '.join(o.counters[:5])}]" for o in failed)
+            ) + gx_failure_note(self.family, suite.stored)
+            self.audit(
+                "failed", tally=tally, phases=phases, checks=outcomes, message=message, gx=suite.gx
+            )
+            raise RunFailed(
+                message,
+                outcomes,
+                failed=list(dict.fromkeys(o.name.removeprefix("gx:") for o in failed)),
+                counters=list(dict.fromkeys(c for o in failed for c in o.counters)),
+            )
+        return VerifiedRun(
+            tally,
+            dict(phases.seconds),
+            {k: tuple(v) for k, v in verification.executions.items()},
+            tuple(outcomes),
+            suite.fingerprint,
+            suite.stored,
+        )
+
+    def cleanup(self, verified: VerifiedRun, shards: Sequence[int]) -> list[CleanupReport]:
+        """Delete exactly the raw rows counted by the verified compact attempts' commits (a
+        shard whose report did not reach ``verify`` deletes nothing), then count what is
+        left."""
+        reports: list[CleanupReport] = self._jobs("cleanup", shards, verified.executions)
+        return reports
+
+    def check_cleanup(self, verified: VerifiedRun, cleanups: Sequence[CleanupReport]) -> CleanedRun:
+        """No row the run counted is left at or below its epoch (else the run fails here,
+        before the epoch advances); late arrivals are reported."""
+        outcome = verify_cleanup(list(cleanups))
+        rows_deleted = sum(r.rows_deleted for r in cleanups)
+        seconds = {"cleanup": max((r.seconds for r in cleanups), default=0.0)}
+        if outcome.critical and not outcome.success:
+            message = cleanup_failure_message(self.family, self.plan.run_id, outcome)
+            checks = [*verified.checks, outcome]
+            self.audit(
+                "failed",
+                tally=replace(verified.tally, rows_deleted=rows_deleted),
+                phases=Phases(dict(verified.seconds)).merge(Phases(seconds)),
+                checks=checks,
+                message=message,
+                gx=verified.gx,
+            )
+            raise RunFailed(message, checks, failed=[outcome.name], counters=outcome.counters)
+        return CleanedRun(outcome, rows_deleted, seconds)
+
+    def conclude(self, verified: VerifiedRun, cleaned: CleanedRun) -> RunSummary:
+        """Advance the family's compacted epoch, check it moved, and write the run's audit
+        row: ``success``, else (``partial``: counters quarantined, the rest compacted; or
+        ``failed``) the row, then ``RunFailed``."""
+        phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned.seconds)))
+        tally = replace(verified.tally, rows_deleted=cleaned.rows_deleted)
+        with phases.timed("finish", self.store):
+            ended = conclude_run(self.store, self.plan, tally, [*verified.checks, cleaned.check])
+            prune_archive(self.store.family)
+        self.fault("finish")
+        self.audit(
+            ended.outcome,
+            tally=tally,
+            phases=phases,
+            checks=ended.checks,
+            message=ended.message,
+            gx=verified.gx,
+        )
+        if ended.outcome != "success":
+            raise RunFailed(
+                ended.message,
+                ended.checks,
+                failed=ended.failed,
+                counters=ended.counters,
+                outcome=ended.outcome,
+            )
+        return RunSummary(
+            self.plan,
+            ended.outcome,
+            tally,
+            phases,
+            ended.checks,
+            ended.message,
+            gx_result=verified.gx_result,
+        )
+
+
+def _merge_requests(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, count in more.items():
+        into[name] = into.get(name, 0) + count
+
+
+def run_steps(
+    steps: RunSteps,
+    phases: Phases | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    audit_errors: bool = True,
+) -> RunSummary:
+    """Every step after the plan, in order: compact every shard, verify, clean up, check the
+    cleanup, conclude. A dry run ends after ``verify``, with its summary. A failed check raises
+    ``RunFailed`` (audited by its step). ``audit_errors``: an engine or driver error also
+    leaves a ``failed`` audit row (``counterctl compact``; the DAG's task is tried again
+    instead, and its failure callback audits a task that failed for good)."""
+    store, plan = steps.store, steps.plan
+    phases = phases if phases is not None else Phases()
+    say = progress or (lambda _m: None)
+    remote = steps.runner is not None
+    requests: dict[str, int] = {}
+    peak = 0.0
+    tally = Tally()
+    checks: list[CheckOutcome] = []
+    try:
+        say(f"compacting {len(plan.shards)} shard(s){' (sweep)' if plan.sweep else ''}")
+        with phases.timed("compact", store):
+            reports = steps.compact(plan.shards)
+        for report in reports:
+            peak = max(peak, report.peak_rss_mib)
+            tally = tally.merge(report.tally)
+            if remote:
+                _merge_requests(requests, report.requests)
+        verified = steps.verify(reports, phases)
+        tally, checks = verified.tally, list(verified.checks)
+        say("cleaning up")
+        with Phases().timed("cleanup", store):  # its time: the shards' (``check_cleanup``)
+            cleanups = steps.cleanup(verified, plan.shards)
+        for cleanup in cleanups:
+            peak = max(peak, cleanup.peak_rss_mib)
+            if remote:
+                _merge_requests(requests, cleanup.requests)
+        cleaned = steps.check_cleanup(verified, cleanups)
+        summary = steps.conclude(verified, cleaned)
+    except RunStopped as stop:
+        summary = RunSummary(plan, stop.outcome, stop.tally, stop.phases, [], stop.message)
+    except RunFailed:
+        raise
+    except (EngineError, DriverException) as exc:
+        if audit_errors:
+            try:  # a driver error (timeout, tombstone overload) still leaves its audit row
+                steps.audit(
+                    "failed",
+                    tally=tally,
+                    phases=phases,
+                    checks=checks,
+                    message=f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, DriverException)
+                    else str(exc),
+                )
+            except DriverException:
+                log.warning("could not write the audit row of run %s", plan.run_id, exc_info=True)
+        raise
+    _merge_requests(requests, store.statements.requests)
+    summary.requests = requests
+    summary.peak_rss_mib = peak
+    return summary
