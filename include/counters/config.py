@@ -204,7 +204,8 @@ class Family(_Strict):
     """A large run's steps as their own tasks, mapped over shard groups (per-shard tasks,
     retries and workers), or, ``false``, every run whole in the DAG's one ``run`` task: one
     task instance per run instead of five, what a minute family costs Airflow least with
-    (docs/airflow.md, "The DAG's shape"); a large run's shards then run one after another."""
+    (docs/airflow.md, "The DAG's shape"); a large run's shards then run one after another.
+    Changed with the DAG paused and no run in flight (a running run would lose its tasks)."""
     catchup: bool = False
     start_date: datetime | None = None
     """Where the DAG's schedule starts (catchup creates the runs from here); UTC if naive."""

@@ -391,6 +391,9 @@ class RunSteps:
     use_lease: bool = True
     commit_chunk: int = COMMIT_CHUNK
     now: datetime | None = None
+    concluded: list[str] = field(default_factory=list)
+    """The outcome ``conclude`` reached, once the epoch was advanced: an error after it (the
+    audit row's own write timing out) must not audit the run as ``failed``."""
 
     @property
     def family(self) -> str:
@@ -531,6 +534,7 @@ class RunSteps:
             ended = conclude_run(self.store, self.plan, tally, [*verified.checks, cleaned.check])
             prune_archive(self.store.family)
         self.fault("finish")
+        self.concluded.append(ended.outcome)
         self.audit(
             ended.outcome,
             tally=tally,
@@ -572,9 +576,10 @@ def run_steps(
 ) -> RunSummary:
     """Every step after the plan, in order: compact every shard, verify, clean up, check the
     cleanup, conclude. A dry run ends after ``verify``, with its summary. A failed check raises
-    ``RunFailed`` (audited by its step). ``audit_errors``: an engine or driver error also
-    leaves a ``failed`` audit row (``counterctl compact``; the DAG's task is tried again
-    instead, and its failure callback audits a task that failed for good)."""
+    ``RunFailed`` (audited by its step). ``audit_errors``: any other error before the run
+    concluded also leaves a ``failed`` audit row (``counterctl compact``; the DAG's task is
+    tried again instead, and its failure callback audits a task that failed for good); an
+    error after it (its own audit write) leaves the row the conclusion wrote."""
     store, plan = steps.store, steps.plan
     phases = phases if phases is not None else Phases()
     say = progress or (lambda _m: None)
@@ -607,17 +612,21 @@ def run_steps(
         summary = RunSummary(plan, stop.outcome, stop.tally, stop.phases, [], stop.message)
     except RunFailed:
         raise
-    except (EngineError, DriverException) as exc:
-        if audit_errors:
-            try:  # a driver error (timeout, tombstone overload) still leaves its audit row
+    except Exception as exc:
+        if steps.concluded:  # the run finished; only writing its audit row failed
+            log.warning(
+                "run %s ended %s but its audit row may be missing", plan.run_id, steps.concluded[0]
+            )
+        elif audit_errors:
+            try:  # any error (a timeout, an unwritable GX result store) leaves its audit row
                 steps.audit(
                     "failed",
                     tally=tally,
                     phases=phases,
                     checks=checks,
-                    message=f"{type(exc).__name__}: {exc}"
-                    if isinstance(exc, DriverException)
-                    else str(exc),
+                    message=str(exc)
+                    if isinstance(exc, EngineError)
+                    else f"{type(exc).__name__}: {exc}",
                 )
             except DriverException:
                 log.warning("could not write the audit row of run %s", plan.run_id, exc_info=True)
