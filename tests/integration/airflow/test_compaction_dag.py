@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,21 @@ def raw_times(store: Store, counter: str) -> list[Any]:
         (counter,),
     )
     return [r[0] for r in rows]
+
+
+def overwrite_ibm_copy(store: Store) -> Callable[[str], None]:
+    """A fault hook: right after the readers' copy is written, someone overwrites IBM's
+    compact value (55 -> 999)."""
+    f = store.family
+    compact = f"{f.keyspace}.{f.compact_table}"
+
+    def tamper(point: str) -> None:
+        session = store.statements.session
+        row = session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        if point == "copy" and row is not None and row.value == 55:
+            session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+
+    return tamper
 
 
 def states(run: Any) -> dict[str, str]:
@@ -129,16 +145,7 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     client = CounterClient(conn, family, store)
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
-    compact = f"{family.keyspace}.{family.compact_table}"
-
-    def tamper(point: str) -> None:
-        """Right after the readers' copy is written: someone overwrites IBM's compact value."""
-        row = store.statements.session.execute(
-            f"SELECT value FROM {compact} WHERE type = 'IBM'"
-        ).one()
-        if point == "copy" and row is not None and row.value == 55:
-            store.statements.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
-
+    tamper = overwrite_ibm_copy(store)
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
         run = dag.test(logical_date=aware(epoch + family.lag))
@@ -351,15 +358,7 @@ def test_a_failed_check_in_the_one_task_dag_deletes_nothing_of_that_counter(
     client = CounterClient(conn, family, store)
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
-    compact = f"{family.keyspace}.{family.compact_table}"
-
-    def tamper(point: str) -> None:
-        row = store.statements.session.execute(
-            f"SELECT value FROM {compact} WHERE type = 'IBM'"
-        ).one()
-        if point == "copy" and row is not None and row.value == 55:
-            store.statements.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
-
+    tamper = overwrite_ibm_copy(store)
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
         run = dag.test(logical_date=aware(epoch + family.lag))
