@@ -391,7 +391,7 @@ class RunSteps:
     use_lease: bool = True
     commit_chunk: int = COMMIT_CHUNK
     now: datetime | None = None
-    concluded: list[str] = field(default_factory=list)
+    concluded: str | None = None
     """The outcome ``conclude`` reached, once the epoch was advanced: an error after it (the
     audit row's own write timing out) must not audit the run as ``failed``."""
 
@@ -534,7 +534,7 @@ class RunSteps:
             ended = conclude_run(self.store, self.plan, tally, [*verified.checks, cleaned.check])
             prune_archive(self.store.family)
         self.fault("finish")
-        self.concluded.append(ended.outcome)
+        self.concluded = ended.outcome
         self.audit(
             ended.outcome,
             tally=tally,
@@ -615,7 +615,7 @@ def run_steps(
     except Exception as exc:
         if steps.concluded:  # the run finished; only writing its audit row failed
             log.warning(
-                "run %s ended %s but its audit row may be missing", plan.run_id, steps.concluded[0]
+                "run %s ended %s but its audit row may be missing", plan.run_id, steps.concluded
             )
         elif audit_errors:
             try:  # any error (a timeout, an unwritable GX result store) leaves its audit row
