@@ -12,8 +12,10 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from cassandra import ConsistencyLevel
@@ -34,6 +36,9 @@ from cassandra.policies import (
     WhiteListRoundRobinPolicy,
 )
 from cassandra.query import PreparedStatement, tuple_factory
+from cassandra.timestamps import MonotonicTimestampGenerator
+
+from .core import ClockOffset
 
 BULK_PROFILE = "bulk"
 """Execution profile for engine reads: rows as plain tuples (cheaper than named tuples)."""
@@ -68,6 +73,51 @@ logging.getLogger("cassandra.protocol").addFilter(_ExpectedWarnings())
 CONTROL_CONNECTION_TIMEOUT = 10.0
 """Seconds for the control connection's queries, the full schema read on connect among them
 (the driver's 2 s default times out on a busy node holding a few hundred tables)."""
+
+
+CLOCK_QUERY = "SELECT toUnixTimestamp(now()) FROM system.local"
+"""The coordinator's time, in ms (``now()`` is read by every Cassandra since 2.2)."""
+CLOCK_REUSE_S = 60.0
+"""How long one measurement of the cluster's clock serves a process (the steps of one run)."""
+CLOCK_STEP_US = 100_000
+"""A host clock that moved this much against the monotonic clock since the measurement was
+stepped (NTP, an operator): the offset is measured again."""
+
+
+@dataclass(frozen=True)
+class ClusterClock:
+    """The cluster's time, from this host's clock corrected by a measured ``offset``, with the
+    host's wall and monotonic clocks when it was measured (``fresh`` tells a stepped clock)."""
+
+    offset: ClockOffset
+    host_us: int
+    monotonic_us: int
+
+    def micros(self) -> int:
+        """The cluster's time now, in µs since the Unix epoch (a write timestamp)."""
+        return time.time_ns() // 1000 - self.offset.offset_us
+
+    def now(self) -> datetime:
+        """The cluster's time now, naive UTC."""
+        return datetime(1970, 1, 1) + timedelta(microseconds=self.micros())
+
+    def fresh(self) -> bool:
+        """Measured less than ``CLOCK_REUSE_S`` ago, and the host's clock not stepped since."""
+        wall = time.time_ns() // 1000 - self.host_us
+        steady = time.monotonic_ns() // 1000 - self.monotonic_us
+        return steady < CLOCK_REUSE_S * 1e6 and abs(wall - steady) < CLOCK_STEP_US
+
+
+class ClusterTimestamps(MonotonicTimestampGenerator):
+    """The driver's client-side write timestamps (every write without ``USING TIMESTAMP``) from
+    the cluster's clock: this host's, less the offset its connection last measured
+    (``Connection.cluster_clock``; none before the first measurement)."""
+
+    offset_us = 0
+
+    def __call__(self) -> int:
+        with self.lock:
+            return int(self._next_timestamp(time.time_ns() // 1000 - self.offset_us, self.last))
 
 
 class CassandraUnavailable(RuntimeError):
@@ -589,6 +639,7 @@ def build_cluster(
         # `make bench ARGS="--only probes"`).
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         connection_class=QueueingConnection,
+        timestamp_generator=ClusterTimestamps(),
         # Without the full model the driver still builds the token map (token metadata stays
         # on); a keyspace's replicas are known once ``schema.keyspace_metadata`` has read it.
         schema_metadata_enabled=settings.schema_metadata,
@@ -635,6 +686,35 @@ class Connection:
         self._server_ts: Session | None = None
         self._lock = threading.Lock()
         self._prepared: dict[tuple[str, Hashable], PreparedStatement] = {}
+        self._clock: ClusterClock | None = None
+
+    def cluster_clock(self) -> ClusterClock:
+        """The cluster's clock as this host sees it: one read of a coordinator's time
+        (``CLOCK_QUERY``), reused for ``CLOCK_REUSE_S`` unless the host's clock was stepped.
+        The offset is host - coordinator at the read's midpoint, within half its round trip."""
+        with self._lock:
+            clock = self._clock
+        if clock is not None and clock.fresh():
+            return clock
+        before = time.time_ns() // 1000
+        steady = time.monotonic_ns() // 1000
+        # without a client timestamp: the driver's generator would take one from this host's
+        # clock, before its offset is known, and hold every later one at or after it
+        result = self.server_timestamp_session.execute(CLOCK_QUERY)
+        after_steady = time.monotonic_ns() // 1000
+        server_ms = result.one()[0]
+        half = (after_steady - steady) // 2
+        coordinator = getattr(result.response_future, "coordinator_host", None)
+        offset = ClockOffset(
+            before + half - (server_ms * 1000 + 500), half + 500, str(coordinator or "?")
+        )
+        clock = ClusterClock(offset, before + half, steady + half)
+        with self._lock:
+            self._clock = clock
+        stamps = self.cluster.timestamp_generator
+        if isinstance(stamps, ClusterTimestamps):
+            stamps.offset_us = offset.offset_us
+        return clock
 
     def prepare(self, cql: str, variant: Hashable = None) -> tuple[PreparedStatement, bool]:
         """One prepared statement per CQL text (and ``variant``: the settings the caller gives

@@ -50,7 +50,14 @@ from .compaction import (
     verify_run,
     write_audit,
 )
-from .errors import ArchiveError, ChecksFailed, EngineError, EpochInFuture, LeaseHeld
+from .errors import (
+    ArchiveError,
+    ChecksFailed,
+    ClockSkew,
+    EngineError,
+    EpochInFuture,
+    LeaseHeld,
+)
 from .identity import IdentityMismatch, check_family
 from .maintenance import (
     Discrepancy,
@@ -76,6 +83,7 @@ __all__ = [
     "ChecksFailed",
     "CleanedRun",
     "CleanupReport",
+    "ClockSkew",
     "Conclusion",
     "Discrepancy",
     "EngineError",

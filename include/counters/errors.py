@@ -26,6 +26,11 @@ class EpochInFuture(EngineError):
     pass
 
 
+class ClockSkew(EngineError):
+    """This host's clock is too far off the cluster's to compact from it (``clock_refusal``):
+    refused before the step wrote or deleted anything; a retry on another host may succeed."""
+
+
 class ArchiveError(EngineError):
     """A family's archive cannot be written or read as it must be (a bad URL, a store that
     refuses, a file that does not read back): a run deletes nothing it has not archived."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from .config import Family
-from .core import utc_naive
+from .connection import Connection
+from .core import ClockOffset, clock_refusal, clock_tolerance, utc_naive
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import Store
@@ -36,6 +37,16 @@ class FamilyLag:
     limit: timedelta
     problem: str | None = None
     """Why the state could not be read (the family's tables are missing)"""
+    clock: ClockOffset | None = None
+    """This host's clock against the cluster's, when measured (``now`` is the cluster's)"""
+
+    @property
+    def clock_refused(self) -> str | None:
+        """Why this host would be refused for compacting the family (its clock is off by more
+        than ``core.clock_tolerance``), None when it would not or the clock was not read."""
+        if self.clock is None:
+            return None
+        return clock_refusal(self.family.name, self.family.lag, self.clock)
 
     @property
     def healthy(self) -> bool:
@@ -53,6 +64,9 @@ class FamilyLag:
             "limit_s": self.limit.total_seconds(),
             "dag_id": self.family.dag_id,
             "problem": self.problem,
+            "clock_offset_s": self.clock.seconds if self.clock is not None else None,
+            "clock_tolerance_s": clock_tolerance(self.family.lag).total_seconds(),
+            "clock_refused": self.clock_refused,
         }
 
     def line(self) -> str:
@@ -60,15 +74,23 @@ class FamilyLag:
             return f"{self.family.name}\t{self.state.value}\t{self.problem}"
         behind = "never compacted" if self.behind is None else f"{self.behind} behind"
         epoch = utc_naive(self.epoch).isoformat() if self.epoch else "-"
-        return (
+        line = (
             f"{self.family.name}\t{self.state.value}\t{behind} (limit {self.limit})\tepoch {epoch}"
         )
+        if self.clock is not None:
+            tolerance = clock_tolerance(self.family.lag).total_seconds()
+            verdict = "REFUSED for compaction" if self.clock_refused else "ok"
+            line += f"\tclock {self.clock.seconds:+.3f} s ({verdict}, limit {tolerance:g} s)"
+        return line
 
 
-def family_lag(family: Family, epoch: datetime | None, now: datetime) -> FamilyLag:
-    """Pure: the family's lag at ``now`` from its compacted epoch."""
+def family_lag(
+    family: Family, epoch: datetime | None, now: datetime, clock: ClockOffset | None = None
+) -> FamilyLag:
+    """Pure: the family's lag at ``now`` (the cluster's time) from its compacted epoch, and
+    this host's ``clock`` offset when measured."""
     lag = freshness(epoch, now, family)
-    return FamilyLag(family, epoch, lag.state, lag.behind, lag.limit)
+    return FamilyLag(family, epoch, lag.state, lag.behind, lag.limit, clock=clock)
 
 
 def stale_after(family: Family) -> timedelta:
@@ -89,18 +111,31 @@ def quarantined_now(store: Store) -> int | None:
         return None
 
 
-def read_lags(stores: Iterable[Store], now: datetime) -> list[FamilyLag]:
+def clock_offset(conn: Connection) -> float | None:
+    """This host's clock minus the cluster's, in seconds, for the metric (the measurement its
+    connection holds, else one read); None when it cannot be read (a metric must not fail a run)."""
+    try:
+        return conn.cluster_clock().offset.seconds
+    except Exception:
+        log.warning("could not read the cluster's clock", exc_info=True)
+        return None
+
+
+def read_lags(
+    stores: Iterable[Store], now: datetime, clock: ClockOffset | None = None
+) -> list[FamilyLag]:
     """One point read per family: its compacted epoch. A family whose tables are missing is
-    reported (never compacted, with the reason), not a failure of the whole check."""
+    reported (never compacted, with the reason), not a failure of the whole check. ``now``:
+    the cluster's time; ``clock``: this host's offset from it, shown with every family."""
     lags = []
     for store in stores:
         try:
             epoch = store.control.family_epoch()
         except SchemaError as exc:
-            lag = family_lag(store.family, None, now)
-            lags.append(FamilyLag(lag.family, None, lag.state, None, lag.limit, str(exc)))
+            lag = family_lag(store.family, None, now, clock)
+            lags.append(replace(lag, epoch=None, behind=None, problem=str(exc)))
             continue
-        lags.append(family_lag(store.family, epoch, now))
+        lags.append(family_lag(store.family, epoch, now, clock))
     return lags
 
 

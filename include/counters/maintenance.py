@@ -22,7 +22,7 @@ from .compaction import (
     committed_checkpoint,
     new_run_id,
 )
-from .compaction.common import micros
+from .compaction.common import cluster_clock, cluster_micros, micros
 from .config import Family, Kind
 from .core import (
     BUCKETS,
@@ -66,9 +66,7 @@ class ResetResult:
     rows_deleted: int = 0
 
 
-def _resettable(
-    family: Family, counter: Key, at: datetime | None, now: datetime | None
-) -> datetime:
+def _resettable(family: Family, counter: Key, at: datetime | None, now: datetime) -> datetime:
     """Refuse a reset that cannot be done (a unique counter, a point in the future); now, to
     the millisecond."""
     if family.kind is Kind.UNIQUE:
@@ -77,7 +75,7 @@ def _resettable(
             "with timestamps near Long.MAX (first write wins), so no delete can remove them "
             "without also shadowing every later write of the same member"
         )
-    current = truncate_ms(utc_naive(now or datetime.now(UTC)))
+    current = truncate_ms(utc_naive(now))
     if at is not None and truncate_ms(utc_naive(at)) > current:
         raise EngineError(
             f"family {family.name!r} counter {format_key(counter)}: reset point "
@@ -149,7 +147,9 @@ def plan_reset(
     that reset is already done, and ``rows_deleted``: the raw rows at or before the point (the
     ones it would consume; deleted only by a deleting family). Writes nothing."""
     family = store.family
-    current = _resettable(family, counter, at, now)
+    # the cluster's time, not this host's: a clock ahead would put the default point, and the
+    # check that a point is not in the future, ahead of the writers
+    current = _resettable(family, counter, at, now or cluster_clock(store).now())
     check_family(store, record=False)
     compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
     value_before = compact_value + newer
@@ -232,7 +232,9 @@ def reset_counter(
     the future is refused: readers would not see the rows before it until a fold.
     """
     family = store.family
-    current = _resettable(family, counter, at, now)
+    # the cluster's time, not this host's: a clock ahead would put the default point, and the
+    # check that a point is not in the future, ahead of the writers
+    current = _resettable(family, counter, at, now or cluster_clock(store).now())
     check_family(store, record=True, run_id=reset_id or "reset")
     started_at = datetime.now(UTC)  # the reset's audit row (its archive's manifest goes there)
     compact_value, _epoch, newer = store.reader.read_values([counter])[counter]
@@ -298,7 +300,7 @@ def reset_counter(
         if family.archive is None or _archived(
             store, shard, bucket, reset_id, committed, started_at
         ):
-            ts = max(micros(), micros(now), at_ms * 1000 + 1000)
+            ts = max(cluster_micros(store), micros(current), at_ms * 1000 + 1000)
             deleted = store.raw.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
             store.index.mark_touched([counter])
@@ -507,6 +509,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     """Let a quarantined counter back into compaction, its readers' copy restored from the
     ledger (the engine's record of every commit). Fix its raw rows first if that was the
     reason (a NULL increment); the next run folds it."""
+    cluster_clock(store)  # its copy's version and the entry's delete carry this host's clock
     check_family(store, record=True, run_id="release")
     shard, bucket = store.keys.bucket(counter)
     entry = store.control.read_quarantine(shard).get(counter)
@@ -523,7 +526,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
         # the next commit (``versioned_by_copy``) writes after it, whatever the clocks
         copy = store.ledger.read_copies(shard, bucket, [counter]).get(counter)
         version = restored_version(
-            checkpoint.version, copy.writetime if copy is not None else None, micros()
+            checkpoint.version, copy.writetime if copy is not None else None, cluster_micros(store)
         )
         restored = Checkpoint(
             checkpoint.value,
@@ -534,7 +537,9 @@ def release(store: Store, counter: Key) -> Checkpoint:
             version,
             checkpoint.run_id,
         )
-        store.ledger.copy_compact([(counter, restored)], checkpoint.run_id or "release", micros())
+        store.ledger.copy_compact(
+            [(counter, restored)], checkpoint.run_id or "release", cluster_micros(store)
+        )
     store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "

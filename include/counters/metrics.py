@@ -23,6 +23,10 @@ family and the outcome are tags. After Airflow's ``statsd_prefix`` (``airflow``)
 ``counters.stale_after_seconds``       gauge    lag + freshness: the family's alert limit
 ``counters.lag_seconds``               gauge    now - the compacted epoch, when measured (family)
 ``counters.quarantined``               gauge    counters quarantined now (family)
+``counters.clock_offset_seconds``      gauge    the sending host's clock minus the cluster's
+                                                (a coordinator's ``now()``), when measured
+                                                (family): compaction refuses a host off by more
+                                                than a quarter of the family's lag
 =====================================  =======  ===============================================
 
 With ``COUNTERS_LEGACY_METRIC_NAMES=1`` each is also sent under the per-family name of earlier
@@ -79,9 +83,11 @@ def family_metrics(
     *,
     stale_after: timedelta | None = None,
     quarantined: int | None = None,
+    clock_offset: float | None = None,
 ) -> list[Metric]:
     """The family's gauges: its compacted epoch (as a timestamp) and lag (none before the first
-    run), its alert limit (``lag + freshness``) and the counters quarantined now (when read)."""
+    run), its alert limit (``lag + freshness``), the counters quarantined now (when read) and
+    the sending host's clock offset from the cluster's, in seconds (when measured)."""
     tags = {"family": family}
     gauges = []
     if epoch is not None:
@@ -93,6 +99,8 @@ def family_metrics(
         gauges.append(Metric("gauge", _name("stale_after_seconds"), limit, tags))
     if quarantined is not None:
         gauges.append(Metric("gauge", _name("quarantined"), int(quarantined), tags))
+    if clock_offset is not None:
+        gauges.append(Metric("gauge", _name("clock_offset_seconds"), clock_offset, tags))
     return gauges
 
 
@@ -107,10 +115,12 @@ def run_metrics(
     *,
     quarantined: int | None = None,
     stale_after: timedelta | None = None,
+    clock_offset: float | None = None,
 ) -> list[Metric]:
     """A run's metrics from its audit record (``engine.audit_record``): the counts, the outcome
     and the duration, tagged with the family and the outcome; then the family's gauges after it
-    (``quarantined``: the counters quarantined now, None when it could not be read)."""
+    (``quarantined``: the counters quarantined now, None when it could not be read;
+    ``clock_offset``: the running host's, when measured)."""
     family = str(record["family"])
     tags = {"family": family, "outcome": outcome_name(str(record["outcome"]))}
     started = record.get("started_at")
@@ -129,6 +139,7 @@ def run_metrics(
             now,
             stale_after=stale_after,
             quarantined=quarantined,
+            clock_offset=clock_offset,
         ),
     ]
 
@@ -260,14 +271,16 @@ def emit_run(
     quarantined: QuarantineCount | None,
     stale_after: timedelta | None,
     now: datetime | None = None,
+    clock_offset: Callable[[], float | None] | None = None,
 ) -> None:
     """Send a finished run's metrics (the DAG's tasks and ``counterctl compact`` call this with
-    the audit record they wrote)."""
+    the audit record they wrote; ``clock_offset`` reads the running host's, when sent)."""
     if not airflow_configured():
         return
     now = now or datetime.now(UTC)
     count = _count(quarantined)
-    emit(run_metrics(record, now, quarantined=count, stale_after=stale_after))
+    offset = clock_offset() if clock_offset is not None else None
+    emit(run_metrics(record, now, quarantined=count, stale_after=stale_after, clock_offset=offset))
 
 
 def emit_family(
@@ -277,10 +290,20 @@ def emit_family(
     stale_after: timedelta | None,
     quarantined: QuarantineCount | None = None,
     now: datetime | None = None,
+    clock_offset: float | None = None,
 ) -> None:
     """Send a family's gauges (the freshness DAG, ``counterctl health``)."""
     if not airflow_configured():
         return
     now = now or datetime.now(UTC)
     count = _count(quarantined)
-    emit(family_metrics(family, epoch, now, stale_after=stale_after, quarantined=count))
+    emit(
+        family_metrics(
+            family,
+            epoch,
+            now,
+            stale_after=stale_after,
+            quarantined=count,
+            clock_offset=clock_offset,
+        )
+    )

@@ -97,6 +97,18 @@ def test_expect_the_family_gauges_and_none_before_the_first_run() -> None:
     ]
 
 
+def test_expect_the_clock_offset_as_a_gauge_when_measured() -> None:
+    """The sending host's clock minus the cluster's, in seconds: sent with a run's gauges and
+    the family's (health, freshness) when measured, never as a made-up 0."""
+    tags = {"family": "trades"}
+    sent = run_metrics(record(), NOW, clock_offset=-3600.5)
+    assert Metric("gauge", "counters.clock_offset_seconds", -3600.5, tags) in sent
+    assert "counters.clock_offset_seconds" not in {m.name for m in run_metrics(record(), NOW)}
+    assert family_metrics("trades", None, NOW, clock_offset=0.002) == [
+        Metric("gauge", "counters.clock_offset_seconds", 0.002, tags)
+    ]
+
+
 def test_expect_legacy_per_family_names_only_when_asked() -> None:
     sent = run_metrics(record(), NOW, quarantined=0)
     assert with_legacy_names(sent, legacy=False) == sent

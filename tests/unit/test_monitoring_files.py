@@ -30,7 +30,9 @@ def sent() -> list[Metric]:
             "epoch_after": NOW - timedelta(minutes=1),
         }
         metrics += run_metrics(record, NOW, quarantined=1, stale_after=timedelta(minutes=11))
-    metrics += family_metrics("trades_2", NOW, NOW, stale_after=timedelta(minutes=2))
+    metrics += family_metrics(
+        "trades_2", NOW, NOW, stale_after=timedelta(minutes=2), clock_offset=0.25
+    )
     return metrics
 
 

@@ -33,7 +33,7 @@ from .. import engine, health, metrics
 from ..audit import Provenance
 from ..config import Family
 from ..connection import Connection
-from ..core import Tally, to_text, utc_naive
+from ..core import ClockOffset, Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag
@@ -124,6 +124,7 @@ def _emit_metrics(family: Family) -> engine.AuditHook:
             record,
             quarantined=lambda: health.quarantined_now(store),
             stale_after=health.stale_after(family),
+            clock_offset=lambda: health.clock_offset(store.conn),
         )
 
     return emit
@@ -213,8 +214,8 @@ def plan(
     """Decide the run's epoch and whether it sweeps (``engine.plan_step``); a run with nothing
     to do (epoch not newer, or nothing touched and no sweep due) records its audit row there
     and skips the rest. ``started_by``: who started the run (``provenance``), carried to every
-    audit row."""
-    now = now or datetime.now(UTC)
+    audit row. ``now``: the cluster's time unless given (the epoch is checked against it, not
+    against this worker's clock)."""
     at = run_epoch(family, scheduled, epoch)
     started = Provenance.from_dict(started_by) if started_by else Provenance("airflow")
     try:
@@ -405,6 +406,8 @@ class FreshnessVerdict:
 
     lags: tuple[FamilyLag, ...]
     now: datetime
+    clock: ClockOffset | None = None
+    """The checking worker's clock against the cluster's (``now`` is the cluster's time)."""
 
     def named(self, *states: Freshness) -> list[str]:
         return [lag.family.name for lag in self.lags if lag.problem is None and lag.state in states]
@@ -430,6 +433,8 @@ class FreshnessVerdict:
         """The task's return value (and XCom ``freshness`` when it fails): every family."""
         return {
             "checked_at": to_text(self.now),
+            "clock_offset_s": None if self.clock is None else self.clock.seconds,
+            "clock_refused": [lag.family.name for lag in self.lags if lag.clock_refused],
             "stale": self.stale,
             "unreadable": self.unreadable,
             "never_compacted": self.never_compacted,
@@ -466,9 +471,12 @@ def stale_message(lag: FamilyLag, now: datetime) -> str:
     )
 
 
-def _read_lag(family: Family, conn: Connection, now: datetime) -> FamilyLag:
-    """One family's lag (one point read), its gauges sent; an error is the family's
-    ``problem``, so one unreadable family does not stop the check of the others."""
+def _read_lag(
+    family: Family, conn: Connection, now: datetime, clock: ClockOffset | None = None
+) -> FamilyLag:
+    """One family's lag (one point read), its gauges sent (the worker's ``clock`` offset
+    among them); an error is the family's ``problem``, so one unreadable family does not stop
+    the check of the others."""
     try:
         store = Store(conn, family)
         epoch = store.control.family_epoch()
@@ -478,12 +486,13 @@ def _read_lag(family: Family, conn: Connection, now: datetime) -> FamilyLag:
             stale_after=health.stale_after(family),
             quarantined=lambda: health.quarantined_now(store),
             now=now,
+            clock_offset=None if clock is None else clock.seconds,
         )
     except Exception as exc:
         log.warning("family %s: freshness unreadable", family.name, exc_info=True)
-        never = health.family_lag(family, None, now)
+        never = health.family_lag(family, None, now, clock)
         return replace(never, problem=f"{type(exc).__name__}: {exc}")
-    return health.family_lag(family, epoch, now)
+    return health.family_lag(family, epoch, now, clock)
 
 
 def _final_try(context: Mapping[str, Any]) -> bool:
@@ -502,17 +511,30 @@ def check_freshness(
     through its own channels and ``stale`` streak, as its own task did: a stale family alerts
     (once, then reminders), a fresh or late one closes its streak; a family never compacted is
     left alone. An unreadable family is retried with the task, and alerts on its last try.
-    Fails naming every stale and unreadable family; returns every family's state."""
-    now = utc_naive(now or datetime.now(UTC))
+    Fails naming every stale and unreadable family; returns every family's state. ``now``: the
+    cluster's time unless given; the worker's clock offset from it is logged and returned."""
+    clock: ClockOffset | None = None
     try:
         conn = connection()  # once: a Store per family shares it
+        cluster = conn.cluster_clock()
     except Exception as exc:  # no family can be read: each one is unreadable, and alerts
         log.warning("cannot connect to Cassandra", exc_info=True)
         problem = f"{type(exc).__name__}: {exc}"
+        now = utc_naive(now or datetime.now(UTC))
         lags = tuple(replace(health.family_lag(f, None, now), problem=problem) for f in families)
     else:
-        lags = tuple(_read_lag(f, conn, now) for f in families)
-    verdict = FreshnessVerdict(lags, now)
+        clock = cluster.offset
+        now = utc_naive(now or cluster.now())
+        log.info("clock: this worker is %s", clock.describe())
+        lags = tuple(_read_lag(f, conn, now, clock) for f in families)
+    verdict = FreshnessVerdict(lags, now, clock)
+    refused = verdict.as_dict()["clock_refused"]
+    if refused and clock is not None:
+        log.warning(
+            "this worker's clock, %s, would be refused for compacting %s",
+            clock.describe(),
+            ", ".join(refused),
+        )
     final = _final_try(context)
     unalerted: list[str] = []
     for lag in verdict.lags:

@@ -36,6 +36,7 @@ EXIT_CODES: dict[type[BaseException], int] = {  # the first class that matches w
     ConnectionConfigError: 2,
     engine.LeaseHeld: 3,
     engine.EpochInFuture: 2,
+    engine.ClockSkew: 2,
     engine.ChecksFailed: 4,
     CassandraUnavailable: 5,
     Unauthorized: 2,

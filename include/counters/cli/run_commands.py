@@ -54,7 +54,9 @@ def compact_command(
     """Compact one family: fold, verify, clean up, record the audit row."""
     family = obj.family(name)
     try:
-        at = run_epoch(datetime.now(UTC), family.lag, epoch)
+        with reported():  # the cluster's time, not this host's (the plan refuses a host far off)
+            cluster_now = obj.conn.cluster_clock().now()
+        at = run_epoch(cluster_now, family.lag, epoch)
     except ValueError as exc:
         raise Failure(f"--epoch: {exc}", 2) from exc
     store = audited_store(
@@ -78,6 +80,7 @@ def compact_command(
             record,
             quarantined=lambda: health.quarantined_now(store),
             stale_after=health.stale_after(family),
+            clock_offset=lambda: health.clock_offset(store.conn),
         )
         configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
 
@@ -187,16 +190,20 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
     \b
     The lag is now - the family's lag - its compacted epoch, read from Cassandra (the
     counters_freshness DAG's rule): fresh, late (past half the limit) or stale (past it);
-    never before the first run. Exit code 0 when every family is fresh or late, 8 when one
-    is stale or was never compacted (5/6 when Cassandra does not answer), so a cron job, a
-    Kubernetes probe or a monitoring check sees compaction stop even when the scheduler
-    (which runs the freshness DAG) is down. Sends each family's gauges (compacted epoch,
-    lag, limit, quarantined counters) where Airflow's metrics are configured.
+    never before the first run. "now" is the cluster's time (a coordinator's), and each line
+    shows this host's clock offset from it: compaction refuses a host off by more than a
+    quarter of the family's lag. Exit code 0 when every family is fresh or late, 8 when one
+    is stale or was never compacted, or when this host's clock is off by more than a family
+    allows (5/6 when Cassandra does not answer), so a cron job, a Kubernetes probe or a
+    monitoring check sees compaction stop even when the scheduler (which runs the freshness
+    DAG) is down. Sends each family's gauges (compacted epoch, lag, limit, quarantined
+    counters, clock offset) where Airflow's metrics are configured.
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
-    now = datetime.now(UTC)
     with reported():
-        lags = health.read_lags((Store(obj.conn, f) for f in families), now)
+        clock = obj.conn.cluster_clock()
+        now = clock.now()
+        lags = health.read_lags((Store(obj.conn, f) for f in families), now, clock.offset)
     for lag in lags:
         metrics.emit_family(
             lag.family.name,
@@ -204,20 +211,28 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
             stale_after=health.stale_after(lag.family),
             quarantined=partial(health.quarantined_now, Store(obj.conn, lag.family)),
             now=now,
+            clock_offset=clock.offset.seconds,
         )
     configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
     bad = health.unhealthy(lags)
+    skewed = [lag.family.name for lag in lags if lag.clock_refused]
     if as_json:
         click.echo(json.dumps([lag.as_dict() for lag in lags], indent=2))
     else:
+        click.echo(f"clock: this host is {clock.offset.describe()}")
         for lag in lags:
             click.echo(lag.line())
         click.echo(
             f"{len(lags) - len(bad)} of {len(lags)} famil{'y' if len(lags) == 1 else 'ies'} "
             "within their freshness limit"
             + (f"; unhealthy: {', '.join(lag.family.name for lag in bad)}" if bad else "")
+            + (
+                f"; this host's clock is too far off to compact: {', '.join(skewed)}"
+                if skewed
+                else ""
+            )
         )
-    if bad:
+    if bad or skewed:
         raise SystemExit(EXIT_UNHEALTHY)
 
 

@@ -25,6 +25,8 @@ from .common import (
     CLEANUP_CHECK_SAMPLE,
     MEMBER_INDEX,
     Fault,
+    cluster_clock,
+    cluster_micros,
     collector_relaxed,
     micros,
     no_fault,
@@ -98,6 +100,7 @@ def cleanup_shard(
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.statements.phase = "cleanup"
+    cluster_clock(store)  # a host whose clock is off writes no archive and no tombstone
     runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
@@ -116,9 +119,9 @@ def cleanup_shard(
         report.archive_files = [m.url for m in archived.manifests]
         report.archive_deferred = len(deferred)
         report.archive_seconds = archived.seconds
-    # tombstones newer than any write so far (the wall clock, whatever ``now`` the run was
-    # planned with) and than the epoch: retries of the deleted rows stay deleted
-    now_us = max(micros(), micros(now))
+    # tombstones newer than any write so far (the cluster's clock, whatever ``now`` the run
+    # was planned with) and than the epoch: retries of the deleted rows stay deleted
+    now_us = cluster_micros(store) if now is None else max(cluster_micros(store), micros(now))
 
     def one(bucket: int) -> CleanupReport:
         store.statements.phase = "cleanup"  # this thread's requests

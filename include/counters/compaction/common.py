@@ -16,6 +16,7 @@ from typing import Any
 
 from cassandra import ReadFailure, ReadTimeout
 
+from ..connection import ClusterClock
 from ..core import (
     EMPTY_CHECKPOINT,
     Checkpoint,
@@ -23,10 +24,12 @@ from ..core import (
     Key,
     Row,
     Tally,
+    clock_refusal,
     format_key,
     from_millis,
     to_text,
 )
+from ..errors import ClockSkew
 from ..store import COMMIT_CHUNK, Copy, Store
 
 log = logging.getLogger(__name__)
@@ -103,8 +106,28 @@ def new_run_id(prefix: str = "cli") -> str:
     return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
 
 
-def micros(moment: datetime | None = None) -> int:
-    return int((moment or datetime.now(UTC)).timestamp() * 1_000_000)
+def micros(moment: datetime) -> int:
+    """A time (aware, or naive UTC) in µs since the Unix epoch."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1_000_000)
+
+
+def cluster_clock(store: Store) -> ClusterClock:
+    """The cluster's clock for a step of ``store``'s family (measured once a minute per
+    process); a host whose clock is off by more than the family's tolerance
+    (``core.clock_refusal``) is refused with ``ClockSkew`` before the step writes anything."""
+    clock = store.conn.cluster_clock()
+    refusal = clock_refusal(store.family.name, store.family.lag, clock.offset)
+    if refusal is not None:
+        raise ClockSkew(refusal)
+    return clock
+
+
+def cluster_micros(store: Store) -> int:
+    """The cluster's time now in µs (``cluster_clock``): every write timestamp and horizon a
+    run takes from "now" (tombstones, copy versions, the index's forget horizon)."""
+    return cluster_clock(store).micros()
 
 
 @dataclass

@@ -24,6 +24,7 @@ from ..store import Store
 from .common import (
     EPOCH0,
     SMALL_RUN_COUNTERS,
+    cluster_clock,
 )
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,11 @@ def plan_run(
 ) -> RunPlan:
     """Decide the run; an idle run's epoch is recorded here (it has no other step), but not
     a dry run's (it writes nothing). ``dry_run``, ``scheduled`` and ``provenance`` (default:
-    the store's) ride in the plan to every later step."""
+    the store's) ride in the plan to every later step. ``now`` defaults to the cluster's time
+    (``cluster_clock``: a host whose clock is off is refused here, before anything is written):
+    an epoch later than it less the lag is refused, whatever the host's clock says."""
+    clock = cluster_clock(store)
+    now = now or clock.now()
     check_family(store, record=False, run_id=run_id, once_per_run=True)
     state = store.control.family_state()
     touched = store.index.touched_count(SMALL_RUN_COUNTERS)

@@ -47,8 +47,9 @@ from .common import (
     Phases,
     ShardContext,
     ShardReport,
+    cluster_clock,
+    cluster_micros,
     collector_relaxed,
-    micros,
     no_fault,
     peak_rss_mib,
     read_rows_tolerant,
@@ -91,6 +92,7 @@ def compact_shard(
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    cluster_clock(store)  # a host whose clock is off is refused before any write
     check_family(  # before any write
         store, record=not dry_run, run_id=run_id, once_per_run=True
     )
@@ -104,7 +106,7 @@ def compact_shard(
     try:
         with report.phases.timed("discover", store):
             quarantine = store.control.read_quarantine(shard)
-            index_read_at = micros()
+            index_read_at = cluster_micros(store)
             marks = _placed(store, shard, store.index.touched(shard), dry_run)
         fault("discover")
         ctx = ShardContext(
@@ -327,7 +329,7 @@ def _compact_bucket(
     with phases.timed("copy", store):
         copies_to_write = [(f.counter, cp) for f, cp in committed.values()]
         copies_to_write += [(c, ledger.checkpoints[c]) for c in recopy]
-        store.ledger.copy_compact(copies_to_write, ctx.run_id, micros())
+        store.ledger.copy_compact(copies_to_write, ctx.run_id, cluster_micros(store))
     ctx.fault("copy")
     with phases.timed("verify", store):
         verify_bucket(ctx, bucket, committed, whole)
@@ -519,7 +521,7 @@ def commit_folds(
     (``Store.runs.archive_rows``: packed here when the family has an archive and it is not
     given)."""
     commit_id = store.ledger.new_commit_id()
-    now = micros()
+    now = cluster_micros(store)
     store.runs.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
     fault("keys")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import overload
 
@@ -88,3 +89,55 @@ def from_text(text: str | None) -> datetime | None:
 def write_timestamp(moment: datetime) -> int:
     """A write timestamp in microseconds (what ``USING TIMESTAMP`` takes), from a time."""
     return to_millis(moment) * 1000
+
+
+CLOCK_SHARE = 4
+"""A host whose clock is off the cluster's by more than ``lag / CLOCK_SHARE`` is refused for
+compaction (``clock_refusal``). The lag is the writers' skew budget; the compacting host takes
+its times from the cluster's clock (its own, corrected by the measured offset), so its skew
+spends none of that budget; a host off by a quarter of it has lost NTP, and its clock may be
+stepped while it runs."""
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """How far this host's clock is from the cluster's, as one read of the coordinator's time
+    measured it: ``offset_us`` = host - cluster (positive: the host is ahead), known to within
+    ``uncertainty_us`` (half the read's round trip, and the server's millisecond), ``source``
+    the coordinator that answered."""
+
+    offset_us: int
+    uncertainty_us: int
+    source: str
+
+    @property
+    def seconds(self) -> float:
+        return self.offset_us / 1e6
+
+    def describe(self) -> str:
+        """``+3600.012 s ahead of`` the cluster's clock, with its uncertainty and source."""
+        side = "ahead of" if self.offset_us > 0 else "behind"
+        return (
+            f"{abs(self.offset_us) / 1e6:.3f} s {side} the cluster's (coordinator "
+            f"{self.source}, +/- {self.uncertainty_us / 1e6:.3f} s)"
+        )
+
+
+def clock_tolerance(lag: timedelta) -> timedelta:
+    """How far a compacting host's clock may be off the cluster's: ``lag / CLOCK_SHARE``."""
+    return lag / CLOCK_SHARE
+
+
+def clock_refusal(family: str, lag: timedelta, offset: ClockOffset) -> str | None:
+    """Why a host with this clock offset may not compact ``family`` (None: it may): off by
+    more than ``clock_tolerance(lag)`` beyond the measurement's uncertainty."""
+    tolerance = clock_tolerance(lag)
+    surely = abs(offset.offset_us) - offset.uncertainty_us
+    if surely <= tolerance // timedelta(microseconds=1):
+        return None
+    return (
+        f"family {family!r}: this host's clock is {offset.describe()}: more than a quarter of "
+        f"the family's lag ({tolerance.total_seconds():g} s of {lag.total_seconds():g} s). "
+        "Refused before it wrote or deleted anything: its epoch, tombstones and versions would "
+        "carry its clock. Sync the host's clock (NTP) or run from another host"
+    )
