@@ -161,11 +161,8 @@ def plan_reset(
     if point.already_done:
         return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
     consumed = 0
-    if not family.folds_by_slice:
-        at_ms = to_millis(point.at)
-        consumed = sum(
-            1 for time_ms, _k, _i in store.raw.read_rows([counter])[counter] if time_ms <= at_ms
-        )
+    if not family.folds_by_slice:  # past any number of tombstones, as the reset reads them
+        consumed = len(store.raw.read_rows_upto(counter, to_millis(point.at)))
     return ResetResult(
         counter, point.reset_id, point.at, value_before, already_done=False, rows_deleted=consumed
     )
@@ -260,7 +257,9 @@ def reset_counter(
         values: list[Any] = []
         kinds = bytearray()
         if not family.folds_by_slice:
-            rows = store.raw.read_rows([counter])[counter]
+            # every present row up to the point, read in slices where the counter's folded
+            # rows left more tombstones than the node reads at once (a busy counter)
+            rows = store.raw.read_rows_upto(counter, at_ms)
             if family.archive is not None and needs_pending(base, rows):
                 # which of the rows its last commit counted an archive holds already
                 loaded = {counter: base}
@@ -484,11 +483,15 @@ def _reconcile_rows(store: Store, shard: int, repair: bool) -> list[Discrepancy]
 
 def _rows_counters(store: Store, shard: int) -> list[Key]:
     """A rows family's counters in ``shard``: those with rows, and those with a checkpoint
-    whose rows may all have been deleted since (its count is then a difference to report)."""
-    known = dict.fromkeys(store.raw.scan_counters(shard))
+    whose rows may all have been deleted since (its count is then a difference to report).
+    Listed bucket by bucket around the checkpointed ones: a partition the application deleted
+    many rows of is refused to a scan, and is read by itself (``read_slices``)."""
+    known: dict[Key, None] = {}
     for bucket in range(BUCKETS):
+        checkpoints = store.ledger.read_ledger(shard, bucket, None, False).checkpoints
+        known.update(dict.fromkeys(checkpoints))
         known.update(
-            dict.fromkeys(store.ledger.read_ledger(shard, bucket, None, False).checkpoints)
+            dict.fromkeys(store.raw.distinct_counters(shard, bucket, around=list(checkpoints)))
         )
     return list(known)
 

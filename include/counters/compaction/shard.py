@@ -241,7 +241,12 @@ def _compact_bucket(
     windowed: dict[Key, int] = {}
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
-            found = store.raw.distinct_counters(ctx.shard, bucket, splits=1) if scan else marked
+            around = [*marked, *ledger.checkpoints, *copies]  # a refused range is listed round them
+            found = (
+                store.raw.distinct_counters(ctx.shard, bucket, splits=1, around=around)
+                if scan
+                else marked
+            )
             if sweep:  # a counter whose rows were all deleted has none left: recount it too
                 found = [*found, *_checkpointed(ledger, copies)]
             rows: dict[Key, list[Row]] = {c: [] for c in found}

@@ -77,8 +77,10 @@ from .moments import (
     write_timestamp,
 )
 from .reads import (
+    FIRST_SLICE_MS,
     RECOUNT_WINDOW_MS,
     WHOLE_BUCKET_SHARE,
+    SliceWalk,
     grown_population,
     lowest_floor,
     read_floor,
@@ -108,6 +110,7 @@ __all__ = [
     "BUCKETS",
     "CLOCK_SHARE",
     "EMPTY_CHECKPOINT",
+    "FIRST_SLICE_MS",
     "FOLD_CARRIED",
     "FOLD_DUPLICATE",
     "FOLD_NEW",
@@ -131,6 +134,7 @@ __all__ = [
     "Key",
     "Packed",
     "Row",
+    "SliceWalk",
     "Tally",
     "bucket_bounds",
     "bucket_of",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .folds import EMPTY_CHECKPOINT, Checkpoint, Fold, Key
 
@@ -77,3 +78,62 @@ def lowest_floor(floors: Iterable[int | None]) -> int | None:
     if not values or any(f is None for f in values):
         return None
     return min(f for f in values if f is not None)
+
+
+FIRST_SLICE_MS = 60_000
+"""The width of the first slice a refused read of a counter's rows is taken in (then doubled
+after each slice read, halved after each one refused)."""
+
+
+@dataclass(frozen=True)
+class SliceWalk:
+    """Pure: a read of one counter's rows in ``(low, high]`` (``low`` None: from its partition's
+    start) that gets past any number of tombstones. The node refuses a read that meets more than
+    its ``tombstone_failure_threshold``; a read of a clustering slice meets only the tombstones
+    inside it. So the range is read whole first, and once refused, in slices from the top down:
+    ``(start, top]``, twice as wide after a slice was read (empty stretches cost a few reads),
+    half as wide after one was refused, and as wide as the last one read after a refusal (dense
+    stretches are crossed in slices under the threshold, few of them refused). Below 1970
+    (``low`` None) the last slice is open."""
+
+    low: int | None
+    top: int
+    width: int | None = None
+    """None: ``(low, top]`` whole."""
+    grow: bool = True
+    """Whether the next slice may be wider than this one (not right after a refusal)."""
+
+    @property
+    def start(self) -> int | None:
+        """The slice's exclusive lower bound (None: the partition's start)."""
+        if self.width is None:
+            return self.low
+        start = self.top - self.width
+        if self.low is not None:
+            return max(start, self.low)
+        return start if start > 0 else None
+
+    def read(self) -> SliceWalk | None:
+        """The next slice once this one was read: twice as wide, or as wide when this one
+        was narrowed by a refusal; None when it was the last."""
+        start = self.start
+        if start is None or start == self.low:
+            return None
+        width = self.width or FIRST_SLICE_MS
+        return SliceWalk(self.low, start, 2 * width if self.grow else width)
+
+    def refused(self) -> SliceWalk:
+        """The slice to read instead of this one, which the node refused: half as wide (the
+        first after the whole range: ``FIRST_SLICE_MS``, or half the range if narrower).
+        ``ValueError`` when it cannot be narrower (one ms, or an open slice before 1970)."""
+        if self.width is None:
+            span = None if self.low is None else self.top - self.low
+            width = FIRST_SLICE_MS if span is None else min(FIRST_SLICE_MS, span // 2)
+        else:
+            width = self.width // 2
+        if width < 1 or (self.low is None and self.top - width <= 0):
+            raise ValueError(
+                f"the rows in ({self.start}, {self.top}] (epoch ms) hold more tombstones than "
+                "the node reads in one request"
+            )
+        return SliceWalk(self.low, self.top, width, grow=False)

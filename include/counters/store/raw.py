@@ -7,7 +7,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cassandra import (
     ReadFailure,
@@ -21,6 +21,7 @@ from ..core import (
     Key,
     Packed,
     Row,
+    SliceWalk,
     bucket_bounds,
     chunks,
     split_refused_range,
@@ -32,6 +33,8 @@ from .keys import Keys
 from .statements import DELETE_BATCH_ROWS, FIRST_WRITE_WINS, ROWS_PER_BATCH, Statements
 
 log = logging.getLogger(__name__)
+
+Part = TypeVar("Part")
 
 
 class RawTable:
@@ -219,6 +222,92 @@ class RawTable:
             (*counter, low, self.keys.time_bound(high_ms)),
         )
 
+    def read_rows_upto(self, counter: Key, high_ms: int, low_ms: int | None = None) -> list[Row]:
+        """Every present row of ``counter`` in ``(low_ms, high_ms]`` (from its partition's
+        start when ``low_ms`` is None), however many tombstones lie among them: in slices the
+        node does not refuse (``walk_slices``). What an operator's command reads of a busy
+        counter's past (a reset's consumed rows)."""
+        parts = self.walk_slices(counter, high_ms, low_ms, self._rows_in_slice)
+        return sorted((r for part in parts for r in part), key=lambda r: r[0])
+
+    def count_upto(self, counter: Key, high_ms: int, low_ms: int | None = None) -> tuple[int, int]:
+        """The number of ``counter``'s present rows in ``(low_ms, high_ms]`` and their total
+        (``read_slices``'s measure: the sum of increments, the count for a rows family),
+        aggregated by the server in slices it does not refuse (``walk_slices``)."""
+        parts = self.walk_slices(counter, high_ms, low_ms, self._count_in_slice)
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+    def walk_slices(
+        self,
+        counter: Key,
+        high_ms: int,
+        low_ms: int | None,
+        read: Callable[[Key, int | None, int], Part],
+    ) -> list[Part]:
+        """``read(counter, start, top)`` over ``(low_ms, high_ms]``: whole, else, once the node
+        refuses it (more tombstones than its ``tombstone_failure_threshold``, or a timeout),
+        slice by slice from the top down, each slice sized by the last ones
+        (``core.SliceWalk``). Past a slice of one millisecond it gives up, naming the
+        counter; nothing was written."""
+        walk: SliceWalk | None = SliceWalk(low_ms, high_ms)
+        parts: list[Part] = []
+        refusals = 0
+        while walk is not None:
+            try:
+                parts.append(read(counter, walk.start, walk.top))
+            except (ReadFailure, ReadTimeout) as exc:
+                refusals += 1
+                try:
+                    walk = walk.refused()
+                except ValueError as narrowest:
+                    raise EngineError(
+                        f"family {self.family.name!r} counter {list(counter)}: {narrowest} "
+                        f"({type(exc).__name__}); wait for its tombstones to be purged "
+                        "(gc_grace_seconds) or raise the node's tombstone_failure_threshold. "
+                        "Nothing was written"
+                    ) from exc
+                continue
+            walk = walk.read()
+        if refusals:
+            log.info(
+                "family %r counter %s: read in %d slices past its tombstones (%d refused)",
+                self.family.name,
+                list(counter),
+                len(parts),
+                refusals,
+            )
+        return parts
+
+    def _slice_where(self, start: int | None, top: int) -> tuple[str, tuple[Any, ...]]:
+        if start is None:
+            return "AND {time} <= ?", (self.keys.time_bound(top),)
+        return "AND {time} > ? AND {time} <= ?", (
+            self.keys.time_bound(start),
+            self.keys.time_bound(top),
+        )
+
+    def _rows_in_slice(self, counter: Key, start: int | None, top: int) -> list[Row]:
+        where, bounds = self._slice_where(start, top)
+        name = "raw_read_upto" if start is None else "raw_read_slice"
+        return self._read_counter_rows(name, where, (*counter, *bounds))
+
+    def _count_in_slice(self, counter: Key, start: int | None, top: int) -> tuple[int, int]:
+        where, bounds = self._slice_where(start, top)
+        measure = (
+            "count(*)"
+            if self.statements.layout.increment is None
+            else f"sum(CAST({self.statements.names['increment']} AS varint))"
+        )
+        statement = self.statements.prepare(
+            "raw_count_upto" if start is None else "raw_count_slice",
+            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} {where}",
+        )
+        self.statements.requests[self.statements.phase] += 1
+        row = self.statements.session.execute(
+            statement, (*counter, *bounds), execution_profile=BULK_PROFILE
+        ).one()
+        return (row[0] or 0, row[1] or 0) if row else (0, 0)
+
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
         """Those of the given rows of a counter that are present: point reads, no range."""
         relation, bind = self._rows_in()
@@ -372,26 +461,32 @@ class RawTable:
             by_base[checkpoints[counter].epoch_ms].append(counter)
         out: dict[Key, tuple[int, int]] = {}
         for base, group in by_base.items():
-            if base is None:
-                found = self.statements.rows_by_partition(
-                    "raw_slice_all",
-                    f"count(*), {measure}",
-                    "{raw}",
-                    group,
-                    where="AND {time} <= ?",
-                    params=(upper,),
-                    group=True,
-                )
-            else:
-                found = self.statements.rows_by_partition(
-                    "raw_slice",
-                    f"count(*), {measure}",
-                    "{raw}",
-                    group,
-                    where="AND {time} > ? AND {time} <= ?",
-                    params=(self.keys.time_bound(base), upper),
-                    group=True,
-                )
+            try:
+                if base is None:
+                    found = self.statements.rows_by_partition(
+                        "raw_slice_all",
+                        f"count(*), {measure}",
+                        "{raw}",
+                        group,
+                        where="AND {time} <= ?",
+                        params=(upper,),
+                        group=True,
+                    )
+                else:
+                    found = self.statements.rows_by_partition(
+                        "raw_slice",
+                        f"count(*), {measure}",
+                        "{raw}",
+                        group,
+                        where="AND {time} > ? AND {time} <= ?",
+                        params=(self.keys.time_bound(base), upper),
+                        group=True,
+                    )
+            except (ReadFailure, ReadTimeout):  # a partition of tombstones (a rows family's
+                # deleted business rows): each counter by itself, in slices the node reads
+                for counter in group:
+                    out[counter] = self.count_upto(counter, epoch_ms, base)
+                continue
             for counter, rows in found.items():
                 out[counter] = (rows[0][0] or 0, rows[0][1] or 0) if rows else (0, 0)
         return out

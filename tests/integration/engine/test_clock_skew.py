@@ -62,9 +62,7 @@ def real_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read(
-    family_file, conn
-):
+def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read(family_file, conn):
     """The reviewer's case: ``counterctl compact`` on a host an hour ahead took its epoch from
     its own clock, checked it against the same clock, and committed every counter an hour in
     the future; an increment written on time by a correct writer was then not read (15 where
