@@ -40,6 +40,7 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert state["fresh"] == [fresh.name] and state["never_compacted"] == [new.name]
     assert 39 * 60 <= state["families"][b.name]["behind_s"] < 44 * 60  # 40m - lag, + test time
     log = task_log.text  # the task's log lines
+    assert "clock: this worker is " in log and "the cluster's (coordinator" in log
     for family, state in ((a, "stale"), (b, "stale"), (fresh, "fresh"), (new, "never")):
         assert f"freshness {family.name}\t{state}\t" in log
     for family, path in ((a, "/a"), (b, "/b")):
@@ -65,6 +66,7 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert summary["stale"] == [] and sorted(summary["fresh"]) == sorted(
         [a.name, b.name, fresh.name]
     )
+    assert abs(summary["clock_offset_s"]) < 2 and summary["clock_refused"] == []
     assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale", "fresh_again"]
     assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
     assert receivers.json_posts("/c") == []
@@ -99,4 +101,31 @@ def test_a_family_whose_alert_cannot_be_sent_does_not_silence_the_others(
     state = ti.xcom_pull(task_ids="check_freshness", key="freshness")
     assert state["unalerted"] == [a.name]
     assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale"]  # b alerted all the same
+    assert receivers.json_posts("/a") == []
+
+
+def test_a_worker_whose_clock_is_an_hour_ahead_measures_lag_by_the_clusters_time(
+    conn, make_families, dagbag, receivers
+):
+    """The check runs on a worker whose clock is really an hour ahead (``time_machine``: the
+    whole process): a family compacted two minutes ago is fresh by the cluster's time (by the
+    worker's it was stale, and alerted), and the worker's offset is in the result, with the
+    families a compaction on it would be refused for."""
+    import time_machine
+
+    port = receivers.http_port
+    families = make_families(
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}}
+    )
+    (fresh,) = (families.family(e["name"]) for e in families.entries)
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    Store(conn, fresh).control.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
+    dag = dagbag().dags["counters_freshness"]
+    with time_machine.travel(datetime.now(UTC) + timedelta(hours=1), tick=True):
+        done = dag.test()
+    assert done.state == "success"
+    summary = done.get_task_instances()[0].xcom_pull(task_ids="check_freshness")
+    assert summary["fresh"] == [fresh.name] and summary["stale"] == []
+    assert 3590 < summary["clock_offset_s"] < 3610
+    assert summary["clock_refused"] == [fresh.name]
     assert receivers.json_posts("/a") == []
