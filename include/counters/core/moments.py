@@ -138,6 +138,7 @@ def clock_refusal(family: str, lag: timedelta, offset: ClockOffset) -> str | Non
     return (
         f"family {family!r}: this host's clock is {offset.describe()}: more than a quarter of "
         f"the family's lag ({tolerance.total_seconds():g} s of {lag.total_seconds():g} s). "
-        "Refused before it wrote or deleted anything: its epoch, tombstones and versions would "
-        "carry its clock. Sync the host's clock (NTP) or run from another host"
+        "Refused before the step's next write or delete (a step refused at its start wrote and "
+        "deleted nothing): its epochs, tombstones and versions would carry its clock. Sync the "
+        "host's clock (NTP) or run from another host"
     )
