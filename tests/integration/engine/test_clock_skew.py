@@ -148,3 +148,24 @@ def test_a_host_behind_within_the_tolerance_deletes_with_the_clusters_time(
     assert (summary.tally.rows_folded, summary.tally.rows_deleted) == (1, 1)
     assert store.raw.read_rows([("IBM",)])[("IBM",)] == []
     assert client.read("IBM") == 40
+
+
+def test_the_drivers_client_timestamps_follow_the_clusters_clock(conn, engine_keyspace):
+    """Writes without ``USING TIMESTAMP`` (run log, quarantine entries, audit rows) take the
+    driver's client timestamp: from a host 10 s ahead (within a 1 min lag's tolerance) it is the
+    cluster's time once the connection measured the offset, not 10 s in the future (a delete
+    from a correct host in those 10 s would have lost to it)."""
+    from counters.connection import Connection
+
+    table = f"{engine_keyspace}.stamps_{secrets.token_hex(3)}"
+    conn.session.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
+    with skewed(timedelta(seconds=10)):
+        ahead = Connection(conn.settings)
+        try:
+            assert 9 < ahead.cluster_clock().offset.seconds < 11
+            ahead.session.execute(f"INSERT INTO {table} (k, v) VALUES (1, 1)")
+        finally:
+            ahead.close()
+    written = conn.session.execute(f"SELECT writetime(v) FROM {table} WHERE k = 1").one()[0]
+    real_us = int(datetime.now(UTC).timestamp() * 1e6)
+    assert abs(written - real_us) < 2_000_000  # the offset is measured to a round trip
