@@ -1,12 +1,16 @@
 """The project deploys the way a platform installs a package: Airflow from the image, then
-``pip install -r requirements.txt``, then the package itself (the Dockerfile's ``pip install
---no-deps``; on MWAA its wheel), and the DAG files arrive on their own, in a DAG bundle folder
-apart from the rest of the project (an Astro DAG-only deploy, git-sync, an Airflow 3 bundle).
+``pip install -r requirements.txt`` under that Airflow's constraints file, then the package itself
+(the Dockerfile's ``pip install --no-deps``; on MWAA its wheel), and the DAG files arrive on their
+own, in a DAG bundle folder apart from the rest of the project (an Astro DAG-only deploy,
+git-sync, an Airflow 3 bundle).
 
 Once per session: a clean virtual environment (``python3.12``, the Dockerfile's runtime Python,
 where the machine has it; else this interpreter) gets ``apache-airflow`` at the pin of
-requirements-dev.txt (what the image carries), then requirements.txt (what the image's ONBUILD
-step installs; pip's cache in ``.cache/pip``), then the project as a package (not editable).
+requirements-dev.txt (what the image carries; ``COUNTERS_DEPLOY_AIRFLOW`` names another
+supported one), then requirements.txt (what the image's ONBUILD step installs; pip's cache in
+``.cache/pip``), both under the stand-in for that Airflow's own constraints file for that Python
+(``airflow-constraints/``, scripts/airflow_constraints.py) with the project's overrides (``make
+mwaa``'s), not under the project's lock; then the project as a package (not editable).
 A bundle folder gets only ``dags/*.py`` and the families YAML (the demo families, moved to a
 throw-away keyspace) as ``counter_families.yaml``; ``AIRFLOW_HOME`` is empty otherwise: no
 ``plugins/``, no ``include/``.
@@ -43,6 +47,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 PROJECT = Path(__file__).resolve().parents[3]
 WORK = PROJECT / "var" / "deploy-test"
 PIP_CACHE = PROJECT / ".cache" / "pip"
+CONSTRAINTS = Path(__file__).resolve().parent / "airflow-constraints"
 INSTALL_TIMEOUT_S = 900
 CLI_TIMEOUT_S = 300
 
@@ -53,6 +58,33 @@ def airflow_pin() -> str:
     match = re.search(r"^apache-airflow==(\S+)$", text, re.MULTILINE)
     assert match, "requirements-dev.txt pins no apache-airflow"
     return match.group(1)
+
+
+def deploy_airflow() -> str:
+    """The Airflow the venv gets: ``COUNTERS_DEPLOY_AIRFLOW`` (a supported one: it has a
+    constraints stand-in), else the pin of requirements-dev.txt."""
+    return os.environ.get("COUNTERS_DEPLOY_AIRFLOW") or airflow_pin()
+
+
+def platform_constraints(airflow: str, python_version: str) -> Path:
+    """That Airflow's constraints file for that Python (its stand-in) with the project's
+    overrides: what ``make mwaa`` ships and the Helm image installs under."""
+    major_minor = ".".join(python_version.split(".")[:2])
+    stand_in = CONSTRAINTS / f"constraints-{airflow}" / f"constraints-{major_minor}.txt"
+    assert stand_in.is_file(), f"Airflow {airflow} on Python {major_minor}: no {stand_in}"
+    done = run(
+        [
+            sys.executable,
+            str(PROJECT / "scripts" / "airflow_constraints.py"),
+            "overlay",
+            str(stand_in),
+            major_minor,
+        ],
+        dict(os.environ),
+    )
+    merged = WORK / "constraints.txt"
+    merged.write_text(done.stdout)
+    return merged
 
 
 def pip_version() -> str:
@@ -78,6 +110,11 @@ def base_python() -> str:
         if probe.returncode == 0:
             return probe.stdout.strip()
     return sys.executable
+
+
+def _pins(text: str) -> dict[str, str]:
+    found = re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)$", text, re.M)
+    return {name.lower().replace("_", "-"): version for name, version in found}
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT_S, check: bool = True):
@@ -128,23 +165,29 @@ def deploy_venv() -> Iterator[DeployVenv]:
     version = run([str(path / "bin" / "python"), "--version"], clean_env()).stdout.split()[-1]
     venv = DeployVenv(path, version)
     venv.pip("install", "-q", f"pip=={pip_version()}")
-    # A platform installs under its constraints file (the image's, MWAA's constraints line);
-    # here the lock the project is tested with stands for it, so no newer PyPI release changes
-    # what this test installs.
-    lock = ("-c", str(PROJECT / "requirements-lock.txt"))
-    venv.pip("install", "-q", f"apache-airflow=={airflow_pin()}", *lock)  # the runtime image
+    # A platform installs under its Airflow's constraints file (the image's, MWAA's constraints
+    # line): its stand-in with the project's overrides, not the project's lock, so a floor
+    # above what that Airflow pins fails here as it would there
+    airflow = deploy_airflow()
+    constraints = platform_constraints(airflow, version)
+    platform = ("-c", str(constraints))
+    venv.pip("install", "-q", f"apache-airflow=={airflow}", *platform)  # the runtime image
     core = venv.installed()["apache-airflow-core"]
-    venv.pip("install", "-q", "-r", str(PROJECT / "requirements.txt"), *lock)  # ONBUILD step
+    venv.pip("install", "-q", "-r", str(PROJECT / "requirements.txt"), *platform)  # ONBUILD
     installed = venv.installed()
-    assert installed["apache-airflow-core"] == core == airflow_pin(), (
+    assert installed["apache-airflow-core"] == core == airflow, (
         "requirements.txt changed the image's Airflow"
     )
+    pinned = _pins(constraints.read_text())
+    for name in ("apache-airflow-providers-apache-cassandra", "cassandra-driver", "numpy"):
+        assert installed[name] == pinned[name], f"{name}: not the platform's version"
     # the Dockerfile's step after ONBUILD: the project as a package, its dependencies already in
     assert "RUN pip install --no-cache-dir --no-deps /usr/local/airflow" in (
         (PROJECT / "Dockerfile").read_text()
     )
     venv.pip("install", "-q", "--no-deps", str(PROJECT))
     assert venv.installed()["counters-compaction"]
+    venv.pip("check")  # the package's own requirements (apache-airflow>=3.3 among them) are met
     yield venv
     shutil.rmtree(path, ignore_errors=True)
 
