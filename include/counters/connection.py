@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import cassandra
 from cassandra import ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
@@ -541,6 +542,49 @@ class ConnectionSettings:
         who = f"{self.username}@" if self.username else ""
         tls = (" (mutual TLS)" if self.tls_cert_file else " (TLS)") if self.tls else ""
         return f"{who}{','.join(self.hosts)}:{self.port}{tls}"
+
+
+TESTED_DRIVER = ">=3.30.0,<3.31"
+"""The cassandra-driver versions whose connection internals ``QueueingConnection`` overrides
+were read and run: every test runs 3.30.1, and 3.30.0's ``connection.py`` and ``segment.py``
+are the same byte for byte. requirements.txt's range is this one."""
+
+
+class DriverVersionError(ImportError):
+    """The installed cassandra-driver is outside ``TESTED_DRIVER``."""
+
+
+def untested_driver(version: str, connection_class: type) -> str | None:
+    """Pure: why ``QueueingConnection`` cannot trust this driver (its version is outside
+    ``TESTED_DRIVER``, or the connection lacks a method it overrides), else None."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        tested = Version(version) in SpecifierSet(TESTED_DRIVER)
+    except InvalidVersion:
+        tested = False
+    if not tested:
+        return f"cassandra-driver {version} is outside the tested range {TESTED_DRIVER}"
+    if not callable(getattr(connection_class, "_process_segment_buffer", None)):
+        return f"cassandra-driver {version}'s connection has no _process_segment_buffer"
+    return None
+
+
+def _check_driver() -> None:
+    """At import, so a driver upgrade fails every process at once (a DAG import error, a CLI
+    error) instead of a run under load, where the overridden internals are used."""
+    why = untested_driver(cassandra.__version__, DefaultConnection)
+    if why:
+        raise DriverVersionError(
+            f"{why}: counters.connection.QueueingConnection overrides the driver's private "
+            "connection internals (_socket_writable, _process_segment_buffer, its I/O buffer), "
+            "checked for those versions only. Install cassandra-driver per requirements.txt "
+            f"({TESTED_DRIVER}); a new driver needs QueueingConnection re-checked against it"
+        )
+
+
+_check_driver()
 
 
 class QueueingConnection(DefaultConnection):

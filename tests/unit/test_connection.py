@@ -226,3 +226,37 @@ def test_a_load_balancing_setting_the_hook_would_ignore_is_refused_by_name(
 ) -> None:
     with pytest.raises(ConnectionConfigError, match=r"'cassandra_default': " + message):
         settings_of(extra)
+
+
+def test_a_driver_outside_the_tested_range_is_refused_at_import() -> None:
+    """QueueingConnection overrides the driver's private connection internals: a driver it was
+    not checked against must fail every process at once, naming the version and the range,
+    rather than a run under load. requirements.txt admits exactly the checked versions."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cassandra.connection import Connection as DriverConnection
+    from counters.connection import TESTED_DRIVER, DefaultConnection, untested_driver
+    from packaging.requirements import Requirement
+
+    for version in ("3.30.0", "3.30.1"):
+        assert untested_driver(version, DefaultConnection) is None, version
+    for version in ("3.29.3", "3.31.0", "4.0.0", "not-a-version"):
+        why = untested_driver(version, DefaultConnection)
+        assert why and version in why and TESTED_DRIVER in why, (version, why)
+    assert "_process_segment_buffer" in str(untested_driver("3.30.1", type("Bare", (), {})))
+    assert issubclass(DefaultConnection, DriverConnection)
+
+    lines = (Path(__file__).resolve().parents[2] / "requirements.txt").read_text().splitlines()
+    [driver] = [Requirement(x) for x in lines if x.startswith("cassandra-driver")]
+    assert str(driver.specifier) == str(Requirement(f"x{TESTED_DRIVER}").specifier)
+
+    # the import itself refuses: a driver reporting another version fails `import counters...`
+    probe = (
+        "import cassandra; cassandra.__version__ = '3.31.0'\n"
+        "try:\n    import counters.connection\nexcept ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert "cassandra-driver 3.31.0 is outside the tested range" in done.stdout, done
+    assert "requirements.txt" in done.stdout
