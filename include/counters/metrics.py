@@ -204,7 +204,7 @@ def _stats() -> Any:
     not exported yet). Elsewhere (``counterctl``) this sets it up the same way, again when that
     configuration changed (a test, a long-lived process)."""
     global _configured
-    from airflow.sdk.configuration import conf
+    from airflow.sdk import conf
     from airflow.sdk.observability import stats
     from airflow.sdk.observability.metrics import stats_utils
 

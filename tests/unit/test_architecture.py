@@ -330,3 +330,30 @@ def test_the_checks_see_lazy_and_type_checking_imports(tmp_path: Path) -> None:
     assert len(private_imports(edges)) == 1
     back = Import("counters.compaction.fold", "counters.core", ("x",), 1)
     assert cycles([*edges, back]) == [["counters.compaction.fold", "counters.core"]]
+
+
+def test_airflow_is_imported_from_its_public_interface() -> None:
+    """Airflow 3's public interface is ``airflow.sdk``: a name it exports is imported from
+    there, never from the module that defines it (``airflow.sdk.definitions.*`` moves between
+    releases), and no private module (``_x``) of Airflow's is imported at all."""
+    import airflow.sdk
+
+    exported = set(airflow.sdk.__all__)
+    files = [*(ROOT / "include" / "counters").rglob("*.py"), *(ROOT / "dags").glob("*.py")]
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
+                "airflow"
+            ):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno} from {node.module}"
+            parts = (node.module or "").split(".")
+            names = {alias.name for alias in node.names}
+            if any(part.startswith("_") for part in parts):
+                found.append(f"{where}: a private module")
+            elif node.module.startswith("airflow.sdk.definitions"):
+                found.append(f"{where}: internal (airflow.sdk exports what is public of it)")
+            elif node.module.startswith("airflow.sdk.") and names & exported:
+                found.append(f"{where}: {sorted(names & exported)} are airflow.sdk's")
+    assert not found, found

@@ -15,8 +15,16 @@ from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, task
-from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+from airflow.sdk import (
+    DAG,
+    ExceptionRetryPolicy,
+    Param,
+    RetryAction,
+    RetryRule,
+    get_current_context,
+    get_parsing_context,
+    task,
+)
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
