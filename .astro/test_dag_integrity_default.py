@@ -45,6 +45,10 @@ def _placeholder_variable(
 
 BaseHook.get_connection = _placeholder_connection  # type: ignore[method-assign]
 Variable.get = _placeholder_variable  # type: ignore[method-assign]
+# The families' asset URIs name their cluster, which a deployment sets (COUNTERS_ASSET_CLUSTER)
+# and the parse step's container does not: a placeholder, as for connections; parsing checks
+# the DAGs, not which cluster they name.
+os.environ.setdefault("COUNTERS_ASSET_CLUSTER", "dag-integrity-check:9042")
 
 
 @contextmanager

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 from counters.airflow.assets import (
+    CONN_ENV,
     AssetClusterError,
     cluster_address,
     configured_cluster,
     openlineage_dataset,
     table_uri,
 )
+from counters.airflow.runtime import CASSANDRA_CONN_ID
 
 pytestmark = pytest.mark.unit
 
@@ -36,14 +38,33 @@ def test_expect_the_openlineage_namespace_and_name_of_a_table() -> None:
         openlineage_dataset("cassandra://counters_demo/trade_totals")  # the old, clusterless URI
 
 
-def test_expect_the_cluster_from_the_setting_then_the_driver_variables_then_the_default() -> None:
-    assert configured_cluster({}) == "localhost:9042"
+def test_expect_the_cluster_from_the_setting_then_the_connection_then_the_driver_variables() -> (
+    None
+):
     driver = {"CASSANDRA_HOSTS": "Node1.Example.com, node2", "CASSANDRA_PORT": "9142"}
     assert configured_cluster(driver) == "node1.example.com:9142"
     assert configured_cluster({"CASSANDRA_HOSTS": "node1"}) == "node1:9042"
-    chosen = {**driver, "COUNTERS_ASSET_CLUSTER": "prod-cassandra:9043"}
+    as_json = '{"conn_type": "cassandra", "host": "Cass1.example.com,cass2", "port": 9142}'
+    connection = {**driver, CONN_ENV: as_json}
+    assert configured_cluster(connection) == "cass1.example.com:9142"
+    as_uri = {CONN_ENV: "cassandra://user:secret@cass3.example.com:9043/counters?x=1"}
+    assert configured_cluster(as_uri) == "cass3.example.com:9043"
+    assert (
+        configured_cluster({CONN_ENV: "cassandra://cass4.example.com"}) == "cass4.example.com:9042"
+    )
+    chosen = {**connection, "COUNTERS_ASSET_CLUSTER": "prod-cassandra:9043"}
     assert configured_cluster(chosen) == "prod-cassandra:9043"
     assert cluster_address("[::1]:9142") == "[::1]:9142"
+    assert f"AIRFLOW_CONN_{CASSANDRA_CONN_ID.upper()}" == CONN_ENV  # the DAGs' connection
+
+
+def test_expect_localhost_only_in_local_development_and_elsewhere_the_setting_required() -> None:
+    """A deployment that keeps the connection in the metadata DB or a secrets backend would
+    otherwise name every cluster's tables ``localhost:9042``."""
+    assert configured_cluster({"COUNTERS_LOCAL_DEV": "1"}) == "localhost:9042"
+    for env in ({}, {CONN_ENV: '{"conn_type": "cassandra"}'}, {"COUNTERS_ASSET_CLUSTER": " "}):
+        with pytest.raises(AssetClusterError, match="COUNTERS_ASSET_CLUSTER is not set"):
+            configured_cluster(env)
 
 
 @pytest.mark.parametrize("value", ["cass/ks", "cass:port", "cass:0", "cass:1:2", "http://x"])

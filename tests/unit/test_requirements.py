@@ -69,11 +69,13 @@ def test_the_lock_is_what_setup_installs_and_hashes() -> None:
 
 
 def test_the_package_declares_the_ranges_a_deployment_installs() -> None:
-    """pyproject's dependencies are requirements.txt's lines: installing the package (a wheel
-    on MWAA, ``pip install .`` in an image) resolves what requirements.txt does."""
+    """pyproject's dependencies are requirements.txt's lines and Airflow's floor, as a
+    provider's are: installing the package (a wheel on MWAA, ``pip install .`` in an image)
+    resolves what requirements.txt does, and refuses an Airflow older than 3.3."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = sorted(str(Requirement(line)) for line in project["dependencies"])
-    assert declared == sorted(str(r) for r in requirements("requirements.txt"))
+    airflow = "apache-airflow>=3.3.0"  # the floor only: the platform brings Airflow
+    assert declared == sorted([airflow, *(str(r) for r in requirements("requirements.txt"))])
     plugins = project["entry-points"]["airflow.plugins"]
     assert plugins == {"counter_families": "counters.airflow.plugin:CounterFamiliesPlugin"}
 

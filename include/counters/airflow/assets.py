@@ -4,10 +4,14 @@ A table is ``cassandra://<host>:<port>/<keyspace>/<table>``: OpenLineage's Cassa
 naming (namespace ``cassandra://<host>:<port>``, name ``<keyspace>.<table>``), so two clusters
 with the same keyspace are two assets, and lineage tools name the table as the provider
 integrations do. The cluster comes from ``COUNTERS_ASSET_CLUSTER`` (``host:port``), else the
-first of ``CASSANDRA_HOSTS`` with ``CASSANDRA_PORT``, else ``localhost:9042``: environment only,
-because a DAG file is parsed without I/O (the Airflow connection's host is a metadata-DB or
-secrets-backend read). Host, keyspace and table are lower-cased: CQL folds unquoted names, and
-the families YAML allows only those, so ``Trades`` and ``trades`` are one table.
+``cassandra_default`` connection's host when the environment holds it, else the first of
+``CASSANDRA_HOSTS`` with ``CASSANDRA_PORT``; ``localhost:9042`` only in the local dev setup, an
+error elsewhere (``configured_cluster``): environment only, because a DAG file is parsed
+without I/O (a connection in the metadata DB or a secrets backend is a read). The package
+registers the ``cassandra`` scheme's normalizer and OpenLineage converter (``lineage``), so
+OpenLineage names these tables as Cassandra datasets. Host, keyspace and table are lower-cased:
+CQL folds unquoted names, and the families YAML allows only those, so ``Trades`` and ``trades``
+are one table.
 
 The asset's name is its URI, so a DAG anywhere in the deployment schedules on
 ``Asset("cassandra://cassandra.example.com:9042/counters_demo/trade_totals")`` and means the
@@ -29,6 +33,7 @@ The event's ``extra`` holds the run: ``family``, ``run_id``, ``epoch_before``, `
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -37,10 +42,12 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, AssetAlias
 
-from ..config import Family
+from ..config import LOCAL_DEV_ENV, Family
 
 SCHEME = "cassandra"
 CLUSTER_ENV = "COUNTERS_ASSET_CLUSTER"
+CONN_ENV = "AIRFLOW_CONN_CASSANDRA_DEFAULT"
+"""The DAGs' connection (``runtime.CASSANDRA_CONN_ID``) when the environment holds it."""
 DEFAULT_PORT = 9042
 DEFAULT_CLUSTER = f"localhost:{DEFAULT_PORT}"
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$")
@@ -65,18 +72,52 @@ def cluster_address(value: str, setting: str = CLUSTER_ENV) -> str:
     return f"{host.lower()}:{int(port)}"
 
 
+def connection_cluster(value: str) -> str | None:
+    """Pure: the first host and the port of an ``AIRFLOW_CONN_<ID>`` value (Airflow's JSON or
+    URI form), as ``host:port``; None when it names no host."""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            conn = json.loads(text)
+        except ValueError:
+            return None
+        host, port = str(conn.get("host") or ""), conn.get("port")
+    else:
+        netloc = urlsplit(text).netloc.rpartition("@")[2]
+        host, _, port = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", None)
+    first = host.split(",")[0].strip()
+    if not first:
+        return None
+    return cluster_address(f"{first}:{port or DEFAULT_PORT}", CONN_ENV)
+
+
 def configured_cluster(env: Mapping[str, str] | None = None) -> str:
     """The cluster in asset URIs, from the environment (no I/O at DAG parse):
-    ``COUNTERS_ASSET_CLUSTER``, else the first ``CASSANDRA_HOSTS`` host with ``CASSANDRA_PORT``,
-    else ``localhost:9042``."""
+    ``COUNTERS_ASSET_CLUSTER``, else the host of the ``cassandra_default`` connection when the
+    environment holds it (``AIRFLOW_CONN_CASSANDRA_DEFAULT``), else the first
+    ``CASSANDRA_HOSTS`` host with ``CASSANDRA_PORT``, else ``localhost:9042`` in the local dev
+    setup (``COUNTERS_LOCAL_DEV=1``) only. Elsewhere an error names the setting: a connection
+    kept in the metadata DB or a secrets backend cannot be read while a DAG file is parsed, and
+    a guessed ``localhost:9042`` would name every deployment's tables alike."""
     env = os.environ if env is None else env
     if env.get(CLUSTER_ENV, "").strip():
         return cluster_address(env[CLUSTER_ENV])
+    from_connection = connection_cluster(env.get(CONN_ENV, ""))
+    if from_connection:
+        return from_connection
     hosts = [h.strip() for h in env.get("CASSANDRA_HOSTS", "").split(",") if h.strip()]
     if hosts:
         port = env.get("CASSANDRA_PORT", "").strip() or str(DEFAULT_PORT)
         return cluster_address(f"{hosts[0]}:{port}", "CASSANDRA_HOSTS/CASSANDRA_PORT")
-    return DEFAULT_CLUSTER
+    if env.get(LOCAL_DEV_ENV) == "1":
+        return DEFAULT_CLUSTER
+    raise AssetClusterError(
+        f"{CLUSTER_ENV} is not set: the families' asset URIs name their cluster "
+        f"(cassandra://<host>:<port>/<keyspace>/<table>), and the cassandra_default connection "
+        f"is not in the environment ({CONN_ENV}) where a DAG file could read it without I/O. "
+        f"Set {CLUSTER_ENV} to one stable host:port of the cluster (e.g. "
+        "cassandra.example.com:9042), the same on every Airflow component"
+    )
 
 
 def table_uri(cluster: str, keyspace: str, table: str) -> str:
