@@ -29,12 +29,18 @@ family and the outcome are tags. After Airflow's ``statsd_prefix`` (``airflow``)
                                                 than a quarter of the family's lag
 =====================================  =======  ===============================================
 
-With ``COUNTERS_LEGACY_METRIC_NAMES=1`` each is also sent under the per-family name of earlier
-versions, ``counters.<family>.<what>`` (``runs``: ``counters.<family>.runs.<outcome>``), for a
-plain StatsD backend that drops tags.
+**Without tags.** Airflow sends tags to plain StatsD only in a tagged format
+(``statsd_influxdb_enabled`` or ``statsd_datadog_enabled``); with ``statsd_on`` alone, its
+default, it drops them, and every family would share one series of each name (two families'
+epochs, one gauge). So there, and wherever ``COUNTERS_LEGACY_METRIC_NAMES=1`` asks for it, each
+metric is sent instead under its per-family name, every tag in the name:
+``counters.<family>.<what>`` and, for a run's metrics, ``counters.<family>.<what>.<outcome>``
+(the shipped statsd_exporter mapping turns both forms into the same labelled series); a process
+says so once, in a warning.
 
-The pure part (:func:`run_metrics`, :func:`family_metrics`, :func:`with_legacy_names`) builds the
-values; :func:`emit` sends them. A metrics backend that fails never fails a run: it is logged.
+The pure part (:func:`run_metrics`, :func:`family_metrics`, :func:`tags_reach_backend`,
+:func:`for_backend`) builds the values and names; :func:`emit` sends them. A metrics backend
+that fails never fails a run: it is logged.
 """
 
 from __future__ import annotations
@@ -144,28 +150,40 @@ def run_metrics(
     ]
 
 
-def legacy_name(metric: Metric) -> str:
-    """The per-family name of earlier versions: ``counters.<family>.<what>``, and
-    ``counters.<family>.runs.<outcome>`` for the run count."""
+def per_family_name(metric: Metric) -> str:
+    """The name with every tag in it, for a backend without tags: ``counters.<family>.<what>``,
+    then ``.<outcome>`` for a run's metrics (``counters.<family>.runs.<outcome>``)."""
     what = metric.name.removeprefix(f"{PREFIX}.")
-    family = metric.tags["family"]
-    if what == "runs":
-        return f"{PREFIX}.{family}.runs.{metric.tags['outcome']}"
-    return f"{PREFIX}.{family}.{what}"
+    name = f"{PREFIX}.{metric.tags['family']}.{what}"
+    return f"{name}.{metric.tags['outcome']}" if "outcome" in metric.tags else name
 
 
-def with_legacy_names(metrics: Iterable[Metric], legacy: bool) -> list[Metric]:
-    """``metrics``, each followed by its legacy per-family copy when ``legacy`` is on."""
-    sent = []
-    for metric in metrics:
-        sent.append(metric)
-        if legacy:
-            sent.append(Metric(metric.kind, legacy_name(metric), metric.value, metric.tags))
-    return sent
+def _on(value: object) -> bool:
+    return str(value or "").strip().lower() in {"1", "true", "yes", "on", "t", "y"}
+
+
+def tags_reach_backend(settings: Mapping[str, object]) -> bool:
+    """Pure, over Airflow's ``[metrics]`` settings: whether the backend gets the tags.
+    OpenTelemetry's attributes, DogStatsD and InfluxDB-style StatsD lines carry them; plain
+    StatsD (``statsd_on`` alone, Airflow's default StatsD) drops them."""
+    if _on(settings.get("otel_on")) or not _on(settings.get("statsd_on")):
+        return True
+    return _on(settings.get("statsd_datadog_enabled")) or _on(
+        settings.get("statsd_influxdb_enabled")
+    )
+
+
+def for_backend(metrics: Iterable[Metric], *, tags_reach: bool, legacy: bool) -> list[Metric]:
+    """``metrics`` as the backend can tell them apart: as they are where tags reach it, else
+    (or when ``legacy`` asks) under their per-family names, without tags."""
+    if tags_reach and not legacy:
+        return list(metrics)
+    return [Metric(m.kind, per_family_name(m), m.value, {}) for m in metrics]
 
 
 def legacy_names_on(env: Mapping[str, str]) -> bool:
-    """``COUNTERS_LEGACY_METRIC_NAMES``: 1/true/yes/on sends the per-family names too."""
+    """``COUNTERS_LEGACY_METRIC_NAMES``: 1/true/yes/on sends the per-family names, even where
+    Airflow sends tags (a backend that drops them)."""
     return env.get(LEGACY_NAMES_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -235,21 +253,48 @@ def airflow_configured(env: Mapping[str, str] | None = None) -> bool:
     return os.path.isfile(os.path.join(home, "airflow.cfg"))
 
 
+_warned_untagged = False
+
+
+def _settings() -> dict[str, object]:
+    from airflow.sdk import conf
+
+    return {key: conf.get("metrics", key, fallback=None) for key in _CONFIG_KEYS}
+
+
+def _named(metrics: list[Metric]) -> list[Metric]:
+    """The metrics under the names this deployment's backend can tell apart; says once per
+    process when that is the per-family names."""
+    global _warned_untagged
+    tags_reach = tags_reach_backend(_settings())
+    legacy = legacy_names_on(os.environ)
+    if not tags_reach and not _warned_untagged:
+        _warned_untagged = True
+        log.warning(
+            "[metrics] statsd_on without statsd_influxdb_enabled or statsd_datadog_enabled: "
+            "StatsD gets no tags, so the counters metrics go under per-family names "
+            "(counters.<family>.<what>[.<outcome>]; docs/monitoring/statsd_exporter.yml maps "
+            "them to the same labelled series). Set statsd_influxdb_enabled = True for tags"
+        )
+    return for_backend(metrics, tags_reach=tags_reach, legacy=legacy)
+
+
 def emit(metrics: Iterable[Metric]) -> None:
-    """Send ``metrics`` (and their legacy names, when ``COUNTERS_LEGACY_METRIC_NAMES`` is on)
-    through Airflow's facade; never raises (metrics must not fail a run)."""
-    metrics = with_legacy_names(metrics, legacy_names_on(os.environ))
+    """Send ``metrics`` through Airflow's facade, under the names the backend can tell apart
+    (``for_backend``); never raises (metrics must not fail a run)."""
+    metrics = list(metrics)
     if not metrics or not airflow_configured():
         return
     try:
         stats = _stats()
-        for m in metrics:
+        for m in _named(metrics):
+            tags = m.tags or None
             if m.kind == "incr":
-                stats.incr(m.name, count=int(m.value), tags=m.tags)
+                stats.incr(m.name, count=int(m.value), tags=tags)
             elif m.kind == "gauge":
-                stats.gauge(m.name, m.value, tags=m.tags)
+                stats.gauge(m.name, m.value, tags=tags)
             else:
-                stats.timing(m.name, timedelta(milliseconds=m.value), tags=m.tags)
+                stats.timing(m.name, timedelta(milliseconds=m.value), tags=tags)
     except Exception:
         log.warning(
             "could not send %d metric(s) through Airflow's facade", len(metrics), exc_info=True

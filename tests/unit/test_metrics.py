@@ -9,10 +9,11 @@ from counters.metrics import (
     Metric,
     airflow_configured,
     family_metrics,
+    for_backend,
     legacy_names_on,
     run_metrics,
+    tags_reach_backend,
     unix_seconds,
-    with_legacy_names,
 )
 
 pytestmark = pytest.mark.unit
@@ -109,20 +110,43 @@ def test_expect_the_clock_offset_as_a_gauge_when_measured() -> None:
     ]
 
 
-def test_expect_legacy_per_family_names_only_when_asked() -> None:
-    sent = run_metrics(record(), NOW, quarantined=0)
-    assert with_legacy_names(sent, legacy=False) == sent
-    legacy = {m.name for m in with_legacy_names(sent, legacy=True)} - {m.name for m in sent}
-    assert legacy == {
-        "counters.trades.rows_folded",
-        "counters.trades.rows_deleted",
-        "counters.trades.late_rows",
-        "counters.trades.run_duration",
+def test_expect_per_family_names_where_tags_cannot_reach_the_backend() -> None:
+    """Airflow's default StatsD (``statsd_on`` alone) drops tags: two families' epochs would be
+    one gauge, and the stale alert could not tell them apart. There every metric goes under
+    its per-family name, every tag in it."""
+    plain = {"statsd_on": "True"}
+    assert not tags_reach_backend(plain)
+    assert not tags_reach_backend({**plain, "statsd_influxdb_enabled": "False"})
+    for tagged in ("statsd_influxdb_enabled", "statsd_datadog_enabled", "otel_on"):
+        assert tags_reach_backend({**plain, tagged: "True"}), tagged
+    assert tags_reach_backend({"otel_on": "True"})
+    assert tags_reach_backend({})  # no backend: nothing is sent anyway
+
+    sent = run_metrics(record(), NOW, quarantined=0) + run_metrics(
+        record(family="likes", outcome="failed"), NOW, quarantined=1
+    )
+    assert for_backend(sent, tags_reach=True, legacy=False) == sent
+    named = for_backend(sent, tags_reach=False, legacy=False)
+    assert [m.name for m in named] == [
+        "counters.trades.rows_folded.success",
+        "counters.trades.rows_deleted.success",
+        "counters.trades.late_rows.success",
+        "counters.trades.run_duration.success",
         "counters.trades.runs.success",
         "counters.trades.compacted_epoch_seconds",
         "counters.trades.lag_seconds",
         "counters.trades.quarantined",
-    }
+        "counters.likes.rows_folded.failed",
+        "counters.likes.rows_deleted.failed",
+        "counters.likes.late_rows.failed",
+        "counters.likes.run_duration.failed",
+        "counters.likes.runs.failed",
+        "counters.likes.compacted_epoch_seconds",
+        "counters.likes.lag_seconds",
+        "counters.likes.quarantined",
+    ]
+    assert [(m.kind, m.value, m.tags) for m in named] == [(m.kind, m.value, {}) for m in sent]
+    assert for_backend(sent, tags_reach=True, legacy=True) == named  # asked for
     assert legacy_names_on({"COUNTERS_LEGACY_METRIC_NAMES": "1"})
     assert not legacy_names_on({"COUNTERS_LEGACY_METRIC_NAMES": "0"})
     assert not legacy_names_on({})

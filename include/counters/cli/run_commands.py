@@ -204,6 +204,12 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         clock = obj.conn.cluster_clock()
         now = clock.now()
         lags = health.read_lags((Store(obj.conn, f) for f in families), now, clock.offset)
+    if metrics.airflow_configured():
+        # importing Airflow takes over the logging: take it back before any metric is sent
+        # (a warning of the metrics' must reach stderr, away from the output on stdout)
+        import airflow.sdk  # noqa: F401
+
+        configure_logging(obj.verbose)
     for lag in lags:
         metrics.emit_family(
             lag.family.name,

@@ -77,3 +77,55 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
         assert not any(f".{family.name}." in line for line in listener.lines)  # no legacy names
     finally:
         listener.close()
+
+
+def test_without_tags_each_family_gets_its_own_names_and_a_warning_says_so(
+    conn, make_families, t0, tmp_path
+):
+    """Airflow's default StatsD (``statsd_on`` alone) drops tags: two families' gauges went to
+    one series. Now each metric goes under its per-family name (which the shipped mapping turns
+    into the same labelled series), none under the shared name, and the process warns once,
+    on stderr. One ``counterctl`` process: it imports Airflow (about 10 s on an idle machine)."""
+    from counters import engine
+
+    families = make_families({}, {})
+    one, two = (families.family(e["name"]) for e in families.entries)
+    store = Store(conn, one)
+    CounterClient(conn, one, store).record([Increment(("K",), 5, t0, ("w", 0))])
+    engine.run_family(store, t0 + timedelta(minutes=5))  # in-process: no metrics here
+    listener = StatsdListener()
+    try:
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__METRICS__STATSD_ON": "True",  # and nothing else: Airflow's default StatsD
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+            "PYTHONWARNINGS": "ignore",
+        }
+        env.pop("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", None)
+        health = counterctl(families.path, env, "health")
+        assert health.returncode == 8, health.stdout + health.stderr  # day-old epoch, never run
+        assert health.stderr.count("StatsD gets no tags") == 1, health.stderr
+        assert "StatsD" not in health.stdout  # the output stays the command's
+        want = {
+            f"airflow.counters.{one.name}.compacted_epoch_seconds",
+            f"airflow.counters.{one.name}.stale_after_seconds",
+            f"airflow.counters.{two.name}.stale_after_seconds",
+            f"airflow.counters.{two.name}.quarantined",
+        }
+        for _ in range(100):  # sent before the command exited; the reader thread may lag
+            names = {line.partition(":")[0] for line in listener.lines}
+            if want <= names:
+                break
+            time.sleep(0.1)
+        assert want <= names, sorted(names)
+        epoch = (t0 + timedelta(minutes=5)).replace(tzinfo=UTC).timestamp()
+        assert listener.values(f"airflow.counters.{one.name}.compacted_epoch_seconds") == [
+            (epoch, "g")
+        ]
+        ours = {n for n in names if n.startswith("airflow.counters.")}
+        shared = {n for n in ours if n.count(".") == 2}  # airflow.counters.<what>: no family
+        assert not shared, shared
+    finally:
+        listener.close()
