@@ -16,7 +16,7 @@ from typing import Any
 
 from .config import Family
 from .connection import Connection
-from .core import ClockOffset, clock_refusal, clock_tolerance, utc_naive
+from .core import ClockOffset, clock_refusal, clock_tolerance, to_text, utc_naive
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import Store
@@ -59,7 +59,7 @@ class FamilyLag:
             "family": self.family.name,
             "state": self.state.value,
             "healthy": self.healthy,
-            "epoch": utc_naive(self.epoch).isoformat() if self.epoch else None,
+            "epoch": to_text(self.epoch),
             "behind_s": self.behind.total_seconds() if self.behind is not None else None,
             "limit_s": self.limit.total_seconds(),
             "dag_id": self.family.dag_id,

@@ -4,6 +4,7 @@ reset and reshard, init's replication outside a local node, the hidden demo writ
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -145,3 +146,71 @@ def test_a_counter_that_is_not_the_familys_key_exits_2_naming_it() -> None:
     with pytest.raises(click.ClickException) as parts:
         cli_module.counter_keys(store, ["7"])
     assert parts.value.exit_code == 2 and "give one value per column" in parts.value.message
+
+
+def test_every_json_output_writes_times_in_one_format(capsys: pytest.CaptureFixture[str]) -> None:
+    """UTC, to the millisecond, ending in Z (``core.moments.to_text``), whatever the time's
+    timezone, in every ``--json`` output: they all go through ``echo_json``."""
+    from counters.config import load_catalog
+    from counters.health import family_lag
+
+    naive = datetime(2026, 11, 22, 10, 0, 0, 123456)
+    aware = datetime(2026, 11, 22, 11, 0, 0, tzinfo=UTC).astimezone()
+    cli_module.echo_json({"at": naive, "nested": [{"epoch": aware}], "day": naive.date()})
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {
+        "at": "2026-11-22T10:00:00.123Z",
+        "nested": [{"epoch": "2026-11-22T11:00:00.000Z"}],
+        "day": "2026-11-22",
+    }
+    trades = load_catalog(CONFIG).get("trades")
+    lag = family_lag(trades, naive, naive + timedelta(minutes=2)).as_dict()  # health --json
+    assert lag["epoch"] == "2026-11-22T10:00:00.123Z"
+    source = Path(cli_module.__file__).parent
+    for module in source.glob("*.py"):  # no command prints JSON past echo_json
+        if module.name != "common.py":
+            assert "json.dumps" not in module.read_text(), module.name
+
+
+def test_log_format_json_writes_log_lines_and_errors_as_json_objects(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--log-format json`` (``$COUNTERS_LOG_FORMAT``): one JSON object a line on stderr, for a
+    CronJob's log pipeline; an error carries its exit code."""
+    import logging
+
+    try:
+        cli_module.configure_logging(0, "json")
+        logging.getLogger("counters.health").warning("family %s: %d behind", "trades", 3)
+        line = json.loads(capsys.readouterr().err)
+        assert line["level"] == "warning" and line["logger"] == "counters.health"
+        assert line["message"] == "family trades: 3 behind"
+        assert line["time"].endswith("Z") and len(line["time"]) == len("2026-11-22T10:00:00.000Z")
+        missing = CliRunner().invoke(
+            cli, ["--log-format", "json", "--config", "/no/such/families.yaml", "families"]
+        )
+        assert missing.exit_code == 2
+        [error] = [json.loads(x) for x in missing.stderr.splitlines()]
+        assert error["level"] == "error" and error["exit_code"] == 2
+        assert "/no/such/families.yaml" in error["message"]
+        by_env = CliRunner().invoke(
+            cli,
+            ["--config", "/no/such/families.yaml", "families"],
+            env={"COUNTERS_LOG_FORMAT": "json"},
+        )
+        assert json.loads(by_env.stderr)["exit_code"] == 2
+    finally:
+        cli_module.configure_logging(0)
+    plain = CliRunner().invoke(cli, ["--config", "/no/such/families.yaml", "families"])
+    assert plain.stderr.startswith("Error: ")
+
+
+def test_health_is_named_the_status_command() -> None:
+    """Operators look for a status command: ``health`` says it is one, in its help and in
+    the docs."""
+    help_text = CliRunner().invoke(cli, ["--help"]).output
+    assert re.search(r"^  health +The status command", help_text, re.M), help_text
+    root = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/cli.md", "docs/operations.md"):
+        text = (root / doc).read_text()
+        assert re.search(r"`counterctl health`\**,? is the status command", text), doc

@@ -9,7 +9,8 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, date, datetime
+from typing import Any
 
 import click
 from cassandra import DriverException, Unauthorized
@@ -25,7 +26,7 @@ from ..connection import (
     ConnectionSettings,
     connect,
 )
-from ..core import Key, parse_epoch
+from ..core import Key, parse_epoch, to_text
 from ..schema import SchemaError
 from ..store import Store
 
@@ -52,6 +53,16 @@ class Failure(click.ClickException):
         super().__init__(message)
         # click types exit_code as a ClassVar, yet reads it from the instance (e.exit_code)
         self.exit_code = code  # type: ignore[misc]
+
+    def show(self, file: Any = None) -> None:
+        """As click shows it (``Error: ...``), or one JSON line under ``--log-format json``."""
+        if _log_format != "json":
+            super().show(file)
+            return
+        line: dict[str, object] = {"time": to_text(datetime.now(UTC)), "level": "error"}
+        line |= {"logger": "counterctl", "message": self.format_message()}
+        line["exit_code"] = self.exit_code
+        click.echo(json.dumps(line), err=True)
 
 
 @contextmanager
@@ -85,16 +96,39 @@ def failure(exc: BaseException) -> tuple[str, int]:
     return str(exc), next(c for kind, c in EXIT_CODES.items() if isinstance(exc, kind))
 
 
-def configure_logging(verbose: int) -> None:
-    """Warnings to stderr (-v info, -vv debug). Run again after importing Airflow, which sends
-    every log line to stdout, where the commands' output (JSON among it) goes."""
+LOG_FORMATS = ("text", "json")
+_log_format = "text"
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line (``--log-format json``): what a CronJob's log pipeline parses
+    (time in the outputs' format, level, logger, message, and the traceback when there is one)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": to_text(datetime.fromtimestamp(record.created, UTC)),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(verbose: int, log_format: str = "text") -> None:
+    """Warnings to stderr (-v info, -vv debug), as text or one JSON object a line. Run again
+    after importing Airflow, which sends every log line to stdout, where the commands' output
+    (JSON among it) goes."""
+    global _log_format
+    _log_format = log_format
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     if not verbose:  # the driver's connection tracebacks; a failure is reported in one line
         for name in ("cassandra.cluster", "cassandra.connection", "cassandra.pool"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -126,10 +160,17 @@ def airflow_connection_settings(conn_id: str) -> ConnectionSettings:
 
 
 class Context:
-    def __init__(self, config: str | None, conn_id: str | None = None, verbose: int = 0):
+    def __init__(
+        self,
+        config: str | None,
+        conn_id: str | None = None,
+        verbose: int = 0,
+        log_format: str = "text",
+    ):
         self.config_path = config
         self.conn_id = conn_id
         self.verbose = verbose
+        self.log_format = log_format
         self._catalog: Catalog | None = None
         self._conn: Connection | None = None
         self._settings: ConnectionSettings | None = None
@@ -153,10 +194,14 @@ class Context:
             with reported():
                 if self.conn_id:
                     self._settings = airflow_connection_settings(self.conn_id)
-                    configure_logging(self.verbose)  # Airflow's import took over the logging
+                    self.take_back_logging()  # Airflow's import took over the logging
                 else:
                     self._settings = ConnectionSettings.from_env()
         return self._settings
+
+    def take_back_logging(self) -> None:
+        """The command's logging again, after an import of Airflow's took it over."""
+        configure_logging(self.verbose, self.log_format)
 
     @property
     def conn(self) -> Connection:
@@ -229,8 +274,19 @@ def replication_for(given: str | None, hosts: tuple[str, ...]) -> str:
     return DEV_REPLICATION
 
 
+def _json_value(value: object) -> object:
+    """A value ``json`` does not know: a time as ``to_text`` writes it (the one format of every
+    output: UTC, milliseconds, ``Z``), a date in ISO 8601, anything else as its text."""
+    if isinstance(value, datetime):
+        return to_text(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
 def echo_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    """Every ``--json`` output goes through here, so every time in it has one format."""
+    click.echo(json.dumps(data, indent=2, default=_json_value))
 
 
 def parse_time_option(value: str | None, option: str) -> datetime | None:

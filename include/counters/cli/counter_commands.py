@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import click
@@ -13,6 +13,7 @@ from ..core import format_key
 
 if TYPE_CHECKING:
     from ..recount import RecountReport
+    from ..reshard import Resharded, ReshardPlan
 from ..store import Store
 from .common import (
     Context,
@@ -99,7 +100,7 @@ def _print_reset(family: Family, result: engine.ResetResult, as_json: bool, dry_
             {
                 "family": family.name,
                 "counter": format_key(result.counter),
-                "at": result.at.isoformat(),
+                "at": result.at,
                 "value_before": result.value_before,
                 "already_done": result.already_done,
                 "rows_consumed": result.rows_deleted,
@@ -130,6 +131,15 @@ def _print_reset(family: Family, result: engine.ResetResult, as_json: bool, dry_
 FINISHING = " (finishing the reshard under way)"
 
 
+def _reshard_json(plan: ReshardPlan, done: Resharded | None) -> dict[str, object]:
+    """``reshard --json``: one key set with and without ``--dry-run`` (the plan, then what
+    moved: nothing, in a dry run)."""
+    moved = {"checkpoints_moved": 0, "records_moved": 0, "quarantined_moved": 0, "marks_moved": 0}
+    if done is not None:
+        moved = {key: getattr(done, key) for key in moved}
+    return {**asdict(plan), "dry_run": done is None, **moved}
+
+
 @click.command("reshard")
 @click.option("--family", "name", required=True)
 @click.option("--shards", type=int, required=True, help="The new shard count (1..256).")
@@ -154,8 +164,6 @@ def reshard_command(
     fail until it is done). Resumable: after a crash, run the same command again. Then set
     'shards' in the YAML to the new count. Asks for confirmation on a terminal; elsewhere
     refuses without --yes. --dry-run counts what would move and changes nothing."""
-    from dataclasses import asdict
-
     from ..reshard import plan_reshard, reshard
 
     family = obj.family(name)
@@ -167,7 +175,7 @@ def reshard_command(
             plan = plan_reshard(store, shards)
             if dry_run:
                 if as_json:
-                    echo_json({**asdict(plan), "dry_run": True})
+                    echo_json(_reshard_json(plan, None))
                 else:
                     click.echo(
                         f"{family.name}: {plan.shards_before} -> {plan.shards_after} shard(s) "
@@ -188,7 +196,7 @@ def reshard_command(
         except engine.EngineError as exc:
             raise Failure(str(exc), 2) from exc
     if as_json:
-        echo_json(asdict(done))
+        echo_json(_reshard_json(plan, done))
         return
     click.echo(
         f"{family.name}: {done.shards_before} -> {done.shards_after} shard(s): "
@@ -219,20 +227,17 @@ def reconcile_command(obj: Context, name: str, repair: bool, as_json: bool) -> N
     with reported():
         found = engine.reconcile(store, repair=repair)
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "counter": format_key(d.counter),
-                        "expected": d.expected,
-                        "counted": d.counted,
-                        "difference": d.difference,
-                        "repaired": d.repaired,
-                    }
-                    for d in found
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {
+                    "counter": format_key(d.counter),
+                    "expected": d.expected,
+                    "counted": d.counted,
+                    "difference": d.difference,
+                    "repaired": d.repaired,
+                }
+                for d in found
+            ]
         )
     else:
         for d in found:
@@ -297,7 +302,7 @@ def recount_command(
         keys = counter_keys(store, counters)
         report = recount(store, keys or None, low, high)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, default=str))
+        echo_json(report.as_dict())
     else:
         _print_recount(report, every=bool(counters))
     if not report.ok:

@@ -14,7 +14,7 @@ import click
 
 from ..audit import code_version
 from .audit_commands import audit_command
-from .common import Context, configure_logging
+from .common import LOG_FORMATS, Context, configure_logging
 from .counter_commands import (
     quarantine_command,
     reconcile_command,
@@ -49,6 +49,16 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    envvar="COUNTERS_LOG_FORMAT",
+    help="How log lines and errors go to stderr: text, or one JSON object a line (time, level, "
+    "logger, message; an error's exit_code) for a CronJob's log pipeline. Also "
+    "$COUNTERS_LOG_FORMAT.",
+)
+@click.option(
     "--version",
     is_flag=True,
     expose_value=False,
@@ -57,7 +67,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Print the version (the package's, and the checkout's commit) and exit.",
 )
 @click.pass_context
-def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: int) -> None:
+def cli(
+    ctx: click.Context, config: str | None, conn_id: str | None, verbose: int, log_format: str
+) -> None:
     """Compact event-sourced counters in Cassandra.
 
     Connection (without --conn-id): CASSANDRA_HOSTS, CASSANDRA_PORT, CASSANDRA_USERNAME,
@@ -70,8 +82,8 @@ def cli(ctx: click.Context, config: str | None, conn_id: str | None, verbose: in
     set), compact and health send the DAGs' metrics through Airflow's StatsD/OpenTelemetry
     settings.
     """
-    configure_logging(verbose)
-    ctx.obj = Context(config, conn_id, verbose)
+    configure_logging(verbose, log_format)
+    ctx.obj = Context(config, conn_id, verbose, log_format)
     ctx.call_on_close(ctx.obj.close)
 
 

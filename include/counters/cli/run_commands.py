@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -22,7 +21,6 @@ from .common import (
     Context,
     Failure,
     audited_store,
-    configure_logging,
     counter_keys,
     echo_json,
     pass_context,
@@ -67,7 +65,7 @@ def compact_command(
     # and send the run's lines back to stderr, away from the summary on stdout
     import airflow.sdk  # noqa: F401
 
-    configure_logging(obj.verbose)
+    obj.take_back_logging()
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     started = datetime.now(UTC)
@@ -82,7 +80,7 @@ def compact_command(
             stale_after=health.stale_after(family),
             clock_offset=lambda: health.clock_offset(store.conn),
         )
-        configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+        obj.take_back_logging()  # importing Airflow's facade took over the logging
 
     try:
         with reported():
@@ -103,10 +101,10 @@ def compact_command(
                 quarantined=lambda: health.quarantined_now(store),
                 stale_after=health.stale_after(family),
             )
-            configure_logging(obj.verbose)
+            obj.take_back_logging()
         raise
     if as_json:
-        click.echo(json.dumps(summary.as_dict(), indent=2, default=str))
+        echo_json(summary.as_dict())
     else:
         _print_summary(summary)
 
@@ -185,9 +183,10 @@ def read_command(obj: Context, name: str, as_json: bool, counters: tuple[str, ..
 @click.option("--json", "as_json", is_flag=True, help="Print every family's lag as JSON.")
 @pass_context
 def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
-    """Check every family's lag against its freshness limit, for a watchdog outside Airflow.
+    """The status command: every family's lag against its freshness limit.
 
     \b
+    `counterctl health` is the status command, for a person or a watchdog outside Airflow.
     The lag is now - the family's lag - its compacted epoch, read from Cassandra (the
     counters_freshness DAG's rule): fresh, late (past half the limit) or stale (past it);
     never before the first run. "now" is the cluster's time (a coordinator's), and each line
@@ -209,7 +208,7 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         # (a warning of the metrics' must reach stderr, away from the output on stdout)
         import airflow.sdk  # noqa: F401
 
-        configure_logging(obj.verbose)
+        obj.take_back_logging()
     for lag in lags:
         metrics.emit_family(
             lag.family.name,
@@ -219,11 +218,11 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
             now=now,
             clock_offset=clock.offset.seconds,
         )
-    configure_logging(obj.verbose)  # importing Airflow's facade took over the logging
+    obj.take_back_logging()  # importing Airflow's facade took over the logging
     bad = health.unhealthy(lags)
     skewed = [lag.family.name for lag in lags if lag.clock_refused]
     if as_json:
-        click.echo(json.dumps([lag.as_dict() for lag in lags], indent=2))
+        echo_json([lag.as_dict() for lag in lags])
     else:
         click.echo(f"clock: this host is {clock.offset.describe()}")
         for lag in lags:

@@ -260,7 +260,10 @@ def test_reshard_dry_run_changes_nothing_and_counts_what_moves(compacted):
         "--config", path, "reshard", "--family", family, "--shards", "5", "--yes", "--json"
     )
     assert done.exit_code == 0, done.output
-    assert json.loads(done.output)["checkpoints_moved"] == plan["checkpoints_to_move"]
+    moved = json.loads(done.output)
+    assert moved["checkpoints_moved"] == plan["checkpoints_to_move"]
+    assert set(moved) == set(plan), "reshard --json: one key set with and without --dry-run"
+    assert (plan["checkpoints_moved"], moved["dry_run"]) == (0, False)
     resharded = store.with_shards(5)
     from counters.client import CounterClient
 
