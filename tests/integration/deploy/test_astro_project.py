@@ -324,7 +324,8 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
         "--conn-id", "cassandra_default", "health", "--family", "trades", "--json"
     )
     assert health.returncode == 0, health.stdout + health.stderr
-    assert json.loads(health.stdout)[0]["state"] == "fresh"
+    # fresh, or late (past half its limit) when the machine is slow between the run and here
+    assert json.loads(health.stdout)[0]["healthy"] is True, health.stdout
     # the same CLI names a connection that does not exist, and says where it looked
     missing = bundle_home.counterctl("--conn-id", "no_such_conn", "health")
     assert missing.returncode == 2
