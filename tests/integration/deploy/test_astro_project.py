@@ -112,6 +112,13 @@ def base_python() -> str:
     return sys.executable
 
 
+def cli_json(stdout: str) -> Any:
+    """The JSON line of an ``airflow ... -o json`` output. Airflow 3.3.0 (with the alembic its
+    constraints pin) also logs alembic's plugin set-up to stdout, before it."""
+    lines = [x for x in stdout.splitlines() if x.startswith(("[", "{"))]
+    return json.loads(lines[-1] if lines else "[]")
+
+
 def _pins(text: str) -> dict[str, str]:
     found = re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)$", text, re.M)
     return {name.lower().replace("_", "-"): version for name, version in found}
@@ -260,8 +267,8 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
 
     # every DAG file imports, every family's DAG is there, the plugin is loaded
     errors = bundle_home.airflow("dags", "list-import-errors", "-l", "-o", "json").stdout
-    assert json.loads(errors or "[]") == [], errors
-    listed = json.loads(bundle_home.airflow("dags", "list", "-l", "-o", "json").stdout)
+    assert cli_json(errors) == [], errors
+    listed = cli_json(bundle_home.airflow("dags", "list", "-l", "-o", "json").stdout)
     dag_ids = {d["dag_id"] for d in listed}
     assert {f.dag_id for f in families} | {"counters_freshness"} <= dag_ids, dag_ids
     assert {d["fileloc"] for d in listed} <= {
@@ -273,7 +280,7 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
             "counters_example_downstream.py",
         )
     }
-    plugins = json.loads(bundle_home.airflow("plugins", "-o", "json").stdout)
+    plugins = cli_json(bundle_home.airflow("plugins", "-o", "json").stdout)
     ui = [p for p in plugins if p["name"] == "counter_families"]
     assert ui, plugins
     assert "counters-compaction" in ui[0]["source"], ui  # the package's entry point
