@@ -30,9 +30,11 @@ epoch later than now - lag, or a permission the role lacks), 3 another run holds
 4 a conservation check failed or counters were quarantined (the rest of the family was
 compacted), 5 Cassandra unreachable (or the login refused), 6 Cassandra could not serve a
 request at the family's consistency level (too few live replicas, a timeout: retry),
-7 reconcile found differences, 8 `health`: a family is past its freshness limit or was never
-compacted. Every failure is one line naming the family and the reason (the driver's own
-connection warnings only with `-v`).
+7 reconcile or recount found differences, 8 `health`: a family is past its freshness limit or
+was never compacted, 9 `recount`: no counter differs, but some cannot be rebuilt (their
+evidence expired: the archive's retention removed the file of their last commit). Every
+failure is one line naming the family and the reason (the driver's own connection warnings
+only with `-v`).
 
 Wherever the package is installed (the project's Dockerfile installs it) `counterctl` is on
 the PATH; `python -m counters` is the same. `--conn-id cassandra_default` connects as the DAGs

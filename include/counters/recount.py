@@ -23,6 +23,7 @@ from .archive import (
     Present,
     Recount,
     archived_skipped,
+    archived_url,
     check_file,
     encoded_values,
     recount_counter,
@@ -34,6 +35,18 @@ from .errors import ArchiveError
 from .store import Store
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Seen:
+    """What the window's manifests named: the files read, and those the archive's retention
+    removed (by URL, and by the run and shard that wrote them)."""
+
+    cutoff: date | None = None
+    """The first day the archive keeps (None: it keeps every day)."""
+    named: set[str] = field(default_factory=set)
+    pruned: set[str] = field(default_factory=set)
+    pruned_runs: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -58,7 +71,15 @@ class RecountReport:
 
     @property
     def differences(self) -> list[Recount]:
-        return [r for r in self.counters if not r.equal]
+        """The counters found wrong (a difference, a problem): not those that cannot be
+        rebuilt."""
+        return [r for r in self.counters if r.status == "different"]
+
+    @property
+    def cannot_rebuild(self) -> list[Recount]:
+        """The counters whose evidence expired (the archive's retention, the run log's 14
+        days) or lies before the window: not proven, and not found wrong."""
+        return [r for r in self.counters if r.status == "cannot_rebuild"]
 
     @property
     def ok(self) -> bool:
@@ -75,6 +96,7 @@ class RecountReport:
             "pruned_files": self.pruned,
             "duplicate_rows": self.duplicates,
             "unrecorded_files": list(self.unrecorded),
+            "cannot_rebuild": len(self.cannot_rebuild),
             "counters": [r.as_dict() for r in self.counters],
         }
 
@@ -101,12 +123,13 @@ def recount(
     report = RecountReport(family.name, since, until)
     encode, decode = store.keys.json_codec()
     wanted = None if counters is None else {tuple(encode(c)) for c in counters}
-    segments = _archived(store, report, wanted, since, until, now or datetime.now(UTC))
+    seen = Seen()
+    segments = _archived(store, report, wanted, since, until, now or datetime.now(UTC), seen)
     report.unrecorded = _unrecorded(store, since, until)
     names = set(segments) if wanted is None else set(wanted)
     present: dict[tuple[Any, ...], Present] = {}
     if until is None:
-        present = _present(store, names if wanted is not None else None, segments)
+        present = _present(store, names if wanted is not None else None, segments, seen, since)
         names |= set(present)
     for name in sorted(names, key=repr):
         result = recount_counter(
@@ -142,21 +165,25 @@ def _archived(
     since: datetime | None,
     until: datetime | None,
     now: datetime,
+    seen: Seen,
 ) -> dict[tuple[Any, ...], list[ArchivedSegment]]:
     """Per counter (JSON-encoded key), its archived commits in the window: every file of the
     window's manifests read and checked, its rows summed per counter and commit (a row in two
-    files counted once, in the earlier commit)."""
+    files counted once, in the earlier commit). ``seen`` gets the files named and pruned."""
     family = store.family
     layout = store.runs.archive_layout()
-    cutoff = pruned_before(family, now)
+    cutoff = seen.cutoff = pruned_before(family, now)
     found = sorted(_manifests(store, since, until), key=lambda m: (m[0], m[2].name))
     per: dict[tuple[tuple[Any, ...], str], dict[str, Any]] = {}
-    seen: dict[tuple[Any, ...], set[tuple[Any, ...]]] = defaultdict(set)
-    for _started_at, _run_id, manifest in found:
+    rows_seen: dict[tuple[Any, ...], set[tuple[Any, ...]]] = defaultdict(set)
+    for _started_at, run_id, manifest in found:
+        seen.named.add(manifest.url)
         data = read_file(family, manifest.url)
         day = day_in_url(manifest.url)
         if data is None and cutoff is not None and day is not None and day < cutoff:
             report.pruned += 1
+            seen.pruned.add(manifest.url)
+            seen.pruned_runs.add((run_id, manifest.shard))
             continue
         checked = check_file(manifest, data, layout.increment)
         report.files += 1
@@ -195,10 +222,10 @@ def _archived(
         for i, counter in enumerate(keys):
             if wanted is not None and counter not in wanted:
                 continue
-            if rows[i] in seen[counter]:
+            if rows[i] in rows_seen[counter]:
                 report.duplicates += 1
                 continue
-            seen[counter].add(rows[i])
+            rows_seen[counter].add(rows[i])
             commit = columns["_commit_id"][i]
             entry = per.get((counter, commit))
             if entry is None:
@@ -249,10 +276,12 @@ def _present(
     store: Store,
     names: set[tuple[Any, ...]] | None,
     segments: dict[tuple[Any, ...], list[ArchivedSegment]],
+    seen: Seen,
+    since: datetime | None,
 ) -> dict[tuple[Any, ...], Present]:
     """Per counter, its checkpoint, its compact copy and, when its last commit is not
-    archived yet, the counted rows of that commit still present (``names`` None: every
-    counter of the ledger)."""
+    archived in the files read, the counted rows of that commit still present, or why it
+    cannot be rebuilt (``names`` None: every counter of the ledger)."""
     encode, decode = store.keys.json_codec()
     by_bucket: dict[tuple[int, int], list[Key] | None] = {}
     if names is None:
@@ -285,21 +314,39 @@ def _present(
                 and cp.commit_id is not None
                 and str(cp.commit_id) not in archived[counter]
             ):
-                base = _last_commit(store, shard, bucket, counter, cp, base)
+                base = _last_commit(store, shard, bucket, counter, cp, base, seen, since)
             out[name] = base
     return out
 
 
 def _last_commit(
-    store: Store, shard: int, bucket: int, counter: Key, cp: Any, present: Present
+    store: Store,
+    shard: int,
+    bucket: int,
+    counter: Key,
+    cp: Any,
+    present: Present,
+    seen: Seen,
+    since: datetime | None,
 ) -> Present:
-    """A counter's last commit, not archived yet: from its record, whether it was built on
-    zero and its counted rows not archived (then read where still present)."""
+    """A counter's last commit, not archived in the files read: from its record, whether it
+    was built on zero and its counted rows not archived (then read where still present); or,
+    when its rows are archived in a file the retention removed (or of a run before ``since``),
+    why it cannot be rebuilt."""
     from dataclasses import replace
 
     encode, _decode = store.keys.json_codec()
     record = store.runs.commit_record(cp.run_id or "", shard, bucket, cp.commit_id)
     if record is None:
+        if (cp.run_id or "", shard) in seen.pruned_runs:
+            return replace(
+                present,
+                cannot_rebuild=(
+                    f"its last commit {cp.commit_id} (run {cp.run_id}) is older than the run "
+                    f"log keeps a record, and its run's archive file was removed by the "
+                    f"archive's retention ({_retention(store)}): its evidence expired"
+                ),
+            )
         if cp.pending_rows:
             return replace(
                 present,
@@ -311,6 +358,11 @@ def _last_commit(
             )
         return present
     keys_blob, rows_blob, archived = record
+    gone = _evidence_gone(store, archived, tuple(encode(counter)), seen, since)
+    if gone is not None:
+        return replace(
+            present, cannot_rebuild=f"its last commit {cp.commit_id} (run {cp.run_id}) {gone}"
+        )
     entry = next(
         (keys for c, _e, keys in keys_blob if tuple(c) == tuple(encode(counter))),
         None,
@@ -339,3 +391,45 @@ def _last_commit(
         extra_rows=len(found),
         extra_sum=sum(r[2] or 0 for r in found),
     )
+
+
+def _retention(store: Store) -> str:
+    kept = store.family.archive_retention
+    return f"archive_retention {kept.days}d" if kept is not None else "no archive_retention"
+
+
+def _evidence_gone(
+    store: Store,
+    mark: str | None,
+    name: tuple[Any, ...],
+    seen: Seen,
+    since: datetime | None,
+) -> str | None:
+    """Why the rows of a commit whose run-log mark says they are archived (``mark``) are not
+    among the files read, when that is no fault: its file was removed by the archive's
+    retention, or belongs to a run before ``since``. None otherwise (a file lost inside the
+    retention is a difference)."""
+    url = archived_url(mark)
+    skipped = archived_skipped(mark)
+    if url is None or skipped is None or name in skipped:
+        return None
+    if url in seen.pruned or (url not in seen.named and _past_retention(store, url, seen)):
+        return (
+            f"is archived in {url}, which the archive's retention ({_retention(store)}) "
+            "removed: its evidence expired"
+        )
+    if since is not None and url not in seen.named:
+        return (
+            f"is archived in {url}, a file of a run before --from {to_text(since)}: widen "
+            "the window to prove it"
+        )
+    return None
+
+
+def _past_retention(store: Store, url: str, seen: Seen) -> bool:
+    """Whether the archive's retention removed the file at ``url`` (its day folder is past the
+    retention, and the file is gone)."""
+    day = day_in_url(url)
+    if seen.cutoff is None or day is None or day >= seen.cutoff:
+        return False
+    return read_file(store.family, url) is None

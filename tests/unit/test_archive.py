@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +18,7 @@ from counters.archive import (
     Present,
     archived_mark,
     archived_skipped,
+    archived_url,
     check_file,
     manifest_of,
     pack_record,
@@ -221,8 +223,27 @@ def test_recount_takes_the_current_era_from_its_reset_and_an_opening_otherwise()
     assert recount_counter(("NEW",), [], Present(None)).equal
 
 
+def test_recount_of_a_commit_whose_evidence_expired_is_no_difference_but_a_wrong_copy_is():
+    """Issue #49 item 4: the ledger's commit's rows are archived in a file the retention
+    removed. Not rebuilt (no made-up 0), its own status; a tampered copy is still wrong."""
+    gone = "archived in a file the retention removed"
+    first = Present(55, "b", None, 9, first=True, copy_value=55, copy_commit="b")
+    result = recount_counter(("IBM",), [], replace(first, cannot_rebuild=gone))
+    assert (result.status, result.rebuilt, result.difference) == ("cannot_rebuild", None, None)
+    assert not result.equal and result.problems == [] and result.cannot_rebuild == gone
+    assert result.as_dict()["status"] == "cannot_rebuild"
+    assert recount_counter(("IBM",), [], first).status == "different"  # without it: rebuilt 0
+    tampered = replace(first, cannot_rebuild=gone, copy_value=56)
+    result = recount_counter(("IBM",), [], tampered)
+    assert result.status == "different" and "holds 56, the ledger's commit 55" in result.problems[0]
+    # an archived last commit is proven whatever an earlier one's evidence says
+    segments = [seg("b", 2, 55, 55, zero=True)]
+    assert recount_counter(("IBM",), segments, replace(first, cannot_rebuild=gone)).equal
+
+
 def test_an_archived_mark_names_the_counters_it_left_out():
     assert archived_skipped(None) is None
     mark = archived_mark("file:///x.parquet", [["IBM"]])
     assert archived_skipped(mark) == {("IBM",)}
     assert archived_skipped(archived_mark(None, [])) == set()
+    assert archived_url(mark) == "file:///x.parquet" and archived_url(None) is None

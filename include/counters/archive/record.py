@@ -249,6 +249,17 @@ def archived_mark(url: str | None, skipped: Sequence[Sequence[Any]]) -> str:
     return json.dumps({"url": url, "skipped": [list(c) for c in skipped]}, separators=(",", ":"))
 
 
+def archived_url(mark: str | None) -> str | None:
+    """The file an ``archived`` cell names (None: not archived, or no row needed a file)."""
+    if not mark:
+        return None
+    try:
+        url = json.loads(mark).get("url")
+    except (ValueError, AttributeError):
+        return None
+    return url if isinstance(url, str) else None
+
+
 def archived_skipped(mark: str | None) -> set[tuple[Any, ...]] | None:
     """The counters an ``archived`` cell left out; None when the commit is not archived."""
     if not mark:

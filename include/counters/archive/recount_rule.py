@@ -45,6 +45,11 @@ class Present:
     """The counted rows of the ledger's commit still present that no archive holds."""
     unknown: str | None = None
     """Why the rows still present could not be told counted or not (a record expired)."""
+    cannot_rebuild: str | None = None
+    """Why the recount cannot rebuild the value of the ledger's commit: the evidence of its
+    counted rows is not where the recount may read it (an archive file the retention removed,
+    with or without its run-log record; a file of a run before ``--from``). Not a difference:
+    nothing says the value is wrong."""
     copy_value: int | None = None
     copy_commit: str | None = None
     copy_epoch_ms: int | None = None
@@ -72,6 +77,9 @@ class Recount:
     last_commit: str | None = None
     notes: list[str] = field(default_factory=list)
     """What is worth knowing and is no difference (a compact copy behind its ledger)."""
+    cannot_rebuild: str | None = None
+    """Why its value cannot be rebuilt (``Present.cannot_rebuild``): its evidence expired or
+    lies outside the window. Not a difference."""
 
     @property
     def difference(self) -> int | None:
@@ -82,6 +90,16 @@ class Recount:
     @property
     def equal(self) -> bool:
         return not self.problems and self.difference == 0
+
+    @property
+    def status(self) -> str:
+        """``equal``; ``cannot_rebuild`` (its evidence expired: not a difference, nothing is
+        known wrong); or ``different`` (a difference or a problem: something is wrong)."""
+        if self.equal:
+            return "equal"
+        if self.cannot_rebuild is not None and not self.problems:
+            return "cannot_rebuild"
+        return "different"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +115,8 @@ class Recount:
             "expected": self.expected,
             "difference": self.difference,
             "equal": self.equal,
+            "status": self.status,
+            "cannot_rebuild": self.cannot_rebuild,
             "first_commit": self.first_commit,
             "last_commit": self.last_commit,
             "problems": list(self.problems),
@@ -141,7 +161,9 @@ def recount_counter(
     that chain). With ``present`` (a window up to now), the last archived value plus the
     counted rows still present must be the ledger's value, which the compact copy of that
     commit must hold; without it (``--to`` in the past), the last archived commit's value is
-    the one rebuilt."""
+    the one rebuilt. A ledger's commit whose counted rows are archived where the recount may not
+    read them (``Present.cannot_rebuild``) is not rebuilt at all: its status says so, no
+    difference is made up."""
     problems: list[str] = []
     notes: list[str] = []
     ordered = sorted(segments, key=lambda s: (s.commit_time_ms, s.commit_id))
@@ -154,6 +176,7 @@ def recount_counter(
     if in_era:
         opening, from_start, rebuilt = _chain(in_era, problems)
     present_rows = present_sum = 0
+    cannot_rebuild: str | None = None
     if present is None:
         expected = rebuilt
         if not in_era:
@@ -163,7 +186,10 @@ def recount_counter(
         if present.unknown:
             problems.append(present.unknown)
         archived_last = bool(in_era) and in_era[-1].commit_id == present.commit_id
-        if not archived_last:  # the ledger's commit: its counted rows not archived yet
+        if not archived_last and present.cannot_rebuild is not None:
+            # the ledger's commit's rows are archived where the recount may not read them
+            cannot_rebuild, opening, from_start, rebuilt = present.cannot_rebuild, None, False, None
+        elif not archived_last:  # the ledger's commit: its counted rows not archived yet
             present_rows, present_sum = present.extra_rows, present.extra_sum
             if rebuilt is None and (present.value is None or present.first):
                 opening, from_start, rebuilt = 0, present.value is not None, 0
@@ -193,6 +219,7 @@ def recount_counter(
         in_era[0].commit_id if in_era else None,
         in_era[-1].commit_id if in_era else None,
         notes,
+        cannot_rebuild,
     )
 
 
@@ -216,6 +243,10 @@ def _check_copy(
             problems.append(
                 f"the compact table holds {present.copy_value}, the archive and the rows still "
                 f"present add up to {rebuilt}"
+            )
+        elif rebuilt is None and present.copy_value != present.value:  # not rebuilt: the ledger
+            problems.append(
+                f"the compact table holds {present.copy_value}, the ledger's commit {present.value}"
             )
     elif (present.copy_epoch_ms or 0) < (present.epoch_ms or 0):
         notes.append(

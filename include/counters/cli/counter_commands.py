@@ -285,9 +285,12 @@ def recount_command(
     changed after its run wrote it is reported and not counted. A counter's value is its
     opening balance (0 when its first commit, or its last reset, is in the window) plus the
     counted rows of every archived commit since, plus its counted rows still present; each
-    commit's recorded value must follow from the one before. Exit code 0 when every counter
-    equals the compact table, 7 on any difference or changed file, 2 for a family without
-    an archive. Examples:
+    commit's recorded value must follow from the one before. A counter whose last commit's
+    rows are archived in a file the archive's retention removed (its evidence expired), or in
+    a file of a run before --from, cannot be rebuilt: it is listed as such, not as a
+    difference. Exit code 0 when every counter equals the compact table, 7 on any difference
+    or changed file, 9 when no counter differs but some cannot be rebuilt, 2 for a family
+    without an archive. Examples:
       counterctl recount --family trades IBM
       counterctl recount --family trades --from 2026-11-01 --to 2026-12-01
     """
@@ -307,12 +310,20 @@ def recount_command(
         _print_recount(report, every=bool(counters))
     if not report.ok:
         raise SystemExit(7)
+    if report.cannot_rebuild:
+        raise SystemExit(9)
 
 
 def _print_recount(report: RecountReport, every: bool) -> None:
-    """Each counter asked for (or, for the whole family, each that differs) and a summary."""
-    shown = report.counters if every else report.differences
+    """Each counter asked for (or, for the whole family, each that differs or cannot be
+    rebuilt) and a summary."""
+    shown = report.counters if every else report.differences + report.cannot_rebuild
     for r in shown:
+        if r.status == "cannot_rebuild":
+            click.echo(
+                f"{format_key(r.counter)}\tcannot rebuild\tcompact {r.expected}\t{r.cannot_rebuild}"
+            )
+            continue
         opening = (
             "-" if r.opening is None else f"{r.opening}{' (from zero)' if r.from_start else ''}"
         )
@@ -335,6 +346,11 @@ def _print_recount(report: RecountReport, every: bool) -> None:
         else f"{len(report.differences)} counter(s) differ, {len(report.file_problems)} "
         "file problem(s)"
     )
+    if report.cannot_rebuild:
+        verdict = (
+            f"{len(report.cannot_rebuild)} counter(s) cannot be rebuilt (evidence expired or "
+            "before the window), " + ("no other difference" if report.ok else verdict)
+        )
     click.echo(
         f"{report.family}: {len(report.counters)} counter(s) recounted from {report.files} "
         f"archive file(s) ({report.pruned} past the retention, {report.duplicates} row(s) "

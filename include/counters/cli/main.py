@@ -4,7 +4,8 @@ Exit codes: 0 done (or nothing to do), 1 unexpected error, 2 bad configuration o
 (or a permission the role lacks), 3 another run holds the family, 4 conservation check failed,
 5 Cassandra unreachable, 6 Cassandra could not serve a request (too few live replicas, a
 timeout: retry), 7 reconcile or recount found differences, 8 health: a family is past its
-freshness limit (or was never compacted). A run that quarantined counters (NULL increments, a
+freshness limit (or was never compacted), 9 recount: no counter differs but some cannot be
+rebuilt (their evidence expired). A run that quarantined counters (NULL increments, a
 failed check, a compact row changed outside the engine) compacts the rest and exits 4.
 """
 

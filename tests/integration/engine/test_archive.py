@@ -700,3 +700,60 @@ def test_an_older_runs_cleanup_after_a_newer_fold_archives_no_row_twice(archived
         counters, 1006
     )
     assert_recount_equal(store)
+
+
+def run_days_ago(store, epoch, run_id, days):
+    """A run as if it had started ``days`` ago: its archive file in that day's folder and its
+    audit row keyed then (its own conclusion prunes that folder when it is past the
+    retention: the retention has dropped its file)."""
+    started = datetime.now(UTC) - timedelta(days=days)
+    now = epoch + timedelta(minutes=5)
+    plan = engine.plan_step(store, run_id, epoch, now, started_at=started)
+    return engine.run_steps(engine.RunSteps(store, plan, started, now=now))
+
+
+def test_recount_tells_a_quiet_counter_whose_archive_expired_from_a_wrong_one(archived_family, t0):
+    """Issue #49 item 4: the retention dropped the file of IBM's only commit (a quiet,
+    correct counter): the recount says it cannot rebuild IBM (evidence expired, exit 9), not
+    that IBM differs; AAPL, committed again since, is proven from an opening balance. A
+    counter whose archive file is lost inside the retention still differs (exit 7). The same
+    for a commit whose run-log record expired too (its run's file is past the retention)."""
+    family, store, client = archived_family(shards=1, archive_retention="2d")
+    load(client, t0, counters=("IBM", "AAPL", "MSFT"), before=10, after=0)
+    epoch = t0 + timedelta(minutes=10)
+    assert run_days_ago(store, epoch, "old", days=5).outcome == "success"
+    assert recorded_files(store) and not files(family)  # pruned by its own conclusion
+    client.record([inc("AAPL", 7, epoch + timedelta(minutes=1), 70)])
+    assert run(store, epoch + timedelta(minutes=2), run_id="today").outcome == "success"
+    report = recount(store)
+    by = {r.counter[0]: r for r in report.counters}
+    assert report.pruned == 1 and report.files == 1
+    assert by["AAPL"].equal and (by["AAPL"].opening, by["AAPL"].rebuilt) == (55, 62)
+    for quiet in ("IBM", "MSFT"):
+        assert not by[quiet].equal and by[quiet].difference is None, by[quiet].as_dict()
+        assert by[quiet].status == "cannot_rebuild" and "retention" in by[quiet].cannot_rebuild
+        assert by[quiet].expected == 55 and by[quiet].problems == []
+    assert report.ok and not report.differences
+    assert [r.counter[0] for r in report.cannot_rebuild] == ["IBM", "MSFT"]
+    result = cli_recount(store, "IBM", "--json")
+    assert result.exit_code == 9, result.output
+    assert json.loads(result.output)["counters"][0]["status"] == "cannot_rebuild"
+    assert cli_recount(store, "AAPL").exit_code == 0
+    text = cli_recount(store)
+    assert text.exit_code == 9 and "2 counter(s) cannot be rebuilt" in text.output, text.output
+    # MSFT's run-log record expires too (kept 14 days): its run's file is past the retention
+    store.statements.session.execute(
+        f"DELETE FROM {family.keyspace}.{family.compact_table}_runs WHERE run_id = 'old' "
+        "AND shard = 0"
+    )
+    msft = recount(store, [("MSFT",)]).counters[0]
+    assert msft.status == "cannot_rebuild" and "retention" in msft.cannot_rebuild, msft.as_dict()
+    # a counter whose archive file is lost inside the retention is wrong, not expired
+    client.record([inc("TSLA", 5, epoch + timedelta(minutes=3), 1)])
+    assert run(store, epoch + timedelta(minutes=3), run_id="lost").outcome == "success"
+    [lost] = [p for p in files(family) if p.name.startswith("lost")]
+    lost.unlink()
+    tsla = recount(store, [("TSLA",)])
+    assert tsla.counters[0].status == "different" and tsla.counters[0].difference == -5
+    assert tsla.file_problems == [f"{lost.as_uri()}: missing"]
+    assert cli_recount(store, "TSLA").exit_code == 7
