@@ -16,7 +16,12 @@ retry or the next run archives no row twice):
 2. one Parquet file per run and shard, written whole and read back (``archive.storage``);
 3. its manifest (rows, sum, sha256) added to the run's audit row;
 4. the commits marked archived in the run log (a retry skips them; a later fold carries their
-   rows still present as archived).
+   rows still present as archived), each mark naming the counters its file left out.
+
+The cleanup then deletes a commit's rows as its mark says they are archived (``left_out``),
+never by the quarantine as it is when it deletes: a counter quarantined when the file was
+written and released before a retry (or a "Clear") of the cleanup keeps its rows for its next
+fold, which archives them.
 
 A commit recorded before the family had an archive has no values of its rows: its rows are
 not deleted by this cleanup (``deferred``); the next fold of their counter counts them again as
@@ -43,6 +48,7 @@ from . import (
     Commit,
     Manifest,
     archived_mark,
+    archived_skipped,
     manifest_of,
     parquet_bytes,
     table_of,
@@ -77,6 +83,11 @@ class Archived:
     sum: int = 0
     deferred: set[Any] = field(default_factory=set)
     """Commit ids recorded before the family had an archive: their rows are left in place."""
+    left_out: dict[Any, set[Key]] = field(default_factory=dict)
+    """By commit id, the counters whose rows its archive does not hold (held in quarantine
+    when its file was written, by this cleanup or an earlier attempt): a cleanup deletes a
+    commit's rows only as its archive mark says they are archived, whatever the quarantine
+    says now, so their rows stay (the next fold of a released counter carries them)."""
     seconds: float = 0.0
 
 
@@ -95,6 +106,7 @@ def archive_commits(
     started = time.perf_counter()
     family = store.family
     done = Archived()
+    _encode, decode = store.keys.json_codec()
     todo: list[tuple[int, CommitRecord, bytes]] = []
     for bucket in sorted(runs):
         for record in runs[bucket]:
@@ -102,6 +114,9 @@ def archive_commits(
                 done.deferred.add(record.commit_id)
             elif record.archived is None:
                 todo.append((bucket, record, record.archive_rows))
+            else:  # archived by an earlier attempt: what its mark says it left out
+                left = archived_skipped(record.archived) or set()
+                done.left_out[record.commit_id] = {decode(list(c)) for c in left}
     if done.deferred:
         log.warning(
             "family %s run %s shard %s: %d commit(s) recorded before the family had an archive: "
@@ -148,8 +163,10 @@ def archive_commits(
         c.commit_id: [counter for counter in c.record.counters if counter in held] for c in commits
     }
     for bucket, record, _r in records:
-        mark = archived_mark(url, skipped_by_commit.get(str(record.commit_id), []))
+        skipped = skipped_by_commit.get(str(record.commit_id), [])
+        mark = archived_mark(url, skipped)
         store.runs.mark_archived(run_id, shard, [(bucket, record.commit_id)], mark)
+        done.left_out[record.commit_id] = {decode(list(c)) for c in skipped}
     fault("cleanup_archive")
     done.seconds = time.perf_counter() - started
     return done

@@ -757,3 +757,48 @@ def test_recount_tells_a_quiet_counter_whose_archive_expired_from_a_wrong_one(ar
     assert tsla.counters[0].status == "different" and tsla.counters[0].difference == -5
     assert tsla.file_problems == [f"{lost.as_uri()}: missing"]
     assert cli_recount(store, "TSLA").exit_code == 7
+
+
+def test_a_cleanup_run_again_after_a_release_deletes_no_row_it_did_not_archive(archived_family, t0):
+    """Issue #49 item 4: a run quarantines IBM after its commit (its readers' copy was changed
+    under the run); its cleanup archives and deletes AAPL and leaves IBM, marking IBM left out
+    of its file. An operator releases IBM, then clears and runs that cleanup again (the same
+    run, the same verified commits): the delete follows what the archive holds (the commit's
+    mark), not the quarantine as it is now, so IBM's rows stay until the next run carries,
+    archives and deletes them. Every row is archived once, and the recount holds."""
+    family, store, client = archived_family(shards=1)
+    load(client, t0, counters=("IBM", "AAPL"), before=10, after=0)
+    epoch = t0 + timedelta(minutes=10)
+    compact = f"{family.keyspace}.{family.compact_table}"
+
+    def tamper(point: str) -> None:  # after IBM's copy is written: it is changed
+        session = store.statements.session
+        row = session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        if point == "copy" and row is not None and row.value == 55:
+            session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+
+    started = datetime.now(UTC)
+    now = epoch + timedelta(minutes=5)
+    plan = engine.plan_step(store, "q-run", epoch, now, started_at=started)
+    steps = engine.RunSteps(store, plan, started, fault=tamper, now=now)
+    verified = steps.verify(steps.compact(plan.shards))
+    assert verified.tally.counters_quarantined == 1
+    steps.fault = lambda _point: None
+    cleanups = steps.cleanup(verified, plan.shards)
+    with pytest.raises(engine.RunFailed):  # partial: IBM quarantined, AAPL compacted
+        steps.conclude(verified, steps.check_cleanup(verified, cleanups))
+    assert rows_at_or_below(store, ("IBM",), epoch) == 10
+    assert {r[0] for r in archived_rows(family)} == {"AAPL"}
+    engine.release(store, ("IBM",))  # the readers' copy restored from the ledger: 55
+    assert client.read("IBM") == 55
+    again = steps.cleanup(verified, plan.shards)  # "Clear" on the run's cleanup task
+    assert sum(r.rows_deleted for r in again) == 10  # AAPL's, again: IBM's were not archived
+    assert rows_at_or_below(store, ("IBM",), epoch) == 10
+    assert_each_row_archived_once(store, 10)
+    assert_recount_equal(store)
+    later = run(store, epoch + timedelta(minutes=1), run_id="after-release")
+    assert later.outcome == "success" and later.tally.counted_present == 10
+    assert rows_at_or_below(store, ("IBM",), epoch) == 0 and client.read("IBM") == 55
+    assert sorted(r[4] for r in archived_rows(family) if r[0] == "IBM") == list(range(1, 11))
+    assert_each_row_archived_once(store, 20)
+    assert_recount_equal(store)
