@@ -66,3 +66,29 @@ def test_the_dry_run_message_is_what_the_cli_and_the_dag_both_record():
     assert engine.dry_run_message(tally) == (
         "dry run: 3 counter(s) would fold 7 row(s) (sum 70); nothing written, verified or deleted"
     )
+
+
+def test_a_runs_figures_add_up_its_applied_commits_each_row_and_counter_once():
+    """Issue #49 item 4: the audit row's committed figures are those of every applied commit
+    of the run (``commit_figures`` kept with each record), not the reporting attempt's own. A
+    retry's fold on its own run's commit carries that commit's rows: counted there, once."""
+    from counters.core import Checkpoint, commit_figures, fold_counter, run_figures
+
+    rows = [(1000 + i, ("w", i), i + 1) for i in range(3)]
+    first = fold_counter(("A",), Checkpoint(), rows, 5000)  # 3 rows, sum 6
+    committed = Checkpoint(6, 5000, "c1", frozenset(r[1] for r in rows), 6, run_id="r1")
+    late = (4000, ("w", 9), 10)
+    retry = fold_counter(("A",), committed, [*rows, late], 5000)  # carries 3, folds 1 late
+    other_run = fold_counter(("A",), committed, rows, 6000)  # another run carries them
+    assert commit_figures([first], "r1")["rows_folded"] == 3
+    again = commit_figures([retry], "r1")
+    assert (again["counters_committed"], again["rows_folded"], again["sum_folded"]) == (0, 1, 10)
+    assert (again["counted_present"], again["late_rows"]) == (0, 1)
+    assert commit_figures([other_run], "r2")["counted_present"] == 3
+    reported = Tally(rows_folded=1, sum_folded=10, conflicts=2, rows_deleted=4, rows_read=9)
+    run = run_figures(reported, [commit_figures([first], "r1"), again])
+    assert (run.counters_committed, run.rows_folded, run.sum_folded) == (1, 4, 16)
+    assert (run.conflicts, run.rows_deleted, run.rows_read) == (2, 4, 9)  # as reported
+    # a record from before figures were kept: the reported tally, whole
+    assert run_figures(reported, [again, None]) is reported
+    assert run_figures(reported, []) is reported

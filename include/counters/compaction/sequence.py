@@ -23,7 +23,7 @@ from typing import Any, Literal
 from cassandra import DriverException
 
 from ..audit import Provenance
-from ..core import CheckOutcome, Evidence, Tally, to_text
+from ..core import CheckOutcome, Evidence, Tally, run_figures, to_text
 from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
@@ -408,19 +408,43 @@ class RunSteps:
         checks: Sequence[CheckOutcome] = (),
         message: str = "",
         gx: Mapping[str, Any] | None = None,
+        durable: bool = False,
     ) -> dict[str, Any]:
+        """Write the run's audit row, its committed figures those of every commit of the run
+        that applied (``run_tally``; ``durable``: ``tally`` has them already)."""
         return write_audit(
             self.store,
             self.plan,
             outcome,
             started_at=self.started_at,
-            tally=tally,
+            tally=tally if durable else self.run_tally(tally),
             phases=phases,
             checks=checks,
             message=message,
             gx=gx,
             on_audit=self.on_audit,
         )
+
+    def run_tally(self, tally: Tally) -> Tally:
+        """``tally`` with its committed figures (rows and sums folded, counters, late rows,
+        counted rows carried) from the run log: every commit of the run that applied, by
+        whichever attempt of its compact steps, not only the attempts whose reports reached
+        the step that audits (a retried task's earlier attempt committed too). The rest stays
+        as reported. Best effort: the reported tally when the run log cannot be read (a
+        failing run's audit row must still be written)."""
+        if self.plan.dry_run:
+            return tally
+        try:
+            commits = self.store.runs.applied_figures(self.plan.run_id, self.plan.shards)
+        except DriverException:
+            log.warning(
+                "run %s: its commits' figures could not be read; its audit row has the "
+                "reported ones",
+                self.plan.run_id,
+                exc_info=True,
+            )
+            return tally
+        return run_figures(tally, commits)
 
     def _jobs(
         self,
@@ -529,7 +553,7 @@ class RunSteps:
         row: ``success``, else (``partial``: counters quarantined, the rest compacted; or
         ``failed``) the row, then ``RunFailed``."""
         phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned.seconds)))
-        tally = replace(verified.tally, rows_deleted=cleaned.rows_deleted)
+        tally = self.run_tally(replace(verified.tally, rows_deleted=cleaned.rows_deleted))
         with phases.timed("finish", self.store):
             ended = conclude_run(self.store, self.plan, tally, [*verified.checks, cleaned.check])
             prune_archive(self.store.family)
@@ -542,6 +566,7 @@ class RunSteps:
             checks=ended.checks,
             message=ended.message,
             gx=verified.gx,
+            durable=True,
         )
         if ended.outcome != "success":
             raise RunFailed(

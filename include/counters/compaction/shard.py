@@ -24,6 +24,7 @@ from ..core import (
     Row,
     Tally,
     chunks,
+    commit_figures,
     format_key,
     grown_population,
     next_version,
@@ -232,6 +233,7 @@ def _compact_bucket(
             whole = whole_bucket(len(marked), store.ledger.population(ctx.shard, bucket))
         ledger = store.ledger.read_ledger(ctx.shard, bucket, None if whole else marked)
         check_partition(store, ctx.shard, bucket, ledger)
+        _applied_before(ctx, bucket, ledger)
         copies = store.ledger.read_copies(ctx.shard, bucket, None if whole else marked)
     if whole:  # every counter of the bucket read: count them
         ledger = replace(ledger, population=len(set(ledger.checkpoints) | set(copies)))
@@ -350,6 +352,21 @@ def _compact_bucket(
     ctx.fault("forget")
 
 
+def _applied_before(ctx: ShardContext, bucket: int, ledger: Ledger) -> None:
+    """Mark applied the commits of this run that the ledger holds: an earlier attempt of the
+    run committed them and failed before it verified them (this attempt carries their rows, and
+    the run's audit row counts their figures). Only a retried run meets its own commits."""
+    if ctx.dry_run:
+        return
+    own = {
+        cp.commit_id
+        for cp in ledger.checkpoints.values()
+        if cp.run_id == ctx.run_id and cp.commit_id is not None
+    }
+    if own:
+        ctx.store.runs.mark_applied(ctx.run_id, ctx.shard, bucket, sorted(own, key=str))
+
+
 def _own(ctx: ShardContext, bucket: int, counters: list[Key]) -> list[Key]:
     """The counters whose checkpoint belongs to this bucket. A ledger row of another bucket's
     counter (filed here by a run before marks were placed by token, ``_placed``) is never
@@ -458,6 +475,7 @@ def _commit(
                     grown,
                     keys,
                     archive_rows,
+                    commit_figures(chunk, ctx.run_id),
                 )
             if done is None:
                 lost.extend(chunk)
@@ -516,6 +534,7 @@ def commit_folds(
     population: int | None = None,
     keys: bytes | None = None,
     archive_rows: bytes | None = None,
+    figures: dict[str, int] | None = None,
 ) -> tuple[Any, int] | None:
     """Commit folds of one bucket: first the record of the rows they count (the run log),
     then one conditional batch on the bucket's head. Returns (commit id, commit time in µs),
@@ -524,10 +543,13 @@ def commit_folds(
     commit applies (None: unknown, left as it is). ``keys``: the folds' record, if packed
     already (``Store.runs.commit_keys``); ``archive_rows``: their archive record
     (``Store.runs.archive_rows``: packed here when the family has an archive and it is not
-    given)."""
+    given); ``figures``: what the commit adds to its run's audit row (``core.commit_figures``),
+    kept with the record."""
     commit_id = store.ledger.new_commit_id()
     now = cluster_micros(store)
-    store.runs.write_commit_keys(run_id, shard, bucket, commit_id, folds, keys, archive_rows)
+    store.runs.write_commit_keys(
+        run_id, shard, bucket, commit_id, folds, keys, archive_rows, figures
+    )
     fault("keys")
     try:
         applied = store.ledger.commit_bucket(

@@ -18,16 +18,19 @@ The package: ``moments``, ``shards``, ``folds``, ``reads``, ``checks``, re-expor
 from __future__ import annotations
 
 from .checks import (
+    COMMITTED_FIGURES,
     NAMED_MAX,
     CheckOutcome,
     Committed,
     Evidence,
     Tally,
     check_committed,
+    commit_figures,
     counted_rows_gone,
     evaluate_evidence,
     needs_closer_look,
     readers_base,
+    run_figures,
 )
 from .folds import (
     EMPTY_CHECKPOINT,
@@ -109,6 +112,7 @@ __all__ = [
     "BIGINT_MIN",
     "BUCKETS",
     "CLOCK_SHARE",
+    "COMMITTED_FIGURES",
     "EMPTY_CHECKPOINT",
     "FIRST_SLICE_MS",
     "FOLD_CARRIED",
@@ -142,6 +146,7 @@ __all__ = [
     "chunks",
     "clock_refusal",
     "clock_tolerance",
+    "commit_figures",
     "counted_rows_gone",
     "epoch_for",
     "evaluate_evidence",
@@ -167,6 +172,7 @@ __all__ = [
     "readers_base",
     "restored_version",
     "run_epoch",
+    "run_figures",
     "shard_bounds",
     "shard_of",
     "shared_floor",

@@ -110,6 +110,51 @@ class Tally:
         return tally
 
 
+COMMITTED_FIGURES = (
+    "counters_committed",
+    "rows_folded",
+    "sum_folded",
+    "late_rows",
+    "late_sum",
+    "max_lateness_ms",
+    "capped_counters",
+    "counted_present",
+    "rows_gone",
+)
+"""The figures of a run's audit row that say what its commits did: kept with each commit's
+record in the run log (``commit_figures``), so the run's row adds up every commit of every
+attempt (``run_figures``), not only what the attempts that reported remembered."""
+
+
+def commit_figures(folds: Sequence[Fold], run_id: str) -> dict[str, int]:
+    """What one commit of ``run_id`` adds to the run's figures (pure): its folds' rows and sums;
+    a counter, and the rows it carries, only when its base is another run's commit. A retry's
+    fold on a commit of its own run (the earlier attempt committed, then failed) carries that
+    commit's rows: they were folded once, by that commit, and are counted there."""
+    tally = Tally()
+    for fold in folds:
+        own = fold.base.run_id == run_id and fold.base.commit_id is not None
+        tally.add_fold(fold)
+        if own:
+            tally.counters_committed -= 1
+            tally.counted_present -= fold.counted_present
+    return {name: getattr(tally, name) for name in COMMITTED_FIGURES}
+
+
+def run_figures(memory: Tally, commits: Sequence[dict[str, int] | None]) -> Tally:
+    """The run's tally with its committed figures from its applied commits' records (pure):
+    ``commits`` holds each applied commit's ``commit_figures`` (None: a record from before
+    they were kept, then ``memory`` is kept whole). The rest (conflicts, quarantined, rows
+    deleted, ...) stays what the steps reported."""
+    if not commits or any(c is None for c in commits):
+        return memory
+    durable = replace(memory)
+    for name in COMMITTED_FIGURES:
+        values = [int((c or {}).get(name, 0)) for c in commits]
+        setattr(durable, name, max(values) if name == "max_lateness_ms" else sum(values))
+    return durable
+
+
 @dataclass(frozen=True)
 class CheckOutcome:
     name: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -54,6 +55,7 @@ class RunLogTable:
         folds: Sequence[Fold],
         keys: bytes | None = None,
         archive_rows: bytes | None = None,
+        figures: dict[str, int] | None = None,
     ) -> None:
         """Record, before a commit, the keys of the rows each of its counters counts (one
         compressed cell: the Paxos batch then carries only values and sums). Cleanup deletes
@@ -62,27 +64,68 @@ class RunLogTable:
         never used: it is never verified, and no ledger row names its commit id. A kept family's
         records name only the counters (its rows are not deleted): the look-up's history.
         ``archive_rows``: the rows' archive record, for a family with an archive (in the same
-        write: a commit's keys are never recorded without it)."""
+        write: a commit's keys are never recorded without it). ``figures``: what the commit
+        adds to its run's audit row (``core.commit_figures``), summed over the run's applied
+        commits when the run is audited (``applied_figures``)."""
         blob = self.commit_keys(folds) if keys is None else keys
         if archive_rows is None and self.family.archive is not None:
             archive_rows = self.archive_rows(folds)
+        text = None if figures is None else json.dumps(figures, separators=(",", ":"))
         self.statements.requests[self.statements.phase] += 1
         if archive_rows is None:
             statement = self.statements.prepare(
-                "runs_keys",
-                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "runs_keys_figures",
+                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, figures) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
             )
-            self.statements.session.execute(statement, (run_id, shard, bucket, commit_id, blob))
+            self.statements.session.execute(
+                statement, (run_id, shard, bucket, commit_id, blob, text)
+            )
             return
         statement = self.statements.prepare(
-            "runs_keys_archive",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "runs_keys_archive_figures",
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, figures) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         self.statements.session.execute(
-            statement, (run_id, shard, bucket, commit_id, blob, archive_rows)
+            statement, (run_id, shard, bucket, commit_id, blob, archive_rows, text)
         )
+
+    def mark_applied(self, run_id: str, shard: int, bucket: int, commit_ids: Sequence[Any]) -> None:
+        """Mark commits of the run as applied: a later attempt of the run found them in the
+        ledger (the attempt that made them failed before it verified them). Their figures
+        count in the run's audit row. One single-partition batch."""
+        if not commit_ids:
+            return
+        statement = self.statements.prepare(
+            "runs_applied",
+            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(run_id, shard, bucket, c) for c in commit_ids]
+        self.statements.run([(self.statements.batch(statement, params), None)])
+
+    def applied_figures(self, run_id: str, shards: Sequence[int]) -> list[dict[str, int] | None]:
+        """The figures of every commit of the run in ``shards`` known to have applied: one
+        that an execution verified, or that a later attempt found in the ledger (``applied``).
+        A record without figures (written before they were kept) is None. One read per shard
+        of the run's records, without their keys."""
+        statement = self.statements.prepare(
+            "runs_figures",
+            "SELECT verified_by, applied, figures FROM {runs} WHERE run_id = ? AND shard = ?",
+        )
+        out: list[dict[str, int] | None] = []
+        for shard in shards:
+            bound = statement.bind((run_id, shard))
+            bound.fetch_size = RUN_LOG_FETCH
+            self.statements.requests[self.statements.phase] += 1
+            for verified_by, applied, figures in self.statements.session.execute(
+                bound, execution_profile=BULK_PROFILE
+            ):
+                if verified_by is None and not applied:
+                    continue  # it lost its commit (or its attempt died unseen: not proven)
+                out.append(None if figures is None else json.loads(figures))
+        return out
 
     def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
         """The archive record of the rows ``folds`` count (``archive.pack_record``), None for

@@ -398,3 +398,46 @@ def test_a_family_total_past_a_bigint_still_leaves_the_runs_audit_row(make_famil
     assert row["sum_folded"] is None and row["rows_folded"] == 2
     assert f"sum_folded {2 * big}" in row["message"]
     assert [client.read(f"c{i}") for i in (1, 2)] == [big, big]
+
+
+@pytest.mark.parametrize("point", ["commit", "verify"])
+def test_a_retried_compact_steps_earlier_commits_are_in_the_runs_audit_row(make_family, t0, point):
+    """Issue #49 item 4, as the DAG's tasks run a run: shard 0's compact step commits a bucket
+    and dies (before its verification: ``commit``; after it: ``verify``); the step is tried
+    again (a new execution, which carries those counted rows into its own commits), and only
+    the retry's report reaches verify. The audit row adds up every commit of the run: each
+    row folded once, the values' whole rise, each counter once."""
+    _family, store, client = make_family(shards=1)
+    counters = [f"k{i}" for i in range(24)]
+    client.record(
+        [
+            Increment((c,), i + 1, t0 + timedelta(minutes=1, seconds=i), ("w", i))
+            for c in counters
+            for i in range(3)
+        ]
+    )
+    epoch = t0 + timedelta(minutes=5)
+    now = epoch + timedelta(minutes=5)
+    started = datetime.now(UTC)
+    plan = engine.plan_step(store, "retried", epoch, now, started_at=started)
+    crashed: list[str] = []
+
+    def die_once(at: str) -> None:
+        if at == point and not crashed:
+            crashed.append(at)
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        engine.RunSteps(store, plan, started, fault=die_once, now=now).compact(plan.shards)
+    steps = engine.RunSteps(store, plan, started, now=now)
+    retry = steps.compact(plan.shards)
+    assert retry[0].tally.rows_folded < 72  # the retry folded only what the first had not
+    verified = steps.verify(retry)
+    cleaned = steps.check_cleanup(verified, steps.cleanup(verified, plan.shards))
+    summary = steps.conclude(verified, cleaned)
+    assert summary.outcome == "success"
+    [row] = [a for a in store.audit.page(5) if a["run_id"] == "retried"]
+    assert (row["rows_folded"], row["sum_folded"], row["rows_deleted"]) == (72, 144, 72), row
+    assert row["counters"] == 24
+    assert summary.tally.rows_folded == 72 and summary.tally.counted_present == 0
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(counters, 6)
