@@ -181,7 +181,7 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # commit; cleanup deletes exactly these, a later fold reads them if any is left)
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(runs_table(family))} (run_id text, shard int, "
         "bucket int, commit_id timeuuid, counters text, keys blob, applied boolean, "
-        "verified_by text, archive_rows blob, archived text, figures text, "
+        "verified_by text, archive_rows blob, archived text, figures text, deleted int, "
         f"PRIMARY KEY ((run_id, shard), bucket, commit_id)) WITH {RUNLOG_OPTIONS}",
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(quarantine_table(family))} (shard int, "
         f"{key_defs}, reason text, detail text, run_id text, at timestamp, "
@@ -573,6 +573,7 @@ def ensure_schema(
         ("archive_rows", "blob"),
         ("archived", "text"),
         ("figures", "text"),
+        ("deleted", "int"),
     ):
         if runs is not None and column not in runs.columns:  # a run log from before keys moved
             session.execute(

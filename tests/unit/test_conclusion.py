@@ -90,5 +90,8 @@ def test_a_runs_figures_add_up_its_applied_commits_each_row_and_counter_once():
     assert (run.counters_committed, run.rows_folded, run.sum_folded) == (1, 4, 16)
     assert (run.conflicts, run.rows_deleted, run.rows_read) == (2, 4, 9)  # as reported
     # a record from before figures were kept: the reported tally, whole
-    assert run_figures(reported, [again, None]) is reported
-    assert run_figures(reported, []) is reported
+    assert run_figures(reported, [again, None]) == reported
+    assert run_figures(reported, []) == reported
+    # the rows every cleanup of the run recorded (a cleared compact step's earlier pass too)
+    assert run_figures(reported, [again], deleted=44).rows_deleted == 44
+    assert run_figures(reported, [again], deleted=None).rows_deleted == 4

@@ -125,12 +125,15 @@ def cleanup_shard(
     # was planned with) and than the epoch: retries of the deleted rows stay deleted
     now_us = cluster_micros(store) if now is None else max(cluster_micros(store), micros(now))
 
+    deleted_by_commit: list[tuple[int, Any, int]] = []  # (bucket, commit id, rows deleted)
+
     def one(bucket: int) -> CleanupReport:
         store.statements.phase = "cleanup"  # this thread's requests
         part = CleanupReport(shard)
         # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
         mine: dict[Key, tuple[int, CountedKeys]] = {}
+        shares: dict[Any, int] = {}  # per commit, the rows it lists that no earlier one did
         for record in runs[bucket]:
             if record.commit_id in deferred:  # no values to archive: the next fold's
                 continue
@@ -141,10 +144,13 @@ def cleanup_shard(
                 if counter in mine:  # a retry of the run committed it again
                     epoch_before, keys_before = mine[counter]
                     merged = dict.fromkeys([*keys_before.keys, *keys.keys])
+                    added = len(merged) - len(keys_before)
                     keys = CountedKeys.of(store.keys.key_codec, list(merged))
                     mine[counter] = (max(epoch_ms, epoch_before), keys)
                 else:
+                    added = len(keys)
                     mine[counter] = (epoch_ms, keys)
+                shares[record.commit_id] = shares.get(record.commit_id, 0) + added
         if not mine:
             return part
         deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if len(keys)]
@@ -159,6 +165,7 @@ def cleanup_shard(
                 )
                 fault("cleanup_mark")
             part.rows_deleted += store.raw.delete_rows(deletions, tombstone_ts)
+            deleted_by_commit.extend((bucket, c, rows) for c, rows in shares.items() if rows)
         store.statements.phase = "verify_cleanup"
         _check_left(store, shard, bucket, mine, part)
         return part
@@ -172,6 +179,7 @@ def cleanup_shard(
         report.counters_cleaned += part.counters_cleaned
         report.counters_checked += part.counters_checked
     fault("cleanup_delete")
+    store.runs.mark_deleted(run_id, shard, deleted_by_commit)  # what the run's audit row sums
     report.requests = dict(store.statements.requests)
     report.seconds = time.perf_counter() - started
     report.peak_rss_mib = peak_rss_mib()

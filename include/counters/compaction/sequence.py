@@ -429,13 +429,14 @@ class RunSteps:
         """``tally`` with its committed figures (rows and sums folded, counters, late rows,
         counted rows carried) from the run log: every commit of the run that applied, by
         whichever attempt of its compact steps, not only the attempts whose reports reached
-        the step that audits (a retried task's earlier attempt committed too). The rest stays
-        as reported. Best effort: the reported tally when the run log cannot be read (a
-        failing run's audit row must still be written)."""
+        the step that audits (a retried task's earlier attempt committed too); and its rows
+        deleted, by every cleanup of the run (that of a cleared compact step's earlier pass
+        too). The rest stays as reported. Best effort: the reported tally when the run log
+        cannot be read (a failing run's audit row must still be written)."""
         if self.plan.dry_run:
             return tally
         try:
-            commits = self.store.runs.applied_figures(self.plan.run_id, self.plan.shards)
+            found = self.store.runs.run_figures(self.plan.run_id, self.plan.shards)
         except DriverException:
             log.warning(
                 "run %s: its commits' figures could not be read; its audit row has the "
@@ -444,7 +445,7 @@ class RunSteps:
                 exc_info=True,
             )
             return tally
-        return run_figures(tally, commits)
+        return run_figures(tally, found.commits, found.deleted)
 
     def _jobs(
         self,

@@ -141,14 +141,20 @@ def commit_figures(folds: Sequence[Fold], run_id: str) -> dict[str, int]:
     return {name: getattr(tally, name) for name in COMMITTED_FIGURES}
 
 
-def run_figures(memory: Tally, commits: Sequence[dict[str, int] | None]) -> Tally:
-    """The run's tally with its committed figures from its applied commits' records (pure):
-    ``commits`` holds each applied commit's ``commit_figures`` (None: a record from before
-    they were kept, then ``memory`` is kept whole). The rest (conflicts, quarantined, rows
-    deleted, ...) stays what the steps reported."""
-    if not commits or any(c is None for c in commits):
-        return memory
+def run_figures(
+    memory: Tally, commits: Sequence[dict[str, int] | None], deleted: int | None = None
+) -> Tally:
+    """The run's tally with its committed figures from its applied commits' records and its
+    rows deleted from what its cleanups recorded (pure): ``commits`` holds each applied
+    commit's ``commit_figures`` (None: a record from before they were kept, then the
+    reported figures are kept); ``deleted`` the rows every cleanup of the run recorded (None:
+    none did, then the reported count is kept). The rest (conflicts, quarantined, ...) stays
+    what the steps reported."""
     durable = replace(memory)
+    if deleted is not None:
+        durable.rows_deleted = deleted
+    if not commits or any(c is None for c in commits):
+        return durable
     for name in COMMITTED_FIGURES:
         values = [int((c or {}).get(name, 0)) for c in commits]
         setattr(durable, name, max(values) if name == "max_lateness_ms" else sum(values))

@@ -82,6 +82,15 @@ class FamilyState(NamedTuple):
     every run (``Family.sweep_every_run_below``)."""
 
 
+class RunFigures(NamedTuple):
+    """What the run log holds of a run's figures (``RunLogTable.run_figures``)."""
+
+    commits: tuple[dict[str, int] | None, ...]
+    """Each applied commit's ``core.commit_figures`` (None: recorded before they were kept)."""
+    deleted: int | None
+    """The rows its cleanups deleted (None: no cleanup recorded any)."""
+
+
 @dataclass(frozen=True)
 class CommitRecord:
     """One applied commit of a run, as the run log holds it: per counter, its new epoch (ms)

@@ -20,6 +20,7 @@ from ..rowkeys import CountedKeys
 from .keys import PLAIN_KEY_TYPES, Keys, normal_key
 from .records import (
     CommitRecord,
+    RunFigures,
     pack_commit_keys,
     pending_flags_of,
     unpack_commit_keys,
@@ -105,27 +106,47 @@ class RunLogTable:
         params = [(run_id, shard, bucket, c) for c in commit_ids]
         self.statements.run([(self.statements.batch(statement, params), None)])
 
-    def applied_figures(self, run_id: str, shards: Sequence[int]) -> list[dict[str, int] | None]:
-        """The figures of every commit of the run in ``shards`` known to have applied: one
-        that an execution verified, or that a later attempt found in the ledger (``applied``).
-        A record without figures (written before they were kept) is None. One read per shard
-        of the run's records, without their keys."""
+    def mark_deleted(self, run_id: str, shard: int, marks: Sequence[tuple[int, Any, int]]) -> None:
+        """Record, per commit ``(bucket, commit id, rows)``, how many of its counted rows a
+        cleanup deleted (each row once, with the commit that listed it first): the run's audit
+        row adds them up, whichever cleanup of the run deleted them. Single-partition batches,
+        after the deletes (a retry of the cleanup writes the same figures again)."""
+        if not marks:
+            return
+        statement = self.statements.prepare(
+            "runs_deleted",
+            "UPDATE {runs} SET deleted = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
+            "AND commit_id = ?",
+        )
+        params = [(rows, run_id, shard, bucket, commit_id) for bucket, commit_id, rows in marks]
+        for group in chunks(params, ROWS_PER_BATCH):
+            self.statements.run([(self.statements.batch(statement, group), None)])
+
+    def run_figures(self, run_id: str, shards: Sequence[int]) -> RunFigures:
+        """What the run log says the run did in ``shards``: the figures of every commit known
+        to have applied (one an execution verified, or a later attempt found in the ledger:
+        ``applied``; None for a record from before figures were kept), and the rows its
+        cleanups deleted (None: no cleanup recorded any). One read per shard, without keys."""
         statement = self.statements.prepare(
             "runs_figures",
-            "SELECT verified_by, applied, figures FROM {runs} WHERE run_id = ? AND shard = ?",
+            "SELECT verified_by, applied, figures, deleted FROM {runs} "
+            "WHERE run_id = ? AND shard = ?",
         )
-        out: list[dict[str, int] | None] = []
+        commits: list[dict[str, int] | None] = []
+        deleted: int | None = None
         for shard in shards:
             bound = statement.bind((run_id, shard))
             bound.fetch_size = RUN_LOG_FETCH
             self.statements.requests[self.statements.phase] += 1
-            for verified_by, applied, figures in self.statements.session.execute(
+            for verified_by, applied, figures, rows in self.statements.session.execute(
                 bound, execution_profile=BULK_PROFILE
             ):
+                if rows is not None:
+                    deleted = (deleted or 0) + rows
                 if verified_by is None and not applied:
                     continue  # it lost its commit (or its attempt died unseen: not proven)
-                out.append(None if figures is None else json.loads(figures))
-        return out
+                commits.append(None if figures is None else json.loads(figures))
+        return RunFigures(tuple(commits), deleted)
 
     def archive_rows(self, folds: Sequence[Fold]) -> bytes | None:
         """The archive record of the rows ``folds`` count (``archive.pack_record``), None for

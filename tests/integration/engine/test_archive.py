@@ -223,7 +223,8 @@ def test_a_crash_between_archive_and_delete_archives_no_row_twice_and_deletes_no
     elif then == "rerun":
         again = run(store, epoch, run_id="crashed")
         assert again.outcome == "success", again.message
-        assert again.tally.counted_present == 30
+        # it carries its own run's counted rows: the run folded them once (issue #49 item 4)
+        assert (again.tally.rows_folded, again.tally.counted_present) == (30, 0)
     else:
         client.record([inc(c, 1000, epoch + timedelta(minutes=1), 77) for c in counters])
         extra = 1000

@@ -441,3 +441,39 @@ def test_a_retried_compact_steps_earlier_commits_are_in_the_runs_audit_row(make_
     assert row["counters"] == 24
     assert summary.tally.rows_folded == 72 and summary.tally.counted_present == 0
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(counters, 6)
+
+
+def test_a_run_whose_compact_step_is_cleared_after_it_ended_audits_both_passes(make_family, t0):
+    """Issue #49 item 4: a run ends (folded and deleted 72 rows); late rows at or below its
+    epoch arrive; an operator clears its compact task in the UI, and the tasks after it run
+    again under the same run (the same plan and start: the same audit row). The row then says
+    what the whole run did, both passes: every row folded and every row deleted, not only the
+    second pass's."""
+    _family, store, client = make_family(shards=1)
+    counters = [f"k{i}" for i in range(24)]
+    rows = [
+        Increment((c,), i + 1, t0 + timedelta(minutes=1, seconds=i), ("w", i))
+        for c in counters
+        for i in range(3)
+    ]
+    client.record(rows)
+    epoch = t0 + timedelta(minutes=5)
+    now = epoch + timedelta(minutes=5)
+    started = datetime.now(UTC)
+    plan = engine.plan_step(store, "cleared", epoch, now, started_at=started)
+
+    def one_pass() -> engine.RunSummary:
+        steps = engine.RunSteps(store, plan, started, now=now)
+        verified = steps.verify(steps.compact(plan.shards))
+        cleanups = steps.cleanup(verified, plan.shards)
+        return steps.conclude(verified, steps.check_cleanup(verified, cleanups))
+
+    assert one_pass().tally.rows_deleted == 72
+    client.record(
+        [Increment((c,), 10, t0 + timedelta(minutes=2), ("late", 1)) for c in counters[:4]]
+    )
+    second = one_pass()
+    [row] = [a for a in store.audit.page(5) if a["run_id"] == "cleared"]
+    assert (row["rows_folded"], row["sum_folded"], row["rows_deleted"]) == (76, 184, 76), row
+    assert (row["late_rows"], row["counters"]) == (4, 24), row
+    assert second.tally.rows_deleted == 76
