@@ -47,6 +47,7 @@ class Action(StrEnum):
     RESET = "reset"
     RECONCILE_REPAIR = "reconcile-repair"
     QUARANTINE_RELEASE = "quarantine-release"
+    RETIRE = "retire"
 
 
 # --- month partitions ------------------------------------------------------------------------

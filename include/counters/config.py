@@ -690,3 +690,54 @@ def _parse_leniently(resolved: Path) -> tuple[list[Family], dict[str, str]]:
         seen.add(family.name)
         good.append(family)
     return good, errors
+
+
+@dataclass(frozen=True)
+class BrokenEntry:
+    """A family entry of the YAML that does not load (its DAG is not built): what can still
+    be read of it, so the freshness check can find its family in the cluster and alert the
+    family's own channels (``alerts``, when that part of the entry validates alone)."""
+
+    name: str | None
+    keyspace: str | None
+    alerts: Alerts | None
+    error: str
+
+
+def broken_entries(path: str | os.PathLike[str] | None = None) -> list[BrokenEntry]:
+    """The entries ``load_families_leniently`` could not load, each with its name, keyspace and
+    alerts where they are valid on their own. Empty when the file cannot be read at all
+    (``load_families_leniently`` raises that)."""
+    resolved = config_path(path)
+    _good, errors = load_families_leniently(resolved)
+    if not errors:
+        return []
+    raw = _read_yaml(resolved)
+    out: list[BrokenEntry] = []
+    for index, entry in enumerate(raw["families"]):
+        fields = entry if isinstance(entry, Mapping) else {}
+        name = fields.get("name") if isinstance(fields.get("name"), str) else None
+        key = name or _family_label(entry, index)
+        error = errors.get(f"{name}#{index}") or errors.get(str(key))
+        if error is None:
+            continue
+        keyspace = fields.get("keyspace")
+        out.append(
+            BrokenEntry(
+                name,
+                keyspace if isinstance(keyspace, str) and IDENTIFIER.match(keyspace) else None,
+                _alerts_alone(fields.get("alerts")),
+                error,
+            )
+        )
+    return out
+
+
+def _alerts_alone(raw: Any) -> Alerts | None:
+    """An entry's ``alerts`` validated on their own (None: absent or invalid too)."""
+    if raw is None:
+        return None
+    try:
+        return Alerts.model_validate(raw)
+    except ValidationError:
+        return None

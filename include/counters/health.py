@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .config import Family
+from .config import BrokenEntry, Family
 from .connection import Connection
 from .core import ClockOffset, clock_refusal, clock_tolerance, to_text, utc_naive
 from .schema import SchemaError
 from .status import Freshness, freshness
-from .store import Store
+from .store import KnownFamily, Store, known_families
 
 log = logging.getLogger(__name__)
 
@@ -141,3 +141,104 @@ def read_lags(
 
 def unhealthy(lags: Sequence[FamilyLag]) -> list[FamilyLag]:
     return [lag for lag in lags if not lag.healthy]
+
+
+@dataclass(frozen=True)
+class Unconfigured:
+    """A family the cluster knows (``store.known_families``) that the families YAML does not
+    load: missing from it, or its entry broken. Its compaction DAG is gone, so it goes stale
+    and nothing else alerts: the freshness check and ``counterctl health`` report it (and
+    alert) until its entry loads again, or, once retired (``counterctl retire``) and removed
+    from the YAML, list it as retired and stay quiet."""
+
+    name: str
+    keyspace: str
+    epoch: datetime | None
+    problem: str
+    entry: BrokenEntry | None = None
+    """Its broken entry in the YAML (None: it has none)."""
+    retired: str | None = None
+    """When and by whom it was retired (only for a family absent from the YAML)."""
+
+    @property
+    def healthy(self) -> bool:
+        return self.retired is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.name,
+            "keyspace": self.keyspace,
+            "state": "retired" if self.retired else "unconfigured",
+            "healthy": self.healthy,
+            "epoch": utc_naive(self.epoch).isoformat() if self.epoch else None,
+            "problem": self.problem,
+            "retired": self.retired,
+        }
+
+    def line(self) -> str:
+        epoch = utc_naive(self.epoch).isoformat() if self.epoch else "-"
+        state = "retired" if self.retired else "unconfigured"
+        return f"{self.name}\t{state}\t{self.retired or self.problem}\tepoch {epoch}"
+
+
+def watched_keyspaces(families: Sequence[Family], broken: Sequence[BrokenEntry]) -> list[str]:
+    """The keyspaces whose families the checks look for (pure): every keyspace the YAML
+    names, a broken entry's included."""
+    return sorted({f.keyspace for f in families} | {b.keyspace for b in broken if b.keyspace})
+
+
+def unconfigured(
+    known: Sequence[KnownFamily],
+    families: Sequence[Family],
+    broken: Sequence[BrokenEntry],
+    config: str,
+) -> list[Unconfigured]:
+    """The families the cluster knows that the YAML does not load (pure), each with why. A
+    family absent from the YAML that was retired is listed as retired; a broken entry always
+    counts as configured on purpose, retired or not."""
+    loaded = {(f.keyspace, f.name) for f in families}
+    out: list[Unconfigured] = []
+    for family in known:
+        if (family.keyspace, family.name) in loaded:
+            continue
+        entry = next(
+            (b for b in broken if b.name == family.name and b.keyspace in (None, family.keyspace)),
+            None,
+        )
+        if entry is not None:
+            problem = (
+                f"family {family.name!r} (keyspace {family.keyspace}) is not compacted: its "
+                f"entry in {config} does not load, so it has no DAG: {entry.error}"
+            )
+            out.append(Unconfigured(family.name, family.keyspace, family.epoch, problem, entry))
+            continue
+        problem = (
+            f"family {family.name!r} (keyspace {family.keyspace}) is not compacted: it is known "
+            f"to the cluster but not in {config}, so it has no DAG. Put its entry back; or, if "
+            f"it was removed on purpose, retire it (`counterctl retire --family {family.name}` "
+            "while its entry is there, then remove the entry)"
+        )
+        retired = (
+            f"retired {utc_naive(family.retired_at).isoformat(timespec='seconds')} by "
+            f"{family.retired_by or '?'}"
+            if family.retired_at is not None
+            else None
+        )
+        out.append(Unconfigured(family.name, family.keyspace, family.epoch, problem, None, retired))
+    return out
+
+
+def read_unconfigured(
+    conn: Connection,
+    families: Sequence[Family],
+    broken: Sequence[BrokenEntry],
+    config: str,
+) -> list[Unconfigured]:
+    """``unconfigured`` over what the cluster knows in the watched keyspaces (two small reads
+    a keyspace)."""
+    known = [
+        found
+        for keyspace in watched_keyspaces(families, broken)
+        for found in known_families(conn, keyspace)
+    ]
+    return unconfigured(known, families, broken, config)

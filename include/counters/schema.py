@@ -255,7 +255,7 @@ def keyspace_ddl(keyspace: str, replication: str) -> list[str]:
         "acquired_at timestamp, PRIMARY KEY ((family, shard)))",
         f"CREATE TABLE IF NOT EXISTS {ks}.{STATE_TABLE} (family text PRIMARY KEY, "
         "epoch timestamp, run_id text, updated_at timestamp, last_sweep timestamp, shards int, "
-        "last_sweep_size int)",
+        "last_sweep_size int, retired_at timestamp, retired_by text)",
         f"CREATE TABLE IF NOT EXISTS {ks}.{TABLES_TABLE} (table_name text PRIMARY KEY, "
         "family text, identity text, recorded_at timestamp, recorded_by text)",
     ]
@@ -549,6 +549,8 @@ def ensure_schema(
         ("last_sweep", "timestamp"),
         ("shards", "int"),
         ("last_sweep_size", "int"),
+        ("retired_at", "timestamp"),
+        ("retired_by", "text"),
     ):
         if state is not None and column not in state.columns:  # from an older version
             table = f"{q(family.keyspace)}.{STATE_TABLE}"

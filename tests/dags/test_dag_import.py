@@ -190,6 +190,8 @@ def test_broken_family_is_one_import_error_naming_it_and_the_others_load(
         "counters_freshness",
         "counters_metadata_cleanup",
     }
+    # the freshness check still watches the broken family (found in the cluster by name)
+    assert "| `broken` | entry does not load |" in bag.dags["counters_freshness"].doc_md
 
 
 def test_unreadable_families_file_is_one_import_error(
@@ -202,7 +204,9 @@ def test_unreadable_families_file_is_one_import_error(
 
     assert list(bag.import_errors) == [CHECK_FILE]
     assert "malformed YAML" in bag.import_errors[CHECK_FILE]
-    assert bag.dag_ids == ["counters_metadata_cleanup"]  # needs no family
+    # the freshness DAG stays: its task fails, alerting the default channels (issue #49)
+    assert sorted(bag.dag_ids) == ["counters_freshness", "counters_metadata_cleanup"]
+    assert "The families YAML does not load" in bag.dags["counters_freshness"].doc_md
 
 
 PARSE_PROBE = """

@@ -220,6 +220,33 @@ def test_lenient_load_keeps_good_families(tmp_path):
     assert "family 'broken' (families[1]): field 'lag'" in errors["broken"]
 
 
+def test_a_broken_entry_keeps_its_name_keyspace_and_alerts_when_they_validate(tmp_path):
+    """Issue #49 item 4: what the freshness check needs of an entry that does not load."""
+    from counters.config import broken_entries
+
+    text = (
+        GOOD
+        + """  - name: typo
+    keyspace: ks
+    raw_table: r2
+    compact_table: c2
+    freshnes: 10m
+    alerts: {webhook_url: "http://hooks/typo"}
+  - name: worse
+    keyspace: "not a keyspace"
+    raw_table: r3
+    compact_table: c3
+    alerts: {email: 5}
+"""
+    )
+    path = write(tmp_path, text)
+    typo, worse = broken_entries(path)
+    assert (typo.name, typo.keyspace) == ("typo", "ks") and "freshnes" in typo.error
+    assert typo.alerts is not None and typo.alerts.webhook_url == "http://hooks/typo"
+    assert (worse.name, worse.keyspace, worse.alerts) == ("worse", None, None)
+    assert broken_entries(write(tmp_path, GOOD)) == []
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1m", 60), ("2h", 7200), (30, 30)])
 def test_durations(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)

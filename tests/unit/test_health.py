@@ -38,3 +38,37 @@ def test_expect_fresh_and_late_healthy_stale_and_never_not() -> None:
     assert [lag.family.name for lag in unhealthy([fresh, late, edge, stale, never])] == ["d", "e"]
     assert stale.as_dict()["behind_s"] == 601.0 and stale.as_dict()["limit_s"] == 600.0
     assert "never compacted" in never.line()
+
+
+def test_a_family_the_cluster_knows_that_the_yaml_does_not_load_is_unconfigured() -> None:
+    """Issue #49 item 4: a family known to the cluster is watched whether the YAML loads it
+    or not: a broken entry (its error named, its own alerts kept), a missing one (retire to
+    silence it), each only in its own keyspace."""
+    from counters.config import Alerts, BrokenEntry
+    from counters.health import unconfigured, watched_keyspaces
+    from counters.store import KnownFamily
+
+    loaded = [family("a")]
+    typo = BrokenEntry("b", "ks", Alerts(webhook_url="http://b"), "field 'freshnes': extra")
+    nameless = BrokenEntry(None, "other", None, "families[3]: field 'name': required")
+    known = [
+        KnownFamily("a", "ks", NOW),
+        KnownFamily("a", "elsewhere", NOW),  # another keyspace's family of the same name
+        KnownFamily("b", "ks", NOW),
+        KnownFamily("c", "ks", None),
+        KnownFamily("d", "ks", NOW, NOW, "ops@host"),
+    ]
+    found = {(u.keyspace, u.name): u for u in unconfigured(known, loaded, [typo], "f.yaml")}
+    assert set(found) == {("elsewhere", "a"), ("ks", "b"), ("ks", "c"), ("ks", "d")}
+    b = found["ks", "b"]
+    assert b.entry is typo and "does not load" in b.problem and "'freshnes'" in b.problem
+    assert not b.healthy and b.as_dict()["state"] == "unconfigured"
+    c = found["ks", "c"]
+    assert c.entry is None and "not in f.yaml" in c.problem and "counterctl retire" in c.problem
+    d = found["ks", "d"]
+    assert d.healthy and d.retired and "ops@host" in d.retired and d.as_dict()["state"] == "retired"
+    # a retired family whose broken entry is back alerts all the same
+    retyped = BrokenEntry("d", "ks", None, "field 'lag': bad")
+    [again] = [u for u in unconfigured(known[4:], [], [retyped], "f.yaml")]
+    assert again.retired is None and not again.healthy
+    assert watched_keyspaces(loaded, [typo, nameless]) == ["ks", "other"]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
-from ..config import Family, parse_duration
+from ..config import Alerts, Family, parse_duration
 from ..core import utc_naive
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,13 @@ Notice = Literal["started", "reminder", "recovered"]
 
 def remind_every(family: Family, env: Mapping[str, str] | None = None) -> timedelta:
     """The family's ``alerts.remind_every``, else ``$COUNTERS_ALERT_REMIND_EVERY``, else 1h."""
-    if family.alerts.remind_every is not None:
-        return family.alerts.remind_every
+    return remind_every_of(family.alerts, env)
+
+
+def remind_every_of(alerts: Alerts, env: Mapping[str, str] | None = None) -> timedelta:
+    """``alerts.remind_every``, else ``$COUNTERS_ALERT_REMIND_EVERY``, else 1h."""
+    if alerts.remind_every is not None:
+        return alerts.remind_every
     env = os.environ if env is None else env
     text = env.get(REMIND_ENV)
     if not text:

@@ -27,7 +27,15 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowSkipException
 
-from ..config import ConfigError, Family, Kind, config_path, load_families_leniently
+from ..config import (
+    BrokenEntry,
+    ConfigError,
+    Family,
+    Kind,
+    broken_entries,
+    config_path,
+    load_families_leniently,
+)
 from . import assets
 from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
@@ -369,11 +377,21 @@ def _shard_tasks(family: Family, channels: Channels) -> None:
 FRESHNESS_TASK = "check_freshness"
 
 
-def build_freshness_dag(families: list[Family], env: dict[str, str] | None = None) -> DAG:
+def build_freshness_dag(
+    families: list[Family],
+    env: dict[str, str] | None = None,
+    *,
+    broken: Sequence[BrokenEntry] = (),
+    config_problem: str | None = None,
+) -> DAG:
     """``counters_freshness``: every 5 minutes, one task that checks every family (one task
     process, not one per family each parsing the whole DAG); a stale family alerts its own
-    channels, and the task fails naming every stale family."""
+    channels, and the task fails naming every stale family. It also looks in the YAML's
+    keyspaces for families the cluster knows that the YAML does not load (``broken``: its
+    entries that do not; ``config_problem``: why the whole file does not), which alert too:
+    a typo in one entry removes that family's DAG, not its watch."""
     channels = {f.name: Channels.for_family(f, env) for f in families}
+    config = str(config_path())
     with DAG(
         dag_id=FRESHNESS_DAG_ID,
         description="Alert when a counter family's compacted epoch falls behind now - lag",
@@ -392,13 +410,28 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
                 "own channels (once, then reminders; a notice when it is fresh again), and the "
                 "task fails naming every stale family. Its log has one line per family, its "
                 "return value (XCom `freshness` when it fails) every family's state. A family "
-                "that was never compacted is left alone.",
+                "that was never compacted is left alone. A family the cluster knows (its state "
+                "or its tables' owners, in the keyspaces the YAML names) that the YAML does not "
+                "load (missing, or its entry broken: it has no DAG) alerts its entry's own "
+                "channels when they still validate, else the default ones (`COUNTERS_ALERT_*`), "
+                "until it loads again; one removed on purpose is retired with `counterctl "
+                "retire` first, then listed as retired.",
                 "",
                 "| family | lag | freshness | alerts |",
                 "| --- | --- | --- | --- |",
                 *(
                     f"| `{f.name}` | {f.lag} | {f.freshness} | {channels[f.name].describe()} |"
                     for f in families
+                ),
+                *(
+                    f"| `{b.name or '?'}` | entry does not load | - | "
+                    f"{Channels.for_alerts(b.alerts, env).describe()} |"
+                    for b in broken
+                ),
+                *(
+                    ["", f"**The families YAML does not load**: {config_problem}"]
+                    if config_problem
+                    else []
                 ),
             ]
         ),
@@ -411,7 +444,14 @@ def build_freshness_dag(families: list[Family], env: dict[str, str] | None = Non
             execution_timeout=timedelta(minutes=4),
         )
         def check_freshness() -> dict[str, Any]:
-            return _tasks().check_freshness(families, channels, get_current_context())
+            return _tasks().check_freshness(
+                families,
+                channels,
+                get_current_context(),
+                broken=broken,
+                config=config,
+                config_problem=config_problem,
+            )
 
         check_freshness()
     return dag
@@ -554,14 +594,23 @@ def family_dags() -> dict[str, DAG]:
 
 
 def freshness_dags() -> dict[str, DAG]:
+    """The freshness DAG, whatever the YAML holds: with the families that load, the entries
+    that do not (their families are found in the cluster and alert), or, when the file does
+    not load at all, none (its task then fails, alerting the default channels)."""
     wanted = get_parsing_context().dag_id
     if wanted not in (None, FRESHNESS_DAG_ID):
         return {}
+    problem: str | None = None
     try:
         families, _errors = _load()
-    except ConfigError:
-        return {}
-    return {FRESHNESS_DAG_ID: build_freshness_dag(sorted(families, key=lambda f: f.name))}
+        broken = broken_entries(config_path())
+    except ConfigError as exc:
+        families, broken, problem = [], [], str(exc)
+    return {
+        FRESHNESS_DAG_ID: build_freshness_dag(
+            sorted(families, key=lambda f: f.name), broken=broken, config_problem=problem
+        )
+    }
 
 
 def check_config() -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-from ..config import Family
+from ..config import Alerts, Family
 from .alerting import (
     DEFAULT_REMIND_EVERY,
     FAILING,
@@ -41,7 +41,7 @@ from .alerting import (
     VariableStreaks,
     after_failure,
     after_success,
-    remind_every,
+    remind_every_of,
     state_key,
 )
 
@@ -69,8 +69,15 @@ class Channels:
 
     @classmethod
     def for_family(cls, family: Family, env: Mapping[str, str] | None = None) -> Channels:
+        return cls.for_alerts(family.alerts, env)
+
+    @classmethod
+    def for_alerts(cls, alerts: Alerts | None, env: Mapping[str, str] | None = None) -> Channels:
+        """``alerts`` (None: none of its own) with the environment's defaults: the channels
+        of a family whose YAML entry does not load are its entry's ``alerts`` if they validate
+        alone, else the deployment's defaults (``$COUNTERS_ALERT_*``, ``counters_webhook``)."""
         env = os.environ if env is None else env
-        alerts = family.alerts
+        alerts = alerts or Alerts()
         email = alerts.email or tuple(
             a.strip() for a in (env.get(EMAIL_ENV) or "").split(",") if a.strip()
         )
@@ -83,7 +90,7 @@ class Channels:
             webhook_conn_id=None
             if webhook_url
             else (env.get(WEBHOOK_CONN_ENV, DEFAULT_WEBHOOK_CONN_ID) or None),
-            remind_every=remind_every(family, env),
+            remind_every=remind_every_of(alerts, env),
         )
 
     def describe(self) -> str:

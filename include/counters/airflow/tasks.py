@@ -31,12 +31,12 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from .. import engine, health, metrics
 from ..audit import Provenance
-from ..config import Family
+from ..config import BrokenEntry, Family
 from ..connection import Connection
 from ..core import ClockOffset, Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
 from ..engine import CleanupReport, Phases, RunPlan, ShardReport
-from ..health import FamilyLag
+from ..health import FamilyLag, Unconfigured
 from ..status import Freshness
 from ..store import Store
 from .alerting import STALE
@@ -402,12 +402,22 @@ def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[s
 
 @dataclass(frozen=True)
 class FreshnessVerdict:
-    """What one freshness check found, family by family (pure: from the families' lags)."""
+    """What one freshness check found, family by family (pure: from the families' lags, and
+    the families the cluster knows that the YAML does not load)."""
 
     lags: tuple[FamilyLag, ...]
     now: datetime
     clock: ClockOffset | None = None
     """The checking worker's clock against the cluster's (``now`` is the cluster's time)."""
+    unconfigured: tuple[Unconfigured, ...] = ()
+    problems: tuple[str, ...] = ()
+    """What the check itself could not do (the families YAML unreadable, the cluster's
+    families unreadable): each fails the check."""
+
+    @property
+    def not_compacted(self) -> list[Unconfigured]:
+        """Known to the cluster, not loaded from the YAML, not retired: each alerts."""
+        return [u for u in self.unconfigured if u.retired is None]
 
     def named(self, *states: Freshness) -> list[str]:
         return [lag.family.name for lag in self.lags if lag.problem is None and lag.state in states]
@@ -440,6 +450,9 @@ class FreshnessVerdict:
             "never_compacted": self.never_compacted,
             "fresh": self.fresh,
             "families": {lag.family.name: lag.as_dict() for lag in self.lags},
+            "unconfigured": {u.name: u.problem for u in self.not_compacted},
+            "retired": {u.name: u.retired for u in self.unconfigured if u.retired},
+            "problems": list(self.problems),
         }
 
     def failure(self) -> str | None:
@@ -450,6 +463,10 @@ class FreshnessVerdict:
         if self.unreadable:
             unread = "; ".join(f"{name} ({why})" for name, why in self.unreadable.items())
             parts.append(f"{len(self.unreadable)} unreadable: {unread}")
+        if self.not_compacted:
+            names = ", ".join(u.name for u in self.not_compacted)
+            parts.append(f"{len(self.not_compacted)} not in the YAML or not loading: {names}")
+        parts += list(self.problems)
         if not parts:
             return None
         checked = f"{len(self.lags)} famil{'y' if len(self.lags) == 1 else 'ies'} checked"
@@ -500,11 +517,19 @@ def _final_try(context: Mapping[str, Any]) -> bool:
     return int(getattr(ti, "try_number", 1) or 1) > int(getattr(ti, "max_tries", 0) or 0)
 
 
+FRESHNESS_ALERT_NAME = "counters_freshness"
+"""The name the freshness check alerts under (the deployment's default channels) when it
+cannot check at all: the families YAML does not load."""
+
+
 def check_freshness(
     families: Sequence[Family],
     channels: Mapping[str, Channels],
     context: Mapping[str, Any],
     *,
+    broken: Sequence[BrokenEntry] = (),
+    config: str = "the families YAML",
+    config_problem: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Check every family in one task (one process per 5 minutes, not one per family), each
@@ -512,8 +537,18 @@ def check_freshness(
     (once, then reminders), a fresh or late one closes its streak; a family never compacted is
     left alone. An unreadable family is retried with the task, and alerts on its last try.
     Fails naming every stale and unreadable family; returns every family's state. ``now``: the
-    cluster's time unless given; the worker's clock offset from it is logged and returned."""
+    cluster's time unless given; the worker's clock offset from it is logged and returned.
+    Then the families the cluster knows in the YAML's keyspaces that the YAML does not load
+    (a typo in one entry removes its DAG): each alerts its entry's ``alerts`` when they still
+    validate, else the deployment's default channels, until it loads again or is retired
+    (``broken``: the entries that do not load; ``config``: the file, for the messages). A
+    YAML that does not load at all (``config_problem``) alerts the default channels. Fails
+    naming every stale, unreadable and unconfigured family too."""
     clock: ClockOffset | None = None
+    found: tuple[Unconfigured, ...] = ()
+    problems: list[str] = []
+    if config_problem is not None:
+        problems.append(f"the families YAML does not load: {config_problem}")
     try:
         conn = connection()  # once: a Store per family shares it
         cluster = conn.cluster_clock()
@@ -527,7 +562,12 @@ def check_freshness(
         now = utc_naive(now or cluster.now())
         log.info("clock: this worker is %s", clock.describe())
         lags = tuple(_read_lag(f, conn, now, clock) for f in families)
-    verdict = FreshnessVerdict(lags, now, clock)
+        try:
+            found = tuple(health.read_unconfigured(conn, families, broken, config))
+        except Exception as exc:
+            log.warning("the cluster's families could not be read", exc_info=True)
+            problems.append(f"the cluster's families unreadable: {type(exc).__name__}: {exc}")
+    verdict = FreshnessVerdict(lags, now, clock, found, tuple(problems))
     refused = verdict.as_dict()["clock_refused"]
     if refused and clock is not None:
         log.warning(
@@ -544,6 +584,29 @@ def check_freshness(
         except Exception:
             log.exception("family %s: its freshness alert could not be sent", lag.family.name)
             unalerted.append(lag.family.name)
+    for family in verdict.unconfigured:
+        log.info("freshness %s", family.line())
+        if family.retired is not None:
+            continue
+        try:
+            error = FamilyStale(family.problem, checks=["family_unconfigured"])
+            where = Channels.for_alerts(family.entry.alerts if family.entry else None)
+            notify_failure(family.name, where, STALE, {**context, "exception": error})
+        except Exception:
+            log.exception("family %s: its alert could not be sent", family.name)
+            unalerted.append(family.name)
+    if config_problem is not None:
+        try:
+            error = FamilyStale(problems[0], checks=["families_yaml"])
+            notify_failure(
+                FRESHNESS_ALERT_NAME,
+                Channels.for_alerts(None),
+                STALE,
+                {**context, "exception": error},
+            )
+        except Exception:
+            log.exception("the families YAML's alert could not be sent")
+            unalerted.append(FRESHNESS_ALERT_NAME)
     summary = verdict.as_dict()
     failure = verdict.failure()
     if unalerted:
@@ -555,7 +618,7 @@ def check_freshness(
     ti = context.get("ti")
     if ti is not None:
         ti.xcom_push(key="freshness", value=summary)
-    if verdict.unreadable and not final:
+    if (verdict.unreadable or len(problems) > (config_problem is not None)) and not final:
         raise FreshnessUnreadable(f"{failure}; retrying")
     raise FamilyStale(failure, checks=["freshness"])
 

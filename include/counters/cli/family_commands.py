@@ -15,7 +15,15 @@ from ..schema import (
 )
 from ..store import Store
 from ..store.auditlog import AuditUpgradeError
-from .common import Context, Failure, echo_json, pass_context, replication_for, reported
+from .common import (
+    Context,
+    Failure,
+    audited_store,
+    echo_json,
+    pass_context,
+    replication_for,
+    reported,
+)
 
 
 @click.command("families")
@@ -147,3 +155,53 @@ def _print_grants(families: list[Family], role: str) -> None:
     )
     for statement in compactor_grants(families, role):
         click.echo(f"{statement};")
+
+
+@click.command("retire")
+@click.option("--family", "name", required=True)
+@click.option("--undo", is_flag=True, help="Watch the family again (its retirement is undone).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was recorded as JSON.")
+@pass_context
+def retire_command(obj: Context, name: str, undo: bool, as_json: bool) -> None:
+    """Retire a family removed on purpose, so that nothing alerts on it once it is gone.
+
+    \b
+    The freshness check (and `health`) watch every family the cluster knows in the YAML's
+    keyspaces: one missing from the YAML, or whose entry does not load, has no DAG and
+    alerts until its entry loads again. To remove a family for good: retire it while its
+    entry is in the YAML (recorded in its state row and audited, with its configuration
+    hash), then remove the entry; the checks then list it as retired. Its tables, archive
+    and audit trail are kept: drop them yourself once nothing needs them. An entry that is
+    there but does not load still alerts, retired or not. --undo watches it again.
+    """
+    from ..audit import Action, machine, operator_record
+    from ..compaction.common import new_run_id
+
+    family = obj.family(name)
+    store = audited_store(obj.conn, family, undo=undo)
+    user, host = machine()
+    who = None if undo else f"{user}@{host}"
+    with reported():
+        store.control.retire(who)
+        row = store.audit.write(
+            operator_record(
+                family,
+                action=Action.RETIRE,
+                outcome="unretired" if undo else "retired",
+                run_id=new_run_id("retire"),
+                message=(
+                    f"family {family.name!r} is watched again by the freshness check"
+                    if undo
+                    else f"family {family.name!r} retired by {who}: once its entry is removed "
+                    "from the families YAML, the freshness check lists it as retired and does "
+                    "not alert"
+                ),
+                parameters={"undo": undo},
+            )
+        )
+    if as_json:
+        echo_json(
+            {"family": family.name, "retired": not undo, "by": who, "audit_run_id": row["run_id"]}
+        )
+        return
+    click.echo(f"{family.name}: {'watched again' if undo else 'retired'}")

@@ -23,7 +23,7 @@ from .counter_commands import (
     reset_command,
     reshard_command,
 )
-from .family_commands import families_command, init_command
+from .family_commands import families_command, init_command, retire_command
 from .run_commands import compact_command, demo_writer_command, health_command, read_command
 
 
@@ -91,6 +91,7 @@ def cli(
 for command in (
     families_command,
     init_command,
+    retire_command,
     compact_command,
     read_command,
     health_command,

@@ -191,18 +191,24 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
     counters_freshness DAG's rule): fresh, late (past half the limit) or stale (past it);
     never before the first run. "now" is the cluster's time (a coordinator's), and each line
     shows this host's clock offset from it: compaction refuses a host off by more than a
-    quarter of the family's lag. Exit code 0 when every family is fresh or late, 8 when one
-    is stale or was never compacted, or when this host's clock is off by more than a family
-    allows (5/6 when Cassandra does not answer), so a cron job, a Kubernetes probe or a
-    monitoring check sees compaction stop even when the scheduler (which runs the freshness
-    DAG) is down. Sends each family's gauges (compacted epoch, lag, limit, quarantined
-    counters, clock offset) where Airflow's metrics are configured.
+    quarter of the family's lag. Without --family it also lists the families the cluster
+    knows in the YAML's keyspaces that the YAML does not hold (no DAG compacts them):
+    unconfigured, unless retired (`counterctl retire`). Exit code 0 when every family is
+    fresh or late, 8 when one is stale, was never compacted or is unconfigured, or when this
+    host's clock is off by more than a family allows (5/6 when Cassandra does not answer; 2
+    when the YAML does not load), so a cron job, a Kubernetes probe or a monitoring check
+    sees compaction stop even when the scheduler (which runs the freshness DAG) is down.
+    Sends each family's gauges (compacted epoch, lag, limit, quarantined counters, clock
+    offset) where Airflow's metrics are configured.
     """
     families = [obj.family(n) for n in names] if names else list(obj.catalog.families)
     with reported():
         clock = obj.conn.cluster_clock()
         now = clock.now()
         lags = health.read_lags((Store(obj.conn, f) for f in families), now, clock.offset)
+        missing = (
+            [] if names else health.read_unconfigured(obj.conn, families, (), str(obj.catalog.path))
+        )
     if metrics.airflow_configured():
         # importing Airflow takes over the logging: take it back before any metric is sent
         # (a warning of the metrics' must reach stderr, away from the output on stdout)
@@ -219,18 +225,21 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
             clock_offset=clock.offset.seconds,
         )
     obj.take_back_logging()  # importing Airflow's facade took over the logging
-    bad = health.unhealthy(lags)
+    late = [lag.family.name for lag in health.unhealthy(lags)]
+    bad = late + [u.name for u in missing if not u.healthy]
     skewed = [lag.family.name for lag in lags if lag.clock_refused]
     if as_json:
-        echo_json([lag.as_dict() for lag in lags])
+        echo_json([lag.as_dict() for lag in lags] + [u.as_dict() for u in missing])
     else:
         click.echo(f"clock: this host is {clock.offset.describe()}")
         for lag in lags:
             click.echo(lag.line())
+        for found in missing:
+            click.echo(found.line())
         click.echo(
-            f"{len(lags) - len(bad)} of {len(lags)} famil{'y' if len(lags) == 1 else 'ies'} "
-            "within their freshness limit"
-            + (f"; unhealthy: {', '.join(lag.family.name for lag in bad)}" if bad else "")
+            f"{len(lags) - len(late)} of {len(lags)} "
+            f"famil{'y' if len(lags) == 1 else 'ies'} within their freshness limit"
+            + (f"; unhealthy: {', '.join(bad)}" if bad else "")
             + (
                 f"; this host's clock is too far off to compact: {', '.join(skewed)}"
                 if skewed

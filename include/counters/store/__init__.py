@@ -29,7 +29,7 @@ from ..config import Family
 from ..connection import Connection
 from ..schema import RawLayout
 from .auditlog import AuditLog
-from .control import ControlTable
+from .control import ControlTable, known_families
 from .keys import PACKED_TYPES, PLAIN_KEY_TYPES, Keys, normal_key
 from .ledger import LedgerTable
 from .raw import RawTable
@@ -42,6 +42,7 @@ from .records import (
     CommitRecord,
     Copy,
     FamilyState,
+    KnownFamily,
     Ledger,
     Quarantined,
     ReadBase,
@@ -163,6 +164,7 @@ __all__ = [
     "FamilyState",
     "IndexTable",
     "Keys",
+    "KnownFamily",
     "Ledger",
     "LedgerTable",
     "MillisTimestampType",
@@ -179,6 +181,7 @@ __all__ = [
     "batch_too_large",
     "bind",
     "consistency_of",
+    "known_families",
     "millis_timestamps",
     "normal_key",
     "outcome_unknown",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from ..connection import BULK_PROFILE
+from cassandra import InvalidRequest
+
+from ..connection import BULK_PROFILE, Connection
 from ..core import (
     Key,
     quarantine_shards,
@@ -17,6 +19,7 @@ from ..core import (
 from .keys import Keys
 from .records import (
     FamilyState,
+    KnownFamily,
     Quarantined,
     TableOwner,
 )
@@ -256,6 +259,16 @@ class ControlTable:
         )
         self.statements.session.execute(statement, (shards, self.family.name))
 
+    def retire(self, by: str | None) -> None:
+        """Record the family as retired (``by``: who), or no longer retired (None): a retired
+        family absent from the YAML is not alerted on by the freshness check."""
+        statement = self.statements.prepare(
+            "state_retire",
+            "UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?",
+        )
+        at = None if by is None else datetime.now(UTC)
+        self.statements.session.execute(statement, (at, by, self.family.name))
+
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
 
@@ -318,3 +331,33 @@ class ControlTable:
             "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
         )
         self.statements.move(insert, (new, *counter, *entry), delete, (old, *counter))
+
+
+def known_families(conn: Connection, keyspace: str) -> list[KnownFamily]:
+    """Every family the cluster knows in ``keyspace``: the names in its family state table
+    (with the compacted epoch and any retirement) and in its tables' owners table. Two small
+    whole-table reads (a row per family, a row per table); ``SELECT *``, so a state table
+    from before retirements were kept is read too. None of the keyspace's tables: none."""
+    from ..schema import STATE_TABLE, TABLES_TABLE, q
+
+    session = conn.session
+    found: dict[str, KnownFamily] = {}
+    try:
+        state = session.execute(f"SELECT * FROM {q(keyspace)}.{STATE_TABLE}")
+    except InvalidRequest:  # the keyspace or its table does not exist (yet)
+        return []
+    columns = list(state.column_names or ())
+    for row in state:
+        values = dict(zip(columns, row, strict=True))
+        name = values["family"]
+        found[name] = KnownFamily(
+            name, keyspace, values.get("epoch"), values.get("retired_at"), values.get("retired_by")
+        )
+    try:
+        owners = session.execute(f"SELECT family FROM {q(keyspace)}.{TABLES_TABLE}")
+    except InvalidRequest:
+        owners = []
+    for (name,) in owners:
+        if name and name not in found:
+            found[name] = KnownFamily(name, keyspace, None)
+    return sorted(found.values())

@@ -82,6 +82,18 @@ class FamilyState(NamedTuple):
     every run (``Family.sweep_every_run_below``)."""
 
 
+class KnownFamily(NamedTuple):
+    """A family the cluster knows in a keyspace: it has a state row (a run concluded, or a
+    reshard, a retirement) or owns tables (its first commit recorded them)."""
+
+    name: str
+    keyspace: str
+    epoch: datetime | None
+    retired_at: datetime | None = None
+    """When ``counterctl retire`` retired it (None: not retired)."""
+    retired_by: str | None = None
+
+
 class RunFigures(NamedTuple):
     """What the run log holds of a run's figures (``RunLogTable.run_figures``)."""
 

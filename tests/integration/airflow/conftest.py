@@ -235,12 +235,17 @@ FamiliesFactory = Callable[..., Families]
 @pytest.fixture
 def make_families(
     conn: Any, dag_keyspace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> FamiliesFactory:
+) -> Iterator[FamiliesFactory]:
     """``make_families(dict(...), ...)``: write the YAML, create the tables, point
     ``COUNTERS_CONFIG`` and ``COUNTERS_GX_RESULTS`` (the stored results and Data Docs) into the
-    test's tmp dir."""
+    test's tmp dir. After the test its families are retired (``counterctl retire``'s call), as
+    an operator retires removed families: the keyspace is shared, and the freshness check of a
+    later test watches every family the cluster knows there."""
     from counters.config import Family
     from counters.schema import ensure_schema
+    from counters.store import Store
+
+    made: list[Any] = []
 
     def factory(*overrides: dict[str, Any]) -> Families:
         entries = []
@@ -260,12 +265,16 @@ def make_families(
         path = tmp_path / "families.yaml"
         path.write_text(yaml.safe_dump({"families": entries}, sort_keys=False))
         for entry in entries:
-            ensure_schema(conn.session, Family.model_validate(entry))
+            family = Family.model_validate(entry)
+            ensure_schema(conn.session, family)
+            made.append(family)
         monkeypatch.setenv("COUNTERS_CONFIG", str(path))
         monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
         return Families(path, dag_keyspace, entries)
 
-    return factory
+    yield factory
+    for family in made:
+        Store(conn, family).control.retire("tests")
 
 
 @pytest.fixture

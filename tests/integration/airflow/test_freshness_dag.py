@@ -129,3 +129,90 @@ def test_a_worker_whose_clock_is_an_hour_ahead_measures_lag_by_the_clusters_time
     assert 3590 < summary["clock_offset_s"] < 3610
     assert summary["clock_refused"] == [fresh.name]
     assert receivers.json_posts("/a") == []
+
+
+def test_a_family_whose_entry_breaks_or_goes_missing_still_alerts_until_retired(
+    conn, make_families, receivers, monkeypatch
+):
+    """Issue #49 item 4: a one-field typo in B's entry removes B's DAG; C's entry is deleted
+    (no DAG either). Both are known to the cluster (their state rows), so the freshness check
+    reports them and alerts: B through its own channel (its ``alerts`` still validate), C
+    through the default one. D, retired with ``counterctl retire`` before its entry was
+    removed, is listed as retired and alerts nobody. B's entry fixed: its notice that it is
+    watched again."""
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+    from click.testing import CliRunner
+    from counters.cli import cli
+
+    from .conftest import DAGS
+
+    port = receivers.http_port
+    families = make_families(
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}},
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/d"}},
+    )
+    a, b, c, d = (families.family(e["name"]) for e in families.entries)
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    for family in (a, b, c, d):
+        Store(conn, family).control.advance_family_epoch(now - timedelta(minutes=2), "recent")
+    retired = CliRunner().invoke(
+        cli, ["--config", str(families.path), "retire", "--family", d.name]
+    )
+    assert retired.exit_code == 0, retired.output
+    [row] = Store(conn, d).audit.page(5)
+    assert (row["action"], row["outcome"]) == ("retire", "retired")
+    entries = [dict(e) for e in families.entries]
+    entries[1]["freshnes"] = "10m"  # the typo: one field
+    good_entries = [entries[0], entries[1]]  # C and D removed
+    families.path.write_text(yaml.safe_dump({"families": good_entries}, sort_keys=False))
+    monkeypatch.setenv("COUNTERS_ALERT_WEBHOOK_URL", f"http://127.0.0.1:{port}/default")
+
+    def freshness_dag():
+        bag = DagBag(dag_folder=str(DAGS))
+        assert set(bag.import_errors) <= {str(DAGS / "counters_config_check.py")}
+        return bag.dags["counters_freshness"]
+
+    dag = freshness_dag()
+    assert b.dag_id not in {t for t in DagBag(dag_folder=str(DAGS)).dag_ids}
+    assert f"`{b.name}` | entry does not load" in dag.doc_md
+    run = dag.test()
+
+    assert run.state == "failed"
+    (ti,) = run.get_task_instances()
+    state = ti.xcom_pull(task_ids="check_freshness", key="freshness")
+    assert state["fresh"] == [a.name], state
+    assert set(state["unconfigured"]) == {b.name, c.name}, state
+    assert "field 'freshnes'" in state["unconfigured"][b.name]
+    assert "not in" in state["unconfigured"][c.name]
+    # D retired (and the families of earlier tests, which their fixture retired)
+    assert "retired" in state["retired"][d.name] and not {a.name, b.name, c.name} & set(
+        state["retired"]
+    )
+    (to_b,) = receivers.json_posts("/b")
+    assert to_b["family"] == b.name and to_b["checks"] == ["family_unconfigured"]
+    assert "field 'freshnes'" in to_b["message"] and to_b["kind"] == "stale"
+    (to_default,) = receivers.json_posts("/default")
+    assert to_default["family"] == c.name and "counterctl retire" in to_default["message"]
+    assert receivers.json_posts("/a") == receivers.json_posts("/c") == []
+    assert receivers.json_posts("/d") == []
+
+    # B's typo fixed (C's entry back too): watched again, B's notice that it is fresh again
+    entries[1].pop("freshnes")
+    families.path.write_text(
+        yaml.safe_dump({"families": [entries[0], entries[1], entries[2]]}, sort_keys=False)
+    )
+    done = freshness_dag().test()
+    assert done.state == "success", done.get_task_instances()[0].state
+    assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale", "fresh_again"]
+    assert [p["kind"] for p in receivers.json_posts("/c")] == ["fresh_again"]
+    # counterctl health, from outside Airflow, says the same: D retired, C unconfigured
+    health = CliRunner().invoke(cli, ["--config", str(families.path), "health", "--json"])
+    assert health.exit_code == 0, health.output
+    listed = {f["family"]: f for f in json.loads(health.output)}
+    assert listed[d.name]["state"] == "retired" and listed[d.name]["healthy"]
+    families.path.write_text(yaml.safe_dump({"families": entries[:2]}, sort_keys=False))
+    gone = CliRunner().invoke(cli, ["--config", str(families.path), "health"])
+    assert gone.exit_code == 8 and f"{c.name}\tunconfigured" in gone.output, gone.output
