@@ -233,12 +233,18 @@ def read_unconfigured(
     families: Sequence[Family],
     broken: Sequence[BrokenEntry],
     config: str,
-) -> list[Unconfigured]:
+) -> tuple[list[Unconfigured], list[str]]:
     """``unconfigured`` over what the cluster knows in the watched keyspaces (two small reads
-    a keyspace)."""
-    known = [
-        found
-        for keyspace in watched_keyspaces(families, broken)
-        for found in known_families(conn, keyspace)
-    ]
-    return unconfigured(known, families, broken, config)
+    a keyspace), and why a keyspace could not be read (a role without its grants, a timeout):
+    one such keyspace does not hide the others."""
+    known: list[KnownFamily] = []
+    problems: list[str] = []
+    for keyspace in watched_keyspaces(families, broken):
+        try:
+            known += known_families(conn, keyspace)
+        except Exception as exc:
+            log.warning("keyspace %s: its families could not be read", keyspace, exc_info=True)
+            problems.append(
+                f"keyspace {keyspace}: families unreadable: {type(exc).__name__}: {exc}"
+            )
+    return unconfigured(known, families, broken, config), problems

@@ -46,6 +46,8 @@ class Seen:
     """The first day the archive keeps (None: it keeps every day)."""
     named: set[str] = field(default_factory=set)
     pruned: set[str] = field(default_factory=set)
+    gone: dict[str, bool] = field(default_factory=dict)
+    """Files outside the window looked at: whether the retention removed them."""
     pruned_runs: set[tuple[str, int]] = field(default_factory=set)
 
 
@@ -432,4 +434,6 @@ def _past_retention(store: Store, url: str, seen: Seen) -> bool:
     day = day_in_url(url)
     if seen.cutoff is None or day is None or day >= seen.cutoff:
         return False
-    return read_file(store.family, url) is None
+    if url not in seen.gone:  # once per file, however many counters it holds
+        seen.gone[url] = read_file(store.family, url) is None
+    return seen.gone[url]

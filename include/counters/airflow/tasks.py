@@ -562,11 +562,9 @@ def check_freshness(
         now = utc_naive(now or cluster.now())
         log.info("clock: this worker is %s", clock.describe())
         lags = tuple(_read_lag(f, conn, now, clock) for f in families)
-        try:
-            found = tuple(health.read_unconfigured(conn, families, broken, config))
-        except Exception as exc:
-            log.warning("the cluster's families could not be read", exc_info=True)
-            problems.append(f"the cluster's families unreadable: {type(exc).__name__}: {exc}")
+        listed, unread = health.read_unconfigured(conn, families, broken, config)
+        found = tuple(listed)
+        problems += unread
     verdict = FreshnessVerdict(lags, now, clock, found, tuple(problems))
     refused = verdict.as_dict()["clock_refused"]
     if refused and clock is not None:

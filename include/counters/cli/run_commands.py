@@ -206,8 +206,10 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         clock = obj.conn.cluster_clock()
         now = clock.now()
         lags = health.read_lags((Store(obj.conn, f) for f in families), now, clock.offset)
-        missing = (
-            [] if names else health.read_unconfigured(obj.conn, families, (), str(obj.catalog.path))
+        missing, unread = (
+            ([], [])
+            if names
+            else health.read_unconfigured(obj.conn, families, (), str(obj.catalog.path))
         )
     if metrics.airflow_configured():
         # importing Airflow takes over the logging: take it back before any metric is sent
@@ -226,7 +228,7 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
         )
     obj.take_back_logging()  # importing Airflow's facade took over the logging
     late = [lag.family.name for lag in health.unhealthy(lags)]
-    bad = late + [u.name for u in missing if not u.healthy]
+    bad = late + [u.name for u in missing if not u.healthy] + unread
     skewed = [lag.family.name for lag in lags if lag.clock_refused]
     if as_json:
         echo_json([lag.as_dict() for lag in lags] + [u.as_dict() for u in missing])
@@ -236,6 +238,8 @@ def health_command(obj: Context, names: tuple[str, ...], as_json: bool) -> None:
             click.echo(lag.line())
         for found in missing:
             click.echo(found.line())
+        for problem in unread:
+            click.echo(f"! {problem}")
         click.echo(
             f"{len(lags) - len(late)} of {len(lags)} "
             f"famil{'y' if len(lags) == 1 else 'ies'} within their freshness limit"
