@@ -32,8 +32,8 @@ def test_a_retried_compact_tasks_earlier_commits_are_in_the_runs_audit_row(
     """Shard 0's compact task commits a bucket, verifies it, and fails; Airflow retries it (no
     delay here); the retry carries the first attempt's counted rows into its own commit and
     folds the rest. The success row says what the run did: every row folded and deleted, the
-    values' whole rise, every counter once. About 20 s: one first run of a family (a sweep, so
-    its phases are mapped tasks), GX included."""
+    values' whole rise, every counter once. About 30 s (load 10 on 2 cores): one first run
+    of a family (a sweep, so its phases are mapped tasks), GX included, one task retried."""
     monkeypatch.setattr(factory, "RETRY_DELAY", timedelta(0))
     families = make_families({"shards": 2})
     family = families.family(families.entries[0]["name"])
