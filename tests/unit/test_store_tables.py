@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from counters import store as store_package
+from counters.config import Family
 from counters.store import (
+    AuditLog,
     ControlTable,
     IndexTable,
     Keys,
@@ -36,6 +38,9 @@ pytestmark = pytest.mark.unit
         (Reader, {"read_values", "read_epochs"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
         (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
+        (AuditLog, {"page", "write"}),
+        (Keys, {"bucket", "shard"}),
+        (Statements, {"prepare", "concurrent"}),
     ],
 )
 def test_a_composed_table_is_only_reached_through_its_attribute(
@@ -44,8 +49,39 @@ def test_a_composed_table_is_only_reached_through_its_attribute(
     methods = sorted(name for name in vars(table) if not name.startswith("_"))
     assert some <= set(methods)
     assert table.__mro__ == (table, object), f"{table.__name__} holds the core, not inherits it"
-    on_store = [name for name in methods if hasattr(Store, name)]
+    store = a_store()
+    on_store = [
+        name
+        for name in methods
+        if name not in STORE_OWN and (hasattr(Store, name) or hasattr(store, name))
+    ]
     assert not on_store, f"{table.__name__}'s methods still on Store itself: {on_store}"
+
+
+STORE_PARTS = {"statements", "keys", "raw", "index", "ledger", "runs", "control", "audit", "reader"}
+STORE_OWN = {"family", "conn", "layout", "with_shards"}
+"""What a store says it is for (read-only) and its one way to another shard count."""
+CLASS_DUNDERS = {"__dict__", "__doc__", "__init__", "__module__", "__weakref__"}
+CLASS_DUNDERS |= {"__annotations__", "__firstlineno__", "__static_attributes__", "__qualname__"}
+"""What Python puts in a class's namespace: no ``__getattr__`` that would delegate to a part."""
+
+
+def a_store() -> Store:
+    """A store built without a node: statements are prepared on first use, none is here."""
+    family = Family.model_validate(
+        {"name": "f", "keyspace": "k", "raw_table": "r", "compact_table": "c", "lag": "1m"}
+    )
+    return Store(object(), family)  # a stand-in connection: nothing is sent
+
+
+def test_the_store_holds_its_parts_and_nothing_else() -> None:
+    """Store's own names, exactly: a method added to it (``page``, ``bucket``) or a
+    ``__getattr__`` delegating to its parts fails here, as ``hasattr(Store, name)`` could not
+    see an instance's delegation."""
+    own = {name for name in vars(Store) if not name.startswith("__")}
+    assert own == STORE_OWN
+    assert set(vars(Store)) - own <= CLASS_DUNDERS, set(vars(Store)) - own - CLASS_DUNDERS
+    assert set(vars(a_store())) == STORE_PARTS
 
 
 STORE_DIR = Path(store_package.__file__).parent
