@@ -11,6 +11,7 @@ import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.compaction import fold as fold_module
+from counters.core import to_millis
 from counters.reshard import reshard
 from counters.store import Store
 
@@ -105,8 +106,9 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     with 2 shards writes X +7: its mark lands in a bucket that, under 8 shards, holds other
     counters, 40 of which were just written (so that bucket is read whole, by token range,
     where X's copy is not). The run moves X's mark to X's bucket and folds X there, from its
-    checkpoint; nothing is lost and nothing quarantined."""
-    family, store, client = make_family(shards=2)
+    checkpoint; nothing is lost and nothing quarantined. No run after the first sweeps (a
+    sweep would fold X's row without its mark): the moved mark alone gets X's row folded."""
+    family, store, client = make_family(shards=2, sweep_interval="1d")
     client.record([Increment(("X",), 100, t0 + timedelta(seconds=10), ("w", 1))])
     first = t0 + timedelta(minutes=1)
     engine.run_family(store, first, now=first + timedelta(minutes=5))
@@ -131,9 +133,16 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     for shard in range(8):  # no sweep: the marks decide what is read
         engine.compact_shard(eight, shard, epoch, "run-after-stale-write")
         assert reader.read("X") == 107
+    # X's mark left the bucket the stale writer filed it in, for X's own, with its minute
+    filed_shard, filed_bucket = filed
+    assert ("X",) not in {t.counter for t in eight.index.touched(filed_shard)[filed_bucket]}
+    own_shard, own_bucket = eight.keys.bucket(("X",))
+    marks = {t.counter: t for t in eight.index.touched(own_shard)[own_bucket]}
+    assert marks[("X",)].earliest_ms == to_millis(first)  # the stale write's minute
     for minutes in (2, 3):  # the mark moved is folded, the rows deleted
         epoch = second + timedelta(minutes=minutes)
-        engine.run_family(eight, epoch, now=epoch + timedelta(minutes=5))
+        summary = engine.run_family(eight, epoch, now=epoch + timedelta(minutes=5))
+        assert not summary.plan.sweep
         assert reader.read("X") == 107
     assert engine.quarantined(eight) == []
     assert rows_at_or_below(eight, ("X",), epoch) == 0
