@@ -59,6 +59,16 @@ def test_no_point_no_id_within_the_window_repeats_the_last_reset() -> None:
     assert not outside.already_done and outside.at == datetime(2026, 11, 26, 12, 29)
 
 
+def test_a_given_point_within_the_window_is_a_new_reset_not_a_repeat() -> None:
+    """The repeat window is for a reset without a point (a retried command): one that names its
+    point resets there, however recent the counter's last reset."""
+    recent = Checkpoint(origin_ms=to_millis(NOW - timedelta(minutes=5)))
+    at = datetime(2026, 11, 26, 12, 28)
+    assert decide(recent, at=at) == ResetPoint(
+        "reset:IBM@2026-11-26T12:28:00", at, already_done=False
+    )
+
+
 def test_a_base_that_starts_at_the_point_is_done() -> None:
     at = datetime(2026, 11, 26, 12, 0)
     assert decide(Checkpoint(origin_ms=to_millis(at)), at=at).already_done
