@@ -22,6 +22,8 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
+from tests.family_pool import TEST_FAILED
+
 DEFAULT_HOST = "127.0.0.1"
 EXAMPLE_FAMILIES = Path(__file__).resolve().parents[1] / "include/examples/counter_families.yaml"
 # As scripts/env.sh sets them for `make test`: the demo families, in the local dev setup.
@@ -78,6 +80,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(
             f"the local cluster's nodes (pids {left}) outlived the cluster tests", pytrace=False
         )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Marks a test whose setup or call failed: its pooled family tables are then kept as they
+    are, not emptied for the next test (tests/family_pool.py)."""
+    report = yield
+    if report.failed:
+        item.stash[TEST_FAILED] = True
+    return report
 
 
 DEFAULT_PORT = 9042

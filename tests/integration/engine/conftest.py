@@ -10,9 +10,9 @@ import pytest
 from counters.client import CounterClient
 from counters.config import Family
 from counters.connection import CassandraUnavailable, Connection, ConnectionSettings
-from counters.schema import ensure_schema
 from counters.store import Store
 
+from tests.family_pool import TEST_FAILED, TablePool, TableSet, release_families
 from tests.sweeps import with_sweep_offset
 
 pytestmark = pytest.mark.integration
@@ -52,12 +52,32 @@ def engine_keyspace(conn: Connection) -> Iterator[str]:
 FamilyFactory = Callable[..., tuple[Family, Store, CounterClient]]
 
 
-@pytest.fixture
-def make_family(conn: Connection, engine_keyspace: str, t0: datetime) -> FamilyFactory:
-    """Create a family with fresh tables in the test keyspace; its sweeps fall half an interval
-    after ``t0``, then every interval (runs are at whole minutes)."""
+@pytest.fixture(scope="session")
+def table_pool(conn: Connection, engine_keyspace: str) -> Iterator[TablePool]:
+    """The session's table sets for ``make_family`` (tests/family_pool.py)."""
+    pool = TablePool(conn.session)
+    yield pool
+    print(f"\nengine families: {pool.summary()}")
 
-    def factory(**overrides: object) -> tuple[Family, Store, CounterClient]:
+
+@pytest.fixture
+def make_family(
+    conn: Connection,
+    engine_keyspace: str,
+    t0: datetime,
+    table_pool: TablePool,
+    request: pytest.FixtureRequest,
+) -> Iterator[FamilyFactory]:
+    """A family of its own for the test, in the test keyspace: a new name and empty tables
+    (from the session's pool of table sets, else new ones); its sweeps fall half an interval
+    after ``t0``, then every interval (runs are at whole minutes). ``fresh=True``: new tables,
+    never reused, for a test that changes its tables (ALTER, DROP, table options); so are
+    tables the test names itself (``raw_table``, ``compact_table``). When the test ends, its
+    families' rows in the shared tables are deleted and their pooled tables emptied for the
+    next test (tests/family_pool.py)."""
+    made: list[tuple[Family, TableSet | None]] = []
+
+    def factory(*, fresh: bool = False, **overrides: object) -> tuple[Family, Store, CounterClient]:
         suffix = secrets.token_hex(3)
         fields: dict[str, object] = {
             "name": f"f_{suffix}",
@@ -68,12 +88,16 @@ def make_family(conn: Connection, engine_keyspace: str, t0: datetime) -> FamilyF
             "shards": 2,
         }
         fields.update(overrides)
-        family = Family.model_validate(with_sweep_offset(fields, t0))
-        layout = ensure_schema(conn.session, family)
+        named = "raw_table" in overrides or "compact_table" in overrides
+        family, layout, tables = table_pool.family(
+            with_sweep_offset(fields, t0), fresh=fresh or named
+        )
+        made.append((family, tables))
         store = Store(conn, family, layout, concurrency=8)
         return family, store, CounterClient(conn, family, store)
 
-    return factory
+    yield factory
+    release_families(table_pool, made, request.node.stash.get(TEST_FAILED, False))
 
 
 @pytest.fixture

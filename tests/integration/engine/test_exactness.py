@@ -764,7 +764,7 @@ def unaware_conn() -> Iterator[Connection]:
 def test_a_table_given_a_ttl_after_init_refuses_every_run(conn, make_family, t0, table, request):
     """The ALTER comes from another client, and the compactor's driver ignores schema events:
     the run must read the options from the node itself, not from the driver's copy."""
-    family, store, client = make_family()
+    family, store, client = make_family(fresh=True)  # its table gets a TTL
     client.record(_events(["a"], t0 + timedelta(seconds=1)))
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))

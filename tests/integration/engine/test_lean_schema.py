@@ -127,7 +127,7 @@ def test_the_family_checks_run_once_per_run_on_a_store_unless_a_step_may_record(
     again."""
     from counters.schema import SchemaError
 
-    family, store, _client = make_family()
+    family, store, _client = make_family(fresh=True)  # its compact table's TTL changes
     table = f"{family.keyspace}.{family.compact_table}"
 
     def check(run_id: str, record: bool) -> None:
