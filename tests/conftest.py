@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
+from tests.background import MYPY, Background
 from tests.family_pool import TEST_FAILED
 
 DEFAULT_HOST = "127.0.0.1"
@@ -61,6 +63,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests without a tier marker (unit, integration, airflow or cluster): "
             + ", ".join(unmarked)
         )
+
+
+MYPY_RUN = pytest.StashKey[Background]()
+TYPES_TEST = "test_types.py"
+"""The module of the mypy test (tests/unit): mypy starts when it is selected."""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """mypy starts now, in the background, when its test is selected (``mypy_result``)."""
+    if any(item.path.name == TYPES_TEST for item in session.items):
+        session.config.stash[MYPY_RUN] = Background(MYPY).start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background = session.config.stash.get(MYPY_RUN, None)
+    if background is not None:
+        background.stop()
+
+
+@pytest.fixture(scope="session")
+def mypy_result(request: pytest.FixtureRequest) -> subprocess.CompletedProcess[str]:
+    """mypy over the package, started at the session's start (or now, if it was not)."""
+    background = request.config.stash.get(MYPY_RUN, None)
+    if background is None:
+        background = request.config.stash[MYPY_RUN] = Background(MYPY).start()
+    return background.result(timeout_s=900)
 
 
 CLUSTER_NODES = pytest.StashKey[Callable[[], list[int]]]()
