@@ -72,6 +72,12 @@ VAR_DIR = PROJECT / "var" / "cassandra"
 DEFAULT_PORTS = {"dev": (9042, 7000, 7199), "test": (9142, 7100, 7299)}
 LISTEN_ADDRESS = "127.0.0.1"
 DEFAULT_HEAP = "1G"
+UNSAFE_SYSTEM_INSTANCES = frozenset({"test"})
+"""Single-node instances started with ``-Dcassandra.unsafesystem=true``: the node does not
+flush its system tables after each schema change or TRUNCATE (schema changes several times
+faster). A node killed meanwhile may lose recent schema: fine for the throw-away keyspaces
+of ``make test`` and ``make bench``, never for ``dev`` (its demo data) or cluster nodes
+(killed and restarted by the tests)."""
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_STOP_TIMEOUT = 60.0
 # Native jars for other platforms, shipped inside the Maven artifacts; not needed on Linux x86_64.
@@ -1114,6 +1120,11 @@ TOOLS_LOGBACK_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+def unsafe_system(inst: Instance) -> bool:
+    """Whether the node skips flushing its system tables (``UNSAFE_SYSTEM_INSTANCES``)."""
+    return inst.cluster is None and inst.name in UNSAFE_SYSTEM_INSTANCES
+
+
 def java_command(inst: Instance, jars: list[Path]) -> list[str]:
     java = shutil.which("java")
     if java is None:
@@ -1134,6 +1145,7 @@ def java_command(inst: Instance, jars: list[Path]) -> list[str]:
         f"-Dcassandra.jmx.local.port={inst.jmx_port}",
         f"-Dcassandra.triggers_dir={inst.triggers_dir}",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        *(["-Dcassandra.unsafesystem=true"] if unsafe_system(inst) else []),
         f"-Duser.home={inst.home}",
         "-Djava.net.preferIPv4Stack=true",
         *(cluster_flags(inst.cluster) if inst.cluster else []),

@@ -268,6 +268,11 @@ def test_local_cluster_layout(monkeypatch):
     single = cassandra_node.cassandra_yaml(cassandra_node.Instance("dev", 9042, 7000, 7199, "1G"))
     assert "authenticator: AllowAllAuthenticator" in single and "client_encryption" not in single
     assert "initial_token: 0\n" in single
+    # only the single `test` node skips flushing its system tables; cluster nodes are killed
+    test_node = cassandra_node.Instance("test", 9142, 7100, 7299, "1G")
+    assert cassandra_node.unsafe_system(test_node)
+    assert not cassandra_node.unsafe_system(cassandra_node.Instance("dev", 9042, 7000, 7199, "1G"))
+    assert not any(cassandra_node.unsafe_system(n) for n in nodes)
     with pytest.raises(cassandra_node.NodeError, match="no node 4"):
         spec.instances(4)
     sys.modules.pop("cassandra_node", None)

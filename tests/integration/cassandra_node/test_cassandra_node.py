@@ -92,6 +92,8 @@ def test_status_reports_the_live_pid(cassandra_contact, local_instance):
     assert isinstance(pid, int) and _pid_alive(pid)
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     assert b"org.apache.cassandra.service.CassandraDaemon" in cmdline
+    # the `test` node does not flush its system tables after each schema change
+    assert (b"-Dcassandra.unsafesystem=true" in cmdline) == (instance == "test"), cmdline
     # The human-readable form agrees.
     text = _node("status", "--instance", instance)
     assert text.returncode == 0
