@@ -79,6 +79,14 @@ faster). A node killed meanwhile may lose recent schema: fine for the throw-away
 of ``make test`` and ``make bench``, never for ``dev`` (its demo data) or cluster nodes
 (killed and restarted by the tests)."""
 DEFAULT_START_TIMEOUT = 120.0
+STALL_S = 90.0
+"""Past its start timeout a node is still waited for while its log grows (it is starting,
+slowly: a busy machine), and given up once its log is silent this long."""
+START_TIMEOUT_FACTOR = 4
+"""However busy the machine, a node that does not answer within this many start timeouts is
+given up."""
+GOSSIP_WAIT_S = 60.0
+"""Once every node answers CQL, how long they get to see each other up (at least)."""
 DEFAULT_STOP_TIMEOUT = 60.0
 # Native jars for other platforms, shipped inside the Maven artifacts; not needed on Linux x86_64.
 FOREIGN_NATIVE_MARKERS = ("osx", "macos", "windows", "win32", "aarch64", "aarch_64", "riscv")
@@ -740,8 +748,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                 f"storage {inst.storage_port}, jmx {inst.jmx_port}, heap {inst.heap})"
             )
     for inst, proc in launched:  # started together: seeds find each other at once
-        wait_ready(inst, proc.pid, proc, max(1.0, deadline - time.monotonic()), started)
-    waited = wait_gossip(spec, deadline)
+        wait_ready(inst, proc.pid, proc, timeout, started)
+    waited = wait_gossip(spec, max(deadline, time.monotonic() + GOSSIP_WAIT_S))
     if spec.auth:
         ensure_admin(spec, deadline)
     say(
@@ -1289,11 +1297,31 @@ def launch(inst: Instance, jars: list[Path]) -> subprocess.Popen:
     return proc
 
 
+def gives_up(now: float, started: float, timeout: float, progress_at: float) -> bool:
+    """Whether a node that does not answer yet is given up: past ``timeout`` when its log has
+    been silent for ``STALL_S`` (since ``progress_at``), and past ``START_TIMEOUT_FACTOR``
+    timeouts in any case. Pure."""
+    if now - started > timeout * START_TIMEOUT_FACTOR:
+        return True
+    return now - started > timeout and now - progress_at > STALL_S
+
+
+def log_size(inst: Instance) -> int:
+    """How much the node has logged (its log files' sizes): grows while it starts."""
+    size = 0
+    for path in (inst.system_log, inst.stdout_log):
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    return size
+
+
 def wait_ready(
     inst: Instance, pid: int, proc: subprocess.Popen | None, timeout: float, started: float
 ) -> int:
-    deadline = started + timeout
-    while time.monotonic() < deadline:
+    """Until the node answers CQL: ``timeout`` seconds from ``started``, and after that as long
+    as its log grows (``gives_up``)."""
+    logged, progress_at = log_size(inst), time.monotonic()
+    while not gives_up(time.monotonic(), started, timeout, progress_at):
         exited = proc.poll() is not None if proc is not None else not pid_alive(pid)
         if exited:
             inst.pid_file.unlink(missing_ok=True)
@@ -1311,12 +1339,16 @@ def wait_ready(
             )
             return 0
         time.sleep(0.5)
+        if (size := log_size(inst)) != logged:
+            logged, progress_at = size, time.monotonic()
     logs = tail_logs(inst)
     kill_pid(pid, proc, grace=10.0)
     inst.pid_file.unlink(missing_ok=True)
+    waited, silent = time.monotonic() - started, time.monotonic() - progress_at
     raise NodeError(
         f"Cassandra instance '{inst.name}' did not answer CQL on {inst.address}:"
-        f"{inst.native_port} within {timeout:.0f} s; killed pid {pid}.\n{logs}\n"
+        f"{inst.native_port} after {waited:.0f} s (its log silent for the last {silent:.0f} s; "
+        f"start timeout {timeout:.0f} s); killed pid {pid}.\n{logs}\n"
         f"(raise the limit with --timeout or CASSANDRA_START_TIMEOUT)"
     )
 
@@ -1513,7 +1545,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     up.add_argument(
         "--timeout",
         type=float,
-        help=f"seconds to wait for CQL (env CASSANDRA_START_TIMEOUT; {DEFAULT_START_TIMEOUT:.0f})",
+        help=f"seconds to wait for CQL, longer while the node's log still grows (env "
+        f"CASSANDRA_START_TIMEOUT; {DEFAULT_START_TIMEOUT:.0f})",
     )
     up.add_argument(
         "--nodes", type=int, help=f"with --cluster: number of nodes ({DEFAULT_CLUSTER_NODES})"
