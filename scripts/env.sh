@@ -11,6 +11,9 @@ NODE_SCRIPT="$PROJECT_ROOT/scripts/cassandra_node.py"
 PIP_VERSION="26.3"   # pip used to resolve requirements-dev.txt (pinned for reproducibility)
 
 export PATH="$VENV/bin:$PATH"
+# pip's cache in the project: `make setup` fills what the deploy test's clean venv installs from
+# (tests/integration/deploy), so a fresh machine downloads Airflow once, not twice.
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PROJECT_ROOT/.cache/pip}"
 # The families the DAGs and counterctl use: the demo families (a deployment keeps its own in
 # the DAG folder, or names them in COUNTERS_CONFIG).
 export COUNTERS_CONFIG="${COUNTERS_CONFIG:-$PROJECT_ROOT/include/examples/counter_families.yaml}"

@@ -14,13 +14,16 @@
 #         apache-airflow==<version> on the pip line under constraints.txt) and values.yaml (a
 #         snippet for the apache-airflow/airflow chart: airflowVersion, image, dags.gitSync, env,
 #         config.metrics, the statsd mapping of docs/monitoring/statsd_exporter.yml).
+#   wheel: the wheel alone (dist/wheel/). WHEEL=path gives mwaa and helm a wheel built already
+#         instead of building one (a test session builds it once for its checks).
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 LOG_TAG=package
 cd "$PROJECT_ROOT"
 
-target="${1:?usage: scripts/package.sh mwaa|helm}"
+target="${1:?usage: scripts/package.sh mwaa|helm|wheel}"
+case "$target" in mwaa | helm | wheel) ;; *) die "unknown target '$target' (mwaa, helm or wheel)" ;; esac
 airflow_version="$(sed -n 's/^apache-airflow==//p' requirements-dev.txt)"
 python_version="${PLATFORM_PYTHON:-3.12}"   # MWAA's and the image's Python (the Dockerfile's)
 airflow_constraints="https://raw.githubusercontent.com/apache/airflow/constraints-${airflow_version}/constraints-${python_version}.txt"
@@ -31,7 +34,8 @@ out="dist/$target"
 rm -rf "$out"
 mkdir -p "$out"
 
-# Airflow's constraints file, then the project's overrides on it
+# Airflow's constraints file, then the project's overrides on it (not for the wheel alone)
+if [[ $target != wheel ]]; then
 source_file="$out/.airflow-constraints.txt"
 origin="${AIRFLOW_CONSTRAINTS:-$airflow_constraints}"
 if [[ -f "$origin" ]]; then
@@ -55,14 +59,23 @@ fi
   "$PY" scripts/airflow_constraints.py overlay "$source_file" "$python_version"
 } >"$out/constraints.txt"
 rm "$source_file"
+fi
 
-# the wheel: the package with its UI assets, its dependencies' ranges and its entry points
-"$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" .
-rm -rf build include/*.egg-info
+# the wheel: the package with its UI assets, its dependencies' ranges and its plugin entry point
+if [[ -n "${WHEEL:-}" ]]; then
+  [[ -f "$WHEEL" ]] || die "WHEEL=$WHEEL: no such file"
+  cp "$WHEEL" "$out/"
+else
+  "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" .
+  rm -rf build include/*.egg-info
+fi
 wheel="$(cd "$out" && ls counters_compaction-*.whl)"
 ranges="$(grep -v '^#' requirements.txt | grep -v '^$')"
 
 case "$target" in
+wheel)
+  log "$out/$wheel"
+  ;;
 mwaa)
   (cd "$out" && "$PY" -m zipfile -c plugins.zip "$wheel")
   # MWAA's documented override: a constraints file of one's own in the DAGs folder
@@ -185,8 +198,5 @@ with open(out, "w") as file:
     file.write(header + yaml.safe_dump(values, sort_keys=False))
 PYTHON
   log "$out/Dockerfile (+ the wheel, requirements.txt, constraints.txt) and $out/values.yaml"
-  ;;
-*)
-  die "unknown target '$target' (mwaa or helm)"
   ;;
 esac

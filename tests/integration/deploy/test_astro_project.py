@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -46,7 +47,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 PROJECT = Path(__file__).resolve().parents[3]
 WORK = PROJECT / "var" / "deploy-test"
-PIP_CACHE = PROJECT / ".cache" / "pip"
+PIP_CACHE = Path(os.environ.get("PIP_CACHE_DIR") or PROJECT / ".cache" / "pip")
+"""The cache ``make setup`` fills (scripts/env.sh sets ``PIP_CACHE_DIR``)."""
 CONSTRAINTS = Path(__file__).resolve().parent / "airflow-constraints"
 INSTALL_TIMEOUT_S = 900
 CLI_TIMEOUT_S = 300
@@ -96,7 +98,8 @@ def pip_version() -> str:
 def base_python() -> str:
     """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has one that
     runs (on the PATH, or installed by pyenv: its shim may name a version that is not
-    selected); else this interpreter. ``COUNTERS_DEPLOY_PYTHON`` picks another."""
+    selected); else this interpreter, with a warning in the session's summary (the venv then
+    is not the image's Python). ``COUNTERS_DEPLOY_PYTHON`` picks another."""
     pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
     for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12", *map(str, pyenv)):
         if not candidate or not shutil.which(candidate):
@@ -109,6 +112,11 @@ def base_python() -> str:
         )
         if probe.returncode == 0:
             return probe.stdout.strip()
+    warnings.warn(
+        f"the deploy venv runs on this interpreter, Python {sys.version.split()[0]}, not the "
+        "runtime image's 3.12 (no python3.12 here; COUNTERS_DEPLOY_PYTHON names one)",
+        stacklevel=2,
+    )
     return sys.executable
 
 
@@ -163,7 +171,7 @@ class DeployVenv:
 
 
 @pytest.fixture(scope="session")
-def deploy_venv() -> Iterator[DeployVenv]:
+def deploy_venv(project_wheel: Path) -> Iterator[DeployVenv]:
     """Built once per session, from nothing: the image's Airflow, then requirements.txt."""
     path = WORK / "venv"
     shutil.rmtree(path, ignore_errors=True)
@@ -192,7 +200,7 @@ def deploy_venv() -> Iterator[DeployVenv]:
     assert "RUN pip install --no-cache-dir --no-deps /usr/local/airflow" in (
         (PROJECT / "Dockerfile").read_text()
     )
-    venv.pip("install", "-q", "--no-deps", str(PROJECT))
+    venv.pip("install", "-q", "--no-deps", str(project_wheel))  # the project, built once
     assert venv.installed()["counters-compaction"]
     venv.pip("check")  # the package's own requirements (apache-airflow>=3.3 among them) are met
     yield venv

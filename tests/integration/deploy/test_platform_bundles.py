@@ -20,11 +20,12 @@ PROJECT = Path(__file__).resolve().parents[3]
 STAND_IN = Path(__file__).resolve().parent / "airflow-constraints"
 
 
-def package(target: str) -> Path:
+def package(target: str, wheel: Path) -> Path:
+    """``scripts/package.sh TARGET`` with the session's wheel (``WHEEL``: built once)."""
     airflow = airflow_pin()
     constraints = STAND_IN / f"constraints-{airflow}" / "constraints-3.12.txt"
-    env = {**os.environ, "AIRFLOW_CONSTRAINTS": str(constraints)}  # Airflow's is unreachable
-    env.pop("COUNTERS_ASSET_CLUSTER", None)
+    env = {**os.environ, "AIRFLOW_CONSTRAINTS": str(constraints), "WHEEL": str(wheel)}
+    env.pop("COUNTERS_ASSET_CLUSTER", None)  # Airflow's file is unreachable: the stand-in
     done = subprocess.run(
         [str(PROJECT / "scripts" / "package.sh"), target],
         cwd=PROJECT,
@@ -54,11 +55,13 @@ def pins(text: str) -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)$", text, re.M))
 
 
-def test_the_constraints_shipped_are_airflows_with_the_projects_additions_only() -> None:
+def test_the_constraints_shipped_are_airflows_with_the_projects_additions_only(
+    project_wheel: Path,
+) -> None:
     """What both outputs install under: every pin of Airflow's file kept (no override is needed
     while the floors stay at the supported pins), plus the tested versions of what Airflow's
     file leaves open (Great Expectations)."""
-    out = package("helm")
+    out = package("helm", project_wheel)
     shipped = pins((out / "constraints.txt").read_text())
     airflow = pins((STAND_IN / f"constraints-{airflow_pin()}" / "constraints-3.12.txt").read_text())
     assert {n: shipped[n] for n in airflow} == airflow
@@ -67,10 +70,13 @@ def test_the_constraints_shipped_are_airflows_with_the_projects_additions_only()
     assert overrides in (out / "constraints.txt").read_text()
 
 
-def test_mwaa_gets_the_wheel_its_constraints_file_and_a_startup_script() -> None:
-    out = package("mwaa")
+def test_mwaa_gets_the_wheel_its_constraints_file_and_a_startup_script(
+    project_wheel: Path,
+) -> None:
+    out = package("mwaa", project_wheel)
     with zipfile.ZipFile(out / "plugins.zip") as plugins:
         [wheel_name] = plugins.namelist()
+        assert wheel_name == project_wheel.name
         with zipfile.ZipFile(plugins.open(wheel_name)) as wheel:
             metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
             assert "Requires-Dist: apache-airflow>=3.3.0" in wheel.read(metadata).decode()
@@ -95,8 +101,8 @@ def test_mwaa_gets_the_wheel_its_constraints_file_and_a_startup_script() -> None
     assert "Private web server" in readme and "pip download" in readme
 
 
-def test_helm_gets_an_image_recipe_and_a_values_snippet() -> None:
-    out = package("helm")
+def test_helm_gets_an_image_recipe_and_a_values_snippet(project_wheel: Path) -> None:
+    out = package("helm", project_wheel)
     [wheel_path] = out.glob("counters_compaction-*.whl")
     with zipfile.ZipFile(wheel_path) as wheel:
         assert "counters.airflow.plugin:CounterFamiliesPlugin" in wheel_entry_points(wheel)
