@@ -8,6 +8,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 LOG_TAG=test
 cd "$PROJECT_ROOT"
+started_at=$(now)
 
 "$PROJECT_ROOT/scripts/setup.sh"
 
@@ -42,4 +43,6 @@ set -e
 if [[ $rc -eq 5 ]]; then
   log "ERROR: pytest collected no tests (exit 5): check the selection ($*)"
 fi
+# pytest's own share, each tier's and the slowest tests are in its "time budget" section above
+log "make test took $(since "$started_at") s in all (setup, Cassandra, Airflow DB and pytest)"
 exit "$rc"

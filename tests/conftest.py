@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
 from tests.background import MYPY, Background
 from tests.family_pool import TEST_FAILED
+from tests.timing import TestTime, per_test, summary
 
 DEFAULT_HOST = "127.0.0.1"
 EXAMPLE_FAMILIES = Path(__file__).resolve().parents[1] / "include/examples/counter_families.yaml"
@@ -65,13 +67,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
+SESSION_START = pytest.StashKey[float]()
+DOCUMENTED = pytest.StashKey[set[str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_START] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The time budget: the session's time, each tier's share, the slowest tests
+    (tests/timing.py)."""
+    config = terminalreporter.config
+    reports = [
+        (r.nodeid, r.duration)
+        for reports in terminalreporter.stats.values()
+        for r in reports
+        if isinstance(r, pytest.TestReport)
+    ]
+    if not reports:
+        return
+    documented = config.stash.get(DOCUMENTED, set())
+    tests = [TestTime(n, s, n in documented) for n, s in per_test(reports).items()]
+    wall = time.monotonic() - config.stash.get(SESSION_START, time.monotonic())
+    terminalreporter.section("time budget")
+    for line in summary(wall, tests):
+        terminalreporter.write_line(line)
+
+
 MYPY_RUN = pytest.StashKey[Background]()
 TYPES_TEST = "test_types.py"
 """The module of the mypy test (tests/unit): mypy starts when it is selected."""
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """mypy starts now, in the background, when its test is selected (``mypy_result``)."""
+    """mypy starts now, in the background, when its test is selected (``mypy_result``); the
+    tests with a docstring are noted for the time budget."""
+    session.config.stash[DOCUMENTED] = {
+        item.nodeid
+        for item in session.items
+        if isinstance(item, pytest.Function) and item.obj.__doc__
+    }
     if any(item.path.name == TYPES_TEST for item in session.items):
         session.config.stash[MYPY_RUN] = Background(MYPY).start()
 
