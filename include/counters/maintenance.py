@@ -14,7 +14,10 @@ from typing import Any
 
 from .audit import Action, operator_record
 from .compaction import (
+    ARCHIVE_FOLD_KEY_BYTES,
+    FOLD_KEY_BYTES,
     MAX_ATTEMPTS,
+    MAX_FOLD_ROWS,
     Phases,
     RunPlan,
     audit_record,
@@ -32,6 +35,7 @@ from .core import (
     Checkpoint,
     Fold,
     Key,
+    Row,
     Tally,
     epoch_for,
     fold_recount,
@@ -39,6 +43,7 @@ from .core import (
     from_millis,
     needs_pending,
     restored_version,
+    rows_that_fit,
     to_millis,
     truncate_ms,
     utc_naive,
@@ -162,7 +167,9 @@ def plan_reset(
         return ResetResult(counter, point.reset_id, point.at, value_before, already_done=True)
     consumed = 0
     if not family.folds_by_slice:  # past any number of tombstones, as the reset reads them
-        consumed = len(store.raw.read_rows_upto(counter, to_millis(point.at)))
+        rows = store.raw.read_rows_upto(counter, to_millis(point.at))
+        _one_commit(family, counter, rows, point.at)
+        consumed = len(rows)
     return ResetResult(
         counter, point.reset_id, point.at, value_before, already_done=False, rows_deleted=consumed
     )
@@ -265,12 +272,13 @@ def reset_counter(
                 loaded = {counter: base}
                 store.runs.load_pending(shard, bucket, loaded, [counter])
                 base = loaded[counter]
-            for time_ms, key, increment in rows:
-                if time_ms <= at_ms:
-                    consumed.append(key)
-                    consumed_sum += increment or 0
-                    values.append(increment)
-                    kinds.append(FOLD_CARRIED if key in base.pending else FOLD_NEW)
+            rows = [r for r in rows if r[0] <= at_ms]
+            _one_commit(family, counter, rows, point.at)
+            for _time_ms, key, increment in rows:
+                consumed.append(key)
+                consumed_sum += increment or 0
+                values.append(increment)
+                kinds.append(FOLD_CARRIED if key in base.pending else FOLD_NEW)
         fold = Fold(
             counter,
             base,
@@ -319,6 +327,24 @@ def reset_counter(
     store.audit.write({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
+    )
+
+
+def _one_commit(family: Family, counter: Key, rows: Sequence[Row], at: datetime) -> None:
+    """Refuse a reset whose consumed rows (``rows``, at or before its point) are more than one
+    commit carries (``MAX_FOLD_ROWS``, ``FOLD_KEY_BYTES`` of keys): its record of them would be
+    a request over the node's limits. Nothing is written; the runs fold such a backlog over
+    several runs (and delete it), after which the reset consumes what is left."""
+    most_bytes = ARCHIVE_FOLD_KEY_BYTES if family.archive is not None else FOLD_KEY_BYTES
+    if rows_that_fit(rows, MAX_FOLD_ROWS, most_bytes) >= len(rows):
+        return
+    raise EngineError(
+        f"family {family.name!r} counter {format_key(counter)}: a reset at {at.isoformat()} "
+        f"would consume {len(rows)} raw row(s), more than one commit carries ({MAX_FOLD_ROWS} "
+        f"rows, {most_bytes // 2**20} MiB of row keys: the node refuses a request over "
+        "native_transport_max_message_size, 16 MiB by default). Nothing was changed; let the "
+        "runs fold the counter's backlog first (each run folds what one commit carries, and "
+        "deletes it), then reset"
     )
 
 

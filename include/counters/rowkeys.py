@@ -144,16 +144,21 @@ class KeyCodec:
         return keys
 
 
-def _offsets(body: bytes, every: int) -> list[int]:
-    """Byte offsets in ``body`` after every ``every``-th element, and its end."""
+def _offsets(body: bytes, every: int, most_bytes: int | None = None) -> list[tuple[int, int]]:
+    """``(elements, byte offset)`` after each run of at most ``every`` elements of ``body``
+    taking at most ``most_bytes`` (an element over it alone is a run of its own), to its end."""
     read = _INT32.unpack_from
-    cuts: list[int] = []
-    at, n = 0, 0
+    cuts: list[tuple[int, int]] = []
+    at = start = n = 0
     while at < len(body):
-        at += 4 + read(body, at)[0]
+        width = 4 + read(body, at)[0]
+        if n and (n == every or (most_bytes is not None and at + width - start > most_bytes)):
+            cuts.append((n, at))
+            start, n = at, 0
+        at += width
         n += 1
-        if n % every == 0 or at >= len(body):
-            cuts.append(at)
+    if n:
+        cuts.append((n, at))
     return cuts
 
 
@@ -184,16 +189,16 @@ class CountedKeys:
             self._keys = self.codec.decode(self.body)
         return self._keys
 
-    def in_values(self, most: int) -> list[tuple[int, Encoded]]:
-        """The keys as ``IN ?`` values of at most ``most`` keys each: (keys, value)."""
+    def in_values(self, most: int, most_bytes: int | None = None) -> list[tuple[int, Encoded]]:
+        """The keys as ``IN ?`` values of at most ``most`` keys each, and of at most
+        ``most_bytes`` (one key over it alone): (keys, value)."""
         if not self.count:
             return []
-        if self.count <= most:
+        if self.count <= most and (most_bytes is None or len(self.body) <= most_bytes):
             return [(self.count, Encoded(_INT32.pack(self.count) + self.body))]
         out: list[tuple[int, Encoded]] = []
-        start, left = 0, self.count
-        for cut in _offsets(self.body, most):
-            n = min(most, left)
+        start = 0
+        for n, cut in _offsets(self.body, most, most_bytes):
             out.append((n, Encoded(_INT32.pack(n) + self.body[start:cut])))
-            start, left = cut, left - n
+            start = cut
         return out

@@ -24,9 +24,7 @@ from counters.core import (
     evaluate_evidence,
     fold_counter,
     fold_recount,
-    fold_row_limit,
     grown_population,
-    key_bytes,
     lowest_floor,
     needs_closer_look,
     needs_pending,
@@ -338,16 +336,6 @@ class TestBuckets:
             (1, ["y"]),
         ]
         assert spread([], most_rows=1, most_bytes=1) == []
-
-    def test_fold_row_limit_shrinks_for_long_keys_only(self):
-        short = [(i, (i, "w", i), 1) for i in range(5_000)]
-        assert fold_row_limit(short, 100_000, 8 * 2**20) == 100_000  # 100,000 x 45 bytes fit
-        long = [(i, (i, "é" * 1_000, i), 1) for i in range(5_000)]  # 2,000 UTF-8 bytes each
-        limit = fold_row_limit(long, 200_000, 8 * 2**20)
-        assert limit == 8 * 2**20 // (20 + 4 + 2_000 + 20)
-        assert limit * key_bytes(long[0][1]) <= 8 * 2**20
-        few = [(i, (i, "x" * 10_000, i), 1) for i in range(500)]  # too few to be measured
-        assert fold_row_limit(few, 200_000, 8 * 2**20) == 200_000
 
     def test_chunks(self):
         assert chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]

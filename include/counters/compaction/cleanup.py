@@ -272,7 +272,8 @@ def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:
     detail = (
         (f"{len(leftovers)} counted row(s) still present" if leftovers else "all counted rows gone")
         + f" in {checked} of {cleaned} cleaned counter(s) counted again"
-        + f"; {late_rows} late row(s) arrived after the fold (sum {late_sum}), left for next run"
+        + f"; {late_rows} uncounted row(s) at or below the epoch (sum {late_sum}): late rows "
+        "that arrived after the fold, or more than one commit carries, left for the next runs"
     )
     if windowed:
         detail += f"; {windowed} hot counter(s) checked by parts (late rows: recent ones only)"

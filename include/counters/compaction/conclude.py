@@ -139,6 +139,7 @@ def audit_record(
     """A run's audit row (``store.audit.write`` adds who ran it, the code version and the
     configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
     run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
+    notes = (message, _gone_note(tally), _capped_note(tally))
     return {
         "family": family.name,
         "started_at": started_at or datetime.now(UTC),
@@ -163,7 +164,7 @@ def audit_record(
         "rows_deleted": tally.rows_deleted,
         "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
         "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
-        "message": "; ".join(m for m in (message, _gone_note(tally)) if m)[:2000],
+        "message": "; ".join(m for m in notes if m)[:2000],
     }
 
 
@@ -174,6 +175,16 @@ def _gone_note(tally: Tally) -> str:
     return (
         f"{tally.rows_gone} counted business row(s) found deleted (rows_gone): their counters' "
         "values lowered to the rows that exist"
+    )
+
+
+def _capped_note(tally: Tally) -> str:
+    """Counters with more rows than one commit carries (the audit row has no column for them)."""
+    if not tally.capped_counters:
+        return ""
+    return (
+        f"{tally.capped_counters} counter(s) had more rows than one commit carries: their oldest "
+        "rows folded, the rest left for the next runs"
     )
 
 

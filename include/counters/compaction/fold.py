@@ -4,6 +4,7 @@ counters it must quarantine instead), shared by the shard's fold and the verify'
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -18,11 +19,12 @@ from ..core import (
     Row,
     fold_counter,
     fold_recount,
-    fold_row_limit,
     fold_slice,
     format_key,
+    from_millis,
     needs_pending,
     readers_base,
+    to_text,
     versioned_by_copy,
 )
 from ..identity import check_partition
@@ -46,11 +48,35 @@ def refusal(fold: Fold) -> str:
         return (
             f"{name}: {len(fold.bad_rows)} raw row(s) with a NULL or non-integer increment: {keys}"
         )
+    if fold.too_large is not None:
+        return too_large_message(fold)
     if not BIGINT_MIN <= fold.value <= BIGINT_MAX:
         return f"{name}: value {fold.value} would overflow a bigint (sum folded {fold.folded_sum})"
     return (
         f"{name}: the sums its checkpoint keeps would overflow a bigint (folded "
         f"{fold.folded_sum}, counted rows not yet deleted {fold.pending_sum}; value {fold.value})"
+    )
+
+
+def refusal_reason(fold: Fold) -> str:
+    """The quarantine reason of a refused fold."""
+    if fold.bad_rows:
+        return "bad_rows"
+    return "too_large" if fold.too_large is not None else "overflow"
+
+
+def too_large_message(fold: Fold) -> str:
+    assert fold.too_large is not None
+    at_ms, rows = fold.too_large
+    at = to_text(from_millis(at_ms))
+    return (
+        f"{format_key(fold.counter)}: the {rows} row(s) of its millisecond {at} (after its "
+        f"epoch) alone are more than one commit carries ({MAX_FOLD_ROWS} rows, "
+        f"{FOLD_KEY_BYTES // 2**20} MiB of row keys, half that with an archive): the node "
+        "refuses a request over native_transport_max_message_size and a mutation over "
+        "max_mutation_size (16 MiB each by default), and a fold cannot end inside a "
+        "millisecond. Its rows are kept and the rest of the family goes on; delete or rewrite "
+        "rows of that millisecond, then release the counter"
     )
 
 
@@ -208,8 +234,13 @@ def quarantine_counters(
 
 
 def fold_rows(
-    ctx: ShardContext, rows: dict[Key, list[Row]], bases: dict[Key, Checkpoint]
+    ctx: ShardContext,
+    rows: dict[Key, list[Row]],
+    bases: dict[Key, Checkpoint],
+    windowed: Collection[Key] = (),
 ) -> list[Fold]:
+    """Each counter's fold; a ``windowed`` one (a hot counter read by parts) never has its
+    epoch lowered for a late backlog: readers could not read below the window its fold read."""
     store = ctx.store
     if store.family.folds_by_slice:
         counters = [c for c in rows if c in bases and c not in ctx.quarantined]
@@ -241,7 +272,9 @@ def fold_rows(
                 ctx.epoch_ms,
                 member_index=MEMBER_INDEX if unique else None,
                 counted_members=counted,
-                max_rows=fold_row_limit(found, MAX_FOLD_ROWS, key_bytes),
+                max_rows=MAX_FOLD_ROWS,
+                max_key_bytes=key_bytes,
+                lower_epoch=counter not in windowed,
                 keep_values=archived,
             )
         )
@@ -256,7 +289,7 @@ def refold(
     ledger = store.ledger.read_ledger(ctx.shard, bucket, counters)
     check_partition(store, ctx.shard, bucket, ledger)
     copies = store.ledger.read_copies(ctx.shard, bucket, counters)
-    fresh, _windowed = read_rows_tolerant(store, counters, ledger, copies)
+    fresh, windowed = read_rows_tolerant(store, counters, ledger, copies)
     rows.update(fresh)
     bases, _recopy, suspects = fold_bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
     quarantine_counters(
@@ -265,8 +298,11 @@ def refold(
     quarantine_counters(ctx, load_pending_keys(ctx, bucket, bases, fresh), fresh)
     folds = [
         replace(f, restore=True) if copy_gone(copies.get(f.counter)) and f.base.commit_id else f
-        for f in fold_rows(ctx, fresh, bases)
+        for f in fold_rows(ctx, fresh, bases, windowed)
     ]
+    quarantine_counters(
+        ctx, [(f.counter, refusal_reason(f), refusal(f)) for f in folds if f.refused], fresh
+    )
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
     return against_readers(ctx, bucket, folds, copies, fresh), ledger
 

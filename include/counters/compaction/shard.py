@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from cassandra import OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
+from cassandra import InvalidRequest, OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
 
 from ..config import Kind
 from ..core import (
@@ -26,18 +26,32 @@ from ..core import (
     chunks,
     commit_figures,
     format_key,
+    from_millis,
     grown_population,
     next_version,
     read_floor,
     shared_floor,
     to_millis,
+    to_text,
     truncate_ms,
     utc_naive,
     whole_bucket,
 )
 from ..errors import EngineError, LeaseHeld
 from ..identity import check_family, check_partition
-from ..store import COMMIT_CHUNK, Copy, Ledger, Store, Touched, outcome_unknown
+from ..store import (
+    COMMIT_CHUNK,
+    NODE_REQUEST_BYTES,
+    REQUEST_BYTES,
+    Copy,
+    Ledger,
+    Store,
+    Touched,
+    fits_one_request,
+    outcome_unknown,
+    request_too_large,
+    value_bytes,
+)
 from .common import (
     BUCKET_THREADS,
     COMMIT_KEYS_BYTES,
@@ -66,6 +80,7 @@ from .fold import (
     quarantine_entries,
     refold,
     refusal,
+    refusal_reason,
     settle,
 )
 from .verify import (
@@ -302,15 +317,11 @@ def _compact_bucket(
         lost = load_pending_keys(ctx, bucket, checkpoints, rows)
     quarantine_counters(ctx, lost, rows)
     with phases.timed("plan", store):
-        folds = fold_rows(ctx, rows, checkpoints)
+        folds = fold_rows(ctx, rows, checkpoints, windowed)
     if missing:  # a dry run too: it tells what the run would do
         restore = set(missing)
         folds = [replace(f, restore=True) if f.counter in restore else f for f in folds]
-    bad = [
-        (f.counter, "bad_rows" if f.bad_rows else "overflow", refusal(f))
-        for f in folds
-        if f.refused
-    ]
+    bad = [(f.counter, refusal_reason(f), refusal(f)) for f in folds if f.refused]
     quarantine_counters(ctx, bad, rows)
     folds = [f for f in folds if f.commit and f.counter not in ctx.quarantined]
     folds = against_readers(ctx, bucket, folds, copies, rows)
@@ -461,24 +472,47 @@ def _commit(
     todo = folds
     for attempt in range(MAX_ATTEMPTS):
         lost: list[Fold] = []
-        for chunk, keys, archive_rows in _keyed_chunks(ctx, todo):
-            grown = grown_population(population, chunk)
+        stack = list(reversed(chunks(todo, ctx.commit_chunk)))
+        while stack:
+            chunk = stack.pop()
             with ctx.phases.timed("commit", store):
-                done = commit_folds(
-                    store,
-                    ctx.shard,
-                    bucket,
-                    head,
-                    chunk,
-                    ctx.run_id,
-                    ctx.fault,
-                    grown,
-                    keys,
-                    archive_rows,
-                    commit_figures(chunk, ctx.run_id),
-                )
-            if done is None:
-                lost.extend(chunk)
+                keys = store.runs.commit_keys(chunk)
+                archive_rows = store.runs.archive_rows(chunk)
+            refused = _over_limits(chunk, keys, archive_rows)
+            done = None
+            grown = grown_population(population, chunk)
+            if refused is None:
+                try:
+                    with ctx.phases.timed("commit", store):
+                        done = commit_folds(
+                            store,
+                            ctx.shard,
+                            bucket,
+                            head,
+                            chunk,
+                            ctx.run_id,
+                            ctx.fault,
+                            grown,
+                            keys,
+                            archive_rows,
+                            commit_figures(chunk, ctx.run_id),
+                        )
+                except InvalidRequest as exc:  # nothing of it applied
+                    if not request_too_large(exc):
+                        raise
+                    refused = f"the node refused its commit as too large: {exc}"
+                else:
+                    if done is None:
+                        lost.extend(chunk)
+                        continue
+            if refused is not None or done is None:
+                if len(chunk) > 1:  # in halves, until each fits or is one counter
+                    half = len(chunk) // 2
+                    stack += [chunk[half:], chunk[:half]]
+                else:
+                    name = format_key(chunk[0].counter)
+                    entry = (chunk[0].counter, "too_large", f"{name}: {refused}")
+                    quarantine_counters(ctx, [entry], rows)
                 continue
             head, population = done[0], grown
             for f in chunk:
@@ -503,24 +537,33 @@ def _commit(
     )
 
 
-def _keyed_chunks(
-    ctx: ShardContext, folds: Sequence[Fold]
-) -> Iterator[tuple[Sequence[Fold], bytes, bytes | None]]:
-    """The folds in order, in chunks of at most ``commit_chunk`` whose record of counted keys
-    (``Store.runs.commit_keys``, and for a family with an archive ``Store.runs.archive_rows``)
-    is at most ``COMMIT_KEYS_BYTES``, with that record: a chunk over it is halved (a single
-    fold is kept under it by ``FOLD_KEY_BYTES``)."""
-    todo = list(reversed(chunks(folds, ctx.commit_chunk)))
-    while todo:
-        chunk = todo.pop()
-        with ctx.phases.timed("commit", ctx.store):
-            keys = ctx.store.runs.commit_keys(chunk)
-            rows = ctx.store.runs.archive_rows(chunk)
-        if len(keys) + len(rows or b"") > COMMIT_KEYS_BYTES and len(chunk) > 1:
-            half = len(chunk) // 2
-            todo += [chunk[half:], chunk[:half]]
-            continue
-        yield chunk, keys, rows
+COMMIT_ROW_BYTES = 256
+"""About the bytes a counter's row takes in a commit's conditional batch besides its key (its
+``state`` cell, two commit ids, the run id)."""
+
+
+def _over_limits(chunk: Sequence[Fold], keys: bytes, archive_rows: bytes | None) -> str | None:
+    """Why a chunk of folds is not committed as one (None: it is): its record of counted keys
+    (``Store.runs.commit_keys``, and ``archive_rows`` for a family with an archive) over
+    ``COMMIT_KEYS_BYTES``, or its conditional batch over ``REQUEST_BYTES``; the caller halves
+    such a chunk. One fold alone is committed up to the node's own limits (a fold keeps its
+    keys under ``FOLD_KEY_BYTES``), and refused past them: its counter is quarantined."""
+    record = len(keys) + len(archive_rows or b"")
+    batch = sum(COMMIT_ROW_BYTES + value_bytes(f.counter) for f in chunk)
+    if len(chunk) > 1:
+        if record > COMMIT_KEYS_BYTES or batch > REQUEST_BYTES:
+            return f"{len(chunk)} counters' record of counted keys takes {record} bytes"
+        return None
+    if fits_one_request(record) and fits_one_request(batch):
+        return None
+    fold = chunk[0]
+    return (
+        f"the record of the {len(fold.pending)} row keys its commit counts takes {record} bytes "
+        "(compressed), over the node's limits on a request (native_transport_max_message_size) "
+        f"and on a mutation (max_mutation_size), {NODE_REQUEST_BYTES} bytes each by default. "
+        "Its rows are kept and the rest of the family goes on; delete or rewrite some of its "
+        f"rows at or below {to_text(from_millis(fold.epoch_ms))}, then release the counter"
+    )
 
 
 def commit_folds(

@@ -318,8 +318,14 @@ def forget_marks(
     busy |= set(windowed) | ctx.quarantined
     keep = [t.counter for t in touched if t.writetime <= horizon and t.counter in busy]
     ctx.store.index.forget_bucket(ctx.shard, bucket, horizon)
-    if keep:  # the minute of their rows after the epoch (a hot or quarantined one: none)
-        newer = {c: [r[0] for r in rows.get(c, ()) if r[0] > ctx.epoch_ms] for c in keep}
+    if keep:  # the minute of their rows left unfolded (a hot or quarantined one: none)
+        capped = {f.counter: frozenset(f.pending) for f in folds if f.capped}
+        newer = {
+            c: [r[0] for r in rows.get(c, ()) if r[1] not in capped[c]]
+            if c in capped
+            else [r[0] for r in rows.get(c, ()) if r[0] > ctx.epoch_ms]
+            for c in keep
+        }
         minutes = {
             c: {minute_ms(from_millis(min(times)))}
             for c, times in newer.items()

@@ -189,6 +189,13 @@ class Fold:
     bad_rows: tuple[Packed, ...] = ()
     duplicates: int = 0
     capped: bool = False
+    """More rows than one commit carries: the oldest that fit are folded (``cap_rows``)."""
+    lowered: bool = False
+    """Capped below the epoch it started from (a backlog of late rows): readers count the late
+    rows after its epoch from this commit on, and later runs fold them."""
+    too_large: tuple[int, int] | None = None
+    """Refused: the millisecond (its time, its rows) after the counter's epoch that alone holds
+    more than one commit carries (``max_rows``, ``max_key_bytes``): nothing can be folded."""
     low_ms: int | None = None
     """The time (ms) of the earliest row in ``pending`` (None: not known): every row the
     commit counts lies in (low_ms - 1, epoch_ms], all a recount of it has to read."""
@@ -224,7 +231,7 @@ class Fold:
 
     @property
     def refused(self) -> bool:
-        return bool(self.bad_rows) or self.overflow
+        return bool(self.bad_rows) or self.overflow or self.too_large is not None
 
     @property
     def overflow(self) -> bool:
@@ -250,19 +257,106 @@ def key_bytes(key: Packed) -> int:
     return size
 
 
-KEY_SAMPLE = 256
-"""Row keys a fold measures to size itself (``fold_row_limit``)."""
+KEY_VALUE_MOST = 4 + 2**16
+"""The most ``key_bytes`` counts for one value of a row key: the node refuses a clustering value
+over 64 KiB. A fold of rows too few to be over a byte budget at that length is not measured."""
 
 
-def fold_row_limit(rows: Sequence[Row], most_rows: int, most_bytes: int) -> int:
-    """The most rows one fold of ``rows`` may carry: ``most_rows``, or fewer when their keys
-    are long, so that the keys it counts take at most ``most_bytes`` (sized by the longest key
-    of an even sample). Rows too few to be over it even at 16 KiB a key are not measured."""
-    if len(rows) * 16 * 1024 <= most_bytes:
-        return most_rows
-    step = max(1, len(rows) // KEY_SAMPLE)
-    longest = max(key_bytes(rows[i][1]) for i in range(0, len(rows), step))
-    return max(1, min(most_rows, most_bytes // longest))
+def rows_that_fit(rows: Sequence[Row], most_rows: int, most_bytes: int | None) -> int:
+    """How many of ``rows``, in their order, one commit may carry: at most ``most_rows``, whose
+    keys take at most ``most_bytes`` (``key_bytes``; None: any). Measured only where the rows
+    could be over it."""
+    n = min(len(rows), most_rows)
+    if most_bytes is None or not n or n * len(rows[0][1]) * KEY_VALUE_MOST <= most_bytes:
+        return n
+    total = 0
+    for i in range(n):
+        total += key_bytes(rows[i][1])
+        if total > most_bytes:
+            return i
+    return n
+
+
+def _whole_millis(ordered: Sequence[Row], fit: int) -> int | None:
+    """The latest time (ms) up to which every row of ``ordered`` (in time order) is among the
+    first ``fit``: a fold ends between two milliseconds, never inside one. None when the first
+    millisecond alone is over."""
+    if fit >= len(ordered):
+        return ordered[-1][0] if ordered else None
+    first_left = ordered[fit][0]
+    i = fit - 1
+    while i >= 0 and ordered[i][0] == first_left:
+        i -= 1
+    return ordered[i][0] if i >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """Where a capped fold of a counter stops (``cap_rows``): the rows it counts and its epoch;
+    ``lowered`` when that epoch is below the one it started from (a late backlog over the
+    limits); ``too_large`` (the millisecond's time, its rows) when it can count nothing: one
+    millisecond after its epoch holds more than one commit carries."""
+
+    rows: list[Row]
+    epoch_ms: int
+    lowered: bool = False
+    too_large: tuple[int, int] | None = None
+
+
+def _over(rows: Sequence[Row], most_rows: int, most_bytes: int | None) -> bool:
+    """Whether ``rows`` are more than one commit carries (keys measured only if they could be)."""
+    if len(rows) > most_rows:
+        return True
+    return rows_that_fit(rows, most_rows, most_bytes) < len(rows)
+
+
+def _first_millis(ordered: Sequence[Row], after: int | None) -> tuple[int, int]:
+    """The first millisecond of ``ordered`` after ``after``, and its rows."""
+    first = next(r[0] for r in ordered if after is None or r[0] > after)
+    return first, sum(1 for r in ordered if r[0] == first)
+
+
+def cap_rows(
+    base: Checkpoint,
+    below: list[Row],
+    most_rows: int,
+    most_bytes: int | None,
+    lower_epoch: bool = True,
+) -> Cap | None:
+    """The rows of ``below`` (a counter's rows at or below the fold's epoch) one commit
+    counts, when they are more than it may carry (None: all of them). Oldest first, always:
+
+    * up to the last whole millisecond that fits, which becomes the counter's epoch, if that is
+      at or after the epoch it starts from (an ordinary backlog: readers add every row after it);
+    * or, a backlog of late rows (at or below the epoch it starts from): the same, the epoch
+      *lowered* to that millisecond (``lower_epoch``; not for a hot counter read by parts),
+      when no counted row still present lies after it. Every row after the lowered epoch is
+      then uncounted, so readers, who add the rows after the copy's epoch, count the late rows
+      not folded yet at once, and the next runs fold them as an ordinary backlog;
+    * else (a counted row still present after it: its cleanup did not finish; or a hot
+      counter) the counted rows still present and the oldest late rows that fit, the epoch
+      unchanged: the late rows left are, as before, in readers' values once folded;
+    * nothing (``too_large``), when the first millisecond after the epoch alone is over."""
+    if not _over(below, most_rows, most_bytes):
+        return None
+    ordered = sorted(below, key=lambda r: r[0])
+    cut = _whole_millis(ordered, rows_that_fit(ordered, most_rows, most_bytes))
+    start = base.epoch_ms
+    if cut is not None and (start is None or cut >= start):
+        return Cap([r for r in ordered if r[0] <= cut], cut)
+    if start is None:
+        return Cap([], 0, too_large=_first_millis(ordered, None))
+    pending = base.pending
+    carried = [r for r in ordered if r[1] in pending]
+    if lower_epoch and cut is not None and all(r[0] <= cut for r in carried):
+        return Cap([r for r in ordered if r[0] <= cut], cut, lowered=True)
+    late = [r for r in ordered if r[0] <= start and r[1] not in pending]
+    room = most_rows - len(carried)
+    left = None if most_bytes is None else most_bytes - sum(key_bytes(r[1]) for r in carried)
+    taken = rows_that_fit(late, max(room, 0), None if left is None else max(left, 0))
+    if not late or not (taken or carried):
+        return Cap([], start, too_large=_first_millis(ordered, None if late else start))
+    return Cap(sorted(carried + late[:taken], key=lambda r: r[0]), start)
 
 
 def fold_counter(
@@ -274,6 +368,8 @@ def fold_counter(
     member_index: int | None = None,
     counted_members: frozenset[Hashable] = frozenset(),
     max_rows: int | None = None,
+    max_key_bytes: int | None = None,
+    lower_epoch: bool = True,
     keep_values: bool = False,
 ) -> Fold:
     """Fold a counter's present raw rows into its checkpoint at ``epoch_ms``.
@@ -281,14 +377,17 @@ def fold_counter(
     ``rows`` must be every row of the counter present when read, read after ``base`` (or every
     one after a floor below its counted rows and its epoch: ``read_floor``). A row at
     or below the epoch is counted if its key is in ``base.pending``, else it is folded now (a
-    row at or below ``base.epoch_ms`` is a late write). The epoch never moves backwards.
+    row at or below ``base.epoch_ms`` is a late write).
 
     For a unique family (``member_index`` = the member's position in the clustering key) a
     member counts once: one already counted (in ``pending``, in ``counted_members``, or seen
     earlier in this fold) is a duplicate, deleted but not summed.
 
-    ``max_rows`` bounds the rows one commit carries: past it, the counter's own epoch stops at
-    the time of the last row that fits (readers stay exact: they add every row after it).
+    ``max_rows`` and ``max_key_bytes`` bound the rows one commit carries and the bytes of their
+    keys: past them the fold counts the oldest rows that fit (``cap_rows``), and its epoch stops
+    at the last of them, lowered below the one it started from for a backlog of late rows
+    (``lower_epoch``): readers stay exact, they add every row after it. The epoch moves
+    backwards only then; a fold that can count nothing is ``too_large`` (refused).
 
     ``keep_values`` keeps each pending row's increment and kind (``Fold.values``, ``kinds``)
     for a family that archives the rows it deletes.
@@ -301,12 +400,13 @@ def fold_counter(
         )
     target = epoch_ms if base.epoch_ms is None else max(epoch_ms, base.epoch_ms)
     below = [r for r in rows if r[0] <= target]
-    capped = False
-    if max_rows is not None and len(below) > max_rows:
-        below.sort(key=lambda r: r[0])
-        cut = below[max_rows - 1][0]
-        if base.epoch_ms is None or cut >= base.epoch_ms:
-            below, target, capped = [r for r in below if r[0] <= cut], cut, True
+    capped = lowered = False
+    too_large: tuple[int, int] | None = None
+    cap = None if max_rows is None else cap_rows(base, below, max_rows, max_key_bytes, lower_epoch)
+    if cap is not None and cap.too_large is not None:
+        below, too_large = [], cap.too_large
+    elif cap is not None:
+        below, target, capped, lowered = cap.rows, cap.epoch_ms, True, cap.lowered
     newer = len(rows) - len(below)
     pending: list[Packed] = []
     bad: list[Packed] = []
@@ -354,6 +454,17 @@ def fold_counter(
             late_rows += 1
             late_sum += increment
             lateness = max(lateness, base_epoch - time_ms)
+    if lowered and base_epoch is not None:  # late rows readers count from this commit on
+        for time_ms, key, increment in sorted(rows, key=lambda r: r[0]):
+            if not target < time_ms <= base_epoch or key in base_pending:
+                continue
+            if member_index is not None:
+                if key[member_index] in seen:
+                    continue
+                seen.add(key[member_index])
+            late_rows += 1
+            late_sum += increment if type(increment) is int else 0
+            lateness = max(lateness, base_epoch - time_ms)
     return Fold(
         counter=counter,
         base=base,
@@ -372,6 +483,8 @@ def fold_counter(
         bad_rows=tuple(bad),
         duplicates=dups,
         capped=capped,
+        lowered=lowered,
+        too_large=too_large,
         low_ms=min(r[0] for r in below) if below else None,
         values=tuple(values),
         kinds=bytes(kinds),

@@ -28,7 +28,6 @@ from ..core import (
     Key,
     Packed,
     bucket_bounds,
-    chunks,
     pack_state,
     state_commit,
     unpack_state,
@@ -49,6 +48,7 @@ from .statements import (
     ROWS_PER_BATCH,
     Statements,
     bind,
+    bounded,
     consistency_of,
     serial_consistency_of,
 )
@@ -154,7 +154,7 @@ class LedgerTable:
         requests: list[tuple[Any, Any]] = [(head_statement, (shard, bucket))]
         requests += [
             (statement, (shard, bucket, [tuple(c) for c in group]))
-            for group in chunks(list(counters), ROWS_PER_BATCH)
+            for group in bounded(counters, ROWS_PER_BATCH)
         ]
         results = self.statements.run(requests)
         head, population, shards = self._head_of(results[0].one())

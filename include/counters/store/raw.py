@@ -23,14 +23,20 @@ from ..core import (
     Row,
     SliceWalk,
     bucket_bounds,
-    chunks,
     split_refused_range,
     write_timestamp,
 )
 from ..errors import EngineError
 from ..rowkeys import CountedKeys
 from .keys import Keys
-from .statements import DELETE_BATCH_ROWS, FIRST_WRITE_WINS, ROWS_PER_BATCH, Statements
+from .statements import (
+    DELETE_BATCH_ROWS,
+    FIRST_WRITE_WINS,
+    REQUEST_BYTES,
+    ROWS_PER_BATCH,
+    Statements,
+    bounded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +77,7 @@ class RawTable:
         by_counter: dict[Key, list[tuple]] = defaultdict(list)
         for counter, clustering, increment, ts in rows:
             by_counter[counter].append((*counter, *clustering, increment, ts))
-        self.statements.run(
-            [
-                (self.statements.batch(statement, group), None)
-                for values in by_counter.values()
-                for group in chunks(values, ROWS_PER_BATCH)
-            ]
-        )
+        self.statements.batches(statement, by_counter.values())
 
     def add_member(self, counter: Key, member: Any, now: datetime) -> tuple[bool, datetime]:
         """One pair of :meth:`add_members` (what a writer that crashes before its derived row
@@ -111,26 +111,15 @@ class RawTable:
 
     def counted_members(self, counter: Key, members: Sequence[Any]) -> set[Any]:
         """Members of a unique family already marked counted by an earlier cleanup."""
-        if not members:
-            return set()
-        statement = self.statements.prepare(
-            "set_counted",
-            "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
-        )
-        rows = self.statements.session.execute(statement, (*counter, list(set(members))))
-        return {member for member, counted in rows if counted}
+        return set(self.read_marked({counter: set(members)}).get(counter, ()))
 
     def mark_counted(self, items: Sequence[tuple[Key, Sequence[Any]]]) -> None:
         statement = self.statements.prepare(
             "set_mark",
             "UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?",
         )
-        self.statements.run(
-            [
-                (self.statements.batch(statement, [(*counter, m) for m in group]), None)
-                for counter, members in items
-                for group in chunks(members, ROWS_PER_BATCH)
-            ]
+        self.statements.batches(
+            statement, ([(*counter, m) for m in members] for counter, members in items)
         )
 
     def members(self, counter: Key) -> list[tuple[Any, datetime | None, bool]]:
@@ -315,7 +304,7 @@ class RawTable:
             "raw_read_at",
             f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} AND {relation}",
         )
-        params = [(*counter, bind(group)) for group in chunks(list(keys), ROWS_PER_BATCH)]
+        params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
         results = self.statements.concurrent(statement, params)
         return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
 
@@ -390,7 +379,8 @@ class RawTable:
                 keys = CountedKeys.of(self.keys.key_codec, keys)
             deleted += len(keys)
             entries += [
-                (n, (ts, *counter, value)) for n, value in keys.in_values(DELETE_BATCH_ROWS)
+                (n, (ts, *counter, value))
+                for n, value in keys.in_values(DELETE_BATCH_ROWS, REQUEST_BYTES)
             ]
         self.statements.write_spread(statement, entries, DELETE_BATCH_ROWS)
         return deleted
@@ -493,8 +483,15 @@ class RawTable:
 
     def read_marked(self, newer: dict[Key, Any]) -> dict[Key, frozenset[Any]]:
         """A unique family's newer members that an earlier cleanup marked counted, per counter
-        (one request per counter with newer members, concurrent); nothing for other kinds."""
-        wanted = [(c, sorted(m, key=repr)) for c, m in newer.items() if isinstance(m, set) and m]
+        (concurrent requests, each of at most ``ROWS_PER_BATCH`` members and ``REQUEST_BYTES``:
+        a counter's backlog of members never makes one request over the node's limits);
+        nothing for other kinds."""
+        wanted = [
+            (c, group)
+            for c, m in newer.items()
+            if isinstance(m, set) and m
+            for group in bounded(sorted(m, key=repr), ROWS_PER_BATCH)
+        ]
         if not wanted:
             return {}
         statement = self.statements.prepare(
@@ -502,10 +499,10 @@ class RawTable:
             "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
         )
         results = self.statements.concurrent(statement, [(*c, members) for c, members in wanted])
-        return {
-            c: frozenset(member for member, counted in result if counted)
-            for (c, _members), result in zip(wanted, results, strict=True)
-        }
+        marked: dict[Key, set[Any]] = {c: set() for c, _members in wanted}
+        for (c, _members), result in zip(wanted, results, strict=True):
+            marked[c].update(member for member, counted in result if counted)
+        return {c: frozenset(found) for c, found in marked.items()}
 
     def read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
         """What each counter's rows after its base's epoch add: their sum (varint: an int column

@@ -10,7 +10,7 @@ import logging
 import struct
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -36,7 +36,7 @@ from cassandra.query import (
 from .. import schema
 from ..config import Family
 from ..connection import BULK_PROFILE, Connection
-from ..core import Key, chunks, shard_bounds, spread
+from ..core import Key, shard_bounds, spread
 from ..rowkeys import Encoded
 from ..schema import RawLayout, q
 
@@ -80,6 +80,19 @@ BATCH_BYTES = 40 * 1024
 default ``batch_size_fail_threshold`` of 50 KiB whatever the length of the keys or of a unique
 copy's ``pending``. A batch over it is refused whole ("Batch too large"), so the row and
 partition counts alone would let long keys stop every cleanup."""
+REQUEST_BYTES = 4 * 2**20
+"""Most estimated bytes of values one request carries where the engine can split it (the items
+of an ``IN`` list, the rows of a one-partition batch, a cleanup's ``IN`` delete): a quarter of
+the node's 16 MiB limits on a request (``native_transport_max_message_size``) and on a mutation
+(``max_mutation_size``, half of ``commitlog_segment_size``), so neither is reached whatever the
+length of the keys, and a request a busy node writes within its write timeout."""
+NODE_REQUEST_BYTES = 16 * 2**20
+"""The node's default limits on one request and on one mutation (16 MiB each). A request that
+cannot be split (a commit's record of the keys it counts) is refused before it is sent when its
+values are within ``REQUEST_MARGIN`` of it."""
+REQUEST_MARGIN = 64 * 1024
+"""Bytes a request takes beyond its values (its frame, its statement, the mutation's own
+overhead), with room to spare."""
 ROW_BYTES = 16
 """Estimated bytes a row adds to a batch beyond its bound values (its deletion or liveness
 info; the node counts no length prefixes, which the estimate does)."""
@@ -121,6 +134,49 @@ def _bound_bytes(bound: BoundStatement) -> int:
     """The bytes of a bound statement's values: what its rows weigh in a batch, give or take
     the length prefixes (``ROW_BYTES`` adds the rest)."""
     return sum(len(v) for v in bound.values if isinstance(v, bytes))  # not None, not unset
+
+
+def value_bytes(value: Any) -> int:
+    """About the bytes a value takes bound in a request, with its 4-byte length: text as UTF-8,
+    bytes as they are, a tuple, list or set as its elements, any other value as at most 16."""
+    if type(value) is str:
+        return 4 + (len(value) if value.isascii() else len(value.encode()))
+    if isinstance(value, bytes | bytearray):
+        return 4 + len(value)
+    if isinstance(value, tuple | list | set | frozenset):
+        return 4 + sum(map(value_bytes, value))
+    return 20
+
+
+def bounded(
+    items: Iterable[Any],
+    most: int,
+    weigh: Callable[[Any], int] = value_bytes,
+    most_bytes: int = REQUEST_BYTES,
+) -> list[list[Any]]:
+    """``items`` in consecutive groups of at most ``most`` items and ``most_bytes`` estimated
+    bytes (``weigh``; an item over it alone is a group of its own): how every request the
+    engine splits (an ``IN`` list, a one-partition batch) stays under the node's limits however
+    long the keys and members are."""
+    return [group for _size, group in spread(((1, weigh(i), i) for i in items), most, most_bytes)]
+
+
+def fits_one_request(values_bytes: int) -> bool:
+    """Whether a request whose values take ``values_bytes`` is under the node's limits."""
+    return values_bytes + REQUEST_MARGIN <= NODE_REQUEST_BYTES
+
+
+def request_too_large(exc: BaseException) -> bool:
+    """The node refused a request over ``native_transport_max_message_size``, a mutation over
+    ``max_mutation_size`` or a batch over ``batch_size_fail_threshold`` (nothing of it
+    applied)."""
+    if not isinstance(exc, InvalidRequest):
+        return False
+    text = str(exc)
+    return any(
+        sign in text
+        for sign in ("exceeds allowed maximum", "oversized mutation", "Batch too large")
+    )
 
 
 def batch_too_large(exc: BaseException) -> bool:
@@ -339,6 +395,19 @@ class Statements:
         """One unlogged batch of ``statement`` for each parameter set (one partition's rows)."""
         return self.batch_of([bind(statement, values) for values in params])
 
+    def batches(
+        self, statement: PreparedStatement, partitions: Iterable[Sequence[Sequence[Any]]]
+    ) -> None:
+        """Write each partition's parameter sets in unlogged one-partition batches of at most
+        ``ROWS_PER_BATCH`` rows and ``REQUEST_BYTES`` (``bounded``), concurrently."""
+        self.run(
+            [
+                (self.batch(statement, group), None)
+                for params in partitions
+                for group in bounded(params, ROWS_PER_BATCH)
+            ]
+        )
+
     def scan_distinct(self, statement: PreparedStatement, shard: int) -> list[Key]:
         """The partition keys a ``SELECT DISTINCT`` over a token range finds in ``shard``, read
         in ``SCAN_SPLITS`` sub-ranges (a query counts tombstones per range)."""
@@ -390,7 +459,7 @@ class Statements:
         requests: list[tuple[Any, Any]] = []
         owners: list[dict[Any, Key]] = []
         for others, group_ in by_rest.items():
-            for chunk in chunks(group_, IN_CHUNK):
+            for chunk in bounded(group_, IN_CHUNK, lambda c: value_bytes(c[0])):
                 requests.append((statement, ([c[0] for c in chunk], *others, *params)))
                 owners.append({c[0]: c for c in chunk})
         for owner, result in zip(owners, self.run(requests), strict=True):

@@ -10,13 +10,12 @@ from typing import Any
 from ..core import (
     BUCKETS,
     Key,
-    chunks,
 )
 from .keys import Keys
 from .records import (
     Touched,
 )
-from .statements import ROWS_PER_BATCH, Statements
+from .statements import Statements
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +89,7 @@ class IndexTable:
         for entry in entries:
             where = self.keys.bucket(entry.counter)
             by_partition[where].append((entry.writetime, *where, *entry.counter))
-        self.statements.run(
-            [
-                (self.statements.batch(statement, group), None)
-                for params in by_partition.values()
-                for group in chunks(params, ROWS_PER_BATCH)
-            ]
-        )
+        self.statements.batches(statement, by_partition.values())
 
     def mark_touched(
         self, counters: Iterable[Key], minutes: dict[Key, set[int]] | None = None
