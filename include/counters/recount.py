@@ -310,6 +310,9 @@ def _present(
                 copy_value=None if copy is None else copy.value,
                 copy_commit=None if copy is None or copy.commit_id is None else str(copy.commit_id),
                 copy_epoch_ms=None if copy is None else copy.epoch_ms,
+                copy_behind=cp is not None
+                and copy is not None
+                and (copy.writetime or 0) < (cp.version or 0),
             )
             if (
                 cp is not None

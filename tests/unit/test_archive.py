@@ -196,6 +196,11 @@ def test_recount_chains_commits_from_zero_to_the_compact_value():
     behind = Present(22, "c", None, 100, copy_value=15, copy_commit="b", copy_epoch_ms=50)
     result = recount_counter(("IBM",), segments, behind)
     assert result.equal and "earlier commit" in result.notes[0]
+    # behind too when the commit lowered the epoch (a late backlog): told by its write time
+    lowered = replace(behind, copy_epoch_ms=150, copy_behind=True)
+    result = recount_counter(("IBM",), segments, lowered)
+    assert result.equal and "earlier commit" in result.notes[0]
+    assert not recount_counter(("IBM",), segments, replace(lowered, copy_behind=False)).equal
 
 
 def test_recount_takes_the_current_era_from_its_reset_and_an_opening_otherwise():

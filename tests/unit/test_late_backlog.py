@@ -88,20 +88,30 @@ class TestCap:
         fold = fold_counter(("c",), base, late, 1_060, max_rows=8, lower_epoch=False)
         assert (fold.epoch_ms, fold.folded_rows, fold.lowered) == (1_000, 8, False)
 
-    def test_one_millisecond_over_the_limit_refuses_the_counter(self):
-        base = Checkpoint(0, 1_000, "c1")
-        rows = [row(1_010, version=v) for v in range(9)] + [row(1_011)]
-        fold = fold_counter(("c",), base, rows, 1_060, max_rows=8)
-        assert fold.refused and not fold.commit and fold.too_large == (1_010, 9)
-        fresh = fold_counter(("c",), EMPTY_CHECKPOINT, rows, 1_060, max_rows=8)
-        assert fresh.too_large == (1_010, 9)
+    def test_one_millisecond_over_the_rows_is_folded_whole(self):
+        """A bulk import at one time (``add_members`` with one ``at``): over the rows of a fold,
+        within half again its bytes, folded whole: a fold never ends inside a millisecond."""
+        rows = [row(1_010, version=v) for v in range(20)] + [row(1_011)]
+        fold = fold_counter(("c",), Checkpoint(0, 1_000, "c1"), rows, 1_060, max_rows=8)
+        assert (fold.epoch_ms, fold.folded_rows, fold.newer_rows) == (1_010, 20, 1)
+
+    def test_one_millisecond_over_the_bytes_refuses_the_counter(self):
+        rows = [row(1_010, actor="k" * 100, version=v) for v in range(9)] + [row(1_011)]
+        each = key_bytes(rows[0][1])
+        for base in (Checkpoint(0, 1_000, "c1"), EMPTY_CHECKPOINT):
+            fold = fold_counter(("c",), base, rows, 1_060, max_rows=100, max_key_bytes=5 * each)
+            assert fold.refused and not fold.commit and fold.too_large == (1_010, 9)
+        within = fold_counter(("c",), EMPTY_CHECKPOINT, rows, 1_060, max_rows=100,
+                              max_key_bytes=6 * each)  # fmt: skip
+        assert (within.epoch_ms, within.folded_rows) == (1_010, 9)  # 9 <= 6 x 1.5
 
     def test_late_rows_of_one_millisecond_over_the_limit_are_folded_in_parts(self):
         """Lowering needs a whole millisecond; late rows, counted by key, do not."""
-        base = Checkpoint(0, 1_000, "c1")
-        rows = [row(500, version=v) for v in range(20)]
-        fold = fold_counter(("c",), base, rows, 1_060, max_rows=8)
-        assert (fold.epoch_ms, fold.folded_rows, fold.lowered) == (1_000, 8, False)
+        rows = [row(500, actor="k" * 100, version=v) for v in range(20)]
+        each = key_bytes(rows[0][1])
+        fold = fold_counter(("c",), Checkpoint(0, 1_000, "c1"), rows, 1_060, max_rows=100,
+                            max_key_bytes=5 * each)  # fmt: skip
+        assert (fold.epoch_ms, fold.folded_rows, fold.lowered) == (1_000, 5, False)
 
     def test_rows_within_the_limits_are_not_measured_or_capped(self):
         rows = [row(t, actor="y" * 100) for t in range(40)]

@@ -53,6 +53,10 @@ class Present:
     copy_value: int | None = None
     copy_commit: str | None = None
     copy_epoch_ms: int | None = None
+    copy_behind: bool = False
+    """The copy was written before the ledger's commit (its write time is older than the
+    commit's version): a crash between a commit and its copy. Its epoch may be later than the
+    commit's, which lowered it to fold a late backlog."""
 
 
 @dataclass
@@ -248,7 +252,7 @@ def _check_copy(
             problems.append(
                 f"the compact table holds {present.copy_value}, the ledger's commit {present.value}"
             )
-    elif (present.copy_epoch_ms or 0) < (present.epoch_ms or 0):
+    elif present.copy_behind or (present.copy_epoch_ms or 0) < (present.epoch_ms or 0):
         notes.append(
             f"the compact copy is of an earlier commit ({present.copy_commit}, value "
             f"{present.copy_value}): readers add the rows after its epoch; the next run "

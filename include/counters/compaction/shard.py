@@ -500,7 +500,12 @@ def _commit(
                 except InvalidRequest as exc:  # nothing of it applied
                     if not request_too_large(exc):
                         raise
-                    refused = f"the node refused its commit as too large: {exc}"
+                    refused = (
+                        "the node refused its commit as too large (over its "
+                        "native_transport_max_message_size or max_mutation_size, or a cluster "
+                        f"with lower limits than the 16 MiB defaults): {exc}. Its rows are kept "
+                        "and the rest of the family goes on"
+                    )
                 else:
                     if done is None:
                         lost.extend(chunk)

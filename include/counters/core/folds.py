@@ -310,6 +310,27 @@ def _over(rows: Sequence[Row], most_rows: int, most_bytes: int | None) -> bool:
     return rows_that_fit(rows, most_rows, most_bytes) < len(rows)
 
 
+WHOLE_MILLIS_SHARE = 3 / 2
+"""A fold never ends inside a millisecond: a first millisecond over a fold's rows or bytes is
+folded whole if its keys take at most this share of the bytes (its record and a unique copy
+then still stay well under the node's 16 MiB limits); past that the counter is refused."""
+
+
+def _cut(ordered: Sequence[Row], most_rows: int, most_bytes: int | None) -> int | None:
+    """The latest millisecond a fold of ``ordered`` (in time order) may end at: the last whole
+    one among the rows that fit; the first one alone when it is over the rows or the bytes but
+    within ``WHOLE_MILLIS_SHARE`` of the bytes; None when it is over that too."""
+    cut = _whole_millis(ordered, rows_that_fit(ordered, most_rows, most_bytes))
+    if cut is not None or not ordered:
+        return cut
+    first = ordered[0][0]
+    at_first = [r for r in ordered if r[0] == first]
+    if most_bytes is None:
+        return first
+    most = int(most_bytes * WHOLE_MILLIS_SHARE)
+    return first if rows_that_fit(at_first, len(at_first), most) == len(at_first) else None
+
+
 def _first_millis(ordered: Sequence[Row], after: int | None) -> tuple[int, int]:
     """The first millisecond of ``ordered`` after ``after``, and its rows."""
     first = next(r[0] for r in ordered if after is None or r[0] > after)
@@ -336,11 +357,12 @@ def cap_rows(
     * else (a counted row still present after it: its cleanup did not finish; or a hot
       counter) the counted rows still present and the oldest late rows that fit, the epoch
       unchanged: the late rows left are, as before, in readers' values once folded;
-    * nothing (``too_large``), when the first millisecond after the epoch alone is over."""
+    * nothing (``too_large``), when the first millisecond after the epoch alone is over
+      (``WHOLE_MILLIS_SHARE``)."""
     if not _over(below, most_rows, most_bytes):
         return None
     ordered = sorted(below, key=lambda r: r[0])
-    cut = _whole_millis(ordered, rows_that_fit(ordered, most_rows, most_bytes))
+    cut = _cut(ordered, most_rows, most_bytes)
     start = base.epoch_ms
     if cut is not None and (start is None or cut >= start):
         return Cap([r for r in ordered if r[0] <= cut], cut)
@@ -455,7 +477,7 @@ def fold_counter(
             late_sum += increment
             lateness = max(lateness, base_epoch - time_ms)
     if lowered and base_epoch is not None:  # late rows readers count from this commit on
-        for time_ms, key, increment in sorted(rows, key=lambda r: r[0]):
+        for time_ms, key, increment in rows:
             if not target < time_ms <= base_epoch or key in base_pending:
                 continue
             if member_index is not None:
