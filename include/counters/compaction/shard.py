@@ -478,7 +478,7 @@ def _commit(
             with ctx.phases.timed("commit", store):
                 keys = store.runs.commit_keys(chunk)
                 archive_rows = store.runs.archive_rows(chunk)
-            refused = _over_limits(chunk, keys, archive_rows)
+            refused = chunk_over_limits(chunk, keys, archive_rows)
             done = None
             grown = grown_population(population, chunk)
             if refused is None:
@@ -547,7 +547,7 @@ COMMIT_ROW_BYTES = 256
 ``state`` cell, two commit ids, the run id)."""
 
 
-def _over_limits(chunk: Sequence[Fold], keys: bytes, archive_rows: bytes | None) -> str | None:
+def chunk_over_limits(chunk: Sequence[Fold], keys: bytes, archive_rows: bytes | None) -> str | None:
     """Why a chunk of folds is not committed as one (None: it is): its record of counted keys
     (``Store.runs.commit_keys``, and ``archive_rows`` for a family with an archive) over
     ``COMMIT_KEYS_BYTES``, or its conditional batch over ``REQUEST_BYTES``; the caller halves

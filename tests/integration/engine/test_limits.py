@@ -154,6 +154,9 @@ def test_a_late_backlog_over_the_request_limit_is_folded_over_several_runs(make_
     assert readers.check() == truth
     assert first.outcome == "success" and 0 < first.tally.rows_folded - 1 < BACKLOG
     assert first.tally.capped_counters == 1 and first.tally.late_rows == BACKLOG
+    audit = store.audit.page(1)[0]  # every late row entered readers' values with this run
+    assert (audit["late_rows"], audit["late_sum"]) == (BACKLOG, BACKLOG)
+    assert "1 counter(s) had more rows than one commit carries" in audit["message"]
     lowered = client.late_horizon(late)
     assert lowered is not None and lowered < epoch  # the epoch, lowered to the last row folded
 
