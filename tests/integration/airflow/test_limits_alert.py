@@ -42,6 +42,6 @@ def test_a_counter_too_large_to_fold_is_quarantined_and_the_run_alerts_naming_th
     assert store.audit.page(5)[0]["outcome"] == "partial"
     hooks = receivers.json_posts("/hook")
     assert len(hooks) == 1 and len(receivers.mails) == 1
-    for body in (hooks[0]["counters"], mail_text(receivers.mails[0])):
+    for body in ("; ".join(hooks[0]["counters"]), mail_text(receivers.mails[0])):
         assert "IBM: the 20 row(s) of its millisecond" in body
         assert "native_transport_max_message_size" in body
