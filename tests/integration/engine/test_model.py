@@ -297,12 +297,15 @@ def run_model(
     steps: Counter,
     examples: int | None = None,
     drains: bool = False,
+    name: str | None = None,
 ):
     """Examples share one set of tables per shard count (a fresh table set per example would
     exhaust the node's heap); each example gets its own family name and counters. Every step
     of the overlap rule appends what it did to ``overlaps``; ``steps`` counts the reads checked
     during runs and the shard changes. ``drains``: a fold carries a few rows only (the test
-    caps it), so the last runs drain the backlog, every value checked after each of them."""
+    caps it), so the last runs drain the backlog, every value checked after each of them.
+    ``name``: the families' names (default the kind's; family names are the session's, as the
+    keyspace is)."""
     ids = itertools.count()
     adapters = {}
 
@@ -314,7 +317,7 @@ def run_model(
                 adapters[shards] = adapter_class(make_family, shards)
             self.adapter = adapters[shards]
             self.family, self.store, self.client = self.adapter.family(
-                make_family, f"m_{adapter_class.kind}_{example}", shards
+                make_family, f"m_{name or adapter_class.kind}_{example}", shards
             )
             forget_table_owners(self.store)  # the tables are shared, the family is new
             self.clock: datetime = t0
@@ -564,6 +567,8 @@ def test_model_exact_when_every_fold_carries_two_rows(
     factory = _Factory(make_family, conn.session, engine_keyspace)
     steps: Counter = Counter()
     examples = max(int(os.environ.get("MODEL_EXAMPLES", "25")) // 5, 1)
-    machine = run_model(factory, t0, Increments, [], steps, examples=examples, drains=True)
+    machine = run_model(
+        factory, t0, Increments, [], steps, examples=examples, drains=True, name="two_rows"
+    )
     machine.TestCase().runTest()
     print(f"\nincrements, two rows a fold: {dict(steps)}")
