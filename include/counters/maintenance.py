@@ -137,6 +137,13 @@ def decide_reset(
             f"{point.isoformat()} is before its compacted epoch; increments after the reset "
             "point are already folded in, choose a later point"
         )
+    if base.high_ms is not None and point_ms < base.high_ms:
+        raise EngineError(
+            f"family {family.name!r} counter {format_key(counter)}: reset point "
+            f"{point.isoformat()} is before {from_millis(base.high_ms).isoformat()}, the "
+            "epoch an earlier commit folded it to (its late backlog is still being folded); "
+            "increments after the reset point are already folded in, choose a later point"
+        )
     return ResetPoint(reset_id, point, already_done=False)
 
 

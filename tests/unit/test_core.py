@@ -25,6 +25,7 @@ from counters.core import (
     fold_counter,
     fold_recount,
     grown_population,
+    high_water,
     lowest_floor,
     needs_closer_look,
     needs_pending,
@@ -428,7 +429,8 @@ def test_a_marked_counter_is_read_down_to_its_counted_rows_and_announced_minutes
 
 @pytest.mark.parametrize("low_ms", [None, 1_700_000_000_123])
 @pytest.mark.parametrize("pending_rows", [0, 9])
-def test_a_checkpoint_packed_into_one_cell_reads_back_whole(low_ms, pending_rows):
+@pytest.mark.parametrize("high_ms", [None, 1_700_000_060_000])
+def test_a_checkpoint_packed_into_one_cell_reads_back_whole(low_ms, pending_rows, high_ms):
     import uuid
 
     commit = uuid.uuid1()
@@ -444,7 +446,9 @@ def test_a_checkpoint_packed_into_one_cell_reads_back_whole(low_ms, pending_rows
         1_700_000_000_000_001,
         1_700_000_000_000,
         "scheduled__2026-11-25T10:00:00+00:00",
+        high_ms,
     )
+    assert state[0] == (1 if high_ms is None else 2)  # format 2 only while a backlog drains
     assert state_commit(state) == commit.bytes
     assert unpack_state(state, commit) == Checkpoint(
         value=-(2**63) + 1,
@@ -456,6 +460,7 @@ def test_a_checkpoint_packed_into_one_cell_reads_back_whole(low_ms, pending_rows
         pending_rows=pending_rows,
         low_ms=low_ms,
         pending_loaded=not pending_rows,  # the keys are in the run log
+        high_ms=high_ms,
     )
 
 
@@ -463,7 +468,19 @@ def test_a_state_cell_of_no_known_format_names_no_commit():
     state = pack_state(b"c" * 16, 1, 2, 3, 4, None, 5, 6, 7, 8, "r")
     assert state_commit(None) is None
     assert state_commit(state[:20]) is None  # cut short
-    assert state_commit(b"\x02" + state[1:]) is None  # a later format
+    assert state_commit(b"\x03" + state[1:]) is None  # a later format
+    assert state_commit(b"\x02" + state[1:]) is None  # format 2 without its high_ms
+
+
+def test_a_commit_keeps_the_highest_epoch_while_its_counter_drains_below_it():
+    """``high_water``: what a reset point is checked against once an epoch was lowered."""
+    base = Checkpoint(epoch_ms=120_000)
+    assert high_water(base, 180_000) is None  # forward: nothing above
+    assert high_water(base, 20_000) == 120_000  # lowered below an epoch folded to
+    drained = Checkpoint(epoch_ms=20_000, high_ms=120_000)
+    assert high_water(drained, 60_000) == 120_000  # a later part, still below
+    assert high_water(drained, 120_000) is None  # caught up
+    assert high_water(Checkpoint(), 60_000) is None  # a first commit
 
 
 class TestReadersBase:

@@ -222,8 +222,9 @@ class TestDrain:
             assert not fold.refused
             cp = committed(fold) if fold.commit else cp
             counted_before = {k[1] for k in cp.pending} | marked
-            after = {r[1][1] for r in present if r[0] > cp.epoch_ms} - counted_before
-            missed = {r[1][1] for r in present if r[0] <= cp.epoch_ms and r[1] not in cp.pending}
+            cp_epoch = -1 if cp.epoch_ms is None else cp.epoch_ms  # None: nothing committed yet
+            after = {r[1][1] for r in present if r[0] > cp_epoch} - counted_before
+            missed = {r[1][1] for r in present if r[0] <= cp_epoch and r[1] not in cp.pending}
             missed -= counted_before | after
             assert cp.value + len(after) == len(written) - len(missed), (step, fold)
             assert not missed or carried, (step, fold)

@@ -56,9 +56,24 @@ class Checkpoint:
     """For a family with an archive, loaded with ``pending_flags``: no archive holds this
     commit's rows and its record says it was built on zero (so is a commit that carries them:
     the archive rebuilds its value from zero)."""
+    high_ms: int | None = None
+    """The highest epoch (ms) a commit of this counter had, while it is above ``epoch_ms``
+    (None otherwise): a commit that folded part of a late backlog lowered the epoch, and rows
+    up to this one may be in the value already. A reset point must not be below it."""
 
 
 EMPTY_CHECKPOINT = Checkpoint()
+
+
+def high_water(base: Checkpoint, epoch_ms: int | None) -> int | None:
+    """The ``high_ms`` a commit at ``epoch_ms`` on ``base`` keeps: the highest epoch of the
+    counter's commits so far, when the new epoch is below it (a lowered epoch, or a later
+    part of the same backlog), else None."""
+    highest = max((e for e in (base.high_ms, base.epoch_ms) if e is not None), default=None)
+    if highest is None or epoch_ms is None or epoch_ms >= highest:
+        return None
+    return highest
+
 
 ROW_COUNTED = 1
 """Flag of a counted row whose increment is in the value (not a reset's consumed row, not a
@@ -96,6 +111,11 @@ STATE_FIELDS = (
 )
 """The names of ``LEDGER_STATE``'s fields, in order."""
 STATE_FORMAT = 1
+STATE_FORMAT_HIGH = 2
+"""The format of a ``state`` cell whose counter has a ``high_ms``: ``LEDGER_STATE``, then
+``high_ms`` (8 bytes, big-endian), then the run id. Written only while a late backlog drains
+below an earlier epoch; every other cell stays format 1."""
+HIGH_MS = struct.Struct(">q")
 
 
 def pack_state(
@@ -110,11 +130,12 @@ def pack_state(
     version: int,
     updated_ms: int,
     run_id: str,
+    high_ms: int | None = None,
 ) -> bytes:
     """A committed checkpoint as a ledger row's ``state`` cell."""
     return (
         LEDGER_STATE.pack(
-            STATE_FORMAT,
+            STATE_FORMAT if high_ms is None else STATE_FORMAT_HIGH,
             low_ms is not None,
             commit_id_bytes,
             value,
@@ -127,6 +148,7 @@ def pack_state(
             version,
             updated_ms,
         )
+        + (b"" if high_ms is None else HIGH_MS.pack(high_ms))
         + run_id.encode()
     )
 
@@ -135,26 +157,33 @@ def state_commit(state: bytes | None) -> bytes | None:
     """The commit id bytes a ``state`` cell was written with (None: no cell, or an unknown
     format). A row whose ``commit_id`` differs was last committed by a version that wrote the
     checkpoint as separate columns: those columns are the current ones."""
-    if state is None or len(state) < LEDGER_STATE.size or state[0] != STATE_FORMAT:
+    if state is None or len(state) < LEDGER_STATE.size:
         return None
-    return state[2:18]
+    if state[0] == STATE_FORMAT_HIGH and len(state) >= LEDGER_STATE.size + HIGH_MS.size:
+        return state[2:18]
+    return state[2:18] if state[0] == STATE_FORMAT else None
 
 
 def unpack_state(state: bytes, commit_id: Any) -> Checkpoint:
     """The checkpoint a ``state`` cell holds; its pending keys stay in the run log."""
-    (_, flags, _, value, epoch_ms, pending_sum, pending_rows, low_ms, _, _, version, _) = (
+    (form, flags, _, value, epoch_ms, pending_sum, pending_rows, low_ms, _, _, version, _) = (
         LEDGER_STATE.unpack_from(state)
     )
+    start, high_ms = LEDGER_STATE.size, None
+    if form == STATE_FORMAT_HIGH:
+        (high_ms,) = HIGH_MS.unpack_from(state, start)
+        start += HIGH_MS.size
     return Checkpoint(
         value=value,
         epoch_ms=epoch_ms,
         commit_id=commit_id,
         pending_sum=pending_sum,
         version=version,
-        run_id=state[LEDGER_STATE.size :].decode(),
+        run_id=state[start:].decode(),
         pending_rows=pending_rows,
         low_ms=low_ms if flags & 1 else None,
         pending_loaded=not pending_rows,
+        high_ms=high_ms,
     )
 
 

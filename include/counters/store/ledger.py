@@ -28,6 +28,7 @@ from ..core import (
     Key,
     Packed,
     bucket_bounds,
+    high_water,
     pack_state,
     state_commit,
     unpack_state,
@@ -273,6 +274,7 @@ class LedgerTable:
                 next_version(now_micros, f.base.version),
                 now_ms,
                 run_id,
+                high_water(f.base, f.epoch_ms),
             )
             if f.origin_ms is None:
                 params = (state, commit_id, shard, bucket, *f.counter, f.base.commit_id)
@@ -482,12 +484,13 @@ class LedgerTable:
         unique = self.family.kind is Kind.UNIQUE
         if unique:
             statement = self.statements.prepare(
-                "compact_value_pending",
-                "SELECT {value}, {epoch}, pending FROM {compact} WHERE {key_where}",
+                "compact_value_commit_pending",
+                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
             )
         else:
             statement = self.statements.prepare(
-                "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
+                "compact_value_commit",
+                "SELECT {value}, {epoch}, commit_id FROM {compact} WHERE {key_where}",
             )
         out: dict[Key, ReadBase] = {}
         for counter, result in zip(
@@ -497,6 +500,6 @@ class LedgerTable:
             if row is None:
                 out[counter] = EMPTY_READ_BASE
                 continue
-            members = frozenset(key[1] for key in (row[2] or ())) if unique else frozenset()
-            out[counter] = ReadBase(row[0] or 0, row[1], members)  # (first_time, member) keys
+            members = frozenset(key[1] for key in (row[3] or ())) if unique else frozenset()
+            out[counter] = ReadBase(row[0] or 0, row[1], members, row[2])  # (first_time, member)
         return out

@@ -143,6 +143,9 @@ class ReadBase(NamedTuple):
     epoch: Any
     counted: frozenset[Any] = frozenset()
     """A unique family's members the copy counts already (its ``pending``)."""
+    commit: Any = None
+    """The commit that wrote the copy (its ``commit_id``; None in a copy an early version
+    wrote, or where there is none)."""
 
     def measure(self, newer: Any, marked: frozenset[Any] = frozenset()) -> int:
         """The rows after the epoch as the read rule adds them: a number as read, or for a
@@ -153,6 +156,14 @@ class ReadBase(NamedTuple):
         if not isinstance(newer, set):
             return newer
         return len(newer - self.counted - marked)
+
+    def settles(self, epoch: Any, commit: Any) -> bool:
+        """Whether this copy is the one a read of the rows was bounded by (``epoch``, and the
+        copy's ``commit`` then): then that read saw every row after the epoch and no delete of a
+        later commit. The epoch alone does not say so: a commit that folds part of a late
+        backlog lowers its counter's epoch, back to one a reader may have bounded its rows by
+        before a commit in between deleted rows after it."""
+        return self.has_epoch(epoch) and self.commit == commit
 
     def has_epoch(self, bound: Any) -> bool:
         """Whether this copy still has the epoch a read of the rows was bounded by: then that
