@@ -1,10 +1,14 @@
 """The audit row's pure parts: month partitions, provenance, fingerprints; the GX results
-store's layout and pruning (a local folder through ``ObjectStoragePath``)."""
+store's layout and pruning (a local folder through ``ObjectStoragePath``, or outside Airflow
+the ``UPath`` it wraps)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -160,6 +164,42 @@ def test_expect_a_result_stored_and_its_page_rendered_once_when_opened(tmp_path:
     assert evidence.latest("fam", location=store) == stored
     assert evidence.stored_of("other", url, location=store) is None
     assert evidence.stored_of("fam", "s3://elsewhere/fam/2026-11-25/x", location=store) is None
+
+
+KEEP_PROBE = """
+import json, sys
+from datetime import UTC, datetime
+from counters.gx import checks, evidence
+report = checks.SuiteReport(success=True, outcomes=[], result={"success": True}, fingerprint="a")
+at = datetime(2026, 11, 25, 16, 10, 14, 130283, tzinfo=UTC)
+url = evidence.keep("fam", "r", report, now=at, location=sys.argv[1])
+imported = sorted(m for m in sys.modules if m.startswith("airflow"))
+print(json.dumps({"url": url, "airflow": imported}))
+"""
+
+
+def test_expect_a_result_kept_outside_airflow_without_importing_it(tmp_path: Path) -> None:
+    """``counterctl compact`` keeps its GX result in a local folder without importing Airflow
+    (2-4 CPU-s, in the middle of its run), at the URL the store names it by (a ``file://`` URL,
+    as Airflow's ``ObjectStoragePath`` names it in a task), where the UI finds it."""
+    store = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if k != evidence.RESULTS_CONN_ENV}
+    probe = subprocess.run(
+        [sys.executable, "-c", KEEP_PROBE, str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    kept = json.loads(probe.stdout)
+
+    assert kept["airflow"] == []
+    folder = "20261125T161014.130283Z__r"
+    assert kept["url"] == f"{store.as_uri()}/fam/2026-11-25/{folder}"
+    stored = evidence.stored_of("fam", kept["url"], location=store)
+    assert stored is not None and stored.folder == folder
+    result = evidence.open_file("fam", stored.day, stored.folder, "result.json", location=store)
+    assert result is not None and evidence.read_json(result) == {"success": True}
 
 
 def test_expect_nothing_outside_the_stored_files_served(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from .. import engine, health, metrics
+from ..config import Family
 from ..core import Tally, format_key, run_epoch, to_text
+from ..gx import evidence
 from ..store import Store
 from .common import (
     EXIT_UNHEALTHY,
@@ -60,12 +62,12 @@ def compact_command(
     store = audited_store(
         obj.conn, family, epoch=epoch, dry_run=dry_run, run_id=run_id, workers=workers
     )
-    # the run keeps its GX result through Airflow's ObjectStoragePath (and sends its metrics
-    # through Airflow's facade): importing Airflow takes over the logging, so import it now
-    # and send the run's lines back to stderr, away from the summary on stdout
-    import airflow.sdk  # noqa: F401
+    if _run_imports_airflow(family):
+        # importing Airflow takes over the logging: import it now, not in the middle of the
+        # run, and send the run's lines back to stderr, away from the summary on stdout
+        import airflow.sdk  # noqa: F401
 
-    obj.take_back_logging()
+        obj.take_back_logging()
     progress = _progress() if sys.stderr.isatty() and not as_json else None
     workers = workers or max(1, min(family.shards, os.cpu_count() or 1))
     started = datetime.now(UTC)
@@ -107,6 +109,18 @@ def compact_command(
         echo_json(summary.as_dict())
     else:
         _print_summary(summary)
+
+
+def _run_imports_airflow(family: Family) -> bool:
+    """Whether this process imports Airflow during the run: to send its metrics through
+    Airflow's facade (``metrics.airflow_configured``), or to open the GX results store or the
+    archive with a connection's credentials (``ObjectStoragePath``). Elsewhere the run does not
+    (a local store is opened as a ``UPath``), and importing Airflow would cost the run ~2 CPU-s."""
+    return (
+        metrics.airflow_configured()
+        or bool(os.environ.get(evidence.RESULTS_CONN_ENV))
+        or family.archive_conn_id is not None
+    )
 
 
 def _progress() -> Callable[[str], None]:

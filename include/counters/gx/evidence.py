@@ -1,5 +1,6 @@
 """Check results that outlive the worker: each run's GX validation result and its Data Docs
-page, kept at a configurable location through Airflow's ``ObjectStoragePath``, pruned by age.
+page, kept at a configurable location through Airflow's ``ObjectStoragePath`` (or the ``UPath`` it
+wraps, where Airflow is not imported and no connection is named), pruned by age.
 
 GX validates in memory (``checks.validate_evidence``), on whichever worker ran the task. After
 each validation the ``verify`` step stores the result (``result.json``) at
@@ -94,12 +95,14 @@ def results_location(
 
 def results_root(location: str | os.PathLike[str] | None = None) -> ObjectStoragePath:
     """The store's root in this process's environment (``results_location``), with
-    ``$COUNTERS_GX_RESULTS_CONN_ID``'s credentials."""
-    from airflow.sdk import ObjectStoragePath
+    ``$COUNTERS_GX_RESULTS_CONN_ID``'s credentials. Opened as the archive opens its folder
+    (``archive.storage.open_path``): Airflow's ``ObjectStoragePath`` in a task or with a
+    connection, else the ``UPath`` it wraps, so ``counterctl compact`` does not import Airflow
+    in the middle of its run only to write one file."""
+    from ..archive.storage import open_path
 
     raw = results_location(location, os.environ, checks.PROJECT_ROOT)
-    conn_id = os.environ.get(RESULTS_CONN_ENV) or None
-    return ObjectStoragePath(raw, conn_id=conn_id) if conn_id else ObjectStoragePath(raw)
+    return open_path(raw, os.environ.get(RESULTS_CONN_ENV) or None)
 
 
 def family_root(family: str, location: str | os.PathLike[str] | None = None) -> ObjectStoragePath:
