@@ -13,7 +13,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -760,20 +760,28 @@ class Connection:
             stamps.offset_us = offset.offset_us
         return clock
 
-    def prepare(self, cql: str, variant: Hashable = None) -> tuple[PreparedStatement, bool]:
-        """One prepared statement per CQL text (and ``variant``: the settings the caller gives
-        it) for the connection's life, and whether it is new (the caller then sets it up).
+    def prepare(
+        self,
+        cql: str,
+        variant: Hashable = None,
+        setup: Callable[[PreparedStatement], None] | None = None,
+    ) -> PreparedStatement:
+        """One prepared statement per CQL text (and ``variant``: the settings ``setup`` gives
+        it) for the connection's life, set up before any thread gets it: a statement handed
+        out before its setup ran at the execution profile's consistency, not the caller's
+        (two threads asking for it at once, as a shard's buckets do on first use).
         The driver finds a statement to re-prepare on a node that lost it (a restarted node,
         for a batch's statements) in a weak map by id holding the newest object prepared for
         that text: another object for the same text, once garbage collected, took the entry
         with it, and every later batch on that node failed."""
         with self._lock:
             statement = self._prepared.get((cql, variant))
-            if statement is not None:
-                return statement, False
-            statement = self.session.prepare(cql)
-            self._prepared[cql, variant] = statement
-            return statement, True
+            if statement is None:
+                statement = self.session.prepare(cql)
+                if setup is not None:
+                    setup(statement)
+                self._prepared[cql, variant] = statement
+            return statement
 
     @property
     def server_timestamp_session(self) -> Session:

@@ -346,14 +346,16 @@ class Statements:
                 consistency_of(self.family),
                 serial_consistency_of(self.family) if serial else None,
             )
-            statement, new = self.conn.prepare(cql.format(**self.names), consistency)
-            if new:
-                statement.column_metadata = [
-                    c._replace(type=millis_timestamps(c.type)) for c in statement.column_metadata
+
+            def setup(new: PreparedStatement) -> None:
+                new.column_metadata = [
+                    c._replace(type=millis_timestamps(c.type)) for c in new.column_metadata
                 ]
-                statement.consistency_level, serial_level = consistency
+                new.consistency_level, serial_level = consistency
                 if serial_level is not None:
-                    statement.serial_consistency_level = serial_level
+                    new.serial_consistency_level = serial_level
+
+            statement = self.conn.prepare(cql.format(**self.names), consistency, setup)
             self._prepared[name] = statement
         return statement
 
