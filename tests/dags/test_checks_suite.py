@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,34 @@ def test_expect_each_family_its_own_suite_with_the_same_rules() -> None:
 def stored(report: checks.SuiteReport) -> dict:
     """The result as ``evidence.keep`` stores it and the UI reads it back."""
     return json.loads(json.dumps(report.result, default=str, sort_keys=True))
+
+
+def test_expect_a_validation_to_wait_for_the_suite_built_beside_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``counterctl compact`` builds the family's suite in a thread while its shards compact
+    (``checks.prepare``); a validation asked for meanwhile waits for that build and uses it,
+    not a second suite of the same name (which GX's context refuses) or a half-built one."""
+    building = threading.Event()
+    built: list[int] = []
+    real = checks.rules
+
+    def slow_rules() -> list[checks.Rule]:
+        built.append(1)
+        building.set()
+        time.sleep(0.5)
+        return real()
+
+    monkeypatch.setattr(checks, "rules", slow_rules)
+    family = "prepared_beside"
+    thread = checks.prepare(family)
+    assert building.wait(60)
+
+    report = checks.validate_evidence(family, "run:2", [evidence(0, 55)])
+    thread.join(60)
+
+    assert report.success and report.result["suite_name"] == f"counters_{family}"
+    assert built == [1] and not thread.is_alive()
 
 
 def test_expect_a_page_rendered_from_a_stored_result_to_show_the_run_and_its_failures() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from ..config import Family
 from ..connection import ConnectionSettings
 from ..errors import EngineError
+from ..gx import checks
 from ..schema import RawLayout
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport
@@ -103,8 +104,9 @@ def run_family(
     """Every step of a run (what ``counterctl compact`` does): ``plan_step``, then
     ``run_steps``, the sequence the DAG runs too (GX suite included); ``workers`` > 1 runs the
     shards in that many processes (both cores: the client's CPU is the bound, not
-    Cassandra's). ``on_audit(record, tally)`` is called with the run's audit row once written
-    (metrics). A failed check raises ``RunFailed`` after its ``failed`` audit row."""
+    Cassandra's), while this one builds the GX suite (``checks.prepare``).
+    ``on_audit(record, tally)`` is called with the run's audit row once written (metrics). A
+    failed check raises ``RunFailed`` after its ``failed`` audit row."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
     store.statements.requests.clear()
@@ -152,8 +154,12 @@ def run_family(
         commit_chunk=commit_chunk,
         now=now,
     )
+    # this process only waits while the shard processes compact: it builds the GX suite then
+    gx_ready = checks.prepare(store.family.name) if pool is not None and not dry_run else None
     try:
         return run_steps(steps, phases, progress=progress)
     finally:
         if pool is not None:
             pool.shutdown()
+        if gx_ready is not None:
+            gx_ready.join()

@@ -278,6 +278,9 @@ class _Gx:
 
 
 _gx: _Gx | None = None
+_building = threading.RLock()
+"""One build of the context or of a family's suite at a time in a process: ``prepare`` builds
+them in a thread beside the run, which validates in its own."""
 
 
 def quiet() -> None:
@@ -294,42 +297,63 @@ def _context() -> _Gx:
     """The process's GX context: an ephemeral one writes no file, so nothing per run touches
     disk but the result ``evidence.keep`` stores."""
     global _gx
-    if _gx is None:
-        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import ProgressBarsConfig
+    with _building:
+        if _gx is None:
+            os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+            import great_expectations as gx
+            from great_expectations.data_context.types.base import ProgressBarsConfig
 
-        quiet()  # after the imports: one of GX's modules sets its logger's level
+            quiet()  # after the imports: one of GX's modules sets its logger's level
 
-        context = gx.get_context(mode="ephemeral")
-        context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        source = context.data_sources.add_pandas(name="counters")
-        asset = source.add_dataframe_asset(name="conservation_evidence")
-        _gx = _Gx(context, asset.add_batch_definition_whole_dataframe("run"))
-    return _gx
+            context = gx.get_context(mode="ephemeral")
+            context.variables.progress_bars = ProgressBarsConfig(globally=False)
+            source = context.data_sources.add_pandas(name="counters")
+            asset = source.add_dataframe_asset(name="conservation_evidence")
+            _gx = _Gx(context, asset.add_batch_definition_whole_dataframe("run"))
+        return _gx
 
 
 def _suite(family: str) -> _Suite:
     """The family's suite (``counters_<family>``) and validation definition, built once per
     process; the rules are the same for every family, the name tells the results apart."""
-    gx_state = _context()
-    known = gx_state.suites.get(family)
-    if known is not None:
-        return known
-    import great_expectations as gx
+    with _building:
+        gx_state = _context()
+        known = gx_state.suites.get(family)
+        if known is not None:
+            return known
+        import great_expectations as gx
 
-    the_rules = rules()
-    fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
-    name = f"counters_{family}"
-    suite = gx.ExpectationSuite(name=name, meta={"rules": fingerprint})
-    for rule in the_rules:
-        suite.add_expectation(rule.expectation)
-    suite = gx_state.context.suites.add(suite)
-    definition = gx_state.context.validation_definitions.add(
-        gx.ValidationDefinition(name=name, data=gx_state.batch, suite=suite)
-    )
-    gx_state.suites[family] = _Suite(definition, the_rules, fingerprint)
-    return gx_state.suites[family]
+        the_rules = rules()
+        fingerprint = _suite_fingerprint(the_rules)  # before GX gives the expectations ids
+        name = f"counters_{family}"
+        suite = gx.ExpectationSuite(name=name, meta={"rules": fingerprint})
+        for rule in the_rules:
+            suite.add_expectation(rule.expectation)
+        suite = gx_state.context.suites.add(suite)
+        definition = gx_state.context.validation_definitions.add(
+            gx.ValidationDefinition(name=name, data=gx_state.batch, suite=suite)
+        )
+        gx_state.suites[family] = _Suite(definition, the_rules, fingerprint)
+        return gx_state.suites[family]
+
+
+def prepare(family: str) -> threading.Thread:
+    """Build the context and ``family``'s suite in a thread of their own, started now:
+    ``counterctl compact`` calls it once its shards are compacting in their processes, where
+    its own process only waits. GX's import costs a process seconds of CPU; built here, the run
+    no longer waits for it between its compact and cleanup steps. ``validate_evidence`` waits
+    for the build (``_building``); an error here is left for it to raise. Join the thread
+    before the process ends."""
+
+    def build() -> None:
+        try:
+            _suite(family)
+        except Exception:  # validate_evidence builds again, and raises it
+            log.debug("GX suite of family %s not built ahead of the run", family, exc_info=True)
+
+    thread = threading.Thread(target=build, name=f"gx-prepare-{family}", daemon=True)
+    thread.start()
+    return thread
 
 
 WARM_UP_FAMILY = "warm-up"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -40,7 +41,9 @@ def test_every_command_has_help():
         assert invoke(name, "--help").exit_code == 0
 
 
-def test_init_write_compact_read_audit(families_file, conn, engine_keyspace):
+def test_init_write_compact_read_audit(families_file, conn, engine_keyspace, monkeypatch):
+    from counters.gx import checks
+
     path, family, raw = families_file
     assert invoke("--config", path, "init").exit_code == 0
     past = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=10)
@@ -49,8 +52,19 @@ def test_init_write_compact_read_audit(families_file, conn, engine_keyspace):
         "VALUES ('IBM', %s, 'a', 1, 1000)",
         (past,),
     )
-    result = invoke("--config", path, "compact", "--family", family, "--json")
+    prepared: list[str] = []
+    real_prepare = checks.prepare
+
+    def prepare(name: str) -> threading.Thread:
+        prepared.append(name)
+        return real_prepare(name)
+
+    monkeypatch.setattr(checks, "prepare", prepare)
+    result = invoke("--config", path, "compact", "--family", family, "--workers", 2, "--json")
     assert result.exit_code == 0, result.output
+    # its process only waits while its shard processes (2) compact: it builds the family's GX
+    # suite then, not between the compact and the cleanup steps (GX's import costs seconds)
+    assert prepared == [family]
     summary = json.loads(result.stdout)  # the log (GX's warnings under pytest) on stderr
     # a row written straight into the raw table (no index mark) is found by the first run's
     # sweep: the default discovery sees every writer
