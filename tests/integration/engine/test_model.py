@@ -531,6 +531,10 @@ def run_model(
 def test_model_exact_totals_under_crashes_retries_late_writes_and_overlap(
     make_family, conn, engine_keyspace, t0, adapter
 ):
+    """The state machine of a kind: writes, late writes, runs crashed at every point, retries,
+    overlapping runs, reshards and readers during runs, every total checked after each step.
+    Minutes per kind, and why: ``MODEL_EXAMPLES`` (25) examples of up to 20 steps, each step
+    real requests to the node; fewer examples held too few real overlaps to prove them."""
     factory = _Factory(make_family, conn.session, engine_keyspace)
     overlaps: list[Overlap] = []
     steps: Counter = Counter()
