@@ -65,6 +65,7 @@ from .maintenance import (
     plan_reset,
     quarantined,
     reconcile,
+    recover_reset_points,
     release,
     reset_counter,
 )
@@ -126,6 +127,7 @@ __all__ = [
     "quarantine_message",
     "quarantined",
     "reconcile",
+    "recover_reset_points",
     "release",
     "reset_counter",
     "run_family",

@@ -182,6 +182,38 @@ def plan_reset(
     )
 
 
+def recover_reset_points(store: Store) -> list[Key]:
+    """The counters whose reset an earlier version made, given back their reset point
+    (``origin_ms``), which those versions did not keep in the ledger: a rows family's sweep
+    and ``reconcile`` recount a counter from it, and with none from its first row, which
+    would count the rows before the reset again. The point comes from the reset's audit row
+    (``counters_audit``, before ``counterctl init`` moves it; the latest reset of each
+    counter); set only where the ledger has none, and the counter's epoch is at or after it.
+    Run by ``counterctl init`` before it moves the audit rows."""
+    latest: dict[str, datetime] = {}
+    for text, point in store.audit.legacy_resets():
+        latest[text] = max(point, latest.get(text, point))
+    recovered: list[Key] = []
+    for text, point in latest.items():
+        try:
+            counter = store.keys.parse_key(text.split("/"))
+        except ValueError as exc:
+            raise EngineError(
+                f"family {store.family.name!r}: a reset in counters_audit names counter "
+                f"{text!r}, which is not a key of the family ({exc}); set its reset point "
+                "by hand (docs/operations.md, Upgrading)"
+            ) from exc
+        shard, bucket, _head, base = _base(store, counter)
+        point_ms = to_millis(point)
+        if base.origin_ms is not None or base.commit_id is None:
+            continue
+        if base.epoch_ms is None or base.epoch_ms < point_ms:
+            continue
+        if store.ledger.recover_origin(shard, bucket, counter, base.commit_id, point_ms):
+            recovered.append(counter)
+    return recovered
+
+
 def _base(store: Store, counter: Key) -> tuple[int, int, Any, Checkpoint]:
     """(shard, bucket, head, checkpoint) of one counter, read from its ledger partition (a
     counter compacted before the ledger existed: from its compact row, if that names no

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .. import engine
 from ..audit import config_fingerprint
 from ..config import Family
 from ..schema import (
@@ -116,8 +117,10 @@ def init_command(
     for family in families:
         with reported():
             layout = ensure_schema(obj.conn.session, family, replication)
+            store = Store(obj.conn, family, layout)
+            engine.recover_reset_points(store)  # from the audit rows the upgrade then moves
             try:
-                moved = Store(obj.conn, family, layout).audit.upgrade()
+                moved = store.audit.upgrade()
             except AuditUpgradeError as exc:
                 raise Failure(str(exc), 1) from exc
         if as_json:

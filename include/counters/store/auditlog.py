@@ -13,6 +13,7 @@ Versions before kept a family's whole trail in one partition of ``counters_audit
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .statements import Statements
 
 log = logging.getLogger(__name__)
+LEGACY_TABLE = schema.LEGACY_AUDIT_TABLE
+LEGACY_RESET = re.compile(r"counter (?P<counter>.+) reset from -?\d+ to 0 at (?P<point>\S+) \(")
+"""A reset's message as versions before the ledger's ``origin_ms`` wrote it."""
 
 PAGE_ROWS = 1000
 """Rows per request when a read streams (the driver's page) or the upgrade copies."""
@@ -265,6 +269,26 @@ class AuditLog:
                 "audit_upgrade_begin", "UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"
             )
             self._execute(begun, (datetime.now(UTC), self.family_name))
+
+    def legacy_resets(self) -> list[tuple[str, datetime]]:
+        """The resets the family's rows of ``counters_audit`` record, ``(counter as
+        format_key wrote it, point)`` from each reset row's message, oldest first: versions
+        before the ledger's ``origin_ms`` kept a reset's point only in the checkpoint, until
+        the counter's next commit. Empty once the rows are moved (``upgrade``)."""
+        if not schema.has_table(self.statements.session, self.family.keyspace, LEGACY_TABLE):
+            return []
+        select = self.statements.prepare(
+            "audit_legacy_resets",
+            "SELECT outcome, message FROM {audit_legacy} WHERE family = ? ORDER BY started_at ASC",
+        )
+        bound = select.bind((self.family_name,))
+        bound.fetch_size = PAGE_ROWS
+        found = []
+        for outcome, message in self._execute(bound):
+            hit = LEGACY_RESET.match(message or "") if outcome == "reset" else None
+            if hit:
+                found.append((hit["counter"], utc_naive(datetime.fromisoformat(hit["point"]))))
+        return found
 
     def _legacy_rows_left(self) -> bool:
         statement = self.statements.prepare(

@@ -478,6 +478,23 @@ class LedgerTable:
         )
         self.statements.move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
 
+    def recover_origin(
+        self, shard: int, bucket: int, counter: Key, commit_id: Any, at_ms: int
+    ) -> bool:
+        """Set a counter's reset point where its ledger row has none and is still at
+        ``commit_id`` (a conditional write, so never over a run's commit or a reset's): what
+        an earlier version's reset left only in its audit row. Whether it was set."""
+        statement = self.statements.prepare(
+            "ledger_origin_recover",
+            "UPDATE {ledger} SET origin_ms = ? WHERE shard = ? AND bucket = ? AND {key_where} "
+            "IF commit_id = ? AND origin_ms = null",
+            serial=True,
+        )
+        done = self.statements.session.execute(
+            statement, (at_ms, shard, bucket, *counter, commit_id)
+        )
+        return bool(done.was_applied)
+
     def read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
         """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
         family the members it already counts); an empty base where there is none."""

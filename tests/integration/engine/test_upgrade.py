@@ -415,3 +415,30 @@ def test_an_increments_family_carries_on_from_an_earlier_version(
         f"SELECT run_id FROM {family.keyspace}.{LEGACY_AUDIT_TABLE} WHERE family = %s", (name,)
     )
     assert {r.run_id for r in legacy} <= set(audit)
+
+
+def test_a_rows_family_holds_a_reset_an_earlier_version_made(
+    conn: Connection, upgraded: Upgraded
+) -> None:
+    """A rows counter reset by the old version (its value counts the rows after the reset
+    point; the rows before it are the application's, kept) read exactly before, at every
+    point of this version's first run (a sweep: it recounts each counter from its reset
+    point) and after; ``reconcile`` finds no difference; the old audit rows read."""
+    name = upgraded.rows
+    store, truth = upgraded.stores[name], upgraded.truth[name]
+    readers = ExactReaders(upgraded.clients[name], truth)
+    readers.read("before the first run")
+    assert not readers.wrong, readers.wrong
+    summary = engine.run_family(
+        store, upgraded.e3, f"new-{name}", fault=readers, now=upgraded.e3 + timedelta(minutes=5)
+    )
+    assert summary.outcome == "success", summary.message
+    assert summary.plan.sweep
+    readers.read("after")
+    assert not readers.wrong, readers.wrong[:10]
+    assert engine.reconcile(store, repair=False) == []
+
+    assert upgraded.audit_rows_moved[name] == 3  # two runs and a reset
+    audit = {r["run_id"]: r["outcome"] for r in store.audit.page(50)}
+    assert [audit[run] for run in upgraded.old_runs[1:]] == ["success", "success"]
+    assert audit[f"new-{name}"] == "success"
