@@ -111,7 +111,10 @@ class TablePool:
     free: dict[str, list[TableSet]] = field(default_factory=dict)
     created: int = 0
     reused: int = 0
-    discarded: int = 0
+    changed: int = 0
+    """Sets whose schema their test changed: not reused."""
+    kept: int = 0
+    """Sets of failed tests: kept as they were, not reused."""
 
     def family(
         self, fields: dict[str, Any], fresh: bool = False
@@ -161,7 +164,7 @@ class TablePool:
         it out of the pool and say why (the caller fails the test with it)."""
         now = schema_of(self.session, family.keyspace, family_tables(family))
         if now != tables.schema:
-            self.discarded += 1
+            self.changed += 1
             return (
                 f"family {family.name!r}: its pooled tables' schema changed during the test "
                 f"(an ALTER, a DROP or a table option): ask make_family(fresh=True) for tables "
@@ -208,8 +211,8 @@ class TablePool:
 
     def summary(self) -> str:
         return (
-            f"table sets: {self.created} created, {self.reused} reused, "
-            f"{self.discarded} changed by their test and not reused"
+            f"table sets: {self.created} created, {self.reused} reused, {self.changed} changed "
+            f"by their test and {self.kept} of failed tests kept (neither reused)"
         )
 
 
@@ -224,7 +227,7 @@ def release_families(
     emptied and given back; all kept as they are when the test failed. Fails the test when a
     set's schema changed (it needed ``fresh``)."""
     if failed:
-        pool.discarded += len({t for _, t in made if t is not None})
+        pool.kept += len({t for _, t in made if t is not None})
         return
     problems = []
     released: set[TableSet] = set()

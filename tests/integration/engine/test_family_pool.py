@@ -103,7 +103,7 @@ def test_a_set_whose_schema_changed_is_not_reused(
     )
     problem = pool.release(family, tables)
     assert problem and "make_family(fresh=True)" in problem and "default_time_to_live" in problem
-    assert not pool.free.get(tables.shape) and pool.discarded == 1
+    assert not pool.free.get(tables.shape) and pool.changed == 1
     other, _layout, new = pool.family(_fields(engine_keyspace, t0))
     assert new is not None and new is not tables and pool.created == 2
     assert other.compact_table != family.compact_table
@@ -118,7 +118,7 @@ def test_a_failed_tests_set_is_kept_as_it_was(
         [Increment(("IBM",), 3, t0, ("w", 0))]
     )
     release_families(pool, [(family, tables)], failed=True)
-    assert not pool.free.get(tables.shape) and pool.discarded == 1
+    assert not pool.free.get(tables.shape) and pool.kept == 1
     rows = conn.session.execute(f"SELECT * FROM {engine_keyspace}.{family.raw_table}").all()
     assert len(rows) == 1
 
