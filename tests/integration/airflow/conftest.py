@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.family_pool import TEST_FAILED, TablePool, TableSet, release_families
 from tests.sweeps import with_sweep_offset
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -111,7 +112,8 @@ def conn(airflow_env: None) -> Iterator[Any]:
 def dag_keyspace(conn: Any) -> Iterator[str]:
     name = f"t_dags_{secrets.token_hex(3)}"
     yield name
-    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}")
+    # one schema change for every table the DAG tests made; slow on a busy 2-core machine
+    conn.session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=300)
 
 
 def answers(url: str, timeout: float = 2) -> bool:
@@ -232,22 +234,36 @@ class Families:
 FamiliesFactory = Callable[..., Families]
 
 
+@pytest.fixture(scope="session")
+def dag_table_pool(conn: Any, dag_keyspace: str) -> Iterator[TablePool]:
+    """The session's table sets for ``make_families`` (tests/family_pool.py)."""
+    pool = TablePool(conn.session)
+    yield pool
+    print(f"\nDAG test families: {pool.summary()}")
+
+
 @pytest.fixture
 def make_families(
-    conn: Any, dag_keyspace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    conn: Any,
+    dag_keyspace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dag_table_pool: TablePool,
+    request: pytest.FixtureRequest,
 ) -> Iterator[FamiliesFactory]:
-    """``make_families(dict(...), ...)``: write the YAML, create the tables, point
-    ``COUNTERS_CONFIG`` and ``COUNTERS_GX_RESULTS`` (the stored results and Data Docs) into the
-    test's tmp dir. After the test its families are retired (``counterctl retire``'s call), as
-    an operator retires removed families: the keyspace is shared, and the freshness check of a
-    later test watches every family the cluster knows there."""
-    from counters.config import Family
-    from counters.schema import ensure_schema
+    """``make_families(dict(...), ...)``: write the YAML, give each family a new name and empty
+    tables (from the session's pool of table sets, else new ones; ``fresh=True``: new ones, for
+    a test that changes its tables), point ``COUNTERS_CONFIG`` and ``COUNTERS_GX_RESULTS`` (the
+    stored results and Data Docs) into the test's tmp dir. After the test its families are
+    retired (``counterctl retire``'s call), as an operator retires removed families: the
+    keyspace is shared, and the freshness check of a later test watches every family the
+    cluster knows there. Then their rows in the shared tables are deleted and their pooled
+    tables emptied for the next test (kept as they are when the test failed)."""
     from counters.store import Store
 
-    made: list[Any] = []
+    made: list[tuple[Any, TableSet | None]] = []
 
-    def factory(*overrides: dict[str, Any]) -> Families:
+    def factory(*overrides: dict[str, Any], fresh: bool = False) -> Families:
         entries = []
         for override in overrides:
             suffix = secrets.token_hex(3)
@@ -261,20 +277,23 @@ def make_families(
                 "tags": ["test"],
             }
             entry.update(override)
-            entries.append(with_sweep_offset(entry, datetime.now(UTC)))
+            entry = with_sweep_offset(entry, datetime.now(UTC))
+            named = "raw_table" in override or "compact_table" in override
+            family, _layout, tables = dag_table_pool.family(entry, fresh=fresh or named)
+            made.append((family, tables))
+            entries.append(
+                {**entry, "raw_table": family.raw_table, "compact_table": family.compact_table}
+            )
         path = tmp_path / "families.yaml"
         path.write_text(yaml.safe_dump({"families": entries}, sort_keys=False))
-        for entry in entries:
-            family = Family.model_validate(entry)
-            ensure_schema(conn.session, family)
-            made.append(family)
         monkeypatch.setenv("COUNTERS_CONFIG", str(path))
         monkeypatch.setenv("COUNTERS_GX_RESULTS", str(tmp_path / "gx-results"))
         return Families(path, dag_keyspace, entries)
 
     yield factory
-    for family in made:
+    for family, _tables in made:
         Store(conn, family).control.retire("tests")
+    release_families(dag_table_pool, made, request.node.stash.get(TEST_FAILED, False))
 
 
 @pytest.fixture
