@@ -130,16 +130,16 @@ def parse_args(argv: list[str] | None) -> Params:
             "(name a new file, or leave --out out for var/bench/<start>-<commit>-<sections>.json)"
         )
     params = Params()
-    if a.smoke:
+    if a.smoke:  # every section's code once, at tiny sizes: no size or round repeated
         params = Params(
-            scale=(100, 300),
+            scale=(100,),
             counters=300,
             rows_per_counter=5,
             idle_counters=3000,
             active_counters=60,
             history_minutes=60,
             reads=40,
-            families=(1, 3),
+            families=(1,),
             smoke=True,
             scan_repeats=1,
             scan_ranges=16,
@@ -149,7 +149,7 @@ def parse_args(argv: list[str] | None) -> Params:
             hot_rows=2_000,
             warmup_counters=0,
             steady_counters=100,
-            steady_rounds=3,
+            steady_rounds=2,
             audit_minutes=3000,
             archive_rounds=1,
         )

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -110,3 +111,43 @@ def test_the_quiet_wait_reads_the_nodes_pools(cassandra_session):
     # the wait ends before its bound only when the node answered that nothing is under way
     quiet = wait_for_quiet_node(SimpleNamespace(session=cassandra_session), most_s=30, poll_s=0.2)
     assert quiet < 30
+
+
+def test_a_compaction_with_the_node_profile_records_the_nodes_cpu_by_kind(
+    tmp_path: Path, cassandra_contact: tuple[list[str], int]
+) -> None:
+    """``--node-profile`` on one compaction of the bench's harness, on the smoke's data size:
+    a JFR recording of the local node over the worker's run (``jcmd``), summarized by kind of
+    work (``jfr print``). The smoke runs without it: one recording here, not one per run."""
+    from counters.connection import connect
+
+    from bench.harness import Bench
+    from bench.nodeprofile import KINDS, THREADS
+    from bench.ops import Dataset, load_write_path, utc_now
+    from bench.params import Params
+
+    params = Params(smoke=True, node_profile=True, out=tmp_path / "report.json", workers=1)
+    conn = connect()
+    bench = Bench(params, conn)
+    try:
+        assert bench.server is not None, "the local node's pid is not visible: nothing to record"
+        conn.session.execute(
+            f"CREATE KEYSPACE {bench.keyspace} WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        )
+        family, _store, client = bench.make_family("profiled")
+        data = Dataset("p", 300, 5, (utc_now() - timedelta(days=1)).replace(second=0))
+        load_write_path(client, data)
+        run = bench.compact(family, data.epoch, "node profile")
+    finally:
+        bench.drop()
+        conn.close()
+    assert run["ok"], run["error"]
+    profile = run["node_profile"]
+    assert "error" not in profile, profile
+    assert profile["samples"] > 0
+    assert Path(profile["recording"]).parent == tmp_path and Path(profile["recording"]).is_file()
+    kinds = profile["kinds"]
+    assert abs(sum(k["share"] for k in kinds.values()) - 1) < 0.01, kinds
+    assert set(kinds) <= {"other"} | {k for k, _ in KINDS} | {k for _, k in THREADS}, kinds
+    assert all(k["cpu_s"] is not None and k["cpu_s"] >= 0 for k in kinds.values()), kinds

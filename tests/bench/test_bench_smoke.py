@@ -1,5 +1,8 @@
 """`python -m bench --smoke` against the real node: the report's structure, every
-measured figure present and positive, compaction totals exact. No timing assertions."""
+measured figure present and positive, compaction totals exact. No timing assertions. The smoke
+runs every section's code once at tiny sizes (one scaling size, two steady rounds, one DAG
+parse size), without ``--node-profile``: tests/bench/test_bench_node.py records the node over
+one harness compaction instead of one recording per run here."""
 
 from __future__ import annotations
 
@@ -11,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.nodeprofile import KINDS, THREADS
 from bench.required import STEPS as REQUIRED_STEPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
 PROJECT = Path(__file__).resolve().parents[2]
-KNOWN_KINDS = {"other"} | {k for k, _ in KINDS} | {k for _, k in THREADS}
 
 
 def _positive(report: dict, path: str) -> float:
@@ -36,7 +37,7 @@ def smoke(tmp_path_factory, cassandra_contact) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "report.json"
     env = {**os.environ, "CASSANDRA_HOSTS": ",".join(hosts), "CASSANDRA_PORT": str(port)}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--node-profile", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -137,13 +138,8 @@ def test_every_figure_is_present_and_positive(smoke):
     for run in (report["results"]["compaction"], report["results"]["compaction"]["next_run"]):
         assert 0 <= run["quiet_wait_s"] <= 61, run["quiet_wait_s"]
     assert len(report["results"]["scan_floor"]["quiet_wait_s"]) == report["params"]["scan_repeats"]
-    # the node's CPU over the run, by kind of work (a JFR recording of the local node)
-    for run in (report["results"]["compaction"], report["results"]["compaction"]["next_run"]):
-        profile = run["node_profile"]
-        assert profile["samples"] > 0
-        kinds = profile["kinds"]
-        assert abs(sum(k["share"] for k in kinds.values()) - 1) < 0.01, kinds
-        assert set(kinds) <= KNOWN_KINDS, kinds
+    # no node profile without --node-profile (test_bench_node.py records one)
+    assert "node_profile" not in report["results"]["compaction"]
     parse = report["results"]["dag_parse"]
     if parse["status"] == "measured":
         for n, size in parse["sizes"].items():
@@ -193,13 +189,13 @@ def test_compaction_totals_are_exact(smoke):
         assert run["exactness"]["exact"], (name, run["exactness"])
         assert run["counters_committed"] == run["active_counters"], name
     assert r["scan_floor"]["rows"] == rows and r["scan_floor"]["sum_matches"]
-    assert [run["counters"] for run in r["scaling"]["runs"]] == [100, 300]
+    assert [run["counters"] for run in r["scaling"]["runs"]] == [100]
     assert all(run["ok"] and run["exact"] and run["requests"] > 0 for run in r["scaling"]["runs"])
     steady = r["steady"]["rounds"]  # run after run on one family, each checked exact
-    assert [run["round"] for run in steady] == [0, 1, 2]
-    assert [run["sweep"] for run in steady] == [True, False, False]
+    assert [run["round"] for run in steady] == [0, 1]
+    assert [run["sweep"] for run in steady] == [True, False]
     assert all(run["ok"] and run["exact"] for run in steady), steady
-    assert [run["tombstones_per_counter_before"] for run in steady] == [0, 5, 10]
+    assert [run["tombstones_per_counter_before"] for run in steady] == [0, 5]
     assert all(c["value_exact"] for c in r["read_latency"]["counters"].values())
     assert r["kinds"]["increments"]["exact"] is True
     for kind in ("rows", "unique"):
