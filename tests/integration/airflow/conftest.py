@@ -235,8 +235,9 @@ FamiliesFactory = Callable[..., Families]
 
 
 @pytest.fixture(scope="session")
-def dag_table_pool(conn: Any, dag_keyspace: str) -> Iterator[TablePool]:
-    """The session's table sets for ``make_families`` (tests/family_pool.py)."""
+def dag_table_pool(conn: Any) -> Iterator[TablePool]:
+    """The session's table sets for ``make_families`` (tests/family_pool.py), by shape (the
+    keyspace is part of it: a module with a keyspace of its own gets sets of its own)."""
     pool = TablePool(conn.session)
     yield pool
     print(f"\nDAG test families: {pool.summary()}")
@@ -257,8 +258,9 @@ def make_families(
     stored results and Data Docs) into the test's tmp dir. After the test its families are
     retired (``counterctl retire``'s call), as an operator retires removed families: the
     keyspace is shared, and the freshness check of a later test watches every family the
-    cluster knows there. Then their rows in the shared tables are deleted and their pooled
-    tables emptied for the next test (kept as they are when the test failed)."""
+    cluster knows there (its tables' owners, for tables of its own, stay known). Before that,
+    their rows in the shared tables are deleted and their pooled tables emptied for the next
+    test (kept as they are when the test failed)."""
     from counters.store import Store
 
     made: list[tuple[Any, TableSet | None]] = []
@@ -291,9 +293,9 @@ def make_families(
         return Families(path, dag_keyspace, entries)
 
     yield factory
-    for family, _tables in made:
-        Store(conn, family).control.retire("tests")
     release_families(dag_table_pool, made, request.node.stash.get(TEST_FAILED, False))
+    for family, _tables in made:  # after the release, which deletes the family's state row
+        Store(conn, family).control.retire("tests")
 
 
 @pytest.fixture
