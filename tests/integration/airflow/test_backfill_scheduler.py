@@ -169,6 +169,9 @@ def private_airflow(tmp_path: Path) -> Iterator[Airflow]:
 def test_backfill_create_runs_in_order_and_compacted_epochs_are_noops(
     conn, make_families, private_airflow
 ):
+    """A backfill created through Airflow, run by a real scheduler. Over 30 s, and why: the
+    private Airflow's scheduler schedules every run of the backfill in order; ``dag.test()``
+    cannot create a backfill."""
     from counters.airflow.factory import pool
 
     day = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=2)

@@ -188,6 +188,9 @@ def not_run_on_celery(airflow: CeleryAirflow, tis: list[dict[str, Any]]) -> list
 
 
 def test_dags_run_unchanged_under_the_celery_executor(conn, make_families, celery_airflow):
+    """The family's DAG under the Celery executor, as a deployment runs it. Over 30 s, and
+    why: an Airflow of its own (migrate, api-server, scheduler, a Celery worker) starts, and
+    real scheduled runs go through the executor; nothing cheaper proves it."""
     from counters.airflow.factory import pool
 
     test_started = time.monotonic()

@@ -72,6 +72,9 @@ def _mark_success(airflow, dag_id: str, run_id: str, task: str, index: int) -> N
 def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
     conn, make_families, private_airflow, monkeypatch
 ):
+    """Mark success in the UI on a failed compact task deletes nothing unverified. Over 30 s,
+    and why: a private Airflow's api-server and scheduler run the DAG, and the action goes
+    through the API the UI calls."""
     from counters.airflow.factory import pool
 
     day = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=2)

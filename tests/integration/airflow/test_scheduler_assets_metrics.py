@@ -219,6 +219,9 @@ def statsd() -> Iterator[StatsdListener]:
 def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
     conn, make_families, statsd, tmp_path
 ):
+    """Assets drive the downstream DAG and the metrics reach StatsD. Over 30 s, and why: a
+    private Airflow (scheduler, dag-processor, api-server) runs the DAGs as scheduled and
+    sends its metrics to a real StatsD listener."""
     started = datetime.now(UTC).replace(tzinfo=None)
     # a long sweep interval: only the first run sweeps, however long the services take
     families = make_families(
