@@ -20,6 +20,7 @@ from counters.store import Store
 
 from .conftest import Crash
 from .helpers import raw_rows
+from .test_engine import same_bucket
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +38,6 @@ def long_identity(rng: random.Random) -> str:
 
 def inc(counter: str, amount: int, at: datetime, actor: str = "w", version: int = 0) -> Increment:
     return Increment((counter,), amount, at, (actor, version))
-
-
-def same_bucket(store: Store, n: int, prefix: str) -> list[str]:
-    by_bucket: dict = {}
-    for i in range(10_000):
-        name = f"{prefix}{i}"
-        group = by_bucket.setdefault(store.keys.bucket((name,)), [])
-        group.append(name)
-        if len(group) == n:
-            return group
-    raise AssertionError("no bucket got enough counters")
 
 
 def another_bucket(store: Store, than: str, prefix: str) -> str:
