@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .config import Discovery, Family, Kind
+from .config import Discovery, Family
 from .connection import Connection
 from .core import Key, minute_ms, truncate_ms, utc_naive, write_timestamp
 from .store import Store
@@ -170,8 +170,11 @@ class CounterClient:
     ) -> list[bool]:
         """``add_member`` for many ``(counter, member)`` pairs, each step concurrent over all of
         them (marks, then members, then derived rows: the same order, so the same healing)."""
-        if self.family.kind is not Kind.UNIQUE:
-            raise TypeError(f"family {self.family.name!r} is not a unique family")
+        if not self.family.rules.members:
+            raise TypeError(
+                f"family {self.family.name!r} is of kind {self.family.kind.value!r}: it counts "
+                f"{self.family.rules.counts}, not members; add_member is for a unique family"
+            )
         pairs = [(as_key(counter), member) for counter, member in items]
         now = truncate_ms(utc_naive(at or datetime.now(UTC)))
         if self.family.discovery is Discovery.INDEX:

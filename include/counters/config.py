@@ -27,6 +27,10 @@ from pydantic import (
     model_validator,
 )
 
+from counters.kinds import RULES, Kind, KindRules
+
+KIND_NAMES = frozenset(k.value for k in Kind)
+
 CONFIG_ENV = "COUNTERS_CONFIG"
 CONFIG_FILE_NAME = "counter_families.yaml"
 """The families file's name in the DAG folder: the default when ``$COUNTERS_CONFIG`` is unset,
@@ -70,12 +74,6 @@ def _identifier(value: str, what: str) -> str:
             f"not starting with a digit; at most 48 chars), got {value!r}"
         )
     return value
-
-
-class Kind(StrEnum):
-    INCREMENTS = "increments"
-    ROWS = "rows"
-    UNIQUE = "unique"
 
 
 class Retention(StrEnum):
@@ -226,12 +224,12 @@ class Family(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _kind_defaults(cls, data: Any) -> Any:
-        """Defaults that depend on the kind: a rows family counts ``count``/``counted_until``
-        and is found by scanning (its writers are the business application, not our API)."""
-        if isinstance(data, Mapping) and data.get("kind") == Kind.ROWS.value:
-            data = dict(data)
-            data.setdefault("compact_columns", {"value": "count", "epoch": "counted_until"})
-            data.setdefault("discovery", Discovery.SCAN.value)
+        """Defaults that depend on the kind (its rules' ``yaml_defaults``): a rows family counts
+        ``count``/``counted_until`` and is found by scanning (its writers are the business
+        application, not our API)."""
+        kind = data.get("kind") if isinstance(data, Mapping) else None
+        if kind in KIND_NAMES:
+            return {**RULES[Kind(kind)].yaml_defaults, **data}
         return data
 
     @field_validator("start_date")
@@ -287,15 +285,20 @@ class Family(_Strict):
     def _kind_rules(self) -> Family:
         if self.raw_table == self.compact_table:
             raise ValueError("raw_table and compact_table must differ")
-        if self.kind is Kind.ROWS and self.retention is Retention.DELETE:
+        rules = self.rules
+        if rules.keeps_rows and self.retention is Retention.DELETE:
             raise ValueError(
-                "retention: a 'rows' family keeps its rows (business data); use 'keep'"
+                f"retention: a '{self.kind.value}' family keeps its rows (business data); use "
+                "'keep'"
             )
-        if self.kind is Kind.UNIQUE and not self.columns.member:
-            raise ValueError("columns.member is required for a 'unique' family")
-        if self.kind is not Kind.ROWS and self.retention is Retention.KEEP:
+        if rules.value_column is not None and not getattr(self.columns, rules.value_column):
             raise ValueError(
-                f"retention: 'keep' is only for 'rows' families (their rows are business data); "
+                f"columns.{rules.value_column} is required for a '{self.kind.value}' family"
+            )
+        if not rules.keeps_rows and self.retention is Retention.KEEP:
+            keeping = ", ".join(f"'{k.value}'" for k, r in RULES.items() if r.keeps_rows)
+            raise ValueError(
+                f"retention: 'keep' is only for {keeping} families (their rows are business data); "
                 f"a '{self.kind.value}' family folds its rows one by one and must delete them "
                 "(a kept row below the checkpoint could never be told from a late one)"
             )
@@ -349,22 +352,30 @@ class Family(_Strict):
         return timedelta(seconds=zlib.crc32(self.name.encode()) % seconds)
 
     @property
+    def rules(self) -> KindRules:
+        """What the family's kind decides (``counters.kinds``): asked everywhere outside this
+        module instead of the kind."""
+        return RULES[self.kind]
+
+    @property
     def effective_retention(self) -> Retention:
         if self.retention is not None:
             return self.retention
-        return Retention.KEEP if self.kind is Kind.ROWS else Retention.DELETE
+        return Retention.KEEP if self.rules.keeps_rows else Retention.DELETE
 
     @property
     def fold_table(self) -> str:
         """The table the engine folds: the raw table, or for a unique family the derived
         table of first writes (one +1 row per member, keyed by its first-write time)."""
-        return f"{self.raw_table}_firsts" if self.kind is Kind.UNIQUE else self.raw_table
+        derived = self.rules.derived_table
+        return self.raw_table if derived is None else f"{self.raw_table}{derived.suffix}"
 
     @property
     def fold_columns(self) -> Columns:
-        if self.kind is Kind.UNIQUE:
-            return Columns(key=self.columns.key, time="first_time", increment="increment")
-        return self.columns
+        derived = self.rules.derived_table
+        if derived is None:
+            return self.columns
+        return Columns(key=self.columns.key, time=derived.time, increment=derived.increment)
 
     @property
     def folds_by_slice(self) -> bool:

@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .client import CounterClient, Increment
-from .config import Family, Kind
+from .config import Family
 from .connection import Connection
 from .core import truncate_ms
+from .kinds import DemoWriter
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ ORDERS_DDL = (
 
 def create_demo_tables(session: Any, families: Sequence[Family], replication: str) -> None:
     for family in families:
-        if family.kind is Kind.ROWS:
+        if family.rules.demo is DemoWriter.ORDERS:
             session.execute(
                 f"CREATE KEYSPACE IF NOT EXISTS {family.keyspace} WITH replication = {replication}"
             )
@@ -63,9 +64,9 @@ def write_forever(
     actor: str = "demo",
 ) -> int:
     """Write ``rate`` increments per second to each family until ``stop`` is set."""
-    clients = [CounterClient(conn, f) for f in families if f.kind is Kind.INCREMENTS]
-    order_families = [f for f in families if f.kind is Kind.ROWS]
-    sets = [CounterClient(conn, f) for f in families if f.kind is Kind.UNIQUE]
+    clients = [CounterClient(conn, f) for f in families if f.rules.demo is DemoWriter.INCREMENTS]
+    order_families = [f for f in families if f.rules.demo is DemoWriter.ORDERS]
+    sets = [CounterClient(conn, f) for f in families if f.rules.demo is DemoWriter.MEMBERS]
     if not clients and not order_families and not sets:
         raise ValueError("no family to write to")
     rng = random.Random()

@@ -7,7 +7,7 @@ reset or repair a run's commit: whichever commits second re-reads and re-plans.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +26,7 @@ from .compaction import (
     new_run_id,
 )
 from .compaction.common import cluster_clock, cluster_micros, micros
-from .config import Family, Kind
+from .config import Family
 from .core import (
     BUCKETS,
     EMPTY_CHECKPOINT,
@@ -51,6 +51,7 @@ from .core import (
 )
 from .errors import ChecksFailed, EngineError
 from .identity import check_family, check_partition
+from .kinds import Reconcile
 from .store import Quarantined, Store
 
 RESET_REPEAT_WINDOW = timedelta(hours=1)
@@ -74,12 +75,9 @@ class ResetResult:
 def _resettable(family: Family, counter: Key, at: datetime | None, now: datetime) -> datetime:
     """Refuse a reset that cannot be done (a unique counter, a point in the future); now, to
     the millisecond."""
-    if family.kind is Kind.UNIQUE:
-        raise EngineError(
-            f"family {family.name!r}: a unique counter cannot be reset: its set rows are written "
-            "with timestamps near Long.MAX (first write wins), so no delete can remove them "
-            "without also shadowing every later write of the same member"
-        )
+    refusal = family.rules.reset_refusal
+    if refusal is not None:
+        raise EngineError(f"family {family.name!r}: {refusal}")
     current = truncate_ms(utc_naive(now))
     if at is not None and truncate_ms(utc_naive(at)) > current:
         raise EngineError(
@@ -455,19 +453,12 @@ def reconcile(store: Store, *, repair: bool = False) -> list[Discrepancy]:
     * increments: the folded rows are deleted, so there is nothing to recount against.
     """
     family = store.family
-    if family.kind is Kind.INCREMENTS:
-        raise EngineError(
-            f"family {family.name!r}: reconcile recounts a unique family's set or a rows "
-            "family's rows; an increments family's folded rows are deleted (late rows are "
-            "reported by every compaction instead)"
-        )
+    if family.rules.reconcile is Reconcile.NOTHING:
+        raise EngineError(f"family {family.name!r}: {family.rules.reconcile_refusal()}")
     check_family(store, record=repair, run_id="reconcile")
     found: list[Discrepancy] = []
     for shard in range(family.shards):
-        if family.kind is Kind.UNIQUE:
-            found += _reconcile_unique(store, shard, repair)
-        else:
-            found += _reconcile_rows(store, shard, repair)
+        found += RECOUNTS[family.rules.reconcile](store, shard, repair)
     if repair:
         store.audit.write(repair_record(family, found))
     return found
@@ -483,7 +474,7 @@ def repair_record(family: Family, found: Sequence[Discrepancy]) -> dict[str, Any
     )
     how = (
         "derived rows of the uncounted members rewritten (the next run counts them)"
-        if family.kind is Kind.UNIQUE
+        if family.rules.members
         else "differences folded in with conditional commits"
     )
     return operator_record(
@@ -492,7 +483,7 @@ def repair_record(family: Family, found: Sequence[Discrepancy]) -> dict[str, Any
         outcome="repaired" if repaired else "nothing to repair",
         run_id=new_run_id("reconcile"),
         counters=len(repaired),
-        sum_folded=0 if family.kind is Kind.UNIQUE else sum(d.difference for d in repaired),
+        sum_folded=0 if family.rules.members else sum(d.difference for d in repaired),
         message=f"{len(repaired)} counter(s) repaired, {len(found) - len(repaired)} left; "
         f"{how}: {named}"
         if repaired
@@ -564,6 +555,13 @@ def _rows_counters(store: Store, shard: int) -> list[Key]:
 # --- quarantine --------------------------------------------------------------------------
 
 
+RECOUNTS: dict[Reconcile, Callable[[Store, int, bool], list[Discrepancy]]] = {
+    Reconcile.MEMBERS: _reconcile_unique,
+    Reconcile.ROWS: _reconcile_rows,
+}
+"""How reconcile recounts one shard of a family, by what its kind recounts against."""
+
+
 def quarantined(store: Store) -> list[Quarantined]:
     """Every counter of the family kept out of compaction, with the reason."""
     return [
@@ -586,7 +584,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
         )
     checkpoints = store.ledger.read_ledger(shard, bucket, [counter]).checkpoints
-    if store.family.kind is Kind.UNIQUE and counter in checkpoints:  # the copy lists them
+    if store.family.rules.members and counter in checkpoints:  # the copy lists them
         store.runs.load_pending(shard, bucket, checkpoints, [counter])
     checkpoint = checkpoints.get(counter)
     if checkpoint is not None:

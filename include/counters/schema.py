@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the driver is not imported for the DAG files' retry policy (SchemaError)
     from cassandra.cluster import Session
 
-from .config import Family, Kind
+from .config import Family
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def compactor_tables(family: Family) -> list[tuple[str, tuple[str, ...]]]:
     rw = ("SELECT", "MODIFY")
     folded = ("SELECT",) if family.folds_by_slice else rw
     tables: list[tuple[str, tuple[str, ...]]] = [(family.fold_table, folded)]
-    if family.kind is Kind.UNIQUE:
+    if family.rules.members:
         tables.append((family.raw_table, rw))
     tables += [
         (family.compact_table, rw),
@@ -413,7 +413,7 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
         raise SchemaError(f"{where} does not exist (run `counterctl init --family {family.name}`)")
     columns = {c.name: c for c in meta.columns.values()}
     cols = family.fold_columns
-    summed = family.kind is not Kind.ROWS
+    summed = family.rules.summed
     for name, field in [(k, "columns.key") for k in cols.key] + [
         (cols.time, "columns.time"),
         (cols.increment, "columns.increment"),
@@ -555,9 +555,9 @@ def ensure_schema(
         if state is not None and column not in state.columns:  # from an older version
             table = f"{q(family.keyspace)}.{STATE_TABLE}"
             session.execute(f"ALTER TABLE {table} ADD {column} {cql_type}")
-    if create_raw and family.kind is Kind.INCREMENTS:
+    if create_raw and family.rules.creates_raw_table:
         session.execute(default_raw_ddl(family))
-    if family.kind is Kind.UNIQUE:
+    if family.rules.members:
         ensure_unique_tables(session, family)
     layout = read_raw_layout(session, family)
     if has_table(session, family.keyspace, family.compact_table):

@@ -22,6 +22,7 @@ CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 SOURCES = {"counters": ROOT / "include" / "counters", "bench": ROOT / "bench"}
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kinds", ("kinds", "kinds.*")),
     ("config", ("config",)),
     ("core", ("core", "core.*", "audit", "errors", "rowkeys")),
     (

@@ -31,7 +31,6 @@ from ..config import (
     BrokenEntry,
     ConfigError,
     Family,
-    Kind,
     broken_entries,
     config_path,
     load_families_leniently,
@@ -127,10 +126,9 @@ def _start_date(family: Family) -> datetime:
 def _columns(family: Family) -> str:
     cols = family.columns
     parts = [f"key `{', '.join(cols.key)}`", f"time `{cols.time}`"]
-    if family.kind is Kind.UNIQUE and cols.member:
-        parts.append(f"member `{cols.member}`")
-    elif family.kind is Kind.INCREMENTS:
-        parts.append(f"increment `{cols.increment}`")
+    value = family.rules.value_column
+    if value is not None:
+        parts.append(f"{value} `{getattr(cols, value)}`")
     return ", ".join(parts)
 
 

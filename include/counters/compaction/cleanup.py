@@ -12,7 +12,6 @@ from typing import Any
 
 from cassandra import ReadFailure, ReadTimeout
 
-from ..config import Kind
 from ..core import (
     CheckOutcome,
     Key,
@@ -157,7 +156,7 @@ def cleanup_shard(
         if deletions:
             newest = max(mine[c][0] for c, _keys in deletions)
             tombstone_ts = max(now_us, newest * 1000 + 1000)
-            if store.family.kind is Kind.UNIQUE:
+            if store.family.rules.members:
                 # members first: once their derived rows are gone, the mark is what keeps a
                 # duplicate row (a clock-behind writer's) from counting the member again
                 store.raw.mark_counted(

@@ -8,7 +8,6 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
-from ..config import Kind
 from ..core import (
     BIGINT_MAX,
     BIGINT_MIN,
@@ -253,7 +252,7 @@ def fold_rows(
         full = store.raw.read_slices(counters, origins, ctx.epoch_ms)
         return [fold_recount(c, bases[c], slices[c][0], full[c][0], ctx.epoch_ms) for c in counters]
     folds = []
-    unique = store.family.kind is Kind.UNIQUE
+    unique = store.family.rules.members
     archived = store.family.archive is not None
     key_bytes = ARCHIVE_FOLD_KEY_BYTES if archived else FOLD_KEY_BYTES
     for counter, found in rows.items():

@@ -14,7 +14,6 @@ from typing import Any
 
 from cassandra import InvalidRequest, OperationTimedOut, ReadFailure, ReadTimeout, WriteTimeout
 
-from ..config import Kind
 from ..core import (
     BUCKETS,
     WHOLE_BUCKET_SHARE,
@@ -330,7 +329,7 @@ def _compact_bucket(
             ctx.tally.add_fold(fold)
         return
     committed = _commit(ctx, bucket, ledger, folds, rows)
-    if store.family.kind is Kind.UNIQUE and recopy:  # a unique copy lists the counted keys
+    if store.family.rules.members and recopy:  # a unique copy lists the counted keys
         for counter in store.runs.load_pending(ctx.shard, bucket, ledger.checkpoints, recopy):
             quarantine_counters(
                 ctx,
@@ -437,7 +436,7 @@ def _slice(
     reaches below it (read whole, by name). Each counter's own floor is ``core.read_floor``; they
     share one as the recount does (``core.shared_floor``). Whole when more than a quarter of the
     counters would be apart."""
-    if ctx.store.family.kind is not Kind.INCREMENTS:
+    if not ctx.store.family.rules.reads_from_floor:
         return None, []
     floors = {
         t.counter: read_floor(ledger.checkpoints.get(t.counter), t.earliest_ms)

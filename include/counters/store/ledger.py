@@ -20,7 +20,6 @@ from cassandra.query import (
 from cassandra.util import uuid_from_time
 
 from .. import schema
-from ..config import Kind
 from ..connection import BULK_PROFILE
 from ..core import (
     Checkpoint,
@@ -308,7 +307,7 @@ class LedgerTable:
         """Write the readers' copies of committed checkpoints, each with the write timestamp
         of its commit (``version``): a late copy of an older commit never overwrites a newer
         one. Unlogged batches of many partitions (one bucket's, so one token range)."""
-        unique = self.family.kind is Kind.UNIQUE
+        unique = self.family.rules.members
         pending = ", pending = ?" if unique else ""
         statement = self.statements.prepare(
             "compact_copy",
@@ -498,7 +497,7 @@ class LedgerTable:
     def read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:
         """Each counter's compact row as a reader's base (value, stored epoch, and for a unique
         family the members it already counts); an empty base where there is none."""
-        unique = self.family.kind is Kind.UNIQUE
+        unique = self.family.rules.members
         if unique:
             statement = self.statements.prepare(
                 "compact_value_commit_pending",

@@ -14,7 +14,6 @@ from cassandra import (
     ReadTimeout,
 )
 
-from ..config import Kind
 from ..connection import BULK_PROFILE
 from ..core import (
     Checkpoint,
@@ -507,7 +506,7 @@ class RawTable:
     def read_newer(self, counters: Sequence[Key], bounds: dict[Key, Any]) -> dict[Key, Any]:
         """What each counter's rows after its base's epoch add: their sum (varint: an int column
         cannot wrap), their count for a rows family, their members for a unique family."""
-        unique = self.family.kind is Kind.UNIQUE
+        unique = self.family.rules.members
         if unique:  # members, counted distinct: a clock-behind winner leaves two rows
             measure = "{member}"
         elif self.statements.layout.increment is None:

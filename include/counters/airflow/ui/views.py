@@ -56,7 +56,7 @@ def family_config(family: Family, alerts: str) -> dict[str, Any]:
         "compact_table": f"{family.keyspace}.{family.compact_table}",
         "key_columns": list(columns.key),
         "time_column": columns.time,
-        "increment_column": columns.increment if family.kind.value != "rows" else None,
+        "increment_column": columns.increment if family.rules.summed else None,
         "member_column": columns.member,
         "compact_columns": {
             "value": family.compact_columns.value,
