@@ -415,7 +415,7 @@ def _archived(
     """Archive the rows a reset consumes before it deletes them (``archive_commits``: its
     manifest into the reset's audit row); whether its commit's rows are archived. Not when its
     commit was not verified (its copy did not read back as its own) or has no values."""
-    from .archive.writer import archive_commits
+    from .compaction.archive import archive_commits
 
     runs = store.runs.read_run_commits(reset_id, shard, [reset_id])
     mine = [r for r in runs.get(bucket, []) if r.commit_id == committed.commit_id]

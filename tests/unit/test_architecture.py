@@ -63,7 +63,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "maintenance",
             "identity",
             "reshard",
-            "archive.writer",
             "recount",
             "engine",
         ),

@@ -5,11 +5,10 @@ itself, so a new kind's file is the one place its differences live."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from collections.abc import Mapping
-
 from counters.kinds import RULES, DemoWriter, DerivedTable, Kind, KindRules, Reconcile
 from counters.kinds.registry import register
 from counters.maintenance import RECOUNTS

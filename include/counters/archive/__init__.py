@@ -22,8 +22,8 @@ the later one archived, and the last by the counted rows still present (``recoun
 
 The package: ``values`` (formats, CQL values as Arrow), ``record`` (a commit's record),
 ``table`` (a cleanup's file and manifest), ``recount_rule``, all pure and re-exported here;
-``storage`` (the only file I/O) and ``writer`` (the cleanup's archive step, engine layer) are
-imported by name.
+``storage`` (the only file I/O) is imported by name. The cleanup's archive step, which writes
+through the store, is the engine's (``compaction.archive``): this package imports no store.
 """
 
 from __future__ import annotations

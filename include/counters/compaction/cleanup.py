@@ -94,8 +94,8 @@ def cleanup_shard(
     other row a late write (folded by the next run).
 
     A family with an ``archive`` first writes every row it is about to delete to the archive
-    (``archive.writer.archive_commits``; ``started_at``: the run's start, its audit row's key); a
-    failure there deletes nothing."""
+    (``compaction.archive.archive_commits``; ``started_at``: the run's start, its audit row's
+    key); a failure there deletes nothing."""
     started = time.perf_counter()
     report = CleanupReport(shard)
     store.statements.phase = "cleanup"
@@ -109,7 +109,7 @@ def cleanup_shard(
     deferred: set[Any] = set()
     left_out: dict[Any, set[Key]] = {}
     if store.family.archive is not None:
-        from ..archive.writer import archive_commits
+        from .archive import archive_commits
 
         store.statements.phase = "archive"
         archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)

@@ -1,7 +1,8 @@
 """What a family's kind decides, declared once per kind (CONTRIBUTING.md, "Adding a kind").
 
 The engine, the store, the schema and the interfaces ask a family's ``rules`` (its kind's
-``KindRules``) what to do; none of them compares the kind itself (``tests/unit/test_kind_rules.py``).
+``KindRules``) what to do; none of them compares the kind itself
+(``tests/unit/test_kind_rules.py``).
 A hook is a fact about the kind (which rows are summed, what a copy lists, what a reset or a
 reconcile may do), not a step of the pipeline: the pipeline is one, and it reads these facts."""
 

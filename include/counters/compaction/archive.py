@@ -38,10 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..core import ROW_ARCHIVED, Checkpoint, Key
-from ..errors import ArchiveError
-from ..store import CommitRecord, Store
-from . import (
+from ..archive import (
     FILE_FORMAT,
     ROW_CARRIED,
     ArchiveRecord,
@@ -54,7 +51,10 @@ from . import (
     table_of,
     unpack_record,
 )
-from .storage import day_of, write_part
+from ..archive.storage import day_of, write_part
+from ..core import ROW_ARCHIVED, Checkpoint, Key
+from ..errors import ArchiveError
+from ..store import CommitRecord, Store
 
 log = logging.getLogger(__name__)
 
