@@ -152,6 +152,10 @@ def parse_args(argv: list[str] | None) -> Params:
             steady_rounds=2,
             audit_minutes=3000,
             archive_rounds=1,
+            # the shards in the worker process: two spawned shard processes per compaction
+            # (imports and a connection each per step) cost the smoke more than its tiny runs
+            # do; the bench's own code is the same, and the engine tests run shard processes
+            workers=1,
         )
     for name in (
         "counters",

@@ -10,6 +10,7 @@ import pytest
 from counters.client import CounterClient
 from counters.config import Family
 from counters.connection import CassandraUnavailable, Connection, ConnectionSettings
+from counters.schema import RawLayout
 from counters.store import Store
 
 from tests.family_pool import TEST_FAILED, TablePool, TableSet, release_families
@@ -72,12 +73,16 @@ def make_family(
     (from the session's pool of table sets, else new ones); its sweeps fall half an interval
     after ``t0``, then every interval (runs are at whole minutes). ``fresh=True``: new tables,
     never reused, for a test that changes its tables (ALTER, DROP, table options); so are
-    tables the test names itself (``raw_table``, ``compact_table``). When the test ends, its
+    tables the test names itself (``raw_table``, ``compact_table``); with ``layout`` (the
+    raw layout an earlier family of the test got for them) they are not checked again, for a
+    test that gives many families the same tables it does not change. When the test ends, its
     families' rows in the shared tables are deleted and their pooled tables emptied for the
     next test (tests/family_pool.py)."""
     made: list[tuple[Family, TableSet | None]] = []
 
-    def factory(*, fresh: bool = False, **overrides: object) -> tuple[Family, Store, CounterClient]:
+    def factory(
+        *, fresh: bool = False, layout: RawLayout | None = None, **overrides: object
+    ) -> tuple[Family, Store, CounterClient]:
         suffix = secrets.token_hex(3)
         fields: dict[str, object] = {
             "name": f"f_{suffix}",
@@ -89,9 +94,14 @@ def make_family(
         }
         fields.update(overrides)
         named = "raw_table" in overrides or "compact_table" in overrides
-        family, layout, tables = table_pool.family(
-            with_sweep_offset(fields, t0), fresh=fresh or named
-        )
+        tables: TableSet | None = None
+        if layout is None:
+            family, layout, tables = table_pool.family(
+                with_sweep_offset(fields, t0), fresh=fresh or named
+            )
+        else:  # the test's own tables again, as an earlier family of it left them
+            assert named, "layout= is for tables the test names (an earlier family's)"
+            family = Family.model_validate(with_sweep_offset(fields, t0))
         made.append((family, tables))
         store = Store(conn, family, layout, concurrency=8)
         return family, store, CounterClient(conn, family, store)

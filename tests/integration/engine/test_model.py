@@ -55,7 +55,8 @@ class Increments:
 
     def __init__(self, make_family, shards):
         self.shards = shards
-        self.base = make_family(shards=shards)[0]
+        self.base, store, _client = make_family(shards=shards)
+        self.layout = store.layout  # every example's family on these tables: checked once
 
     def family(self, make_family, name, shards):
         return make_family(
@@ -63,6 +64,7 @@ class Increments:
             raw_table=self.base.raw_table,
             compact_table=self.base.compact_table,
             shards=shards,
+            layout=self.layout,
         )
 
     def key(self, counter):
@@ -111,6 +113,7 @@ class Rows:
     def __init__(self, make_family, shards):
         self.shards = shards
         self.table = f"orders_{secrets.token_hex(3)}"
+        self.layout = None  # the first example's family creates the tables; later ones reuse
         make_family.session.execute(
             f"CREATE TABLE {make_family.keyspace}.{self.table} (location text, day date, "
             "at timeuuid, order_id int, PRIMARY KEY ((location, day), at, order_id))"
@@ -124,7 +127,9 @@ class Rows:
             compact_table=f"{self.table}_counts",
             shards=shards,
             columns={"key": ["location", "day"], "time": "at"},
+            layout=self.layout,
         )
+        self.layout = store.layout
         self.insert = store.statements.session.prepare(
             f"INSERT INTO {family.keyspace}.{self.table} (location, day, at, order_id) "
             "VALUES (?, ?, ?, ?)"
@@ -173,12 +178,13 @@ class Unique:
 
     def __init__(self, make_family, shards):
         self.shards = shards
-        self.base = make_family(
+        self.base, store, _client = make_family(
             kind="unique",
             raw_table=f"set_{secrets.token_hex(3)}",
             shards=shards,
             columns={"key": "meeting", "member": "user"},
-        )[0]
+        )
+        self.layout = store.layout  # every example's family on these tables: checked once
 
     def family(self, make_family, name, shards):
         return make_family(
@@ -188,6 +194,7 @@ class Unique:
             shards=shards,
             compact_table=self.base.compact_table,
             columns={"key": "meeting", "member": "user"},
+            layout=self.layout,
         )
 
     def key(self, counter):
