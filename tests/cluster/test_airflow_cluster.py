@@ -104,6 +104,9 @@ def test_a_run_as_the_compactor_over_tls_leaks_its_password_nowhere(
     caplog,
     t0,
 ):
+    """Over 30 s, and why: a DAG run (``dag.test()``, its first in the session imports and sets
+    up Airflow) and a ``counterctl -vv`` process, each over TLS to three nodes at RF=3, then
+    every text they left (task logs, GX results and Data Docs, the nodes' logs) is read."""
     started = time.time()
     cf = cluster_family(
         alerts={
