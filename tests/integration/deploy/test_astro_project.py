@@ -289,9 +289,9 @@ def bundle_home(deploy_venv: DeployVenv, keyspace: str, cassandra_contact) -> It
 
 
 def together(*calls: Callable[[], T]) -> list[T]:
-    """The calls at once, each in a thread of its own (each starts a process that mostly
-    imports: two cores run two of them in the time of one); their results in order."""
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+    """The calls three at a time, each in a thread (each starts a process that mostly imports:
+    two cores run two of them in the time of one, a third fills the gaps); results in order."""
+    with ThreadPoolExecutor(max_workers=min(len(calls), 3)) as pool:
         return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
