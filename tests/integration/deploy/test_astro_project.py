@@ -192,7 +192,9 @@ def deploy_venv(project_wheel: Path, request: pytest.FixtureRequest) -> Iterator
     shutil.rmtree(path, ignore_errors=True)
     WORK.mkdir(parents=True, exist_ok=True)
     python = base_python()
-    run([python, "-m", "venv", str(path)], clean_env(), timeout=120)
+    # no ensurepip (its bundled pip would be replaced at once): pip at the pin is installed
+    # into the venv by this session's pip (the same pin, scripts/env.sh), run for its Python
+    run([python, "-m", "venv", "--without-pip", str(path)], clean_env(), timeout=120)
     version = run([str(path / "bin" / "python"), "--version"], clean_env()).stdout.split()[-1]
     wanted = image_python()
     said = f"the deploy venv ran on Python {version} ({python})"
@@ -204,7 +206,13 @@ def deploy_venv(project_wheel: Path, request: pytest.FixtureRequest) -> Iterator
         warnings.warn(said, stacklevel=1)
     request.config.stash[DEPLOY_PYTHON] = said
     venv = DeployVenv(path, version)
-    venv.pip("install", "-q", f"pip=={pip_version()}")
+    run(
+        [sys.executable, "-m", "pip", "--python", str(venv.bin / "python"), "--cache-dir",
+         str(PIP_CACHE), "install", "-q", f"pip=={pip_version()}"],
+        clean_env(),
+        timeout=INSTALL_TIMEOUT_S,
+    )  # fmt: skip
+    assert venv.pip("--version").stdout.startswith(f"pip {pip_version()} from {path}/")
     # A platform installs under its Airflow's constraints file (the image's, MWAA's constraints
     # line): its stand-in with the project's overrides, not the project's lock, so a floor
     # above what that Airflow pins fails here as it would there
