@@ -12,7 +12,6 @@ grants are the ones ``counterctl init --print-grants`` prints.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
@@ -161,19 +160,14 @@ class LocalCluster:
         if errors:
             raise errors[0]
 
-    @functools.cached_property
-    def system_logs(self) -> dict[int, Path]:
-        """Each node's system.log (where it is does not change while the cluster lives)."""
-        return {n["node"]: Path(n["log_dir"]) / "system.log" for n in self.status()["nodes"]}
-
     def _log_marks(self) -> dict[int, int]:
         """Each node's system.log size now: what a node logs after it is read from there."""
-        return {node: _size(log) for node, log in self.system_logs.items()}
+        return {n["node"]: _size(Path(n["log_dir"]) / "system.log") for n in self.status()["nodes"]}
 
     def _wait_logged(self, marks: dict[int, int], nodes: tuple[int, ...], state: str) -> None:
         """Until every node in gossip (not isolated) logged each of ``nodes`` ``state``
         (Gossiper's "InetAddress /ADDRESS:PORT is now UP|DOWN") since ``marks``."""
-        logs = self.system_logs
+        logs = {n["node"]: Path(n["log_dir"]) / "system.log" for n in self.status()["nodes"]}
         watchers = [n for n in logs if n not in nodes and n not in self.isolated]
         if state == "UP":  # nodes that rejoined together see each other come back too
             watchers = [n for n in logs if n not in self.isolated]
