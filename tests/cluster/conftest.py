@@ -18,10 +18,9 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -80,8 +79,6 @@ class LocalCluster:
     admin: tuple[str, str]
     client_pem: Path
     """The clients' certificate (key and chain): the nodes require one (mutual TLS)."""
-    isolated: set[int] = field(default_factory=set)
-    """Nodes out of the cluster by ``isolate`` (their JVMs still run) until ``rejoin``."""
 
     def status(self) -> dict[str, Any]:
         return json.loads(launcher("status", "--cluster", self.name, "--json").stdout)
@@ -114,74 +111,6 @@ class LocalCluster:
         deadline = time.monotonic() + 90
         while any(_alive(p) for p in pids):
             assert time.monotonic() < deadline, f"pids {pids} did not exit after {sig.name}"
-            time.sleep(0.2)
-
-    def isolate(self, *nodes: int) -> None:
-        """Take nodes out of the cluster without stopping their JVMs, as a stop does for
-        everyone else: ``nodetool disablebinary`` (clients are refused, open connections are
-        closed) then ``disablegossip`` (the node announces its shutdown: its peers mark it
-        down at once, coordinate without it and hint its writes; it gets no request). Waits
-        until every other node in gossip has marked it down. What clients and peers see is
-        what they see of a stopped node, and ``rejoin`` takes seconds where a JVM start takes
-        most of a minute. A test whose point is the crash itself kills the JVM instead."""
-        marks = self._log_marks()
-        self._nodetool_each(nodes, "disablebinary", "disablegossip")
-        self.isolated.update(nodes)
-        self._wait_logged(marks, nodes, "DOWN")
-
-    def rejoin(self) -> float:
-        """Bring the isolated nodes back (``enablegossip``, then ``enablebinary``: peers tell
-        the clients the node is up once its native port is ready) and wait until every other
-        node logs each of them UP again; returns the seconds it took."""
-        started = time.monotonic()
-        nodes = tuple(sorted(self.isolated))
-        marks = self._log_marks()
-        self._nodetool_each(nodes, "enablegossip", "enablebinary")
-        self.isolated.difference_update(nodes)
-        self._wait_logged(marks, nodes, "UP")
-        return time.monotonic() - started
-
-    def _nodetool_each(self, nodes: tuple[int, ...], *commands: str) -> None:
-        """The commands in order on each node, the nodes in parallel (a nodetool is a JVM)."""
-        errors: list[BaseException] = []
-
-        def on(node: int) -> None:
-            try:
-                for command in commands:
-                    self.nodetool(node, command)
-            except BaseException as exc:  # re-raised below, in the test's thread
-                errors.append(exc)
-
-        threads = [threading.Thread(target=on, args=(n,)) for n in nodes]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-
-    def _log_marks(self) -> dict[int, int]:
-        """Each node's system.log size now: what a node logs after it is read from there."""
-        return {n["node"]: _size(Path(n["log_dir"]) / "system.log") for n in self.status()["nodes"]}
-
-    def _wait_logged(self, marks: dict[int, int], nodes: tuple[int, ...], state: str) -> None:
-        """Until every node in gossip (not isolated) logged each of ``nodes`` ``state``
-        (Gossiper's "InetAddress /ADDRESS:PORT is now UP|DOWN") since ``marks``."""
-        logs = {n["node"]: Path(n["log_dir"]) / "system.log" for n in self.status()["nodes"]}
-        watchers = [n for n in logs if n not in nodes and n not in self.isolated]
-        if state == "UP":  # nodes that rejoined together see each other come back too
-            watchers = [n for n in logs if n not in self.isolated]
-        deadline = time.monotonic() + 60
-        while True:
-            missing = [
-                (w, n)
-                for w in watchers
-                for n in nodes
-                if w != n and f"/{self.addresses[n - 1]}:" not in _logged(logs[w], marks[w], state)
-            ]
-            if not missing:
-                return
-            assert time.monotonic() < deadline, f"not logged {state} within 60 s: {missing}"
             time.sleep(0.2)
 
     def start(self) -> float:
@@ -242,24 +171,6 @@ class LocalCluster:
         }
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _logged(log: Path, offset: int, state: str) -> str:
-    """The lines past ``offset`` where Gossiper logged a peer ``state``: "InetAddress
-    /ADDRESS:PORT is now UP" or "... is now DOWN" (also "Node /ADDRESS:PORT state jump to
-    shutdown", what scripts/cassandra_node.py's gossip view reads as down)."""
-    with open(log, "rb") as text:
-        text.seek(offset)
-        lines = text.read().decode(errors="replace").splitlines()
-    words = [f" is now {state}"] + ([" state jump to shutdown"] if state == "DOWN" else [])
-    return "\n".join(x for x in lines if any(w in x for w in words))
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -314,10 +225,6 @@ def whole_cluster(local_cluster: LocalCluster) -> None:
     """Every test starts on the whole cluster: a test whose restart of a node failed (or that
     failed with a node down) leaves it stopped, and the next test starts it again rather than
     failing on a half-started cluster."""
-    if local_cluster.isolated:
-        isolated = sorted(local_cluster.isolated)
-        print(f"[cluster] nodes {isolated} isolated by an earlier test: back", file=sys.stderr)
-        local_cluster.rejoin()
     stopped = local_cluster.stopped()
     if stopped:
         print(f"[cluster] nodes {stopped} stopped by an earlier test: starting", file=sys.stderr)
