@@ -12,15 +12,17 @@ grants are the ones ``counterctl init --print-grants`` prints.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,8 @@ class LocalCluster:
     admin: tuple[str, str]
     client_pem: Path
     """The clients' certificate (key and chain): the nodes require one (mutual TLS)."""
+    isolated: dict[int, int] = field(default_factory=dict)
+    """Nodes out of the cluster by ``isolate`` (their JVMs frozen), by pid, until ``rejoin``."""
 
     def status(self) -> dict[str, Any]:
         return json.loads(launcher("status", "--cluster", self.name, "--json").stdout)
@@ -111,6 +115,87 @@ class LocalCluster:
         deadline = time.monotonic() + 90
         while any(_alive(p) for p in pids):
             assert time.monotonic() < deadline, f"pids {pids} did not exit after {sig.name}"
+            time.sleep(0.2)
+
+    def isolate(self, *nodes: int) -> None:
+        """Take nodes out of the cluster without ending their JVMs: ``nodetool disablebinary``
+        (clients are refused, open connections closed), ``disablegossip`` (the node announces
+        its shutdown: peers mark it down at once), then SIGSTOP. The freeze is what makes it
+        down: under Cassandra 5.0 a node with gossip disabled that still answers is marked up
+        again within seconds, and then gets writes; a frozen one answers nothing (peers that
+        took it for up again convict it). Waits until every other node's last word on it is
+        DOWN. Clients and peers then see what they see of a stopped node, and ``rejoin`` takes
+        seconds where a JVM start takes most of a minute. The crash test kills instead."""
+        marks = self._log_marks()
+        self._nodetool_each(nodes, "disablebinary", "disablegossip")
+        for node in nodes:
+            pid = self.pid(node)
+            assert pid, f"node {node} is not running"
+            os.kill(pid, signal.SIGSTOP)
+            self.isolated[node] = pid
+        self._wait_logged(marks, nodes, "DOWN")
+
+    def rejoin(self) -> float:
+        """Bring the isolated nodes back (SIGCONT; ``enablegossip``, then ``enablebinary``:
+        peers tell the clients the node is up once its native port is ready) and wait until
+        every node that stayed logs each of them UP again; returns the seconds it took. (A
+        node does not convict its peers for the time it was frozen: Cassandra ignores a local
+        pause.)"""
+        started = time.monotonic()
+        nodes = tuple(sorted(self.isolated))
+        marks = self._log_marks()
+        for node in nodes:
+            os.kill(self.isolated[node], signal.SIGCONT)
+        self._nodetool_each(nodes, "enablegossip", "enablebinary")
+        for node in nodes:
+            del self.isolated[node]
+        self._wait_logged(marks, nodes, "UP")
+        return time.monotonic() - started
+
+    def _nodetool_each(self, nodes: tuple[int, ...], *commands: str) -> None:
+        """The commands in order on each node, the nodes in parallel (a nodetool is a JVM)."""
+        errors: list[BaseException] = []
+
+        def on(node: int) -> None:
+            try:
+                for command in commands:
+                    self.nodetool(node, command)
+            except BaseException as exc:  # re-raised below, in the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=on, args=(n,)) for n in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    @functools.cached_property
+    def system_logs(self) -> dict[int, Path]:
+        """Each node's system.log (where it is does not change while the cluster lives)."""
+        return {n["node"]: Path(n["log_dir"]) / "system.log" for n in self.status()["nodes"]}
+
+    def _log_marks(self) -> dict[int, int]:
+        """Each node's system.log size now: what a node logs after it is read from there."""
+        return {node: _size(log) for node, log in self.system_logs.items()}
+
+    def _wait_logged(self, marks: dict[int, int], nodes: tuple[int, ...], state: str) -> None:
+        """Until the last word on each of ``nodes`` (Gossiper's "InetAddress /ADDRESS:PORT is
+        now UP|DOWN", or "state jump to shutdown" for down) logged since ``marks`` by every
+        node that is neither one of them nor isolated is ``state``."""
+        watchers = [n for n in self.system_logs if n not in nodes and n not in self.isolated]
+        deadline = time.monotonic() + 90
+        while True:
+            missing = [
+                (w, n)
+                for w in watchers
+                for n in nodes
+                if _last_word(self.system_logs[w], marks[w], self.addresses[n - 1]) != state
+            ]
+            if not missing:
+                return
+            assert time.monotonic() < deadline, f"not logged {state} within 90 s: {missing}"
             time.sleep(0.2)
 
     def start(self) -> float:
@@ -171,6 +256,30 @@ class LocalCluster:
         }
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _last_word(log: Path, offset: int, address: str) -> str | None:
+    """UP or DOWN: what Gossiper last logged of the peer at ``address`` past ``offset`` ("is
+    now UP", "is now DOWN", "state jump to shutdown"), or None."""
+    with open(log, "rb") as text:
+        text.seek(offset)
+        lines = text.read().decode(errors="replace").splitlines()
+    word = None
+    for line in lines:
+        if f"/{address}:" not in line:
+            continue
+        if " is now UP" in line:
+            word = "UP"
+        elif " is now DOWN" in line or " state jump to shutdown" in line:
+            word = "DOWN"
+    return word
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -214,6 +323,8 @@ def local_cluster(
     try:
         yield cluster
     finally:
+        for pid in cluster.isolated.values():  # frozen by a test that failed: SIGTERM waits
+            os.kill(pid, signal.SIGCONT)
         pids = cluster.live_pids()
         launcher("down", "--cluster", CLUSTER)
         left = [pid for pid in pids if _alive(pid)]
@@ -225,6 +336,10 @@ def whole_cluster(local_cluster: LocalCluster) -> None:
     """Every test starts on the whole cluster: a test whose restart of a node failed (or that
     failed with a node down) leaves it stopped, and the next test starts it again rather than
     failing on a half-started cluster."""
+    if local_cluster.isolated:
+        isolated = sorted(local_cluster.isolated)
+        print(f"[cluster] nodes {isolated} isolated by an earlier test: back", file=sys.stderr)
+        local_cluster.rejoin()
     stopped = local_cluster.stopped()
     if stopped:
         print(f"[cluster] nodes {stopped} stopped by an earlier test: starting", file=sys.stderr)

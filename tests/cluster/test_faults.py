@@ -103,11 +103,14 @@ def test_node_killed_mid_run_then_restarted_the_runs_stay_exact(local_cluster, c
 def test_two_nodes_down_runs_fail_clearly_delete_nothing_then_complete(
     local_cluster, cluster_family, compactor_password, t0
 ):
-    """With two of three replicas down, LOCAL_QUORUM cannot be met: a running process's run
-    fails on its first request (``Unavailable``, or ``Unauthorized`` when its role's
-    permissions must be read again from system_auth), and a new process cannot even log in
-    (roles are read at LOCAL_QUORUM): ``counterctl`` exits 5 with a one-line reason. Nothing
-    is deleted; once the nodes are back the retry of the same run completes, exact."""
+    """With two of three replicas down, LOCAL_QUORUM cannot be met: a running process's run fails
+    on its first request (``Unavailable``, or ``Unauthorized`` when its role's permissions must
+    be read again from system_auth), and a new process cannot even log in (roles are read at
+    LOCAL_QUORUM): ``counterctl`` exits 5 with a one-line reason. Nothing is deleted; once the
+    nodes are back the retry of the same run completes, exact. The two nodes are isolated
+    (``LocalCluster.isolate``: native port closed, gossip stopped, JVM frozen), not stopped:
+    clients are refused and node 1 counts them down, what a stop would give, and they are back
+    in seconds rather than after two JVM starts."""
     cf = cluster_family()
     counters = [f"u{i}" for i in range(50)]
     expected = load(cf, t0, counters)
@@ -118,7 +121,8 @@ def test_two_nodes_down_runs_fail_clearly_delete_nothing_then_complete(
         sys.executable, "-m", "counters.cli", "--config", str(cf.config),
         "compact", "--family", cf.family.name, "--epoch", later.isoformat(),
     ]  # fmt: skip
-    local_cluster.stop(2, 3)
+    cf.store.conn.cluster_clock()  # a running process: its sessions are open before the outage
+    local_cluster.isolate(2, 3)
     try:
         # a running process: Unavailable, or Unauthorized once its role's cached permissions
         # expire (2 s by default) and cannot be read again from system_auth
@@ -134,7 +138,7 @@ def test_two_nodes_down_runs_fail_clearly_delete_nothing_then_complete(
         assert "Cannot achieve consistency level LOCAL_QUORUM" in failed.stderr
         assert f"127.0.0.2:{local_cluster.port} refused the connection (down?)" in failed.stderr
     finally:
-        local_cluster.start()
+        local_cluster.rejoin()
     # nothing was deleted or committed while down (even the admin could not read then: its
     # superuser status is read from system_auth at LOCAL_QUORUM too)
     assert rows_at_or_below(cf.admin, counters, epoch) == len(counters) * ROWS
@@ -159,7 +163,9 @@ def test_missed_deletes_and_a_node_down_for_a_whole_run_count_nothing_twice(
     and for the writes before it: at LOCAL_QUORUM the run still succeeds, and since every
     quorum is now {node 1, node 2}, every read of that run (coordinated by node 2 itself)
     includes node 2's stale rows: node 1's tombstones win, nothing is counted twice. Then
-    node 3 returns and the hints heal both."""
+    node 3 returns and the hints heal both. "Down" is ``LocalCluster.isolate`` (native port
+    closed, gossip stopped, JVM frozen: the peers mark the node down and hint its writes,
+    nothing reaches it), what a stop gives here without two JVM restarts."""
     cf = cluster_family(shards=1)
     counters = [f"m{i}" for i in range(60)]
     expected = load(cf, t0, counters)
@@ -170,19 +176,19 @@ def test_missed_deletes_and_a_node_down_for_a_whole_run_count_nothing_twice(
 
     def down_during_cleanup(point: str) -> None:
         if point == "cleanup_read_log" and not stopped:
-            local_cluster.stop(2)
+            local_cluster.isolate(2)
             stopped.append(2)
 
     try:
         summary = run(cf.store, epoch, "run-1", fault=down_during_cleanup)
         assert stopped and summary.outcome == "success", summary.message
         assert summary.tally.rows_deleted == len(counters) * ROWS
-        local_cluster.start()  # node 2 is back, still holding the rows it missed deleting
+        local_cluster.rejoin()  # node 2 is back, still holding the rows it missed deleting
         deadline = time.monotonic() + 60
         while not local_cluster.hint_files(admin_conn, "127.0.0.2"):  # flushed every 10 s
             assert time.monotonic() < deadline, "nodes 1 and 3 hold no hints for node 2"
             time.sleep(2)
-        local_cluster.stop(3)  # every quorum is now {node 1, node 2}
+        local_cluster.isolate(3)  # every quorum is now {node 1, node 2}
         assert {v.counter[0]: v.value for v in cf.client.read_many(counters)} == expected
         later = t0 + timedelta(minutes=20)
         fresh = load(cf, t0, counters, minute=15, version=100)
@@ -196,9 +202,11 @@ def test_missed_deletes_and_a_node_down_for_a_whole_run_count_nothing_twice(
         assert second.tally.rows_folded == len(fresh) * ROWS  # the new rows only: none twice
         assert second.tally.rows_deleted == len(fresh) * ROWS
         assert_exact(cf, expected, later)
-        local_cluster.start()
+        local_cluster.rejoin()
     finally:
-        if any(n["state"] != "running" for n in local_cluster.status()["nodes"]):
+        if local_cluster.isolated:
+            local_cluster.rejoin()
+        if local_cluster.stopped():
             local_cluster.start()
         for node in (1, 3):
             local_cluster.nodetool(node, "resumehandoff")

@@ -125,6 +125,38 @@ def answers(url: str, timeout: float = 2) -> bool:
         return False
 
 
+def api_request(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """A call to a private Airflow's REST API (``/api/v2``, what the UI and clients call), as
+    any user: the stack runs with ``simple_auth_manager_all_admins``. Its JSON answer."""
+    request = urllib.request.Request(
+        f"http://localhost:{port}/api/v2/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read() or b"null")
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A metadata DB fresh from ``airflow db migrate`` (in a home of its own), made once per
+    session: each private Airflow that needs a new DB starts from a copy of it."""
+    import subprocess
+    import sys
+
+    home = tmp_path_factory.mktemp("airflow-migrated")
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        env={**os.environ, "AIRFLOW_HOME": str(home), "PYTHONWARNINGS": "ignore"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"airflow db migrate: {done.stdout}\n{done.stderr}"
+    return home / "airflow.db"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -86,6 +86,9 @@ def instance() -> Iterator[str]:
 def test_expect_ctrl_c_on_a_piped_make_run_to_stop_airflow_the_writer_and_cassandra(
     instance: str, tmp_path: Path
 ) -> None:
+    """Over 30 s, and why: the real ``make run`` starts what it starts (a Cassandra JVM of its
+    own, ``airflow standalone``, the demo writer) before the Ctrl-C, and the test waits until
+    each of them has stopped; nothing cheaper shows that nothing outlives the script."""
     run_dir = tmp_path / "run"
     output = tmp_path / "run.log"
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "USER")

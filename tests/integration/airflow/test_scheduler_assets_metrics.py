@@ -1,12 +1,12 @@
 """A real scheduler: Assets drive a downstream DAG, metrics reach a StatsD listener, and the pool
 is created by the project.
 
-A private Airflow (fresh ``AIRFLOW_HOME`` in the test's tmp dir, ``airflow db migrate``, free
-ports, LocalExecutor): ``airflow api-server``, ``dag-processor`` and ``scheduler``, each in its
-own session and stopped by pid. Nothing creates the pool ``cassandra_compaction`` but the
-project's plugin, when the scheduler starts. ``[metrics] statsd_on`` points at a UDP socket the
-test reads. The downstream DAG is the project's example consumer, scheduled on the family's
-compact table (``COUNTERS_EXAMPLE_FAMILY``).
+A private Airflow (fresh ``AIRFLOW_HOME`` in the test's tmp dir, a copy of a DB fresh from
+``airflow db migrate``, free ports, LocalExecutor): ``airflow api-server``, ``dag-processor`` and
+``scheduler``, each in its own session and stopped by pid. Nothing creates the pool
+``cassandra_compaction`` but the project's plugin, when the scheduler starts. ``[metrics]
+statsd_on`` points at a UDP socket the test reads. The downstream DAG is the project's example
+consumer, scheduled on the family's compact table (``COUNTERS_EXAMPLE_FAMILY``).
 
 Runs, triggered with their epochs: a first run that folds rows (a sweep: mapped tasks, the
 event from ``record_audit``), an idle run (nothing written since: it commits nothing), and a
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import socket
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -32,8 +32,8 @@ import pytest
 from counters.client import CounterClient, Increment
 from counters.store import Store
 
-from .conftest import DAGS, PROJECT, answers, free_port
-from .test_backfill_scheduler import AIRFLOW, Service
+from .conftest import DAGS, PROJECT, answers, api_request, free_port
+from .test_backfill_scheduler import Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -109,6 +109,7 @@ class LocalAirflow:
             "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
             "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags reach StatsD
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the API without a token
             "COUNTERS_EXAMPLE_FAMILY": example_family,
             "COUNTERS_ASSET_CLUSTER": "Cassandra-Test",  # asset URIs: cassandra-test:9042
             "PYTHONWARNINGS": "ignore",
@@ -120,13 +121,6 @@ class LocalAirflow:
         env = {**os.environ, **self.settings}
         env.pop("COUNTERS_POOL", None)
         return env
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [AIRFLOW, *args], env=self.env(), capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, f"airflow {args[:3]}: {done.stdout}\n{done.stderr}"
-        return done.stdout
 
     def start(self, name: str, *args: str) -> None:
         self.services.append(Service(name, list(args), self.env(), self.home))
@@ -140,7 +134,7 @@ class LocalAirflow:
         while not ready():
             self.check_alive()
             assert time.monotonic() < deadline, f"{what}: not after {timeout} s\n{self.logs()}"
-            time.sleep(1)
+            time.sleep(0.2)
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True) as db:
@@ -152,15 +146,17 @@ class LocalAirflow:
         )
         return rows[0][0] if rows else None
 
+    def unpause(self, dag_id: str) -> None:
+        """What the UI's toggle sends (the REST API: no CLI process to start)."""
+        api_request(self.port, "PATCH", f"dags/{dag_id}", {"is_paused": False})
+
     def trigger_and_wait(self, dag_id: str, run_id: str, epoch: datetime) -> None:
-        self.cli(
-            "dags",
-            "trigger",
-            dag_id,
-            "--run-id",
-            run_id,
-            "--conf",
-            json.dumps({"epoch": epoch.isoformat()}),
+        """A manual run with its epoch, as the UI's Trigger sends it, until it ends."""
+        api_request(
+            self.port,
+            "POST",
+            f"dags/{dag_id}/dagRuns",
+            {"dag_run_id": run_id, "logical_date": None, "conf": {"epoch": epoch.isoformat()}},
         )
         self.wait_for(
             f"{dag_id} run {run_id} done",
@@ -217,7 +213,7 @@ def statsd() -> Iterator[StatsdListener]:
 
 
 def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
-    conn, make_families, statsd, tmp_path
+    conn, make_families, statsd, tmp_path, migrated_airflow_db
 ):
     """Assets drive the downstream DAG and the metrics reach StatsD. Over 30 s, and why: a
     private Airflow (scheduler, dag-processor, api-server) runs the DAGs as scheduled and
@@ -234,15 +230,11 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
     downstream = f"counters_example_after_{family.name}"
     compact_uri = f"cassandra://cassandra-test:9042/{family.keyspace}/{family.compact_table}"
     try:
-        airflow.cli("db", "migrate")
+        shutil.copy(migrated_airflow_db, home / "airflow.db")
         assert airflow.query("SELECT 1 FROM slot_pool WHERE pool = 'cassandra_compaction'") == []
         airflow.start("api-server", "api-server", "--port", str(airflow.port))
         airflow.start("dag-processor", "dag-processor")
-        airflow.wait_for(
-            "the API server",
-            lambda: answers(f"http://localhost:{airflow.port}/api/v2/version"),
-            START_TIMEOUT_S,
-        )
+        # together: no run starts before the first trigger, which waits for the API server
         airflow.start("scheduler", "scheduler")
 
         # rows before epoch 1, written while the services start
@@ -267,13 +259,18 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
         assert airflow.query(
             "SELECT slots, description FROM slot_pool WHERE pool = 'cassandra_compaction'"
         ) == [(4, "Concurrent compaction tasks against Cassandra (counters-compaction)")]
+        airflow.wait_for(
+            "the API server",
+            lambda: answers(f"http://localhost:{airflow.port}/api/v2/version"),
+            START_TIMEOUT_S,
+        )
         for dag_id in (family.dag_id, downstream):
             airflow.wait_for(
                 f"{dag_id} parsed",
                 lambda d=dag_id: airflow.query("SELECT 1 FROM dag WHERE dag_id = ?", d),
                 START_TIMEOUT_S,
             )
-            airflow.cli("dags", "unpause", dag_id)
+            airflow.unpause(dag_id)
 
         # 1. a run that folds rows (the family's first: a sweep, mapped tasks)
         airflow.trigger_and_wait(family.dag_id, "fold-1", base + timedelta(minutes=5))

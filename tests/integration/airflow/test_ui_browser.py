@@ -7,8 +7,7 @@ in ``var/screenshots/``.
 ``make test`` installs chromium with apt-get on Debian as root (or with passwordless sudo);
 elsewhere this test is skipped and says why, except under CI (``CI`` set: ``.ci/run`` sets
 ``CI=true``), where a missing browser fails it: a skip there would hide that the UI went
-untested. About a minute: the standalone starts
-while the history is written.
+untested.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,12 +148,16 @@ def demo_families(
 
 
 @pytest.fixture
-def standalone(demo_families: list[Any], tmp_path: Path) -> Iterator[Standalone]:
-    """A private ``airflow standalone``: a fresh home and metadata DB (it migrates it; a copy
-    of the session's DB would bring other tests' DAG runs along), free ports, the DAGs paused
-    (the history is written by the test, through the DAG's task bodies)."""
+def standalone(
+    demo_families: list[Any], tmp_path: Path, migrated_airflow_db: Path
+) -> Iterator[Standalone]:
+    """A private ``airflow standalone``: a fresh home and a fresh metadata DB (a copy of one just
+    migrated, which standalone's own migrate finds current; a copy of the session's DB would
+    bring other tests' DAG runs along), free ports, the DAGs paused (the history is written by
+    the test, through the DAG's task bodies)."""
     home = tmp_path / "airflow"
     home.mkdir()
+    shutil.copy(migrated_airflow_db, home / "airflow.db")
     port = free_port()
     env = {
         **os.environ,  # the families YAML, the Data Docs folder, AIRFLOW_CONN_CASSANDRA_DEFAULT
@@ -187,6 +191,9 @@ def standalone(demo_families: list[Any], tmp_path: Path) -> Iterator[Standalone]
 def test_expect_a_person_to_see_the_families_a_family_a_counter_and_data_docs(
     chromium: None, conn: Any, demo_families: list[Any], standalone: Standalone
 ) -> None:
+    """Over 30 s, and why: what a person sees needs the UI served by a real Airflow
+    (``standalone``: api-server, scheduler, dag-processor, triggerer) and a real browser; the
+    history is written while it starts."""
     from playwright.sync_api import expect, sync_playwright
 
     started = time.monotonic()

@@ -11,6 +11,17 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[3]
+DEPLOY_PYTHON = pytest.StashKey[str]()
+"""Set by ``deploy_venv``: which Python the deploy venv ran on, and whether it is the image's."""
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The deploy venv's Python, at the end of every session that built it: a fallback to
+    another Python than the runtime image's is said where everyone reads, not only among
+    the warnings."""
+    said = terminalreporter.config.stash.get(DEPLOY_PYTHON, None)
+    if said:
+        terminalreporter.write_line(said, yellow=said.startswith("WARNING"))
 
 
 @pytest.fixture(scope="session")

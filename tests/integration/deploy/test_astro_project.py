@@ -5,12 +5,13 @@ own, in a DAG bundle folder apart from the rest of the project (an Astro DAG-onl
 git-sync, an Airflow 3 bundle).
 
 Once per session: a clean virtual environment (``python3.12``, the Dockerfile's runtime Python,
-where the machine has it; else this interpreter) gets ``apache-airflow`` at the pin of
-requirements-dev.txt (what the image carries; ``COUNTERS_DEPLOY_AIRFLOW`` names another
-supported one), then requirements.txt (what the image's ONBUILD step installs; pip's cache in
-``.cache/pip``), both under the stand-in for that Airflow's own constraints file for that Python
-(``airflow-constraints/``, scripts/airflow_constraints.py) with the project's overrides (``make
-mwaa``'s), not under the project's lock; then the project as a package (not editable).
+where the machine has it; else this interpreter, which the session's summary then warns of)
+gets ``apache-airflow`` at the pin of requirements-dev.txt (what the image carries;
+``COUNTERS_DEPLOY_AIRFLOW`` names another supported one), then requirements.txt (what the
+image's ONBUILD step installs; pip's cache in ``.cache/pip``), both under the stand-in for that
+Airflow's own constraints file for that Python (``airflow-constraints/``,
+scripts/airflow_constraints.py) with the project's overrides (``make mwaa``'s), not under the
+project's lock; then the project as a package (not editable).
 A bundle folder gets only ``dags/*.py`` and the families YAML (the demo families, moved to a
 throw-away keyspace) as ``counter_families.yaml``; ``AIRFLOW_HOME`` is empty otherwise: no
 ``plugins/``, no ``include/``.
@@ -29,12 +30,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -42,6 +45,8 @@ from counters.client import CounterClient, Increment
 from counters.config import load_catalog
 from counters.connection import Connection, ConnectionSettings
 from counters.store import Store
+
+from .conftest import DEPLOY_PYTHON
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -52,6 +57,7 @@ PIP_CACHE = Path(os.environ.get("PIP_CACHE_DIR") or PROJECT / ".cache" / "pip")
 CONSTRAINTS = Path(__file__).resolve().parent / "airflow-constraints"
 INSTALL_TIMEOUT_S = 900
 CLI_TIMEOUT_S = 300
+T = TypeVar("T")
 
 
 def airflow_pin() -> str:
@@ -95,13 +101,23 @@ def pip_version() -> str:
     return match.group(1)
 
 
+def image_python() -> str:
+    """The runtime image's Python, ``major.minor``, from the Dockerfile's ``FROM`` tag."""
+    dockerfile = (PROJECT / "Dockerfile").read_text()
+    match = re.search(r"^FROM \S+-python-(\d+\.\d+)\s*$", dockerfile, re.M)
+    assert match, "the Dockerfile's FROM names no runtime image Python"
+    return match.group(1)
+
+
 def base_python() -> str:
-    """The runtime image's Python (3.12: the Dockerfile's tag) when the machine has one that
-    runs (on the PATH, or installed by pyenv: its shim may name a version that is not
-    selected); else this interpreter, with a warning in the session's summary (the venv then
-    is not the image's Python). ``COUNTERS_DEPLOY_PYTHON`` picks another."""
-    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
-    for candidate in (os.environ.get("COUNTERS_DEPLOY_PYTHON"), "python3.12", *map(str, pyenv)):
+    """The runtime image's Python (the Dockerfile's tag) when the machine has one that runs
+    (on the PATH, or installed by pyenv: its shim may name a version that is not selected);
+    else this interpreter. ``COUNTERS_DEPLOY_PYTHON`` picks another. Which one the venv got,
+    and whether it is the image's, is said at the end of the session (``deploy_venv``)."""
+    wanted = image_python()
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{wanted}*/bin/python{wanted}"), reverse=True)
+    named = os.environ.get("COUNTERS_DEPLOY_PYTHON")
+    for candidate in (named, f"python{wanted}", *map(str, pyenv)):
         if not candidate or not shutil.which(candidate):
             continue
         probe = subprocess.run(
@@ -112,11 +128,6 @@ def base_python() -> str:
         )
         if probe.returncode == 0:
             return probe.stdout.strip()
-    warnings.warn(
-        f"the deploy venv runs on this interpreter, Python {sys.version.split()[0]}, not the "
-        "runtime image's 3.12 (no python3.12 here; COUNTERS_DEPLOY_PYTHON names one)",
-        stacklevel=2,
-    )
     return sys.executable
 
 
@@ -133,7 +144,10 @@ def _pins(text: str) -> dict[str, str]:
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT_S, check: bool = True):
+    started = time.monotonic()
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - started
+    print(f"[deploy] {' '.join(Path(a).name for a in args[:4])}: {took:.1f} s", file=sys.stderr)
     if check:
         assert done.returncode == 0, f"{' '.join(args[:4])}: {done.stdout}\n{done.stderr}"
     return done
@@ -171,15 +185,34 @@ class DeployVenv:
 
 
 @pytest.fixture(scope="session")
-def deploy_venv(project_wheel: Path) -> Iterator[DeployVenv]:
-    """Built once per session, from nothing: the image's Airflow, then requirements.txt."""
+def deploy_venv(project_wheel: Path, request: pytest.FixtureRequest) -> Iterator[DeployVenv]:
+    """Built once per session, from nothing: the image's Airflow, then requirements.txt. The
+    session's summary says on which Python, and warns when it is not the image's."""
     path = WORK / "venv"
     shutil.rmtree(path, ignore_errors=True)
     WORK.mkdir(parents=True, exist_ok=True)
-    run([base_python(), "-m", "venv", str(path)], clean_env(), timeout=120)
+    python = base_python()
+    # no ensurepip (its bundled pip would be replaced at once): pip at the pin is installed
+    # into the venv by this session's pip (the same pin, scripts/env.sh), run for its Python
+    run([python, "-m", "venv", "--without-pip", str(path)], clean_env(), timeout=120)
     version = run([str(path / "bin" / "python"), "--version"], clean_env()).stdout.split()[-1]
+    wanted = image_python()
+    said = f"the deploy venv ran on Python {version} ({python})"
+    if version.split(".")[:2] != wanted.split("."):
+        said = (
+            f"WARNING: {said}, not on the runtime image's Python {wanted} (the Dockerfile's): "
+            f"no python{wanted} here; COUNTERS_DEPLOY_PYTHON names one"
+        )
+        warnings.warn(said, stacklevel=1)
+    request.config.stash[DEPLOY_PYTHON] = said
     venv = DeployVenv(path, version)
-    venv.pip("install", "-q", f"pip=={pip_version()}")
+    run(
+        [sys.executable, "-m", "pip", "--python", str(venv.bin / "python"), "--cache-dir",
+         str(PIP_CACHE), "install", "-q", f"pip=={pip_version()}"],
+        clean_env(),
+        timeout=INSTALL_TIMEOUT_S,
+    )  # fmt: skip
+    assert venv.pip("--version").stdout.startswith(f"pip {pip_version()} from {path}/")
     # A platform installs under its Airflow's constraints file (the image's, MWAA's constraints
     # line): its stand-in with the project's overrides, not the project's lock, so a floor
     # above what that Airflow pins fails here as it would there
@@ -263,20 +296,69 @@ def bundle_home(deploy_venv: DeployVenv, keyspace: str, cassandra_contact) -> It
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def together(*calls: Callable[[], T]) -> list[T]:
+    """The calls three at a time, each in a thread (each starts a process that mostly imports:
+    two cores run two of them in the time of one, a third fills the gaps); results in order."""
+    with ThreadPoolExecutor(max_workers=min(len(calls), 3)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
+
+
 def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
     bundle_home: BundleHome,
 ) -> None:
+    """Over 30 s, and why: a clean venv gets Airflow and requirements.txt from pip under the
+    platform's constraints (once per session), and every check runs the installed tools as
+    processes of that venv (the ``airflow`` CLI, ``counterctl``, ``python``), each importing
+    Airflow. Those that do not depend on each other run two or three at a time."""
     venv = bundle_home.venv
     installed = venv.installed()
     for tool in ("pytest", "ruff", "playwright", "hypothesis"):
         assert tool not in installed, f"{tool} is a dev tool: requirements-dev.txt"
     families = load_catalog(bundle_home.families_yaml).families
-    bundle_home.airflow("db", "migrate")
 
-    # every DAG file imports, every family's DAG is there, the plugin is loaded
-    errors = bundle_home.airflow("dags", "list-import-errors", "-l", "-o", "json").stdout
-    assert cli_json(errors) == [], errors
-    listed = cli_json(bundle_home.airflow("dags", "list", "-l", "-o", "json").stdout)
+    def probe(entry: Path) -> subprocess.CompletedProcess[str]:
+        """The DAG file imported on its own, and where the package was imported from."""
+        code = (
+            f"import runpy; runpy.run_path({str(entry)!r}); "
+            "import counters; print(counters.__file__)"
+        )
+        return run([str(venv.bin / "python"), "-c", code], bundle_home.env(), check=False)
+
+    # what needs no metadata DB, while `db migrate` makes it: the plugin, each DAG file on
+    # its own, the installed counterctl through the Airflow connection
+    dag_files = sorted(bundle_home.bundle.glob("*.py"))
+    plugins_out, init, *probes = together(
+        lambda: bundle_home.airflow("db", "migrate"),
+        lambda: bundle_home.airflow("plugins", "-o", "json"),
+        lambda: bundle_home.counterctl(
+            "--conn-id", "cassandra_default", "init", "--family", "trades"
+        ),
+        *[lambda entry=entry: probe(entry) for entry in dag_files],
+    )[1:]
+
+    # the plugin is loaded, from the package's entry point
+    plugins = cli_json(plugins_out.stdout)
+    ui = [p for p in plugins if p["name"] == "counter_families"]
+    assert ui, plugins
+    assert "counters-compaction" in ui[0]["source"], ui  # the package's entry point
+    assert ui[0]["listeners"], "the pool and preload listeners are not registered"
+
+    # each DAG file imports on its own too, the package from the venv's site-packages
+    for entry, done in zip(dag_files, probes, strict=True):
+        assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
+        site = str(venv.path / "lib")
+        assert done.stdout.strip().splitlines()[-1].startswith(site), (entry, done.stdout)
+
+    assert init.returncode == 0, init.stdout + init.stderr
+    trades = next(f for f in families if f.name == "trades")
+
+    # every DAG file imports, every family's DAG is there (both read the migrated DB)
+    errors_out, listed_out = together(
+        lambda: bundle_home.airflow("dags", "list-import-errors", "-l", "-o", "json"),
+        lambda: bundle_home.airflow("dags", "list", "-l", "-o", "json"),
+    )
+    assert cli_json(errors_out.stdout) == [], errors_out.stdout
+    listed = cli_json(listed_out.stdout)
     dag_ids = {d["dag_id"] for d in listed}
     assert {f.dag_id for f in families} | {"counters_freshness"} <= dag_ids, dag_ids
     assert {d["fileloc"] for d in listed} <= {
@@ -288,27 +370,6 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
             "counters_example_downstream.py",
         )
     }
-    plugins = cli_json(bundle_home.airflow("plugins", "-o", "json").stdout)
-    ui = [p for p in plugins if p["name"] == "counter_families"]
-    assert ui, plugins
-    assert "counters-compaction" in ui[0]["source"], ui  # the package's entry point
-    assert ui[0]["listeners"], "the pool and preload listeners are not registered"
-
-    # each DAG file imports on its own too, the package from the venv's site-packages
-    for entry in sorted(bundle_home.bundle.glob("*.py")):
-        probe = (
-            f"import runpy; runpy.run_path({str(entry)!r}); "
-            "import counters; print(counters.__file__)"
-        )
-        done = run([str(venv.bin / "python"), "-c", probe], bundle_home.env(), check=False)
-        assert done.returncode == 0, f"{entry.name}: {done.stderr[-2000:]}"
-        site = str(venv.path / "lib")
-        assert done.stdout.strip().splitlines()[-1].startswith(site), (entry, done.stdout)
-
-    # the installed counterctl, through the Airflow connection
-    init = bundle_home.counterctl("--conn-id", "cassandra_default", "init", "--family", "trades")
-    assert init.returncode == 0, init.stdout + init.stderr
-    trades = next(f for f in families if f.name == "trades")
 
     # a DAG run of the demo family, against the real node
     hosts = tuple(bundle_home.cassandra["host"].split(","))
@@ -331,18 +392,20 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
         value = client.read_many(["IBM"])[0]
         assert (value.compact_value, value.value) == (55, 55)
 
-    read = bundle_home.counterctl(
-        "--conn-id", "cassandra_default", "read", "--family", "trades", "IBM"
+    read, health, missing = together(
+        lambda: bundle_home.counterctl(
+            "--conn-id", "cassandra_default", "read", "--family", "trades", "IBM"
+        ),
+        lambda: bundle_home.counterctl(
+            "--conn-id", "cassandra_default", "health", "--family", "trades", "--json"
+        ),
+        lambda: bundle_home.counterctl("--conn-id", "no_such_conn", "health"),
     )
     assert read.returncode == 0 and read.stdout.split("\t")[:2] == ["IBM", "55"], read
-    health = bundle_home.counterctl(
-        "--conn-id", "cassandra_default", "health", "--family", "trades", "--json"
-    )
     assert health.returncode == 0, health.stdout + health.stderr
     # fresh, or late (past half its limit) when the machine is slow between the run and here
     assert json.loads(health.stdout)[0]["healthy"] is True, health.stdout
     # the same CLI names a connection that does not exist, and says where it looked
-    missing = bundle_home.counterctl("--conn-id", "no_such_conn", "health")
     assert missing.returncode == 2
     assert "--conn-id 'no_such_conn': cannot read the Airflow connection" in missing.stderr
     assert "AIRFLOW_CONN_NO_SUCH_CONN" in missing.stderr
