@@ -1,8 +1,9 @@
 """`python -m bench --smoke` against the real node: the report's structure, every
 measured figure present and positive, compaction totals exact. No timing assertions. The smoke
 runs every section's code once at tiny sizes (one scaling size, two steady rounds, one DAG
-parse size, each compaction's shards in its worker process), without ``--node-profile``: tests/bench/test_bench_node.py records the node over
-one harness compaction instead of one recording per run here."""
+parse size, each compaction's shards in its worker process), without ``--node-profile``:
+tests/bench/test_bench_node.py records the node over one harness compaction instead of one
+recording per run here."""
 
 from __future__ import annotations
 
