@@ -228,7 +228,7 @@ class Family(_Strict):
         ``count``/``counted_until`` and is found by scanning (its writers are the business
         application, not our API)."""
         kind = data.get("kind") if isinstance(data, Mapping) else None
-        if kind in KIND_NAMES:
+        if isinstance(kind, str) and kind in KIND_NAMES:  # else the field's own error names it
             return {**RULES[Kind(kind)].yaml_defaults, **data}
         return data
 

@@ -147,6 +147,13 @@ def test_duplicate_names_refused(tmp_path):
         load_catalog(write(tmp_path, GOOD + GOOD.split("families:")[1]))
 
 
+@pytest.mark.parametrize("kind", ["[rows]", "{rows: 1}"])
+def test_a_kind_that_is_no_name_is_that_familys_error(tmp_path, kind):
+    """Not a TypeError out of the kind's defaults, which would break every family's DAG."""
+    with pytest.raises(ConfigError, match="kind"):
+        load_catalog(write(tmp_path, GOOD + f"    kind: {kind}\n"))
+
+
 def test_rows_family_cannot_delete(tmp_path):
     text = GOOD + "    kind: rows\n    retention: delete\n"
     with pytest.raises(ConfigError, match="'rows' family keeps its rows"):

@@ -5,6 +5,7 @@ itself, so a new kind's file is the one place its differences live."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ ALLOWED = {PACKAGE / "config.py"} | set((PACKAGE / "kinds").rglob("*.py"))
 """The modules that may name a kind: the YAML's validation and the kinds themselves."""
 HOOK_TYPES: dict[str, tuple[type, ...]] = {
     "counts": (str,),
+    "newer_rows": (str,),
     "value_column": (str, type(None)),
     "keeps_rows": (bool,),
     "yaml_defaults": (Mapping,),
@@ -113,3 +115,17 @@ def test_the_check_sees_each_way_of_deciding_by_the_kind(tmp_path: Path) -> None
         assert decisions_by_kind(source), line
     source.write_text("x = m.kind == 'incr'\nmembers = family.rules.members\n")
     assert not decisions_by_kind(source)
+
+
+KIND_IN_TEMPLATE = re.compile(r"kind\s*[!=]=\s*[\"'](?:increments|rows|unique)[\"']")
+
+
+def test_no_template_decides_by_the_kind() -> None:
+    found = [
+        f"{path.name}:{number}"
+        for path in sorted(PACKAGE.rglob("*.html"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if KIND_IN_TEMPLATE.search(line)
+    ]
+    assert not found, f"pass the family's rules to the page instead: {found}"
+    assert KIND_IN_TEMPLATE.search('{{ "x" if c.kind == "rows" else "y" }}')

@@ -66,6 +66,12 @@ class KindRules(ABC):
 
     @property
     @abstractmethod
+    def newer_rows(self) -> str:
+        """What the rows after a counter's epoch add to its value, for people (the read rule
+        on a counter's page)."""
+
+    @property
+    @abstractmethod
     def value_column(self) -> str | None:
         """The raw table's column a row's contribution comes from (``columns.<this>``): the
         increment summed, the member counted once; None when each row counts one."""
@@ -132,7 +138,7 @@ class KindRules(ABC):
     def reconcile_refusal(self) -> str:
         """Why reconcile refuses a family of the kind (only for ``Reconcile.NOTHING``)."""
         return (
-            f"reconcile recounts a unique family's set or a rows family's rows; a {self.kind} "
-            "family's folded rows are deleted (late rows are reported by every compaction "
-            "instead)"
+            f"reconcile recounts a unique family's set or a rows family's rows; the folded rows "
+            f"of a family of kind '{self.kind}' are deleted (late rows are reported by every "
+            "compaction instead)"
         )

@@ -13,6 +13,7 @@ from counters.kinds.registry import register
 class Increments(KindRules):
     kind = Kind.INCREMENTS
     counts = "the sum of its rows' increments"
+    newer_rows = "their increments"
     value_column = "increment"
     keeps_rows = False
     yaml_defaults: Mapping[str, object] = {}

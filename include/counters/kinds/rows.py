@@ -13,6 +13,7 @@ from counters.kinds.registry import register
 class Rows(KindRules):
     kind = Kind.ROWS
     counts = "its rows (each row counts one)"
+    newer_rows = "count of rows"
     value_column = None
     keeps_rows = True
     yaml_defaults: Mapping[str, object] = {

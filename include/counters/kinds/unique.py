@@ -13,6 +13,7 @@ from counters.kinds.registry import register
 class Unique(KindRules):
     kind = Kind.UNIQUE
     counts = "its distinct members (each counted once, from its first write)"
+    newer_rows = "distinct new members"
     value_column = "member"
     keeps_rows = False
     yaml_defaults: Mapping[str, object] = {}

@@ -399,7 +399,12 @@ def counter_data(user: Any, name: str, key: str) -> dict[str, Any]:
             state = look_up(store, key)
         except ValueError as exc:
             raise Problem(400, str(exc)) from None
-    return {"family": family.name, "kind": family.kind.value, **views.counter_dict(state)}
+    return {
+        "family": family.name,
+        "kind": family.kind.value,
+        "newer_rows": family.rules.newer_rows,
+        **views.counter_dict(state),
+    }
 
 
 def register_pages(app: FastAPI) -> None:
