@@ -407,11 +407,17 @@ def _checkpointed(ledger: Ledger, copies: dict[Key, Copy]) -> list[Key]:
 
 
 def _copy_was_verified(ctx: ShardContext, bucket: int, counter: Key, ledger: Ledger) -> bool:
-    """Whether a counter's missing copy had been written: its commit was verified (its copy
-    read back), so someone deleted it or let it expire. Otherwise a crash came between the
-    commit and its copy, and restoring it is the run's ordinary work."""
+    """Whether a counter's missing copy had been written and is still gone: its commit was
+    verified (its copy read back), so someone deleted it or let it expire. Otherwise a crash
+    came between the commit and its copy, and restoring it is the run's ordinary work. The
+    copy is read again after the verified mark: the run that made the commit may have copied
+    and verified it after this run read the ledger and the copies (an overlapping run), and
+    it marks a commit verified only after its copy read back, so a copy removed by no one is
+    found now."""
     cp = ledger.checkpoints[counter]
-    return ctx.store.runs.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id)
+    if not ctx.store.runs.commit_verified(cp.run_id, ctx.shard, bucket, cp.commit_id):
+        return False
+    return copy_gone(ctx.store.ledger.read_copies(ctx.shard, bucket, [counter]).get(counter))
 
 
 def _copy_missing(counter: Key, committed: dict[Key, tuple[Fold, Checkpoint]]) -> str:

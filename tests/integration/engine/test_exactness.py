@@ -20,7 +20,7 @@ from counters.schema import SchemaError
 from counters.store import Store
 
 from .conftest import Crash
-from .helpers import compact_row, forget_table_owners, rows_at_or_below
+from .helpers import StalledRun, compact_row, forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -656,6 +656,49 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     assert engine.run_family(store, later, now=later + timedelta(minutes=5)).outcome == "success"
     assert compact_row(store, ("n",)).value == 15 and not engine.quarantined(store)
     assert _values(client, ["n"]) == {"n": 15}
+
+
+def test_a_copy_its_own_run_writes_between_a_rivals_reads_is_no_removal(conn, make_family, t0):
+    """Run A commits a counter's first checkpoint and stalls before its copy; run B reads the
+    ledger (A's commit) and the copies (none yet); A then copies, verifies and marks its commit
+    verified; B finds the copy missing and the commit verified. The copy was never removed (it
+    is there now): B restores it as ordinary work, quarantining nothing. Before B read the copy
+    again, this was a false ``copy_missing`` quarantine (a busy node widens the window)."""
+    family, store, client = make_family(shards=1)
+    store.control.advance_family_epoch(
+        t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
+    )
+    client.record(_events(["n"], t0 + timedelta(seconds=5)))
+    epoch = t0 + timedelta(minutes=1)
+    a_store = Store(conn, family, store.layout)
+
+    def run_a(fault):
+        return engine.run_family(
+            a_store, epoch, "A", now=epoch + timedelta(minutes=5), use_lease=False, fault=fault
+        )
+
+    with StalledRun("commit", run_a, bound_s=120) as a:
+        assert a.start()
+        copies_read: list[str] = []
+
+        def release_a_after_the_reads(point: str) -> None:
+            if point == "read_compact" and not copies_read:  # B read the ledger and copies
+                copies_read.append(point)
+                a.release()  # A copies, verifies, marks verified, cleans up, ends
+
+        later = epoch + timedelta(minutes=1)
+        b = engine.run_family(
+            store,
+            later,
+            "B",
+            now=later + timedelta(minutes=5),
+            use_lease=False,
+            fault=release_a_after_the_reads,
+        )
+    assert a.overlapped and a.error is None and a.summary.outcome == "success", a.outcome()
+    assert copies_read and b.outcome == "success", b.message
+    assert not engine.quarantined(store)
+    assert compact_row(store, ("n",)).value == 15 and _values(client, ["n"]) == {"n": 15}
 
 
 def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_failure(
