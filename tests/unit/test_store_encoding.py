@@ -161,3 +161,21 @@ def test_bind_leaves_every_other_case_to_the_driver():
         bind(statement, (UNSET_VALUE, 1))
     with pytest.raises(TypeError, match='column "value"'):
         bind(statement, ("IBM", "not a number"))
+
+
+def test_a_commits_record_may_have_expired_only_once_its_commit_is_near_the_run_logs_ttl():
+    """``commit_verified`` counts a missing record as verified only when the run log may have
+    let it expire; a younger commit's record is elsewhere (a reshard moved its checkpoint)."""
+    import uuid
+
+    from cassandra.util import uuid_from_time
+    from counters.schema import RUNLOG_TTL_S
+    from counters.store.runlog import RECORD_AGE_MARGIN_S, record_may_have_expired
+
+    made = 1_780_000_000.0
+    commit = uuid_from_time(made)
+    assert not record_may_have_expired(commit, made + 60)
+    assert not record_may_have_expired(commit, made + RUNLOG_TTL_S - RECORD_AGE_MARGIN_S - 1)
+    assert record_may_have_expired(commit, made + RUNLOG_TTL_S - RECORD_AGE_MARGIN_S + 1)
+    assert record_may_have_expired(commit, made + RUNLOG_TTL_S + 1)
+    assert record_may_have_expired(uuid.uuid4(), made)  # tells no time: it may have

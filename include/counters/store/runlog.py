@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
+
+from cassandra.util import unix_time_from_uuid1
 
 from ..connection import BULK_PROFILE
 from ..core import (
@@ -17,6 +20,7 @@ from ..core import (
     chunks,
 )
 from ..rowkeys import CountedKeys
+from ..schema import RUNLOG_TTL_S
 from .keys import PLAIN_KEY_TYPES, Keys, normal_key
 from .records import (
     CommitRecord,
@@ -28,6 +32,19 @@ from .records import (
 from .statements import ROWS_PER_BATCH, RUN_LOG_FETCH, Statements
 
 log = logging.getLogger(__name__)
+
+RECORD_AGE_MARGIN_S = 86_400
+"""Slack, in seconds, for the clocks of the host that made a commit and the one that looks its
+record up: a commit younger than the run log's TTL by more than this still has its record."""
+
+
+def record_may_have_expired(commit_id: Any, now_s: float) -> bool:
+    """Whether the run log may have let the record of commit ``commit_id`` expire
+    (``schema.RUNLOG_TTL_S``): its commit id, a time UUID, is about that old at ``now_s``
+    (seconds since the Unix epoch). An id that tells no time: it may have."""
+    if getattr(commit_id, "version", None) != 1:
+        return True
+    return now_s - unix_time_from_uuid1(commit_id) > RUNLOG_TTL_S - RECORD_AGE_MARGIN_S
 
 
 class RunLogTable:
@@ -270,8 +287,11 @@ class RunLogTable:
 
     def commit_verified(self, run_id: str | None, shard: int, bucket: int, commit_id: Any) -> bool:
         """Whether an execution verified this commit (its copy was read back equal to it), as
-        far as the run log remembers (``schema.RUNLOG_TTL_S``; a record gone counts as
-        verified: any run that read the counter since would have copied it again)."""
+        far as the run log remembers. No record at this place: verified if it may have expired
+        (``schema.RUNLOG_TTL_S``: any run that read the counter since would have copied it
+        again); not if the commit is younger, since the record is then at another place: a
+        reshard moved the checkpoint and left its commit's record where it was made (it copies
+        a record's counted keys only, never its verified mark)."""
         statement = self.statements.prepare(
             "runs_verified_read",
             "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
@@ -281,7 +301,9 @@ class RunLogTable:
         row = self.statements.session.execute(
             statement, (run_id or "", shard, bucket, commit_id)
         ).one()
-        return row is None or row[0] is not None
+        if row is None:
+            return record_may_have_expired(commit_id, time.time())
+        return row[0] is not None
 
     def load_pending(
         self, shard: int, bucket: int, checkpoints: dict[Key, Checkpoint], counters: Iterable[Key]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
+from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import Increment
 from counters.reshard import reshard
@@ -176,3 +178,49 @@ def test_a_reshard_between_verify_and_cleanup_keeps_a_quarantined_counters_rows(
     assert rows_at_or_below(store, (held,), epoch) == 1  # quarantined: none of its rows deleted
     others = [c for c in counters if c != held]
     assert sum(rows_at_or_below(store, (c,), epoch) for c in others) == 0
+
+
+def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm_after_a_reshard(
+    conn, make_family, engine_keyspace, t0
+):
+    """A rows family (its commits record no counted keys, so a reshard copies no record): a
+    run commits and dies before its copies; a reshard moves checkpoints to other partitions,
+    their commits' records (unverified) staying at the old place. The next run writes the
+    missing copies as ordinary work. Before ``commit_verified`` told a young commit's record
+    at another place from an expired one, every moved counter was quarantined as
+    ``copy_missing`` (the model test's false quarantine of a rows counter)."""
+    table = f"orders_{secrets.token_hex(3)}"
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.{table} (location text, day date, at timeuuid, "
+        "order_id int, PRIMARY KEY ((location, day), at, order_id))"
+    )
+    _family, store, client = make_family(
+        kind="rows", raw_table=table, shards=1, columns={"key": ["location", "day"], "time": "at"}
+    )
+    day = date(2026, 3, 29)
+    insert = conn.session.prepare(
+        f"INSERT INTO {engine_keyspace}.{table} (location, day, at, order_id) VALUES (?, ?, ?, ?)"
+    )
+    counters = [(f"c{i}", day) for i in range(12)]
+    for i, counter in enumerate(counters):
+        conn.session.execute(insert, (*counter, uuid_from_time(t0 + timedelta(seconds=5)), i))
+    epoch = t0 + timedelta(minutes=1)
+
+    def crash(point: str) -> None:
+        if point == "commit":
+            raise Crash(point)
+
+    with pytest.raises(Crash):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5), fault=crash)
+    assert {v.value for v in client.read_many(counters)} == {1}  # committed, not copied
+    moved = reshard(store, 3)
+    assert moved.checkpoints_moved > 0 and moved.records_moved == 0
+    resharded = store.with_shards(3)
+    later = epoch + timedelta(minutes=1)
+    summary = engine.run_family(resharded, later, now=later + timedelta(minutes=5))
+    assert summary.outcome == "success", summary.message
+    assert not engine.quarantined(resharded)
+    copies = {}
+    for counter in counters:
+        copies.update(resharded.ledger.read_copies(*resharded.keys.bucket(counter), [counter]))
+    assert {c: copy.value for c, copy in copies.items()} == dict.fromkeys(counters, 1)
