@@ -14,12 +14,14 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import time_machine
 import yaml
 from cassandra.concurrent import execute_concurrent_with_args
 from click.testing import CliRunner
 from counters import audit, engine, status
 from counters.cli import cli
 from counters.client import Increment
+from counters.connection import Connection
 from counters.schema import AUDIT_TABLE, AUDIT_UPGRADE_TABLE, LEGACY_AUDIT_TABLE
 from counters.store import Store
 from counters.store.auditlog import LEGACY_COLUMNS
@@ -217,6 +219,28 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
     ]
     again = invoke("--config", path, "init", "--family", other.name)
     assert again.exit_code == 0 and "moved" not in again.output
+
+
+def test_the_upgrade_deletes_a_legacy_row_written_just_before_it_whatever_the_hosts_clock(
+    conn: Connection, make_family
+) -> None:
+    """The upgrade's delete is stamped on the clock its connection's writes are stamped on (the
+    cluster's, after every earlier write), not this host's: from a host 10 s behind the cluster
+    (within the tolerance), a legacy row written just before an upgrade with no margin is moved
+    and deleted. With the host's clock the delete was 10 s older than the row, which stayed;
+    on a busy machine the measured offset's error (half a slow round trip) did the same to the
+    upgrade test's straggler (``_legacy_left == 1``)."""
+    family, store, _client = make_family()
+    with time_machine.travel(datetime.now(UTC) - timedelta(seconds=10), tick=True):
+        behind = Connection(conn.settings)  # its own clock offset: the session's is left alone
+        try:
+            assert -11 < behind.cluster_clock().offset.seconds < -9
+            on_behind = Store(behind, family, store.layout)
+            _write_legacy(on_behind, _legacy_rows(family.name, datetime(2026, 5, 1), 1), now=True)
+            assert on_behind.audit.upgrade(margin=timedelta(0)) == 1
+        finally:
+            behind.close()
+    assert _legacy_left(store) == 0 and sum(per_month(store).values()) == 1
 
 
 def status_rows(store: Store) -> list[dict[str, Any]]:
