@@ -760,13 +760,6 @@ class Connection:
             stamps.offset_us = offset.offset_us
         return clock
 
-    def write_timestamp(self) -> int:
-        """A client write timestamp now, in µs: what a write sent now would get (the cluster's
-        clock, measured first if stale; after every timestamp this connection gave before). A
-        delete meant to cover every write this connection made so far is stamped with it."""
-        self.cluster_clock()
-        return int(self.cluster.timestamp_generator())
-
     def prepare(
         self,
         cql: str,

@@ -309,7 +309,7 @@ class AuditLog:
         by column, and only then is the cursor (the page's last ``started_at``) saved, so a
         crash resumes at the cursor (rows at it are written again: the same key, the same
         row). When every row is moved, the legacy partition is deleted with a timestamp of the
-        move's start (on the cluster's clock, as the connection's writes) minus ``margin``: a
+        move's start (on this host's clock, as an older version stamps its rows) minus ``margin``: a
         row an older version wrote meanwhile (or in the margin before) stays and the next call
         moves it. A family already moved costs two small reads. ``after_page(moved)`` is
         called after each page (tests crash there)."""
@@ -323,10 +323,11 @@ class AuditLog:
                 if state is None:
                     self._save_upgrade_state(UpgradeState(None, None, 0, datetime.now(UTC)), True)
                 return 0
-            # on the clock this connection stamps its writes with (the cluster's), not the
-            # host's: a host behind it, or an offset measured over a slow round trip, put the
-            # cut before a row this connection had just written, and the delete missed it
-            cut = self.statements.conn.write_timestamp() - margin // timedelta(microseconds=1)
+            # on this host's clock, as the older versions that may still write legacy rows
+            # stamp theirs (their driver's default timestamps): on the cluster's, a host behind
+            # it would cut after a row an older version writes during the move, and delete it
+            # unmoved. A row left is moved by the next call.
+            cut = int((datetime.now(UTC) - margin).timestamp() * 1_000_000)
             state = UpgradeState(cut, None, 0, None)
             self._save_upgrade_state(state, started=True)
         select = self.statements.prepare(

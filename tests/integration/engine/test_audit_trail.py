@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -138,15 +139,18 @@ def _legacy_rows(family_name: str, start: datetime, count: int) -> list[tuple[An
 
 
 def _write_legacy(store: Store, rows: list[tuple[Any, ...]], now: bool = False) -> None:
-    """Write the rows as an older version did: when their run ended (``now``: just now)."""
+    """Write the rows as an older version did: when their run ended (``now``: just now, on
+    this host's clock, as its driver's default timestamps were)."""
     ks = store.family.keyspace
     store.statements.session.execute(LEGACY_DDL.format(ks=ks))
     insert = store.statements.session.prepare(
         f"INSERT INTO {ks}.{LEGACY_AUDIT_TABLE} ({', '.join(LEGACY_COLUMNS)}) "
-        f"VALUES ({', '.join('?' for _ in LEGACY_COLUMNS)})" + ("" if now else " USING TIMESTAMP ?")
+        f"VALUES ({', '.join('?' for _ in LEGACY_COLUMNS)}) USING TIMESTAMP ?"
     )
     written = [
-        row if now else (*row, int(row[1].replace(tzinfo=UTC).timestamp() * 1e6) + 30_000_000)
+        (*row, int(time.time() * 1e6))
+        if now
+        else (*row, int(row[1].replace(tzinfo=UTC).timestamp() * 1e6) + 30_000_000)
         for row in rows
     ]
     execute_concurrent_with_args(store.statements.session, insert, written, concurrency=50)
@@ -221,15 +225,14 @@ def test_expect_the_upgrade_to_move_every_legacy_row_once_and_resume_after_a_cra
     assert again.exit_code == 0 and "moved" not in again.output
 
 
-def test_the_upgrade_deletes_a_legacy_row_written_just_before_it_whatever_the_hosts_clock(
+def test_a_legacy_row_an_older_version_writes_during_the_upgrade_is_moved_not_lost(
     conn: Connection, make_family
 ) -> None:
-    """The upgrade's delete is stamped on the clock its connection's writes are stamped on (the
-    cluster's, after every earlier write), not this host's: from a host 10 s behind the cluster
-    (within the tolerance), a legacy row written just before an upgrade with no margin is moved
-    and deleted. With the host's clock the delete was 10 s older than the row, which stayed;
-    on a busy machine the measured offset's error (half a slow round trip) did the same to the
-    upgrade test's straggler (``_legacy_left == 1``)."""
+    """An older version still running on a host 10 s behind the cluster (within the tolerance)
+    writes a legacy row while the upgrade moves the partition: the upgrade's delete, stamped on
+    this host's clock as that row is, leaves it, and the next upgrade moves it. Stamped on the
+    cluster's clock (what the upgrade's connection stamps its own writes with), the delete was
+    10 s newer than the row and removed it unmoved: a run's audit row lost."""
     family, store, _client = make_family()
     with time_machine.travel(datetime.now(UTC) - timedelta(seconds=10), tick=True):
         behind = Connection(conn.settings)  # its own clock offset: the session's is left alone
@@ -237,10 +240,17 @@ def test_the_upgrade_deletes_a_legacy_row_written_just_before_it_whatever_the_ho
             assert -11 < behind.cluster_clock().offset.seconds < -9
             on_behind = Store(behind, family, store.layout)
             _write_legacy(on_behind, _legacy_rows(family.name, datetime(2026, 5, 1), 1), now=True)
+
+            def older_version_writes(_moved: int) -> None:
+                late = _legacy_rows(family.name, datetime(2026, 5, 2), 1)
+                _write_legacy(on_behind, late, now=True)
+
+            moved = on_behind.audit.upgrade(margin=timedelta(0), after_page=older_version_writes)
+            assert moved == 1 and _legacy_left(store) == 1  # the late row stays, unmoved
             assert on_behind.audit.upgrade(margin=timedelta(0)) == 1
         finally:
             behind.close()
-    assert _legacy_left(store) == 0 and sum(per_month(store).values()) == 1
+    assert _legacy_left(store) == 0 and sum(per_month(store).values()) == 2
 
 
 def status_rows(store: Store) -> list[dict[str, Any]]:
