@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "store.reads",
             "schema",
             "connection",
+            "connection_settings",
         ),
     ),
     (
@@ -357,3 +358,37 @@ def test_airflow_is_imported_from_its_public_interface() -> None:
             elif node.module.startswith("airflow.sdk.") and names & exported:
                 found.append(f"{where}: {sorted(names & exported)} are airflow.sdk's")
     assert not found, found
+
+
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_over_the_line_cap() -> None:
+    """A module past 800 lines holds more than one thing: split it (CONTRIBUTING.md)."""
+    over = {
+        name: lines
+        for name, path in module_files().items()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
+
+
+def test_every_path_in_the_where_to_start_table_exists() -> None:
+    """CONTRIBUTING.md's "Where to start": each path it names is there (a rename breaks it)."""
+    text = CONTRIBUTING.read_text()
+    section = text.split("## Where to start", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    paths = {
+        word.strip("`")
+        for row in rows[1:]
+        for word in re.findall(r"`[^`]+`", row)
+        if "/" in word or word.endswith(".py`")
+    }
+    roots = ("tests/", "docs/", "bench/", "scripts/")
+    missing = []
+    for path in sorted(paths):
+        place = ROOT / path if path.startswith(roots) else ROOT / "include" / "counters" / path
+        if not place.exists():
+            missing.append(path)
+    assert len(rows) >= 7 and paths, "the table has a row per change"
+    assert not missing, f"CONTRIBUTING.md's Where to start names what is not there: {missing}"
