@@ -50,6 +50,10 @@ def smoke(tmp_path_factory, cassandra_contact) -> tuple[dict, str]:
 
 
 def test_report_structure(smoke):
+    """Minutes, not seconds: the smoke runs every section of the bench once (about a dozen
+    compactions, each in a worker process that imports the package, connects and warms the GX
+    suite first), because only that proves the bench's own code still runs end to end; the
+    sizes are the smallest each section accepts."""
     report, stdout = smoke
     for key in ("started_at", "command", "machine", "code", "params", "cassandra", "results"):
         assert key in report
