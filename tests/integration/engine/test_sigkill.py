@@ -26,6 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tmp_path):
+    """Tens of seconds: each kill is of a real `counterctl compact` process at a random moment,
+    followed by its retry in a new process (an import, a connect and a GX warm-up each), since
+    only a separate process killed by the kernel shows what a crash leaves behind."""
     suffix = secrets.token_hex(3)
     config = tmp_path / "families.yaml"
     config.write_text(
