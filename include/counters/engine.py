@@ -2,54 +2,54 @@
 (``maintenance``). The CLI, the Airflow tasks, the tests and the benchmark import from here
 (the benchmark's "required work" section also commits folds itself: ``commit_folds``)."""
 
-from .compaction import (
+from .compaction.cleanup import (
+    CleanupReport,
+    cleanup_failure_message,
+    cleanup_shard,
+    verify_cleanup,
+)
+from .compaction.common import (
     ARCHIVE_FAULT_POINTS,
     BUCKET_THREADS,
     FAULT_POINTS,
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
     MAX_FOLD_ROWS,
-    AuditHook,
-    CleanedRun,
-    CleanupReport,
-    Conclusion,
     Fault,
     Phases,
+    ShardReport,
+    collector_relaxed,
+    new_run_id,
+)
+from .compaction.conclude import (
+    Conclusion,
+    audit_record,
+    conclude_run,
+    conclusion,
+    dry_run_message,
+    epoch_advanced,
+    prune_archive,
+    quarantine_message,
+)
+from .compaction.plan import RunPlan, decide_plan, plan_run
+from .compaction.pool import run_family
+from .compaction.sequence import (
+    AuditHook,
+    CleanedRun,
     RunFailed,
-    RunPlan,
     RunSteps,
     RunStopped,
     RunSummary,
     ShardJob,
-    ShardReport,
-    Verification,
     VerifiedRun,
-    audit_record,
-    cleanup_failure_message,
-    cleanup_shard,
-    collector_relaxed,
-    commit_folds,
-    committed_checkpoint,
-    compact_shard,
-    conclude_run,
-    conclusion,
-    decide_plan,
-    dry_run_message,
-    epoch_advanced,
-    hot_counter_outcomes,
-    new_run_id,
     outcome_dict,
     outcome_from_dict,
-    plan_run,
     plan_step,
-    prune_archive,
-    quarantine_message,
-    run_family,
     run_steps,
-    verify_cleanup,
-    verify_run,
     write_audit,
 )
+from .compaction.shard import commit_folds, committed_checkpoint, compact_shard
+from .compaction.verify import Verification, hot_counter_outcomes, verify_run
 from .errors import (
     ArchiveError,
     ChecksFailed,

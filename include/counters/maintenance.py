@@ -13,19 +13,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .audit import Action, operator_record
-from .compaction import (
+from .compaction.common import (
     ARCHIVE_FOLD_KEY_BYTES,
     FOLD_KEY_BYTES,
     MAX_ATTEMPTS,
     MAX_FOLD_ROWS,
     Phases,
-    RunPlan,
-    audit_record,
-    commit_folds,
-    committed_checkpoint,
+    cluster_clock,
+    cluster_micros,
+    micros,
     new_run_id,
 )
-from .compaction.common import cluster_clock, cluster_micros, micros
+from .compaction.conclude import audit_record
+from .compaction.plan import RunPlan
+from .compaction.shard import commit_folds, committed_checkpoint
 from .config import Family
 from .core import (
     BUCKETS,

@@ -416,7 +416,7 @@ def family_health(
     quarantine_limit: int = QUARANTINE_LIMIT,
 ) -> FamilyHealth:
     """The family's state, its latest run and its last hour: three bounded reads."""
-    from .compaction import foreign_rows_bound
+    from .compaction.plan import foreign_rows_bound
 
     state = store.control.family_state()
     epoch, last_sweep = state.epoch, state.last_sweep

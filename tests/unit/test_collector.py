@@ -6,7 +6,7 @@ import gc
 import threading
 
 import pytest
-from counters.compaction import STEP_GC_THRESHOLD, collector_relaxed
+from counters.compaction.common import STEP_GC_THRESHOLD, collector_relaxed
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 import pytest
-from counters.compaction import decide_plan, sweep_due
+from counters.compaction.plan import decide_plan, sweep_due
 from counters.config import Family
 
 pytestmark = pytest.mark.unit
@@ -82,7 +82,7 @@ def test_a_sweep_offset_puts_the_sweeps_where_the_user_wants_them():
 
 
 def test_a_family_whose_last_sweep_was_small_sweeps_every_run_in_one_task():
-    from counters.compaction import foreign_rows_bound
+    from counters.compaction.plan import foreign_rows_bound
 
     f = family("tiny")  # sweep_every_run_below: 10,000 rows and counters by default
     at = T0 + timedelta(minutes=7)

@@ -4,7 +4,7 @@ import pickle
 import threading
 
 import pytest
-from counters.compaction import portable_error
+from counters.compaction.pool import portable_error
 from counters.core import CheckOutcome
 from counters.errors import ChecksFailed, EngineError, LeaseHeld
 

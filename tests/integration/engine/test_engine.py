@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from counters import engine
 from counters.client import Increment
-from counters.compaction import sweep_due
+from counters.compaction.plan import sweep_due
 from counters.config import Discovery
 from counters.core import state_commit, to_millis
 from counters.schema import SchemaError
@@ -782,7 +782,7 @@ def test_the_collector_runs_less_often_while_a_shard_step_runs_and_as_before_aft
     its old thresholds again after the run, whether it ends well or in a crash."""
     import gc
 
-    from counters.compaction import STEP_GC_THRESHOLD
+    from counters.compaction.common import STEP_GC_THRESHOLD
 
     _family, store, client = make_family(shards=2)
     load(client, t0)
