@@ -25,7 +25,8 @@ Safety does not depend on the shard lease (it only avoids duplicate work).
 
 One module per step: ``plan``, ``fold``, ``shard`` (fold, commit, copy), ``verify``, ``cleanup``,
 ``conclude``, ``sequence`` (the steps in order, their checks and audit rows), ``pool`` (a whole
-run in worker processes); ``common`` holds what they share.
+run in worker processes); ``reads`` the tolerant reads and the walk over buckets that the
+steps share (no step imports another for them); ``common`` holds what else they share.
 
 No names are re-exported here: ``counters.engine`` is the one public surface, and code inside
 the package imports from the module that defines a name."""

@@ -31,12 +31,7 @@ from .common import (
     no_fault,
     peak_rss_mib,
 )
-from .shard import (
-    each_bucket,
-)
-from .verify import (
-    recount_tolerant,
-)
+from .reads import each_bucket, recount_tolerant
 
 log = logging.getLogger(__name__)
 

@@ -8,29 +8,21 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cassandra import ReadFailure, ReadTimeout
-
 from ..connection import ClusterClock
 from ..core import (
-    EMPTY_CHECKPOINT,
-    Checkpoint,
     Evidence,
     Key,
-    Row,
     Tally,
     clock_refusal,
-    format_key,
-    from_millis,
-    to_text,
 )
 from ..errors import ClockSkew
-from ..store import COMMIT_CHUNK, Copy, Store
+from ..store import COMMIT_CHUNK, Store
 
 log = logging.getLogger(__name__)
 
@@ -265,64 +257,3 @@ def peak_rss_mib() -> float:
     except OSError:
         pass
     return 0.0
-
-
-def read_rows_tolerant(
-    store: Store, counters: Sequence[Key], ledger: Any, copies: dict[Key, Copy]
-) -> tuple[dict[Key, list[Row]], dict[Key, int]]:
-    """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
-    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``).
-    Returns the rows, and per hot counter the time (ms) before which late rows were not read."""
-    if not counters:
-        return {}, {}
-    try:
-        return store.raw.read_rows(counters), {}
-    except (ReadFailure, ReadTimeout):
-        pass
-    rows: dict[Key, list[Row]] = {}
-    floors: dict[Key, int] = {}
-    for counter in counters:  # one at a time, to find the counter(s) that cannot be read
-        try:
-            rows.update(store.raw.read_rows([counter]))
-        except (ReadFailure, ReadTimeout) as exc:
-            base = ledger.checkpoints.get(counter)
-            if base is not None and not base.pending_loaded:  # its counted rows: point reads
-                store.runs.load_pending(*store.keys.bucket(counter), ledger.checkpoints, [counter])
-                base = ledger.checkpoints[counter]
-            if base is None and counter in copies:
-                copy = copies[counter]
-                base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
-            found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc)
-            rows[counter] = found
-            floors[counter] = floor
-    return rows, floors
-
-
-def read_hot_counter(
-    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception
-) -> tuple[list[Row], int]:
-    """The rows a fold must see, read without crossing the tombstones of folded rows: every row
-    after the counter's epoch (no tombstone of ours lies there), every row its checkpoint lists
-    as pending that is still present (point reads: keeping them in ``pending`` is what stops a
-    later run from counting them twice), and, if that range can be read, late rows of the last
-    ``HOT_LATE_WINDOW``."""
-    if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
-        raise error
-    epoch = checkpoint.epoch_ms
-    found = {r[1]: r for r in store.raw.read_rows([counter], epoch)[counter]}
-    found.update((r[1], r) for r in store.raw.read_rows_at(counter, list(checkpoint.pending)))
-    floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
-    try:
-        found.update((r[1], r) for r in store.raw.read_rows_between(counter, floor, epoch))
-    except (ReadFailure, ReadTimeout):
-        floor = epoch
-    log.warning(
-        "family %r counter %s: whole-partition read failed (%s); read its rows after %s, its "
-        "pending rows, and late rows since %s",
-        store.family.name,
-        format_key(counter),
-        type(error).__name__,
-        to_text(from_millis(epoch)),
-        to_text(from_millis(floor)),
-    )
-    return sorted(found.values(), key=lambda r: r[0]), floor

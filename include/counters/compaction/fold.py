@@ -34,8 +34,8 @@ from .common import (
     MAX_FOLD_ROWS,
     MEMBER_INDEX,
     ShardContext,
-    read_rows_tolerant,
 )
+from .reads import read_rows_tolerant
 
 log = logging.getLogger(__name__)
 

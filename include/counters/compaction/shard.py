@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -52,7 +51,6 @@ from ..store import (
     value_bytes,
 )
 from .common import (
-    BUCKET_THREADS,
     COMMIT_KEYS_BYTES,
     LEASE_TTL_S,
     MAX_ATTEMPTS,
@@ -66,7 +64,6 @@ from .common import (
     collector_relaxed,
     no_fault,
     peak_rss_mib,
-    read_rows_tolerant,
 )
 from .fold import (
     against_readers,
@@ -82,6 +79,7 @@ from .fold import (
     refusal_reason,
     settle,
 )
+from .reads import each_bucket, read_rows_tolerant
 from .verify import (
     forget_marks,
     verify_bucket,
@@ -206,21 +204,6 @@ def _placed(
         if not dry_run:
             store.index.refile_marks(shard, strays)
     return placed
-
-
-def each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[Any]:
-    """``work(bucket)`` for every bucket, ``BUCKET_THREADS`` at a time (one bucket's requests
-    wait on the server while another's rows are folded), results as they finish. The first
-    failure stops the buckets not yet started and is raised."""
-    with ThreadPoolExecutor(BUCKET_THREADS) as pool:
-        futures = [pool.submit(work, b) for b in buckets]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
 
 
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:

@@ -9,8 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cassandra import ReadFailure, ReadTimeout
-
 from ..core import (
     CheckOutcome,
     Checkpoint,
@@ -41,6 +39,7 @@ from .common import (
 from .fold import (
     quarantine_counters,
 )
+from .reads import recount_tolerant
 
 log = logging.getLogger(__name__)
 
@@ -203,38 +202,6 @@ def _recount_committed(
             )
             used.update(dict.fromkeys(counters, after_ms))
     return recount, used
-
-
-def recount_tolerant(
-    store: Store,
-    shard: int,
-    bucket: int,
-    counters: Sequence[Key],
-    epoch_ms: int,
-    pending: dict[Key, frozenset[Any]],
-    whole_bucket: bool = False,
-    after_ms: int | None = None,
-) -> dict[Key, tuple[int, int]]:
-    """The server's recount of each counter's present rows at or below ``epoch_ms`` (and after
-    ``after_ms``, if given). A counter whose partition holds too many tombstones to aggregate (a
-    hot counter) is recounted by point reads of the rows its commit counted: late rows beyond
-    those are not seen there."""
-    try:
-        found = store.raw.recount(
-            shard, bucket, None if whole_bucket else counters, epoch_ms, after_ms
-        )
-        return {c: found.get(c, (0, 0)) for c in counters}
-    except (ReadFailure, ReadTimeout):
-        if len(counters) == 1 and not whole_bucket:
-            counter = counters[0]
-            present = store.raw.read_rows_at(counter, list(pending.get(counter, ())))
-            return {counter: (len(present), sum(r[2] or 0 for r in present))}
-    out: dict[Key, tuple[int, int]] = {}
-    for counter in counters:
-        out.update(
-            recount_tolerant(store, shard, bucket, [counter], epoch_ms, pending, False, after_ms)
-        )
-    return out
 
 
 def _fails(fold: Fold, cp: Checkpoint, copy: Copy | None, recount: tuple[int, int]) -> bool:
