@@ -22,6 +22,7 @@ from .compaction.common import (
     new_run_id,
 )
 from .compaction.conclude import (
+    AuditHook,
     Conclusion,
     audit_record,
     conclude_run,
@@ -30,11 +31,11 @@ from .compaction.conclude import (
     epoch_advanced,
     prune_archive,
     quarantine_message,
+    write_audit,
 )
 from .compaction.plan import RunPlan, decide_plan, plan_run
 from .compaction.pool import run_family
 from .compaction.sequence import (
-    AuditHook,
     CleanedRun,
     RunFailed,
     RunSteps,
@@ -46,7 +47,6 @@ from .compaction.sequence import (
     outcome_from_dict,
     plan_step,
     run_steps,
-    write_audit,
 )
 from .compaction.shard import commit_folds, committed_checkpoint, compact_shard
 from .compaction.verify import Verification, hot_counter_outcomes, verify_run

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,12 +20,12 @@ from ..store import Store
 from .common import (
     Phases,
 )
-from .plan import (
-    RunPlan,
-    finish_run,
-)
+from .plan import RunPlan
 
 log = logging.getLogger(__name__)
+
+AuditHook = Callable[[dict[str, Any], Tally], None]
+"""Called with each audit row the run writes, and its tally (the run's metrics)."""
 
 
 def prune_archive(family: Family, now: datetime | None = None) -> int:
@@ -202,3 +202,53 @@ def quarantine_message(
         f"compacted): {named}. Inspect with `counterctl quarantine --family {family}`, release "
         "with --release once fixed"
     )
+
+
+def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
+    """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
+    run records when it started and how much it read: ``tally``'s rows and counters)."""
+    size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
+    store.control.advance_family_epoch(
+        plan.epoch,
+        plan.run_id,
+        plan.started_at if plan.sweep else None,
+        size if plan.sweep else None,
+    )
+
+
+def write_audit(
+    store: Store,
+    plan: RunPlan,
+    outcome: str,
+    *,
+    started_at: datetime,
+    tally: Tally,
+    phases: Phases,
+    checks: Sequence[CheckOutcome] = (),
+    message: str = "",
+    gx: Mapping[str, Any] | None = None,
+    on_audit: AuditHook | None = None,
+) -> dict[str, Any]:
+    """Write the run's audit row (who started it: the plan's provenance); ``gx``: the GX
+    suite's fingerprint and where its result is stored, when the suite validated the run."""
+    record = audit_record(
+        store.family,
+        plan,
+        outcome=outcome,
+        tally=tally,
+        phases=phases,
+        checks=checks,
+        dry_run=plan.dry_run,
+        message=message,
+        started_at=started_at,
+        gx_suite=(gx or {}).get("gx_suite"),
+        gx_result=(gx or {}).get("gx_result"),
+    )
+    store.audit.provenance = plan.provenance
+    store.audit.write(record)
+    log.info(
+        "audit row written: family %s run %s outcome %s", store.family.name, plan.run_id, outcome
+    )
+    if on_audit is not None:
+        on_audit(record, tally)
+    return record

@@ -11,7 +11,6 @@ from typing import Any
 from ..audit import Provenance
 from ..config import Discovery, Family
 from ..core import (
-    Tally,
     from_text,
     to_millis,
     to_text,
@@ -228,8 +227,8 @@ def plan_run(
     scheduled: datetime | None = None,
     provenance: Provenance | None = None,
 ) -> RunPlan:
-    """Decide the run; an idle run's epoch is recorded here (it has no other step), but not
-    a dry run's (it writes nothing). ``dry_run``, ``scheduled`` and ``provenance`` (default:
+    """Decide the run (it writes nothing: an idle run's epoch is recorded by ``plan_step``,
+    with the run's conclusion). ``dry_run``, ``scheduled`` and ``provenance`` (default:
     the store's) ride in the plan to every later step. ``now`` defaults to the cluster's time
     (``cluster_clock``: a host whose clock is off is refused here, before anything is written):
     an epoch later than it less the lag is refused, whatever the host's clock says."""
@@ -255,21 +254,7 @@ def plan_run(
         scheduled=scheduled,
         provenance=provenance or store.audit.provenance or Provenance(),
     )
-    if plan.idle and not plan.dry_run:
-        finish_run(store, plan)
     return plan
 
 
 # --- finish ------------------------------------------------------------------------------
-
-
-def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
-    """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
-    run records when it started and how much it read: ``tally``'s rows and counters)."""
-    size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
-    store.control.advance_family_epoch(
-        plan.epoch,
-        plan.run_id,
-        plan.started_at if plan.sweep else None,
-        size if plan.sweep else None,
-    )

@@ -23,8 +23,8 @@ from ..schema import RawLayout
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport
 from .common import Fault, Phases, ShardReport, new_run_id, no_fault
+from .conclude import AuditHook
 from .sequence import (
-    AuditHook,
     RunSteps,
     RunStopped,
     RunSummary,

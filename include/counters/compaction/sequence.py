@@ -28,7 +28,14 @@ from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
 from .common import Fault, Phases, ShardReport, no_fault
-from .conclude import audit_record, conclude_run, dry_run_message, prune_archive
+from .conclude import (
+    AuditHook,
+    conclude_run,
+    dry_run_message,
+    finish_run,
+    prune_archive,
+    write_audit,
+)
 from .plan import RunPlan, plan_run
 from .shard import compact_shard
 from .verify import verify_run
@@ -36,10 +43,6 @@ from .verify import verify_run
 log = logging.getLogger(__name__)
 
 IDLE_MESSAGE = "nothing touched since the last run, no sweep due"
-
-AuditHook = Callable[[dict[str, Any], Tally], None]
-"""Called with each audit row the run writes, and its tally (the run's metrics)."""
-
 
 # --- what the steps pass on ------------------------------------------------------------------
 
@@ -192,44 +195,6 @@ class RunFailed(ChecksFailed):
 # --- the steps -------------------------------------------------------------------------------
 
 
-def write_audit(
-    store: Store,
-    plan: RunPlan,
-    outcome: str,
-    *,
-    started_at: datetime,
-    tally: Tally,
-    phases: Phases,
-    checks: Sequence[CheckOutcome] = (),
-    message: str = "",
-    gx: Mapping[str, Any] | None = None,
-    on_audit: AuditHook | None = None,
-) -> dict[str, Any]:
-    """Write the run's audit row (who started it: the plan's provenance); ``gx``: the GX
-    suite's fingerprint and where its result is stored, when the suite validated the run."""
-    record = audit_record(
-        store.family,
-        plan,
-        outcome=outcome,
-        tally=tally,
-        phases=phases,
-        checks=checks,
-        dry_run=plan.dry_run,
-        message=message,
-        started_at=started_at,
-        gx_suite=(gx or {}).get("gx_suite"),
-        gx_result=(gx or {}).get("gx_result"),
-    )
-    store.audit.provenance = plan.provenance
-    store.audit.write(record)
-    log.info(
-        "audit row written: family %s run %s outcome %s", store.family.name, plan.run_id, outcome
-    )
-    if on_audit is not None:
-        on_audit(record, tally)
-    return record
-
-
 def plan_step(
     store: Store,
     run_id: str,
@@ -257,6 +222,8 @@ def plan_step(
             scheduled=scheduled,
             provenance=provenance,
         )
+    if plan.idle and not plan.dry_run:  # its only step: the family's epoch moves on
+        finish_run(store, plan)
     if plan.noop or plan.idle:
         outcome = "noop" if plan.noop else "idle"
         reason = plan.noop_reason or IDLE_MESSAGE

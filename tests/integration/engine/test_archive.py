@@ -20,7 +20,7 @@ from counters import engine
 from counters.archive import Manifest
 from counters.cli import cli
 from counters.client import Increment
-from counters.compaction.plan import finish_run
+from counters.compaction.conclude import finish_run
 from counters.recount import recount
 
 from .conftest import Crash
