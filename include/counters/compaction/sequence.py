@@ -222,8 +222,8 @@ def plan_step(
             scheduled=scheduled,
             provenance=provenance,
         )
-    if plan.idle and not plan.dry_run:  # its only step: the family's epoch moves on
-        finish_run(store, plan)
+        if plan.idle and not plan.dry_run:  # its only step: the family's epoch moves on
+            finish_run(store, plan)
     if plan.noop or plan.idle:
         outcome = "noop" if plan.noop else "idle"
         reason = plan.noop_reason or IDLE_MESSAGE
