@@ -171,6 +171,8 @@ def main(argv: Sequence[str]) -> int:
     times_dir = ROOT / "var" / "test-lanes"
     for stale in times_dir.glob("*.json"):
         stale.unlink()
+    for lane, folders in LANES.items():
+        print(f"lane {lane}: pytest {' '.join(folders)}", flush=True)
     started = time.monotonic()
     results = run(sys.executable, argv, times_dir)
     wall = time.monotonic() - started
