@@ -46,6 +46,19 @@ LANES: Mapping[str, tuple[str, ...]] = {
 }
 """Each lane's test folders, in the order its session runs them."""
 
+STOP_WAIT_S = 300
+"""How long a stopped session may take to end its fixtures (a cluster's nodes, a DROP
+KEYSPACE on a busy node) before it is killed."""
+NODE_SCRIPT = ROOT / "scripts" / "cassandra_node.py"
+CLUSTER_STATE = (
+    ROOT
+    / "var"
+    / "cassandra"
+    / os.environ.get("CASSANDRA_CLUSTER_NAME", "testcluster")
+    / "cluster.json"
+)
+"""What the cluster tests' nodes leave (tests/cluster/conftest.py): its pids, for a stop."""
+
 TIMES_ENV = "COUNTERS_TEST_TIMES"
 """Where a session writes its tests' times (``tests/conftest.py``), for the combined budget."""
 
@@ -119,15 +132,26 @@ class _Sessions:
 
     def stop(self, signum: int, _frame: object) -> None:
         """Ctrl-C or CI's stop: each session gets SIGINT (pytest ends its fixtures, which
-        stop their nodes and stacks by pid), then SIGKILL after two minutes."""
+        stop their nodes and stacks by pid), then SIGKILL after ``STOP_WAIT_S``. The cluster's
+        nodes run in a process group of their own, which a killed session leaves behind:
+        they are stopped here by their pids (``cassandra_node.py down``, a no-op when none
+        runs)."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGINT)
+        killed = False
         for proc in self.procs.values():
             try:
-                proc.wait(120)
+                proc.wait(STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+        if killed and CLUSTER_STATE.exists():
+            subprocess.run(
+                [self.python, str(NODE_SCRIPT), "down", "--cluster", CLUSTER_STATE.parent.name],
+                cwd=ROOT,
+                check=False,
+            )
         raise SystemExit(128 + signum)
 
     def results(self) -> list[LaneResult]:
