@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test [ARGS=...]`: setup, a real Cassandra (local `test` instance on 127.0.0.1:9142 unless
 # CASSANDRA_HOSTS points elsewhere), a migrated Airflow DB in var/airflow-test, then pytest.
-# Arguments go to pytest. Exit code: pytest's; 5 (no tests collected) is a failure: a selection
+# Arguments go to pytest; with none, the whole suite runs as two sessions side by side
+# (tests/lanes.py). Exit code: pytest's; 5 (no tests collected) is a failure: a selection
 # that matches nothing proves nothing.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
@@ -35,10 +36,18 @@ test_cassandra_scope
 airflow_env "$PROJECT_ROOT/var/airflow-test"
 airflow_db_migrate
 
-log "pytest $* (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042}, AIRFLOW_HOME=var/airflow-test)"
 set +e
-"$PY" -m pytest "$@"
-rc=$?
+if [[ $# -eq 0 ]]; then
+  # the whole suite: two pytest sessions side by side, split by what their tests share
+  # (tests/lanes.py); with arguments, one session runs what they select
+  log "pytest in two lanes, tests/lanes.py (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042}, AIRFLOW_HOME=var/airflow-test)"
+  "$PY" -m tests.lanes
+  rc=$?
+else
+  log "pytest $* (Cassandra ${CASSANDRA_HOSTS}:${CASSANDRA_PORT:-9042}, AIRFLOW_HOME=var/airflow-test)"
+  "$PY" -m pytest "$@"
+  rc=$?
+fi
 set -e
 if [[ $rc -eq 5 ]]; then
   log "ERROR: pytest collected no tests (exit 5): check the selection ($*)"

@@ -10,6 +10,8 @@ fixtures and for the library, as it would be against a Cassandra 3.11 or 4.x clu
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import secrets
 import socket
@@ -26,6 +28,7 @@ from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 
 from tests.background import MYPY, Background
 from tests.family_pool import TEST_FAILED
+from tests.lanes import TIMES_ENV
 from tests.timing import TestTime, per_test, summary
 
 DEFAULT_HOST = "127.0.0.1"
@@ -93,6 +96,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("time budget")
     for line in summary(wall, tests):
         terminalreporter.write_line(line)
+    times = os.environ.get(TIMES_ENV)
+    if times:  # a lane of the whole suite: tests/lanes.py sums both sessions' times
+        Path(times).write_text(
+            json.dumps({"wall_s": wall, "tests": [dataclasses.asdict(t) for t in tests]})
+        )
 
 
 MYPY_RUN = pytest.StashKey[Background]()
