@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from counters.config import Family
-from counters.core import truncate_ms, write_timestamp
+from counters.core import table_time, write_timestamp
 
 from .harness import Bench
 from .ops import (
@@ -25,7 +25,7 @@ def prepare_idle(bench: Bench) -> None:
     p = bench.p
     t1 = (utc_now() - timedelta(days=1)).replace(second=0, microsecond=0)
     bench.idle_data = Dataset("k", p.active_counters, p.rows_per_counter, t1)
-    bench.idle_e0 = truncate_ms(t1 - timedelta(hours=1))
+    bench.idle_e0 = table_time(t1 - timedelta(hours=1))
     base = {bench.idle_data.key(i): 1000 + i % 100 for i in range(p.idle_counters)}
     bench.idle_base = base
     setups = {}

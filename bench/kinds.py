@@ -18,7 +18,7 @@ from typing import Any
 from cassandra.query import BatchStatement, BatchType
 from cassandra.util import Date, uuid_from_time
 from counters import engine
-from counters.core import truncate_ms
+from counters.core import table_time
 from counters.schema import q
 
 from .ops import (
@@ -160,7 +160,7 @@ def _minutes(ctx: KindContext) -> list[datetime]:
     """One moment a minute over the read history, ending two minutes ago."""
     now_min = utc_now().replace(second=0, microsecond=0)
     start = now_min - timedelta(minutes=ctx.params.history_minutes + 2)
-    return [truncate_ms(start + timedelta(minutes=k)) for k in range(ctx.params.history_minutes)]
+    return [table_time(start + timedelta(minutes=k)) for k in range(ctx.params.history_minutes)]
 
 
 # --- rows: business rows counted, never deleted -------------------------------------------------
@@ -228,7 +228,7 @@ def rows(ctx: KindContext) -> KindLine:
         history = _minutes(ctx)
         _insert_orders(ctx, r_insert, [(1, moment, k) for k, moment in enumerate(history)])
         engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=utc_now())
-        _insert_orders(ctx, r_insert, [(2, truncate_ms(utc_now()), 0)])
+        _insert_orders(ctx, r_insert, [(2, table_time(utc_now()), 0)])
         return _read_p99(
             ctx,
             r_client,

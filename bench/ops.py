@@ -31,7 +31,7 @@ from counters import compaction
 from counters.client import CounterClient, Increment
 from counters.config import Family
 from counters.connection import BULK_PROFILE, Connection
-from counters.core import shard_bounds, truncate_ms, write_timestamp
+from counters.core import shard_bounds, table_time, write_timestamp
 from counters.schema import q
 
 # --- accounting ----------------------------------------------------------------------------
@@ -233,14 +233,14 @@ class Dataset:
 
     @property
     def epoch(self) -> datetime:
-        return truncate_ms(self.t0 + self.step * self.rows + timedelta(seconds=1))
+        return table_time(self.t0 + self.step * self.rows + timedelta(seconds=1))
 
     @staticmethod
     def increment(i: int, j: int) -> int:
         return 1 + (7 * i + 13 * j) % 100
 
     def time(self, i: int, j: int) -> datetime:
-        return truncate_ms(self.t0 + self.step * j + timedelta(milliseconds=i % 997))
+        return table_time(self.t0 + self.step * j + timedelta(milliseconds=i % 997))
 
     def total(self, i: int) -> int:
         return sum(self.increment(i, j) for j in range(self.rows))
@@ -583,7 +583,7 @@ def write_folded_compact_rows(
     store = Store(conn, family)
     epoch_ms = to_millis(epoch)
     pending = tuple(
-        (to_millis(truncate_ms(epoch - timedelta(seconds=6 * j + 1))), "bench", j)
+        (to_millis(table_time(epoch - timedelta(seconds=6 * j + 1))), "bench", j)
         for j in range(pending_rows)
     )
     by_bucket: dict[tuple[int, int], list[tuple[tuple, int]]] = {}

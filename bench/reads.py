@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from counters import engine
 from counters.client import Increment
-from counters.core import truncate_ms, write_timestamp
+from counters.core import table_time, write_timestamp
 
 from .harness import Bench
 from .ops import (
@@ -23,7 +23,7 @@ def reads(bench: Bench) -> None:
     now_min = utc_now().replace(second=0, microsecond=0)
     start = now_min - timedelta(minutes=p.history_minutes)
     history = [
-        (truncate_ms(start + timedelta(minutes=k)), 1 + k % 50) for k in range(p.history_minutes)
+        (table_time(start + timedelta(minutes=k)), 1 + k % 50) for k in range(p.history_minutes)
     ]
     keys = {
         "compacted": ("lat-compacted",),
@@ -41,7 +41,7 @@ def reads(bench: Bench) -> None:
             for k, (at, inc) in enumerate(history)
         ]
     )
-    fresh_at = truncate_ms(utc_now())
+    fresh_at = table_time(utc_now())
     client.record([Increment(keys["fresh"], 5, fresh_at, ("lat", 0))])
     # Kept compact by the job: one run over the backlog, then per-minute runs.
     runs = []

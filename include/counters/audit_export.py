@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .core import to_text, utc_naive
+from .core import stamp, to_text, utc_naive
 from .status import AUDIT_COLUMNS, JSON_COLUMNS, AuditRow, csv_cells
 
 if TYPE_CHECKING:
@@ -59,8 +59,7 @@ def check_format(name: str) -> str:
 
 
 def filename(family: str, fmt: str, now: datetime | None = None) -> str:
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return f"audit_{family}_{stamp}.{fmt}"
+    return f"audit_{family}_{stamp(now or datetime.now(UTC))}.{fmt}"
 
 
 def _batches(rows: Iterable[AuditRow], size: int) -> Iterator[list[AuditRow]]:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from .config import Discovery, Family
 from .connection import Connection
-from .core import Key, minute_ms, truncate_ms, utc_naive, write_timestamp
+from .core import Key, minute_ms, table_time, write_timestamp
 from .store import Store
 
 
@@ -122,7 +122,7 @@ class CounterClient:
         event = Increment(
             counter=as_key(counter),
             increment=amount,
-            time=truncate_ms(utc_naive(at or datetime.now(UTC))),
+            time=table_time(at or datetime.now(UTC)),
             identity=identity if identity is not None else self.store.keys.fresh_identity(),
         )
         self.record([event])
@@ -176,7 +176,7 @@ class CounterClient:
                 f"{self.family.rules.counts}, not members; add_member is for a unique family"
             )
         pairs = [(as_key(counter), member) for counter, member in items]
-        now = truncate_ms(utc_naive(at or datetime.now(UTC)))
+        now = table_time(at or datetime.now(UTC))
         if self.family.discovery is Discovery.INDEX:
             self.store.index.mark_touched(key for key, _member in pairs)
         outcomes = self.store.raw.add_members(pairs, now)

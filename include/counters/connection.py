@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import cassandra
@@ -38,7 +38,7 @@ from cassandra.timestamps import MonotonicTimestampGenerator
 
 from .connection_settings import ConnectionConfigError as ConnectionConfigError
 from .connection_settings import ConnectionSettings
-from .core import ClockOffset
+from .core import ClockOffset, from_micros
 
 BULK_PROFILE = "bulk"
 """Execution profile for engine reads: rows as plain tuples (cheaper than named tuples)."""
@@ -99,7 +99,7 @@ class ClusterClock:
 
     def now(self) -> datetime:
         """The cluster's time now, naive UTC."""
-        return datetime(1970, 1, 1) + timedelta(microseconds=self.micros())
+        return from_micros(self.micros())
 
     def fresh(self) -> bool:
         """Measured less than ``CLOCK_REUSE_S`` ago, and the host's clock not stepped since."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from .config import BrokenEntry, Family
 from .connection import Connection
-from .core import ClockOffset, clock_refusal, clock_tolerance, to_text, utc_naive
+from .core import ClockOffset, clock_refusal, clock_tolerance, to_text
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import KnownFamily, Store, known_families
@@ -73,7 +73,7 @@ class FamilyLag:
         if self.problem:
             return f"{self.family.name}\t{self.state.value}\t{self.problem}"
         behind = "never compacted" if self.behind is None else f"{self.behind} behind"
-        epoch = utc_naive(self.epoch).isoformat() if self.epoch else "-"
+        epoch = to_text(self.epoch) if self.epoch else "-"
         line = (
             f"{self.family.name}\t{self.state.value}\t{behind} (limit {self.limit})\tepoch {epoch}"
         )
@@ -170,13 +170,13 @@ class Unconfigured:
             "keyspace": self.keyspace,
             "state": "retired" if self.retired else "unconfigured",
             "healthy": self.healthy,
-            "epoch": utc_naive(self.epoch).isoformat() if self.epoch else None,
+            "epoch": to_text(self.epoch),
             "problem": self.problem,
             "retired": self.retired,
         }
 
     def line(self) -> str:
-        epoch = utc_naive(self.epoch).isoformat() if self.epoch else "-"
+        epoch = to_text(self.epoch) if self.epoch else "-"
         state = "retired" if self.retired else "unconfigured"
         return f"{self.name}\t{state}\t{self.retired or self.problem}\tepoch {epoch}"
 
@@ -219,8 +219,7 @@ def unconfigured(
             "while its entry is there, then remove the entry)"
         )
         retired = (
-            f"retired {utc_naive(family.retired_at).isoformat(timespec='seconds')} by "
-            f"{family.retired_by or '?'}"
+            f"retired {to_text(family.retired_at)} by {family.retired_by or '?'}"
             if family.retired_at is not None
             else None
         )

@@ -19,7 +19,7 @@ from typing import Any
 from cassandra import InvalidRequest
 
 from .config import Family
-from .core import BUCKETS, bucket_of
+from .core import BUCKETS, bucket_of, to_text
 from .schema import TABLES_TABLE, SchemaError, check_table_options, keyspace_metadata
 from .store import MOVING, Ledger, Store, TableOwner
 
@@ -87,7 +87,7 @@ def _fix(field: str, recorded: Any, family: Family) -> str:
 def refusal(family: Family, table: str, owner: TableOwner, current: dict[str, Any]) -> str:
     """Why a run of ``family`` is refused by the recorded owner of ``table`` ('' if it is not)."""
     where = f"{family.keyspace}.{table}"
-    when = f" (recorded {owner.recorded_at:%Y-%m-%d %H:%M} UTC by {owner.recorded_by})"
+    when = f" (recorded {to_text(owner.recorded_at)} by {owner.recorded_by})"
     if owner.recorded_at is None:
         when = ""
     if owner.family != family.name:

@@ -21,7 +21,6 @@ from .compaction.common import (
     Phases,
     cluster_clock,
     cluster_micros,
-    micros,
     new_run_id,
 )
 from .compaction.conclude import audit_record
@@ -38,16 +37,19 @@ from .core import (
     Key,
     Row,
     Tally,
+    aware_utc,
     epoch_for,
     fold_recount,
     format_key,
     from_millis,
+    legacy_text,
     needs_pending,
     restored_version,
     rows_that_fit,
+    table_time,
+    to_micros,
     to_millis,
-    truncate_ms,
-    utc_naive,
+    to_text,
     versioned_by_copy,
 )
 from .errors import ChecksFailed, EngineError
@@ -79,11 +81,13 @@ def _resettable(family: Family, counter: Key, at: datetime | None, now: datetime
     refusal = family.rules.reset_refusal
     if refusal is not None:
         raise EngineError(f"family {family.name!r}: {refusal}")
-    current = truncate_ms(utc_naive(now))
-    if at is not None and truncate_ms(utc_naive(at)) > current:
+    if at is not None:  # a person's point: refused when naive, before anything else
+        aware_utc(at, f"family {family.name!r} counter {format_key(counter)}: reset point at=")
+    current = table_time(now)
+    if at is not None and table_time(at) > current:
         raise EngineError(
             f"family {family.name!r} counter {format_key(counter)}: reset point "
-            f"{utc_naive(at).isoformat()} is in the future (now {current.isoformat()}): readers "
+            f"{to_text(at)} is in the future (now {to_text(current)}): readers "
             "would not see the increments before it until a run folds them; choose a point at "
             "or before now"
         )
@@ -97,6 +101,18 @@ class ResetPoint:
     reset_id: str
     at: datetime
     already_done: bool
+
+
+def reset_id_of(counter: Key, point: datetime) -> str:
+    """The id of a reset given none (``reset:IBM@2026-11-26T12:29:00.000Z``): its counter and
+    point, so a repeat of it is found done."""
+    return f"reset:{format_key(counter)}@{to_text(point)}"
+
+
+def legacy_reset_id(counter: Key, point: datetime) -> str:
+    """``reset_id_of`` as earlier versions wrote it (``reset:IBM@2026-11-26T12:29:00``): a
+    counter whose last commit is such a reset is found done by a repeat after an upgrade."""
+    return f"reset:{format_key(counter)}@{legacy_text(point)}"
 
 
 def decide_reset(
@@ -123,23 +139,24 @@ def decide_reset(
         and to_millis(current) - base.origin_ms < _window_ms()
     ):
         point = from_millis(base.origin_ms)
-        return ResetPoint(f"reset:{format_key(counter)}@{point.isoformat()}", point, True)
-    point = default_reset_point(current, family.lag) if at is None else truncate_ms(utc_naive(at))
+        return ResetPoint(reset_id_of(counter, point), point, True)
+    point = default_reset_point(current, family.lag) if at is None else table_time(at)
     point_ms = to_millis(point)
     given_id = reset_id is not None
-    reset_id = reset_id or f"reset:{format_key(counter)}@{point.isoformat()}"
-    if base.run_id == reset_id or (not given_id and base.origin_ms == point_ms):
+    reset_id = reset_id or reset_id_of(counter, point)
+    done_by = {reset_id} if given_id else {reset_id, legacy_reset_id(counter, point)}
+    if base.run_id in done_by or (not given_id and base.origin_ms == point_ms):
         return ResetPoint(reset_id, point, already_done=True)
     if base.epoch_ms is not None and point_ms < base.epoch_ms:
         raise EngineError(
             f"family {family.name!r} counter {format_key(counter)}: reset point "
-            f"{point.isoformat()} is before its compacted epoch; increments after the reset "
+            f"{to_text(point)} is before its compacted epoch; increments after the reset "
             "point are already folded in, choose a later point"
         )
     if base.high_ms is not None and point_ms < base.high_ms:
         raise EngineError(
             f"family {family.name!r} counter {format_key(counter)}: reset point "
-            f"{point.isoformat()} is before {from_millis(base.high_ms).isoformat()}, the "
+            f"{to_text(point)} is before {to_text(from_millis(base.high_ms))}, the "
             "epoch an earlier commit folded it to (its late backlog is still being folded); "
             "increments after the reset point are already folded in, choose a later point"
         )
@@ -345,7 +362,7 @@ def reset_counter(
         if family.archive is None or _archived(
             store, shard, bucket, reset_id, committed, started_at
         ):
-            ts = max(cluster_micros(store), micros(current), at_ms * 1000 + 1000)
+            ts = max(cluster_micros(store), to_micros(current), at_ms * 1000 + 1000)
             deleted = store.raw.delete_rows([(counter, list(committed.pending))], ts)
         else:  # no values of the rows to archive: the next run commits and archives them
             store.index.mark_touched([counter])
@@ -358,10 +375,10 @@ def reset_counter(
         tally=Tally(counters_committed=1, rows_deleted=deleted),
         phases=Phases(),
         message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
-        f"{at.isoformat()} ({deleted} raw row(s) consumed{left})",
+        f"{to_text(at)} ({deleted} raw row(s) consumed{left})",
         started_at=started_at,
     )
-    parameters = {"counter": format_key(counter), "at": at.isoformat(), "reset_id": reset_id}
+    parameters = {"counter": format_key(counter), "at": to_text(at), "reset_id": reset_id}
     store.audit.write({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(
         counter, reset_id, at, value_before, already_done=False, rows_deleted=deleted
@@ -377,7 +394,7 @@ def _one_commit(family: Family, counter: Key, rows: Sequence[Row], at: datetime)
     if rows_that_fit(rows, MAX_FOLD_ROWS, most_bytes) >= len(rows):
         return
     raise EngineError(
-        f"family {family.name!r} counter {format_key(counter)}: a reset at {at.isoformat()} "
+        f"family {family.name!r} counter {format_key(counter)}: a reset at {to_text(at)} "
         f"would consume {len(rows)} raw row(s), more than one commit carries ({MAX_FOLD_ROWS} "
         f"rows, {most_bytes // 2**20} MiB of row keys: the node refuses a request over "
         "native_transport_max_message_size, 16 MiB by default). Nothing was changed; let the "
@@ -610,7 +627,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     store.control.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
-        f"{from_millis(checkpoint.epoch_ms).isoformat() if checkpoint.epoch_ms else None}"
+        f"{to_text(from_millis(checkpoint.epoch_ms)) if checkpoint.epoch_ms else None}"
         if checkpoint is not None
         else "no ledger checkpoint (never committed)"
     )

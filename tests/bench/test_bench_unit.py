@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from counters.compaction.common import micros
+from counters.compaction.common import cluster_micros
 from counters.config import parse_catalog
 
 from bench import dags as bench_dags
@@ -38,8 +38,8 @@ def test_percentile_is_nearest_rank():
 def test_a_failed_engine_step_is_named_by_its_module_and_function():
     """The limits section's ``failed_in``: the innermost engine step an error passed through."""
     with pytest.raises(AttributeError) as in_step:
-        micros("not a datetime")  # type: ignore[arg-type]
-    assert engine_step_failed_in(in_step.value) == "common.micros"
+        cluster_micros("not a store")  # type: ignore[arg-type]
+    assert engine_step_failed_in(in_step.value) == "common.cluster_clock"
     with pytest.raises(ValueError) as elsewhere:
         int("x")
     assert engine_step_failed_in(elsewhere.value) is None

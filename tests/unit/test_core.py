@@ -39,8 +39,8 @@ from counters.core import (
     split_refused_range,
     spread,
     state_commit,
+    table_time,
     to_millis,
-    truncate_ms,
     unpack_state,
     whole_bucket,
 )
@@ -78,7 +78,7 @@ class TestEpoch:
             epoch_for(T0, lag)
 
     def test_truncate_ms_drops_microseconds(self):
-        assert truncate_ms(datetime(2026, 1, 1, 0, 0, 0, 999999)).microsecond == 999000
+        assert table_time(datetime(2026, 1, 1, 0, 0, 0, 999999)).microsecond == 999000
 
 
 class TestShards:

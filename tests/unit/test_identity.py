@@ -33,7 +33,8 @@ def test_a_kind_change_is_refused_naming_the_field_and_the_fix():
     assert 'field \'kind\' is "increments" in the YAML but "rows" since the first commit' in reason
     assert "field 'retention' is \"delete\"" in reason  # a rows family keeps its rows
     assert (
-        "set 'kind: rows' back" in reason and "(recorded 2026-11-01 12:00 UTC by run-1)" in reason
+        "set 'kind: rows' back" in reason
+        and "(recorded 2026-11-01T12:00:00.000Z by run-1)" in reason
     )
 
 

@@ -32,7 +32,7 @@ def test_command_cleans_every_table_before_the_cutoff_without_archive_or_prompt(
         "db",
         "clean",
         "--clean-before-timestamp",
-        "2026-11-12T03:17:00+00:00",
+        "2026-11-12T03:17:00.000Z",
         "--skip-archive",
         "--yes",
         "--error-on-cleanup-failure",

@@ -34,7 +34,7 @@ def decide(
 def test_without_a_point_it_is_now_less_the_lag_truncated_to_the_minute() -> None:
     point = decide()
     assert point == ResetPoint(
-        "reset:IBM@2026-11-26T12:29:00", datetime(2026, 11, 26, 12, 29), False
+        "reset:IBM@2026-11-26T12:29:00.000Z", datetime(2026, 11, 26, 12, 29), False
     )
 
 
@@ -65,7 +65,7 @@ def test_a_given_point_within_the_window_is_a_new_reset_not_a_repeat() -> None:
     recent = Checkpoint(origin_ms=to_millis(NOW - timedelta(minutes=5)))
     at = datetime(2026, 11, 26, 12, 28)
     assert decide(recent, at=at) == ResetPoint(
-        "reset:IBM@2026-11-26T12:28:00", at, already_done=False
+        "reset:IBM@2026-11-26T12:28:00.000Z", at, already_done=False
     )
 
 
@@ -82,3 +82,15 @@ def test_a_point_before_the_compacted_epoch_is_refused_naming_the_counter() -> N
     with pytest.raises(EngineError, match=r"'trades' counter IBM: reset point 2026-11-26T12:05"):
         decide(base, at=datetime(2026, 11, 26, 12, 5))
     assert not decide(base, at=datetime(2026, 11, 26, 12, 10)).already_done
+
+
+def test_a_reset_an_earlier_version_made_is_found_done_by_its_old_id() -> None:
+    """Reset ids carry their point as ``to_text`` writes it; a counter whose last commit is a
+    reset an earlier version made (its id with ``isoformat()``'s point, and no ``origin_ms``:
+    before ``counterctl init`` recovers it) is found done by a repeat, not reset again."""
+    at = datetime(2026, 11, 26, 12, 0)
+    old = Checkpoint(value=0, epoch_ms=to_millis(at), run_id="reset:IBM@2026-11-26T12:00:00")
+    assert decide(old, at=at) == ResetPoint("reset:IBM@2026-11-26T12:00:00.000Z", at, True)
+    assert not decide(old, at=at, reset_id="ticket-10").already_done  # a given id: its own
+    other = Checkpoint(value=0, epoch_ms=to_millis(at), run_id="reset:IBM@2026-11-26T11:59:00")
+    assert not decide(other, at=at).already_done

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Final, Literal
 
 from ..config import Alerts, Family, parse_duration
-from ..core import utc_naive
+from ..core import from_text, to_text, utc_naive
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class Streak:
 
     def to_json(self) -> str:
         data = asdict(self)
-        data["since"] = self.since.isoformat()
-        data["last_sent"] = self.last_sent.isoformat()
+        data["since"] = to_text(self.since)
+        data["last_sent"] = to_text(self.last_sent)
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -90,8 +90,8 @@ class Streak:
         try:
             data = json.loads(text)
             return cls(
-                since=datetime.fromisoformat(data["since"]),
-                last_sent=datetime.fromisoformat(data["last_sent"]),
+                since=from_text(data["since"]),  # earlier versions': isoformat(), read too
+                last_sent=from_text(data["last_sent"]),
                 failures=int(data["failures"]),
                 last_run=str(data["last_run"]),
                 first=str(data.get("first") or ""),

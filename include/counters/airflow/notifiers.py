@@ -32,6 +32,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier
 
 from ..config import Alerts, Family
+from ..core import to_text
 from .alerting import (
     DEFAULT_REMIND_EVERY,
     FAILING,
@@ -180,7 +181,7 @@ class Alert:
         return replace(
             self,
             kind=names[kind, notice],
-            since=streak.since.isoformat() if streak else self.since,
+            since=to_text(streak.since) if streak else self.since,
             failures=streak.failures if streak else self.failures,
         )
 
@@ -434,7 +435,7 @@ def notify_recovery(
                 f"Family {family} is {'compacting again' if kind == FAILING else 'fresh again'}"
                 f" after {ended} ({before.failures} "
                 f"{'failed run(s)' if kind == FAILING else 'stale check(s)'} since "
-                f"{before.since.isoformat()} UTC; the first: {before.first})."
+                f"{to_text(before.since)}; the first: {before.first})."
             ),
         ).for_streak(kind, "recovered", before)
         deliver(alert, channels, context)

@@ -680,7 +680,7 @@ def db_clean_command(python: str, before: datetime) -> list[str]:
         "db",
         "clean",
         "--clean-before-timestamp",
-        before.astimezone(UTC).isoformat(),
+        to_text(before),
         "--skip-archive",
         "--yes",
         "--error-on-cleanup-failure",
@@ -705,7 +705,7 @@ def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
     retention = metadata_retention(os.environ)
     before = (now or datetime.now(UTC)) - retention
     command = db_clean_command(sys.executable, before)
-    log.info("cleaning Airflow metadata older than %s: %s", before.isoformat(), " ".join(command))
+    log.info("cleaning Airflow metadata older than %s: %s", to_text(before), " ".join(command))
     done = subprocess.run(
         command,
         env=db_clean_env(os.environ),
@@ -719,8 +719,8 @@ def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
         raise RuntimeError(
-            f"airflow db clean (rows before {before.isoformat()}, retention "
+            f"airflow db clean (rows before {to_text(before)}, retention "
             f"{METADATA_RETENTION_ENV}={retention.days}) exited {done.returncode}: "
             + " | ".join(tail)
         )
-    return {"clean_before": before.astimezone(UTC).isoformat(), "retention_days": retention.days}
+    return {"clean_before": to_text(before), "retention_days": retention.days}

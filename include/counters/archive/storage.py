@@ -25,7 +25,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from ..config import CHECKOUT, ConfigError, Family, local_folder
-from ..core import utc_naive
+from ..core import day_text, utc_naive
 from ..errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def family_root(family: Family) -> ObjectStoragePath:
 
 def day_of(moment: datetime) -> str:
     """The day folder of a run started at ``moment`` (UTC)."""
-    return utc_naive(moment).strftime("%Y-%m-%d")
+    return day_text(moment)
 
 
 def part_name(run_id: str, shard: int, part: int = 0) -> str:

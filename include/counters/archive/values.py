@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..core import day_text
+
 ROW_CARRIED = 4
 """Flag of a row the commit carried from its base (counted before, still present): if no
 archive holds it yet, the cleanup archives it only if it is still there (``read_rows_at``)."""
@@ -102,7 +104,7 @@ def encoded_values(cql_type: str, column: pa.Array | pa.ChunkedArray) -> list[An
     if arrow_type(cql_type) == TIMESTAMP:
         return column.cast(pa.int64()).to_pylist()
     if arrow_type(cql_type) == pa.date32():
-        return [None if v is None else v.isoformat() for v in column.to_pylist()]
+        return [None if v is None else day_text(v) for v in column.to_pylist()]
     values = column.to_pylist()
     if cql_type == "varint":
         return [None if v is None else int(v) for v in values]

@@ -7,6 +7,7 @@ import sys
 import click
 
 from .. import audit_export
+from ..core import to_text
 from ..status import AuditRow
 from ..store import Store
 from .common import Context, Failure, parse_time_option, pass_context, reported
@@ -93,7 +94,7 @@ def _print_audit_table(rows: list[AuditRow]) -> None:
     for r in rows:
         who = r.airflow_user or (f"{r.os_user}@{r.host}" if r.os_user else "-")
         click.echo(
-            f"{r.started_at:%Y-%m-%d %H:%M:%S}\t{r.run_id}\t{r.action}\t{r.outcome}\t"
-            f"{r.epoch_after}\t{r.counters}\t{r.rows_folded}\t{r.sum_folded}\t"
+            f"{to_text(r.started_at)}\t{r.run_id}\t{r.action}\t{r.outcome}\t"
+            f"{to_text(r.epoch_after)}\t{r.counters}\t{r.rows_folded}\t{r.sum_folded}\t"
             f"{r.late_rows}\t{r.rows_deleted}\t{who} ({r.triggered_by or '-'})"
         )

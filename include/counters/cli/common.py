@@ -26,7 +26,7 @@ from ..connection import (
     ConnectionSettings,
     connect,
 )
-from ..core import Key, parse_epoch, to_text
+from ..core import Key, day_text, parse_moment, to_text
 from ..schema import SchemaError
 from ..store import Store
 
@@ -280,7 +280,7 @@ def _json_value(value: object) -> object:
     if isinstance(value, datetime):
         return to_text(value)
     if isinstance(value, date):
-        return value.isoformat()
+        return day_text(value)
     return str(value)
 
 
@@ -290,11 +290,12 @@ def echo_json(data: object) -> None:
 
 
 def parse_time_option(value: str | None, option: str) -> datetime | None:
-    """An option's time (ISO 8601, UTC if no offset); a bad one exits 2 naming the option."""
+    """An option's time (ISO 8601, UTC if no offset), tz-aware UTC to the millisecond (what
+    the write API takes); a bad one exits 2 naming the option."""
     if value is None:
         return None
     try:
-        return parse_epoch(value)
+        return parse_moment(value)
     except ValueError as exc:
         raise Failure(f"{option}: {exc}", 2) from exc
 

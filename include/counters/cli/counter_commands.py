@@ -9,7 +9,7 @@ import click
 
 from .. import engine
 from ..config import Family
-from ..core import format_key
+from ..core import format_key, to_text
 
 if TYPE_CHECKING:
     from ..recount import RecountReport
@@ -86,7 +86,7 @@ def reset_command(
                 confirm(
                     yes,
                     f"{family.name}: reset {format_key(key)} from {plan.value_before} to 0 at "
-                    f"{plan.at.isoformat()} ({plan.rows_deleted} raw row(s) consumed)?",
+                    f"{to_text(plan.at)} ({plan.rows_deleted} raw row(s) consumed)?",
                 )
             result = engine.reset_counter(store, key, moment, reset_id)
         except engine.EngineError as exc:
@@ -117,13 +117,13 @@ def _print_reset(family: Family, result: engine.ResetResult, as_json: bool, dry_
             f"{result.rows_deleted} raw row(s)"
         )
         click.echo(
-            f"{family.name}: {format_key(result.counter)} at {result.at.isoformat()}: {what} "
+            f"{family.name}: {format_key(result.counter)} at {to_text(result.at)}: {what} "
             f"(id {result.reset_id}; dry run, nothing changed)"
         )
         return
     state = "already done" if result.already_done else f"was {result.value_before}"
     click.echo(
-        f"{family.name}: {format_key(result.counter)} reset to 0 at {result.at.isoformat()} "
+        f"{family.name}: {format_key(result.counter)} reset to 0 at {to_text(result.at)} "
         f"({state}; {result.rows_deleted} raw row(s) consumed; id {result.reset_id})"
     )
 

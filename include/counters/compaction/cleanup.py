@@ -17,6 +17,7 @@ from ..core import (
     Key,
     format_key,
     lowest_floor,
+    to_micros,
 )
 from ..rowkeys import CountedKeys
 from ..store import Store
@@ -27,7 +28,6 @@ from .common import (
     cluster_clock,
     cluster_micros,
     collector_relaxed,
-    micros,
     no_fault,
     peak_rss_mib,
 )
@@ -117,7 +117,7 @@ def cleanup_shard(
         report.archive_seconds = archived.seconds
     # tombstones newer than any write so far (the cluster's clock, whatever ``now`` the run
     # was planned with) and than the epoch: retries of the deleted rows stay deleted
-    now_us = cluster_micros(store) if now is None else max(cluster_micros(store), micros(now))
+    now_us = cluster_micros(store) if now is None else max(cluster_micros(store), to_micros(now))
 
     deleted_by_commit: list[tuple[int, Any, int]] = []  # (bucket, commit id, rows deleted)
 

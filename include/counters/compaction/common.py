@@ -20,6 +20,7 @@ from ..core import (
     Key,
     Tally,
     clock_refusal,
+    stamp,
 )
 from ..errors import ClockSkew
 from ..store import COMMIT_CHUNK, Store
@@ -94,15 +95,9 @@ def no_fault(point: str) -> None:
 
 
 def new_run_id(prefix: str = "cli") -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
-
-
-def micros(moment: datetime) -> int:
-    """A time (aware, or naive UTC) in µs since the Unix epoch."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1_000_000)
+    """A run's id (``cli-20261122T100000Z-1a2b3c``): unique, and sorting by when it began.
+    Opaque to every reader (earlier versions' ids had no ``Z``)."""
+    return f"{prefix}-{stamp(datetime.now(UTC))}-{secrets.token_hex(3)}"
 
 
 def cluster_clock(store: Store) -> ClusterClock:
@@ -185,9 +180,6 @@ class ShardReport:
             float(data.get("peak_rss_mib", 0.0)),
             str(data.get("execution", "")),
         )
-
-
-EPOCH0 = datetime(1970, 1, 1)
 
 
 # --- compact -----------------------------------------------------------------------------

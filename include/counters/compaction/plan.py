@@ -11,17 +11,17 @@ from typing import Any
 from ..audit import Provenance
 from ..config import Discovery, Family
 from ..core import (
+    EARLIEST,
     from_text,
+    table_time,
     to_millis,
     to_text,
-    truncate_ms,
     utc_naive,
 )
 from ..errors import EpochInFuture
 from ..identity import check_family
 from ..store import Store
 from .common import (
-    EPOCH0,
     SMALL_RUN_COUNTERS,
     cluster_clock,
 )
@@ -144,7 +144,7 @@ def decide_plan(
     table, finding rows of every writer) with ``discovery: scan``, or when the family's last
     sweep is older than its ``sweep_interval``.
     """
-    epoch = truncate_ms(utc_naive(epoch))
+    epoch = table_time(epoch)
     now = utc_naive(now or datetime.now(UTC))
     if epoch > now - family.lag:
         raise EpochInFuture(
@@ -194,7 +194,7 @@ def sweep_due(
     if last_sweep is None or cheap_sweep(family, last_size):
         return True
     interval = family.sweep_interval
-    since_point = (utc_naive(now) - EPOCH0 - family.sweep_phase) % interval
+    since_point = (utc_naive(now) - EARLIEST - family.sweep_phase) % interval
     return utc_naive(last_sweep) < utc_naive(now) - since_point
 
 

@@ -31,8 +31,6 @@ from ..core import (
     shared_floor,
     to_millis,
     to_text,
-    truncate_ms,
-    utc_naive,
     whole_bucket,
 )
 from ..errors import EngineError, LeaseHeld
@@ -103,7 +101,7 @@ def compact_shard(
 ) -> ShardReport:
     """Fold, commit, copy and verify every counter of the shard with rows at or below
     ``epoch``: the touched counters, or every counter when the run sweeps."""
-    epoch_ms = to_millis(truncate_ms(utc_naive(epoch)))
+    epoch_ms = to_millis(epoch)
     report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
     cluster_clock(store)  # a host whose clock is off is refused before any write
     check_family(  # before any write

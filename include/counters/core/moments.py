@@ -1,10 +1,24 @@
-"""Time as the tables hold it: naive UTC to the millisecond, epochs, write timestamps."""
+"""Time, in one module: the form the tables hold (naive UTC to the millisecond), epochs,
+write timestamps, and every time written as text (``to_text``, the one format; file and folder
+stamps; a chart's labels). No other module formats a time (``test_architecture_time.py``).
+
+Inside the engine a time is naive UTC, as Cassandra returns it; a time handed in by a user's
+code is refused when naive (``aware_utc``): ``datetime.now()`` is this host's local time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import overload
+
+import pendulum
+
+EARLIEST = datetime(1970, 1, 1)
+"""The Unix epoch, naive UTC: the earliest time a table holds, and the zero of every ms and µs."""
+
+TEXT_FORMAT_EXAMPLE = "2026-11-22T10:00:00.000Z"
+STAMP_SECONDS = "%Y%m%dT%H%M%SZ"
+STAMP_MICROS = "%Y%m%dT%H%M%S.%fZ"
 
 
 def utc_naive(moment: datetime) -> datetime:
@@ -14,17 +28,44 @@ def utc_naive(moment: datetime) -> datetime:
     return moment
 
 
+def aware_utc(moment: datetime, what: str) -> pendulum.DateTime:
+    """A time handed to the write API (``what`` names the family and the argument), as a
+    tz-aware UTC time; a naive one is refused: nothing says whether it is UTC or the caller's
+    local time (``datetime.now()``), and a wrong guess moves a row by hours."""
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{what}: expected a datetime, got {moment!r}")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(
+            f"{what}: {moment!r} is a naive datetime (no tzinfo), which may be UTC or this "
+            "host's local time; pass a tz-aware time, e.g. datetime(2026, 11, 25, 14, 30, "
+            "tzinfo=UTC), datetime.now(UTC) or pendulum.now('UTC')"
+        )
+    return pendulum.instance(moment).in_timezone("UTC")
+
+
 def to_millis(moment: datetime) -> int:
-    moment = utc_naive(moment)
-    return int((moment - datetime(1970, 1, 1)) // timedelta(milliseconds=1))
+    return (utc_naive(moment) - EARLIEST) // timedelta(milliseconds=1)
 
 
 def from_millis(millis: int) -> datetime:
-    return datetime(1970, 1, 1) + timedelta(milliseconds=millis)
+    return EARLIEST + timedelta(milliseconds=millis)
 
 
-def truncate_ms(moment: datetime) -> datetime:
-    """Cassandra ``timestamp`` has millisecond precision; so do epochs."""
+def to_micros(moment: datetime) -> int:
+    """A time in µs since the Unix epoch, in integers (a float timestamp rounds off the last
+    µs); naive is UTC, the tables' form, never this host's local time."""
+    return (utc_naive(moment) - EARLIEST) // timedelta(microseconds=1)
+
+
+def from_micros(micros: int) -> datetime:
+    """``to_micros``'s inverse, naive UTC."""
+    return EARLIEST + timedelta(microseconds=micros)
+
+
+def table_time(moment: datetime) -> datetime:
+    """A time as a table holds it: naive UTC to the millisecond (Cassandra's ``timestamp``).
+    The one normalisation of an epoch, a reset point or a row's time: the run's plan, a
+    shard's fold and the client all take their times through here."""
     return from_millis(to_millis(moment))
 
 
@@ -36,7 +77,7 @@ def epoch_for(scheduled: datetime, lag: timedelta) -> datetime:
     if lag <= timedelta(0):
         raise ValueError(f"lag must be positive, got {lag}")
     minute = utc_naive(scheduled).replace(second=0, microsecond=0)
-    return truncate_ms(minute - lag)
+    return table_time(minute - lag)
 
 
 def minute_ms(moment: datetime) -> int:
@@ -47,7 +88,13 @@ def minute_ms(moment: datetime) -> int:
 def parse_epoch(text: str) -> datetime:
     """An epoch given by a person (``--epoch``, the DAG's ``epoch`` param): ISO 8601, UTC when
     it has no offset, millisecond precision. ``ValueError`` names the text."""
-    return truncate_ms(from_text(text))
+    return table_time(from_text(text))
+
+
+def parse_moment(text: str) -> pendulum.DateTime:
+    """A time given by a person (``--at``, ``--since``): ISO 8601, UTC when it has no offset,
+    to the millisecond, as a tz-aware UTC time (what the write API takes)."""
+    return pendulum.instance(parse_epoch(text), tz="UTC")
 
 
 def run_epoch(scheduled: datetime, lag: timedelta, override: str | None = None) -> datetime:
@@ -62,9 +109,10 @@ def to_text(moment: datetime) -> str: ...
 @overload
 def to_text(moment: None) -> None: ...
 def to_text(moment: datetime | None) -> str | None:
-    """A time as text, the one format every output uses (XCom, JSON, exports, the UI, messages):
-    ISO 8601 in UTC to the millisecond, with ``Z`` (``2026-11-22T10:00:00.000Z``); the tables
-    hold milliseconds, so nothing a reader compares is lost. ``from_text`` reads it back."""
+    """A time as text, the one format every output uses (XCom, JSON, exports, the UI, audit
+    rows, messages): ISO 8601 in UTC to the millisecond, with ``Z``
+    (``2026-11-22T10:00:00.000Z``); the tables hold milliseconds, so nothing a reader compares
+    is lost. A naive time is UTC (the tables' form). ``from_text`` reads it back."""
     if moment is None:
         return None
     return utc_naive(moment).isoformat(timespec="milliseconds") + "Z"
@@ -75,15 +123,43 @@ def from_text(text: str) -> datetime: ...
 @overload
 def from_text(text: None) -> None: ...
 def from_text(text: str | None) -> datetime | None:
-    """``to_text``'s inverse: naive UTC (any ISO 8601 text is read; no offset means UTC).
+    """``to_text``'s inverse, naive UTC, and tolerant: any ISO 8601 time is read (no offset
+    means UTC), so the forms earlier versions stored (``isoformat()``: no milliseconds, no
+    ``Z``, or ``+00:00``; a space for the ``T``) and ``stamp``'s basic form still read.
     ``ValueError`` names the text."""
     if text is None:
         return None
     try:
         moment = datetime.fromisoformat(str(text).strip())
     except ValueError:
-        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. 2026-11-22T10:00:00)") from None
+        raise ValueError(f"not an ISO 8601 time: {text!r} (e.g. {TEXT_FORMAT_EXAMPLE})") from None
     return utc_naive(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+def legacy_text(moment: datetime) -> str:
+    """A time as versions before ``to_text`` wrote it into ids (``isoformat()`` of naive UTC:
+    no ``Z``, and no fraction when it is zero): only to recognise what they stored."""
+    return utc_naive(moment).isoformat()
+
+
+def stamp(moment: datetime, *, micros: bool = False) -> str:
+    """A time as a file or folder name, or a run id's part: ISO 8601's basic form in UTC
+    (``20261122T100000Z``; with ``micros``, ``20261122T100000.123456Z``), no ``:`` (which
+    some file systems refuse) and sorting as time does. ``from_text`` reads both back."""
+    return utc_naive(moment).strftime(STAMP_MICROS if micros else STAMP_SECONDS)
+
+
+def day_text(day: date | datetime) -> str:
+    """A day as text (``2026-11-22``: day folders, date key values); a time's day is its UTC
+    day."""
+    if isinstance(day, datetime):
+        day = utc_naive(day).date()
+    return day.isoformat()
+
+
+def clock_label(moment: datetime, with_day: bool) -> str:
+    """A chart axis's label of a time: ``10:05``, or ``11-22 10:05`` with its day (UTC)."""
+    return utc_naive(moment).strftime("%m-%d %H:%M" if with_day else "%H:%M")
 
 
 def write_timestamp(moment: datetime) -> int:

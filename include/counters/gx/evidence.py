@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_DEV_ENV, ConfigError, local_folder
+from ..core import day_text, from_text, stamp
 from . import checks
 
 if TYPE_CHECKING:
@@ -111,8 +112,7 @@ def family_root(family: str, location: str | os.PathLike[str] | None = None) -> 
 
 def folder_name(run_time: datetime, run_id: str) -> str:
     """``<run time>__<run name>``: sorts by time; names the run (``checks.run_name``)."""
-    stamp = run_time.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{stamp}__{checks.run_name(run_id)}"
+    return f"{stamp(run_time, micros=True)}__{checks.run_name(run_id)}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Stored:
 
     @property
     def run_time(self) -> datetime:
-        return datetime.strptime(self.folder.split("__", 1)[0], "%Y%m%dT%H%M%S.%fZ")
+        return from_text(self.folder.split("__", 1)[0])
 
 
 def keep(
@@ -147,7 +147,7 @@ def keep(
     Then prunes the family's days older than the kept age. The page is rendered on demand."""
     now = now or datetime.now(UTC)
     root = family_root(family, location)
-    target = root / now.astimezone(UTC).strftime("%Y-%m-%d") / folder_name(now, run_id)
+    target = root / day_text(now) / folder_name(now, run_id)
     target.mkdir(parents=True, exist_ok=True)
     (target / RESULT_FILE).write_text(json.dumps(report.result, default=str, sort_keys=True))
     removed = prune(family, now=now, location=location)

@@ -24,7 +24,7 @@ from cassandra.query import UNSET_VALUE
 
 from .. import schema
 from ..audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
-from ..core import utc_naive
+from ..core import EARLIEST, from_text, utc_naive
 
 if TYPE_CHECKING:
     from ..audit import Provenance
@@ -37,7 +37,6 @@ LEGACY_RESET = re.compile(r"counter (?P<counter>.+) reset from -?\d+ to 0 at (?P
 
 PAGE_ROWS = 1000
 """Rows per request when a read streams (the driver's page) or the upgrade copies."""
-EARLIEST = datetime(1970, 1, 1)
 LATEST = datetime(9999, 12, 31)
 UPGRADE_MARGIN = timedelta(seconds=60)
 """The upgrade deletes the legacy rows written before its start minus this margin (a write
@@ -287,7 +286,7 @@ class AuditLog:
         for outcome, message in self._execute(bound):
             hit = LEGACY_RESET.match(message or "") if outcome == "reset" else None
             if hit:
-                found.append((hit["counter"], utc_naive(datetime.fromisoformat(hit["point"]))))
+                found.append((hit["counter"], from_text(hit["point"])))
         return found
 
     def _legacy_rows_left(self) -> bool:

@@ -394,14 +394,14 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
     after the changed copy, never at the operator's clock, and the next commit's copy is newer
     still: it neither loses to the restored copy nor quarantines the counter again."""
     from counters import maintenance
-    from counters.compaction.common import micros
+    from counters.core import to_micros
 
     family, store, client = make_family()
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
     run(store, epoch)
     hour_us = 3600 * 10**6
-    now_us = micros(datetime.now(UTC))
+    now_us = to_micros(datetime.now(UTC))
     stamp = f" USING TIMESTAMP {now_us + hour_us}" if skew != "operator_clock_ahead" else ""
     store.statements.session.execute(
         f"UPDATE {family.keyspace}.{family.compact_table}{stamp} SET value = 7 WHERE type = 'IBM'"
@@ -413,7 +413,7 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
         # the clock the release would write at, an hour ahead (a host that far off is refused
         # outright: test_clock_skew.py; this is the rule for any clock, the cluster's included)
         monkeypatch.setattr(
-            maintenance, "cluster_micros", lambda *_a: micros(datetime.now(UTC)) + hour_us
+            maintenance, "cluster_micros", lambda *_a: to_micros(datetime.now(UTC)) + hour_us
         )
     engine.release(store, ("IBM",))
     monkeypatch.undo()

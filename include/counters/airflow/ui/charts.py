@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 
+from ...core import clock_label, to_text
+
 WIDTH = 560
 HEIGHT = 170
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 12, 24
@@ -50,7 +52,7 @@ def format_number(value: float) -> str:
 
 
 def _time_label(moment: datetime, span: timedelta) -> str:
-    return moment.strftime("%H:%M" if span <= timedelta(days=1) else "%m-%d %H:%M")
+    return clock_label(moment, with_day=span > timedelta(days=1))
 
 
 def time_chart(
@@ -115,8 +117,7 @@ def time_chart(
 
     def tooltip(point: Point) -> str:
         return escape(
-            point.label
-            or f"{point.at:%Y-%m-%d %H:%M:%S}: {format_number(point.value)} {unit}".strip()
+            point.label or f"{to_text(point.at)}: {format_number(point.value)} {unit}".strip()
         )
 
     if bars:
