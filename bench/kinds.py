@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType
@@ -256,9 +256,14 @@ def unique(ctx: KindContext) -> KindLine:
     with Meter(ctx.bench.server) as meter:
         for j in range(data.rows):
             for chunk in chunked(list(data.indexes()), 5000):
-                client.add_members([(data.key(i), f"u{j}") for i in chunk], at=t0 + data.step * j)
+                client.add_members(
+                    [(data.key(i), f"u{j}") for i in chunk],
+                    at=(t0 + data.step * j).replace(tzinfo=UTC),
+                )
         for chunk in chunked(list(data.indexes())[::10], 5000):
-            firsts = client.add_members([(data.key(i), "u0") for i in chunk], at=data.epoch)
+            firsts = client.add_members(
+                [(data.key(i), "u0") for i in chunk], at=data.epoch.replace(tzinfo=UTC)
+            )
             if any(firsts):
                 raise AssertionError("a retried add_member answered 'first'")
             retried += len(chunk)
@@ -279,7 +284,7 @@ def unique(ctx: KindContext) -> KindLine:
         _r_family, r_store, r_client = ctx.bench.make_family("kind_unique_reads", **fields)
         history = _minutes(ctx)
         for k, moment in enumerate(history):
-            r_client.add_member("compacted", f"u{k}", at=moment)
+            r_client.add_member("compacted", f"u{k}", at=moment.replace(tzinfo=UTC))
         engine.run_family(r_store, history[-1] + timedelta(seconds=1), now=utc_now())
         r_client.add_member("fresh", "u0")
         return _read_p99(

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             epoch = scheduled - client.family.lag
             for i in range(args.rows):
                 at = epoch - timedelta(seconds=50) + timedelta(milliseconds=700 * i)
-                client.increment(f"c{i % 25}", 1, at=min(at, epoch))
+                client.increment(f"c{i % 25}", 1, at=min(at, epoch).replace(tzinfo=UTC))
         for family in families:
             out = work / f"{family.name}-{minute}.json"
             pid = os.fork()

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from .config import Discovery, Family
 from .connection import Connection
-from .core import Key, minute_ms, table_time, write_timestamp
+from .core import Key, aware_utc, minute_ms, table_time, write_timestamp
 from .store import Store
 
 
@@ -99,7 +99,8 @@ class CounterClient:
         Without ``identity`` (or ``actor`` and ``version`` for the seed's layout) each call
         gets a fresh random identity: two increments in the same millisecond are two rows,
         never one, and a retried call is a second increment. A caller that may retry passes
-        its event's own time (``at``) and identity (order id and version): the row's key is
+        its event's own time (``at``, tz-aware: a naive one is refused) and identity (order id
+        and version): the row's key is
         (time, identity), so every retry writes the very same row, and a retry after the row
         was folded and deleted stays deleted. An identity without ``at`` is refused: the call's
         time would make each retry a row of its own."""
@@ -122,11 +123,18 @@ class CounterClient:
         event = Increment(
             counter=as_key(counter),
             increment=amount,
-            time=table_time(at or datetime.now(UTC)),
+            time=self._event_time(at),
             identity=identity if identity is not None else self.store.keys.fresh_identity(),
         )
         self.record([event])
         return event
+
+    def _event_time(self, at: datetime | None) -> datetime:
+        """A write's time as the table holds it: ``at`` (tz-aware; a naive one is refused, it
+        may be this host's local time) or now."""
+        if at is None:
+            return table_time(datetime.now(UTC))
+        return table_time(aware_utc(at, f"family {self.family.name!r}: at="))
 
     def record(self, events: Iterable[Increment]) -> None:
         """Record many increments: marks first (one per counter), then the rows."""
@@ -176,7 +184,7 @@ class CounterClient:
                 f"{self.family.rules.counts}, not members; add_member is for a unique family"
             )
         pairs = [(as_key(counter), member) for counter, member in items]
-        now = table_time(at or datetime.now(UTC))
+        now = self._event_time(at)
         if self.family.discovery is Discovery.INDEX:
             self.store.index.mark_touched(key for key, _member in pairs)
         outcomes = self.store.raw.add_members(pairs, now)

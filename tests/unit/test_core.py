@@ -77,7 +77,7 @@ class TestEpoch:
         with pytest.raises(ValueError, match="lag must be positive"):
             epoch_for(T0, lag)
 
-    def test_truncate_ms_drops_microseconds(self):
+    def test_table_time_drops_microseconds(self):
         assert table_time(datetime(2026, 1, 1, 0, 0, 0, 999999)).microsecond == 999000
 
 

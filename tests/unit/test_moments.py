@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pendulum
 import pytest
+from counters.airflow.alerting import Streak
 from counters.core import (
+    EARLIEST,
     ClockOffset,
+    aware_utc,
     clock_refusal,
     clock_tolerance,
+    day_text,
+    from_micros,
     from_text,
+    parse_moment,
     run_epoch,
+    stamp,
+    table_time,
+    to_micros,
+    to_millis,
     to_text,
 )
 
@@ -64,3 +75,78 @@ def test_a_host_off_the_clusters_clock_by_more_than_a_quarter_of_the_lag_is_refu
     behind = ClockOffset(offset_us=-16_000_000, uncertainty_us=2_000, source="n1")
     assert "16.000 s behind the cluster's" in (clock_refusal("trades", lag, behind) or "")
     assert clock_refusal("slow", timedelta(hours=1), behind) is None  # 15 min allowed
+
+
+def test_a_naive_time_is_refused_at_the_write_api_saying_what_to_pass():
+    with pytest.raises(ValueError, match=r"family 'trades': at=: .* naive .* pass a tz-aware"):
+        aware_utc(datetime(2026, 11, 22, 10, 0), "family 'trades': at=")
+    paris = datetime(2026, 11, 22, 11, 0, tzinfo=timezone(timedelta(hours=1)))
+    utc = aware_utc(paris, "at=")
+    assert isinstance(utc, pendulum.DateTime) and utc == paris and utc.utcoffset() == timedelta(0)
+    assert aware_utc(pendulum.datetime(2026, 11, 22, 10, tz="Europe/Paris"), "at=").hour == 9
+
+
+def test_a_persons_time_is_tz_aware_utc_to_the_millisecond():
+    at = parse_moment("2026-11-22T11:00:00.123456+01:00")
+    assert at == datetime(2026, 11, 22, 10, 0, 0, 123_000, tzinfo=UTC)
+    assert at.utcoffset() == timedelta(0)
+    assert parse_moment("2026-11-22T10:00") == datetime(2026, 11, 22, 10, tzinfo=UTC)  # UTC
+
+
+def test_micros_of_a_naive_time_are_utc_not_the_hosts_local_time(monkeypatch):
+    """A naive time is the tables' UTC, whatever the host's zone (``datetime.timestamp()``
+    reads a naive time as local time)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    import time
+
+    time.tzset()
+    try:
+        moment = datetime(2026, 11, 22, 10, 0, 0, 123_457)
+        assert to_micros(moment) == 1_795_341_600_123_457
+        assert to_micros(moment.replace(tzinfo=UTC)) == to_micros(moment)
+        assert from_micros(to_micros(moment)) == moment
+        assert to_micros(EARLIEST) == 0
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_stamps_and_days_are_utc_and_read_back():
+    moment = datetime(2026, 11, 22, 23, 30, 0, 123_456)
+    assert stamp(moment) == "20261122T233000Z"
+    assert stamp(moment, micros=True) == "20261122T233000.123456Z"
+    assert from_text(stamp(moment, micros=True)) == moment
+    assert from_text(stamp(moment)) == moment.replace(microsecond=0)
+    tokyo = moment.replace(tzinfo=UTC).astimezone(timezone(timedelta(hours=9)))
+    assert stamp(tokyo) == "20261122T233000Z" and day_text(tokyo) == "2026-11-22"
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "2026-11-22T10:00:00.123456",  # isoformat() of a naive time (earlier versions)
+        "2026-11-22T10:00:00.123456+00:00",  # isoformat() of an aware one
+        "2026-11-22 10:00:00.123456",
+    ],
+)
+def test_times_stored_in_an_earlier_form_still_read(stored):
+    """An alert streak an earlier version kept in an Airflow Variable (its times written by
+    ``isoformat()``) reads back as the same streak; written again, it takes ``to_text``."""
+    old = (
+        f'{{"failures": 3, "first": "f", "last_run": "r", "last_sent": "{stored}", '
+        f'"since": "{stored}"}}'
+    )
+    streak = Streak.from_json(old)
+    assert streak is not None and streak.failures == 3
+    assert streak.since == streak.last_sent == datetime(2026, 11, 22, 10, 0, 0, 123_456)
+    assert '"since": "2026-11-22T10:00:00.123Z"' in streak.to_json()
+
+
+def test_airflows_pendulum_times_convert_like_any_other():
+    """Airflow's times are pendulum's: made naive, they subtract into pendulum intervals that
+    ``// timedelta`` refuses; ``utc_naive`` makes them plain datetimes first."""
+    paris = pendulum.datetime(2026, 11, 22, 11, 0, 0, 123_000, tz="Europe/Paris")
+    assert to_millis(paris) == to_millis(datetime(2026, 11, 22, 10, 0, 0, 123_000))
+    assert table_time(aware_utc(paris, "at=")) == datetime(2026, 11, 22, 10, 0, 0, 123_000)
+    assert run_epoch(paris, timedelta(minutes=1)) == datetime(2026, 11, 22, 9, 59)
+    assert to_text(paris) == "2026-11-22T10:00:00.123Z"

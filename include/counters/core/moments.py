@@ -22,9 +22,20 @@ STAMP_MICROS = "%Y%m%dT%H%M%S.%fZ"
 
 
 def utc_naive(moment: datetime) -> datetime:
-    """Cassandra timestamps come back naive UTC; compare everything in that form."""
+    """Cassandra timestamps come back naive UTC; compare everything in that form (a plain
+    ``datetime``: pendulum's, Airflow's, subtract into intervals that ``//`` refuses)."""
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
+    if type(moment) is not datetime:
+        moment = datetime(
+            moment.year,
+            moment.month,
+            moment.day,
+            moment.hour,
+            moment.minute,
+            moment.second,
+            moment.microsecond,
+        )
     return moment
 
 
@@ -52,8 +63,8 @@ def from_millis(millis: int) -> datetime:
 
 
 def to_micros(moment: datetime) -> int:
-    """A time in µs since the Unix epoch, in integers (a float timestamp rounds off the last
-    µs); naive is UTC, the tables' form, never this host's local time."""
+    """A time in µs since the Unix epoch, in integer arithmetic; naive is UTC, the tables'
+    form, never this host's local time (as ``datetime.timestamp()`` would read it)."""
     return (utc_naive(moment) - EARLIEST) // timedelta(microseconds=1)
 
 

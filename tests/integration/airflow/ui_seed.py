@@ -54,7 +54,7 @@ def _write(conn: Any, family: Family, at: datetime, rng: random.Random, seeded: 
         for _ in range(rng.randint(3, 10)):
             key, member = (f"meeting-{rng.randrange(4)}",), f"user-{rng.randrange(30)}"
             pairs.append((key, member))
-        firsts = client.add_members(pairs, at=at)
+        firsts = client.add_members(pairs, at=at.replace(tzinfo=UTC))
         for (key, _member), first in zip(pairs, firsts, strict=True):
             values[key] = values.get(key, 0) + int(first)
     else:  # rows: the business table, one row per order, its own timeuuid

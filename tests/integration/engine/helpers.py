@@ -7,7 +7,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cassandra.query import ValueSequence
@@ -15,6 +15,12 @@ from counters.config import Family
 from counters.core import LEDGER_STATE, STATE_FIELDS
 from counters.schema import TABLES_TABLE
 from counters.store import Store
+
+
+def aware(moment: datetime) -> datetime:
+    """A test's time (naive UTC, as the tables hold it) as the write API takes it: tz-aware
+    UTC (``CounterClient`` and a reset refuse a naive one)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:

@@ -24,7 +24,7 @@ from counters.compaction.conclude import finish_run
 from counters.recount import recount
 
 from .conftest import Crash
-from .helpers import rows_at_or_below
+from .helpers import aware, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -314,7 +314,7 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
         epoch += timedelta(minutes=1)
     # a reset: increments at or before its point are consumed (archived, not counted)
     write(epoch - timedelta(seconds=30), 5)
-    result = engine.reset_counter(store, ("k3",), epoch, now=epoch + timedelta(minutes=1))
+    result = engine.reset_counter(store, ("k3",), aware(epoch), now=epoch + timedelta(minutes=1))
     assert result.rows_deleted > 0
     expected["k3"] = 0
     check()
@@ -337,7 +337,10 @@ def test_recount_equals_the_compact_table_after_crashes_retries_late_rows_and_a_
         setattr(owner, method, die)
         with pytest.raises(Crash):
             engine.reset_counter(
-                store, (counter,), epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2)
+                store,
+                (counter,),
+                aware(epoch + timedelta(minutes=1)),
+                now=epoch + timedelta(minutes=2),
             )
         setattr(owner, method, original)
         expected[counter] = 0

@@ -28,7 +28,7 @@ from counters.store import Store
 from counters.store.auditlog import LEGACY_COLUMNS
 
 from .conftest import Crash
-from .helpers import sha256_of_configuration
+from .helpers import aware, sha256_of_configuration
 
 pytestmark = pytest.mark.integration
 
@@ -306,7 +306,7 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     assert released.exit_code == 0, released.output
     # a unique family's member whose derived row a crashed writer never wrote: repaired
     meeting_store = Store(conn, meetings)
-    CounterClient(conn, meetings, meeting_store).add_member("m1", "erin", at=t0)
+    CounterClient(conn, meetings, meeting_store).add_member("m1", "erin", at=aware(t0))
     meeting_store.raw.add_member(("m1",), "frank", t0)
     repaired = invoke("--config", path, "reconcile", "--family", meetings.name, "--repair")
     assert repaired.exit_code == 0, repaired.output

@@ -11,6 +11,8 @@ import pytest
 from click.testing import CliRunner
 from counters.cli import cli
 
+from .helpers import aware
+
 pytestmark = pytest.mark.integration
 
 
@@ -140,8 +142,8 @@ def test_null_increment_quarantines_exit_4_deletes_nothing_of_it(
     with connect() as c:
         client = CounterClient(c, fam)
         at = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=10)
-        client.increment("IBM", 5, at=at, actor="a", version=1)
-        client.increment("IBM", 7, at=at, actor="a", version=2)
+        client.increment("IBM", 5, at=aware(at), actor="a", version=1)
+        client.increment("IBM", 7, at=aware(at), actor="a", version=2)
     conn.session.execute(
         f"UPDATE {engine_keyspace}.{raw} SET increment = null WHERE type = 'IBM' "
         "AND modify_time = %s AND actor = 'a' AND version = 2",

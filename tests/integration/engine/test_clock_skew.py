@@ -19,6 +19,8 @@ from counters.client import CounterClient
 from counters.config import load_catalog
 from counters.store import Store
 
+from .helpers import aware
+
 pytestmark = pytest.mark.integration
 
 
@@ -72,7 +74,7 @@ def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read
     path, family, client = family_file
     store = Store(conn, family)
     for amount in (5, 10):
-        client.increment("IBM", amount, at=real_now() - timedelta(minutes=5))
+        client.increment("IBM", amount, at=aware(real_now() - timedelta(minutes=5)))
     with skewed(timedelta(hours=1)):
         refused = invoke("--config", path, "compact", "--family", family.name)
         reset = invoke("--config", path, "reset", "--family", family.name, "IBM", "--yes")
@@ -83,7 +85,7 @@ def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read
     assert reset.exit_code == 2 and "s ahead of the cluster's" in reset.output, reset.output
     assert store.control.family_epoch() is None  # nothing committed
     assert client.read("IBM") == 15
-    client.increment("IBM", 7, at=real_now() - timedelta(minutes=2))  # a writer on time
+    client.increment("IBM", 7, at=aware(real_now() - timedelta(minutes=2)))  # a writer on time
     done = invoke("--config", path, "compact", "--family", family.name, "--json")
     assert done.exit_code == 0, done.output
     summary = json.loads(done.stdout)
@@ -97,7 +99,7 @@ def test_a_compacting_host_an_hour_behind_is_refused(family_file, conn):
     """A host an hour behind folded an hour late and deleted with tombstones an hour old,
     which do not shadow the rows plain-CQL writers wrote since (server timestamps)."""
     path, family, client = family_file
-    client.increment("IBM", 5, at=real_now() - timedelta(minutes=90))
+    client.increment("IBM", 5, at=aware(real_now() - timedelta(minutes=90)))
     with skewed(-timedelta(hours=1)):
         refused = invoke("--config", path, "compact", "--family", family.name)
     assert refused.exit_code == 2, refused.output
@@ -111,7 +113,7 @@ def test_health_reads_the_clusters_time_and_shows_this_hosts_offset(family_file,
     cluster's time (fresh, as it is), and the host's offset is shown and fails the check (exit
     8: that host would be refused for compaction)."""
     path, family, client = family_file
-    client.increment("IBM", 5, at=real_now() - timedelta(minutes=5))
+    client.increment("IBM", 5, at=aware(real_now() - timedelta(minutes=5)))
     assert invoke("--config", path, "compact", "--family", family.name).exit_code == 0
     healthy = invoke("--config", path, "health", "--family", family.name, "--json")
     assert healthy.exit_code == 0, healthy.output

@@ -15,7 +15,7 @@ from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
 from .conftest import Crash
-from .helpers import StalledRun, compact_row, raw_rows, rows_at_or_below, state_with
+from .helpers import StalledRun, aware, compact_row, raw_rows, rows_at_or_below, state_with
 
 pytestmark = pytest.mark.integration
 
@@ -98,8 +98,8 @@ def test_shard_worker_processes_get_the_runs_plan_a_dry_run_writes_nothing(make_
 def test_increments_without_an_identity_in_the_same_millisecond_both_count(make_family, t0):
     _family, store, client = make_family()
     at = t0 + timedelta(seconds=1)
-    first = client.increment("IBM", 5, at=at)
-    second = client.increment("IBM", 7, at=at)
+    first = client.increment("IBM", 5, at=aware(at))
+    second = client.increment("IBM", 7, at=aware(at))
     assert first.identity != second.identity
     assert client.read("IBM") == 12
     client.record([first])  # a retry of the same event is the same row

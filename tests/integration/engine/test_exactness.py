@@ -20,7 +20,14 @@ from counters.schema import SchemaError
 from counters.store import Store
 
 from .conftest import Crash
-from .helpers import StalledRun, compact_row, forget_table_owners, rows_at_or_below
+from .helpers import (
+    StalledRun,
+    aware,
+    compact_row,
+    forget_table_owners,
+    raw_rows,
+    rows_at_or_below,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +35,8 @@ pytestmark = pytest.mark.integration
 def test_a_retried_increment_with_its_identity_and_time_is_one_row(make_family, t0):
     _family, _store, client = make_family()
     at = t0 + timedelta(seconds=3)
-    client.increment("r", 500, at=at, identity=("P1", 2))
-    client.increment("r", 500, at=at, identity=("P1", 2))  # the caller retries the call
+    client.increment("r", 500, at=aware(at), identity=("P1", 2))
+    client.increment("r", 500, at=aware(at), identity=("P1", 2))  # the caller retries the call
     assert client.read("r") == 500
 
 
@@ -72,12 +79,26 @@ def test_actor_without_version_is_refused_so_two_events_never_merge(make_family,
     _family, _store, client = make_family()
     at = t0 + timedelta(seconds=1)
     with pytest.raises(ValueError, match="pass actor= and version= together"):
-        client.increment("r", 5, at=at, actor="alice")
+        client.increment("r", 5, at=aware(at), actor="alice")
     with pytest.raises(ValueError, match="pass actor= and version= together"):
-        client.increment("r", 5, at=at, version=3)
-    client.increment("r", 5, at=at, actor="alice", version=1)
-    client.increment("r", 7, at=at, actor="alice", version=2)
+        client.increment("r", 5, at=aware(at), version=3)
+    client.increment("r", 5, at=aware(at), actor="alice", version=1)
+    client.increment("r", 7, at=aware(at), actor="alice", version=2)
     assert client.read("r") == 12
+
+
+def test_a_naive_time_is_refused_at_the_write_api_and_nothing_is_written(make_family, t0):
+    """``at=datetime.now()`` is this host's local time: a naive time is refused, naming the
+    family and saying what to pass, before any write (an increment, a reset's point)."""
+    _family, store, client = make_family()
+    naive = t0 + timedelta(seconds=1)
+    with pytest.raises(ValueError, match=r"family '.+': at=: .* naive .* pass a tz-aware time"):
+        client.increment("r", 5, at=naive, identity=("o", 1))
+    client.increment("r", 5, at=aware(naive), identity=("o", 2))
+    assert raw_rows(store, ("r",)) == [(naive, 5)]
+    with pytest.raises(ValueError, match=r"counter r: reset point at=: .* pass a tz-aware"):
+        engine.reset_counter(store, ("r",), naive, now=t0 + timedelta(minutes=5))
+    assert client.read("r") == 5 and raw_rows(store, ("r",)) == [(naive, 5)]
 
 
 def _events(counters, at, amount=15):
@@ -139,7 +160,7 @@ def _family_of_kind(conn, engine_keyspace, make_family, kind):
 
         def add_members(cs, at, n):
             tag = secrets.token_hex(3)
-            client.add_members([(c, f"{tag}-{i}") for c in cs for i in range(n)], at=at)
+            client.add_members([(c, f"{tag}-{i}") for c in cs for i in range(n)], at=aware(at))
 
         return family, store, add_members
     table = f"orders_{secrets.token_hex(3)}"
@@ -216,14 +237,14 @@ def test_a_late_row_is_read_from_the_next_run_and_the_horizon_says_so(make_famil
     is retried, is not in ``read()`` until the next run folds it (the documented bound), and
     ``late_horizon`` tells the caller so; the next run counts it exactly once."""
     _family, store, client = make_family()
-    client.increment("IBM", 100, at=t0 + timedelta(seconds=30), identity=("P0", 1))
+    client.increment("IBM", 100, at=aware(t0 + timedelta(seconds=30)), identity=("P0", 1))
     assert client.late_horizon("IBM") is None  # never committed: every row is read
     epoch = t0 + timedelta(minutes=2)
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     fill_time = t0 + timedelta(minutes=1, seconds=1)  # delivered after the run of minute 2
     assert client.late_horizon("IBM") == epoch >= fill_time
-    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))
-    client.increment("IBM", 500, at=fill_time, identity=("P1", 2))  # a retry: the same row
+    client.increment("IBM", 500, at=aware(fill_time), identity=("P1", 2))
+    client.increment("IBM", 500, at=aware(fill_time), identity=("P1", 2))  # a retry: the same row
     [value] = client.read_many(["IBM"])
     assert (value.value, value.epoch) == (100, epoch)  # behind by the late row, as documented
     summary = engine.run_family(

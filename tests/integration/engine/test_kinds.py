@@ -14,6 +14,7 @@ from counters.schema import SchemaError
 from counters.store import Store
 
 from .conftest import Crash
+from .helpers import aware
 from .test_engine import same_bucket
 
 pytestmark = pytest.mark.integration
@@ -168,14 +169,16 @@ def compact_all(store, t0, minutes=30, **kw):
 
 def test_unique_first_write_wins_and_counts_distinct_members(meetings, t0):
     _family, store, client = meetings
-    assert client.add_member("m1", "alice", at=t0) is True
-    assert client.add_member("m1", "alice", at=t0 + timedelta(minutes=1)) is False  # retry later
-    assert client.add_member("m1", "bob", at=t0 + timedelta(minutes=2)) is True
+    assert client.add_member("m1", "alice", at=aware(t0)) is True
+    assert (
+        client.add_member("m1", "alice", at=aware(t0 + timedelta(minutes=1))) is False
+    )  # retry later
+    assert client.add_member("m1", "bob", at=aware(t0 + timedelta(minutes=2))) is True
     assert client.read("m1") == 2
     summary = compact_all(store, t0)
     assert summary.tally.rows_folded == 2
     assert client.read("m1") == 2
-    assert client.add_member("m1", "alice", at=t0 + timedelta(minutes=40)) is False
+    assert client.add_member("m1", "alice", at=aware(t0 + timedelta(minutes=40))) is False
     compact_all(store, t0, minutes=60)
     assert client.read("m1") == 2
     assert engine.reconcile(store) == []
@@ -189,7 +192,7 @@ def test_unique_copies_carrying_many_members_are_written_in_batches_the_node_acc
     names = same_bucket(store, 12, prefix="m")
     members = {m: [f"user-{secrets.token_hex(16)}" for _ in range(150)] for m in names}
     client.add_members(
-        [(m, user) for m in names for user in members[m]], at=t0 + timedelta(minutes=1)
+        [(m, user) for m in names for user in members[m]], at=aware(t0 + timedelta(minutes=1))
     )
     summary = compact_all(store, t0)
     assert summary.outcome == "success" and summary.tally.rows_folded == 12 * 150
@@ -201,10 +204,10 @@ def test_unique_add_members_in_bulk_matches_one_by_one(meetings, t0):
     """The bulk write API answers "first" per pair like add_member: an existing member is not
     first, a pair repeated within the call is first once; the count is distinct members."""
     _family, store, client = meetings
-    assert client.add_member("m1", "alice", at=t0) is True
+    assert client.add_member("m1", "alice", at=aware(t0)) is True
     firsts = client.add_members(
         [("m1", "alice"), ("m1", "bob"), ("m2", "bob"), ("m1", "bob"), ("m2", "carol")],
-        at=t0 + timedelta(minutes=1),
+        at=aware(t0 + timedelta(minutes=1)),
     )
     assert firsts == [False, True, True, False, True]
     assert [client.read("m1"), client.read("m2")] == [2, 2]
@@ -229,7 +232,7 @@ def test_unique_concurrent_writers_racing_on_the_same_members(meetings, t0):
         start.wait()  # all four write the same members at once
         began = time.monotonic()
         for m in members:
-            if client.add_member("m1", m, at=t0 + timedelta(seconds=offset_s)):
+            if client.add_member("m1", m, at=aware(t0 + timedelta(seconds=offset_s))):
                 with lock:
                     firsts.append(m)
         spans[offset_s] = (began, time.monotonic())
@@ -254,21 +257,21 @@ def test_unique_writer_with_clock_behind_wins_but_counts_once(meetings, t0):
     """A writer whose clock is behind 'wins' over a member first written earlier by another
     writer (its timestamp is larger): both believe they were first, the count stays exact."""
     _family, store, client = meetings
-    assert client.add_member("m1", "carol", at=t0 + timedelta(minutes=5)) is True
+    assert client.add_member("m1", "carol", at=aware(t0 + timedelta(minutes=5))) is True
     compact_all(store, t0, minutes=10)  # carol's row is folded and deleted, carol marked
-    assert client.add_member("m1", "carol", at=t0 + timedelta(minutes=1)) is True  # behind
+    assert client.add_member("m1", "carol", at=aware(t0 + timedelta(minutes=1))) is True  # behind
     compact_all(store, t0, minutes=20)
     assert client.read("m1") == 1
     # and before any mark exists: both rows in one fold
-    assert client.add_member("m2", "dave", at=t0 + timedelta(minutes=25)) is True
-    assert client.add_member("m2", "dave", at=t0 + timedelta(minutes=22)) is True
+    assert client.add_member("m2", "dave", at=aware(t0 + timedelta(minutes=25))) is True
+    assert client.add_member("m2", "dave", at=aware(t0 + timedelta(minutes=22))) is True
     compact_all(store, t0, minutes=40)
     assert client.read("m2") == 1
 
 
 def test_unique_writer_crash_between_member_and_row_is_healed_by_reconcile(meetings, t0):
     _family, store, client = meetings
-    client.add_member("m1", "erin", at=t0)
+    client.add_member("m1", "erin", at=aware(t0))
     store.raw.add_member(("m1",), "frank", t0)  # crashed before writing its derived row
     assert client.read("m1") == 1
     [found] = engine.reconcile(store)
@@ -286,8 +289,10 @@ def test_unique_writer_crash_between_member_and_row_is_healed_by_reconcile(meeti
 def test_unique_crash_then_rerun_is_exact(meetings, t0, point):
     _family, store, client = meetings
     for i in range(6):
-        client.add_member(f"m{i % 2}", f"u{i}", at=t0 + timedelta(minutes=i))
-        client.add_member(f"m{i % 2}", f"u{i}", at=t0 + timedelta(minutes=i) - timedelta(minutes=3))
+        client.add_member(f"m{i % 2}", f"u{i}", at=aware(t0 + timedelta(minutes=i)))
+        client.add_member(
+            f"m{i % 2}", f"u{i}", at=aware(t0 + timedelta(minutes=i) - timedelta(minutes=3))
+        )
 
     def crash(p):
         if p == point:
@@ -311,25 +316,25 @@ def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
     client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(6)])
     engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=3))
     at = t0 + timedelta(minutes=4)
-    result = engine.reset_counter(store, ("IBM",), at, now=t0 + timedelta(minutes=10))
+    result = engine.reset_counter(store, ("IBM",), aware(at), now=t0 + timedelta(minutes=10))
     assert (result.value_before, result.already_done) == (60, False)
     assert result.rows_deleted == 2  # the rows at minutes 3 and 4: consumed by the reset
     assert client.read("IBM") == 10  # minute 5 came after the reset point
-    again = engine.reset_counter(store, ("IBM",), at, now=t0 + timedelta(minutes=10))
+    again = engine.reset_counter(store, ("IBM",), aware(at), now=t0 + timedelta(minutes=10))
     assert again.already_done and client.read("IBM") == 10
     client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=6), ("w", 99))])
     engine.run_family(store, t0 + timedelta(minutes=8), now=t0 + timedelta(minutes=10))
     assert client.read("IBM") == 17
     assert store.audit.page(5)[1]["outcome"] == "reset"
     with pytest.raises(engine.EngineError, match="before its compacted epoch"):
-        engine.reset_counter(store, ("IBM",), t0 + timedelta(minutes=1), reset_id="other")
+        engine.reset_counter(store, ("IBM",), aware(t0 + timedelta(minutes=1)), reset_id="other")
 
 
 def test_reset_of_rows_family_moves_its_checkpoint(orders, t0):
     _family, store, client, add = orders
     for i in range(6):
         add(1, t0 + timedelta(minutes=i), i)
-    engine.reset_counter(store, (1, DAY), t0 + timedelta(minutes=3))
+    engine.reset_counter(store, (1, DAY), aware(t0 + timedelta(minutes=3)))
     assert client.read_many([(1, DAY)])[0].value == 2
     assert business_rows(store) == 6
 
@@ -337,7 +342,7 @@ def test_reset_of_rows_family_moves_its_checkpoint(orders, t0):
 def test_unique_family_cannot_be_reset(meetings, t0):
     _family, store, _client = meetings
     with pytest.raises(engine.EngineError, match="cannot be reset"):
-        engine.reset_counter(store, ("m1",), t0)
+        engine.reset_counter(store, ("m1",), aware(t0))
 
 
 def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, t0):
@@ -345,8 +350,8 @@ def test_unique_reader_does_not_count_a_duplicate_of_a_counted_member(meetings, 
     the member is already counted, readers must not count it again (and reconcile must then
     see a writer that crashed before its row)."""
     _family, store, client = meetings
-    client.add_member("m1", "u5", at=t0 + timedelta(minutes=5))
-    client.add_member("m1", "u5", at=t0 + timedelta(minutes=1))  # behind: wins, second row
+    client.add_member("m1", "u5", at=aware(t0 + timedelta(minutes=5)))
+    client.add_member("m1", "u5", at=aware(t0 + timedelta(minutes=1)))  # behind: wins, second row
     engine.run_family(store, t0 + timedelta(minutes=3), now=t0 + timedelta(minutes=4))
     assert client.read("m1") == 1  # the row at minute 5 is a duplicate of a counted member
     store.raw.add_member(("m1",), "u0", t0 + timedelta(minutes=2))  # crashed before its row
@@ -363,7 +368,9 @@ def test_reconcile_of_a_reset_rows_counter_recounts_from_the_reset_point(orders,
     for i in range(5):
         add(1, t0 + timedelta(minutes=i), i)
     engine.run_family(store, t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
-    engine.reset_counter(store, (1, DAY), t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
+    engine.reset_counter(
+        store, (1, DAY), aware(t0 + timedelta(minutes=5)), now=t0 + timedelta(minutes=6)
+    )
     for i in range(2):
         add(1, t0 + timedelta(minutes=6, seconds=i), 10 + i)
     engine.run_family(store, t0 + timedelta(minutes=7), now=t0 + timedelta(minutes=8))
@@ -392,7 +399,9 @@ def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):
     again = engine.reset_counter(store, ("IBM",), now=later)  # the operator repeats it
     assert again.already_done and again.at == point
     assert client.read("IBM") == 3  # the increment after the first reset still counts
-    explicit = engine.reset_counter(store, ("IBM",), later, now=later)  # a point: a new reset
+    explicit = engine.reset_counter(
+        store, ("IBM",), aware(later), now=later
+    )  # a point: a new reset
     assert not explicit.already_done and client.read("IBM") == 0
 
 
@@ -442,7 +451,7 @@ def test_a_reset_point_in_the_future_is_refused(make_family, t0):
     client.record([Increment(("IBM",), 10, t0, ("w", 1))])
     now = t0 + timedelta(minutes=5)
     with pytest.raises(engine.EngineError, match="is in the future"):
-        engine.reset_counter(store, ("IBM",), now + timedelta(hours=1), now=now)
+        engine.reset_counter(store, ("IBM",), aware(now + timedelta(hours=1)), now=now)
     assert client.read("IBM") == 10
 
 
@@ -524,7 +533,9 @@ def test_reconcile_of_a_reset_rows_counter_reports_a_row_deleted_after_the_reset
     for i in range(5):
         add(1, t0 + timedelta(minutes=i), i)
     engine.run_family(store, t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
-    engine.reset_counter(store, (1, DAY), t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=6))
+    engine.reset_counter(
+        store, (1, DAY), aware(t0 + timedelta(minutes=5)), now=t0 + timedelta(minutes=6)
+    )
     for i in range(2):
         add(1, t0 + timedelta(minutes=6, seconds=i), 10 + i)
     engine.run_family(store, t0 + timedelta(minutes=7), now=t0 + timedelta(minutes=8))

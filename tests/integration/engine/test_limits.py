@@ -19,7 +19,7 @@ from counters.compaction import shard as shard_module
 from counters.store import Store
 
 from .conftest import Crash
-from .helpers import raw_rows
+from .helpers import aware, raw_rows
 from .test_engine import same_bucket
 
 pytestmark = pytest.mark.integration
@@ -124,7 +124,7 @@ def test_a_late_backlog_over_the_request_limit_is_folded_over_several_runs(make_
     record_in_parts(client, backlog)
     truth = {late: 1 + BACKLOG, sibling: 1}
     with pytest.raises(engine.EngineError, match="more than one commit carries"):
-        engine.reset_counter(store, (late,), at=epoch, now=epoch + timedelta(minutes=5))
+        engine.reset_counter(store, (late,), at=aware(epoch), now=epoch + timedelta(minutes=5))
     assert client.read(late) == 1  # nothing changed: the backlog is late, not read yet
 
     minutes = iter(range(11, 40))
@@ -239,8 +239,8 @@ def test_a_unique_counters_backlog_of_long_members_stays_within_the_limits(make_
     members = [long_identity(rng) for _ in range(270)]
     for i in range(0, len(members), 10):  # ten members a millisecond, each call its own
         at = t0 + timedelta(seconds=i)
-        client.add_members([("m1", member) for member in members[i : i + 10]], at=at)
-    client.add_members([("m2", "short")], at=t0)
+        client.add_members([("m1", member) for member in members[i : i + 10]], at=aware(at))
+    client.add_members([("m2", "short")], at=aware(t0))
     truth = {"m1": 270, "m2": 1}
     readers = Readers(client, list(truth), points=("cleanup_mark",))
     assert readers.before == truth

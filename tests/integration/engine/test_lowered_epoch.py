@@ -12,6 +12,8 @@ from counters.client import CounterClient, Increment
 from counters.errors import EngineError
 from counters.store import Store
 
+from .helpers import aware
+
 pytestmark = pytest.mark.integration
 
 
@@ -103,12 +105,12 @@ def test_a_reset_point_below_an_epoch_a_lowered_counter_had_is_refused(
     point = e1 + timedelta(seconds=20)  # before r, after the lowered epoch
     for attempt in (engine.plan_reset, engine.reset_counter):
         with pytest.raises(EngineError, match=r"before 20\d\d-.*folded it to") as refused:
-            attempt(store, ("c",), at=point, now=e3 + timedelta(minutes=5))
+            attempt(store, ("c",), at=aware(point), now=e3 + timedelta(minutes=5))
         assert store.family.name in str(refused.value) and "counter c" in str(refused.value)
     assert client.read("c") == 1_211  # the refused reset wrote nothing
     assert run(store, e4) == "success"  # the backlog drains: the epoch is past r's again
     assert client.late_horizon("c") >= e2
     with pytest.raises(EngineError, match="before its compacted epoch"):
-        engine.reset_counter(store, ("c",), at=point, now=e4 + timedelta(minutes=5))
-    done = engine.reset_counter(store, ("c",), at=e4, now=e4 + timedelta(minutes=5))
+        engine.reset_counter(store, ("c",), at=aware(point), now=e4 + timedelta(minutes=5))
+    done = engine.reset_counter(store, ("c",), at=aware(e4), now=e4 + timedelta(minutes=5))
     assert done.value_before == 1_211 and client.read("c") == 0

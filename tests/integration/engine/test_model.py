@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from .conftest import Crash
-from .helpers import StalledRun, forget_table_owners, rows_at_or_below
+from .helpers import StalledRun, aware, forget_table_owners, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -205,7 +205,7 @@ class Unique:
         if ident % 5 == 0:  # a writer that crashes between the member and its derived row
             machine.store.raw.add_member((counter,), member, at)
         else:
-            machine.client.add_member(counter, member, at=at)
+            machine.client.add_member(counter, member, at=aware(at))
         machine.members[counter].add(member)
         machine.oracle[counter] = len(machine.members[counter])
         return (counter, member, at)
@@ -215,14 +215,14 @@ class Unique:
         to fold (a repeated member adds none, and a crashed writer leaves no mark)."""
         del amount
         member = f"new{ident}"
-        machine.client.add_member(counter, member, at=at)
+        machine.client.add_member(counter, member, at=aware(at))
         machine.members[counter].add(member)
         machine.oracle[counter] = len(machine.members[counter])
         return (counter, member, at)
 
     def retry(self, machine, event):
         counter, member, at = event
-        machine.client.add_member(counter, member, at=at + timedelta(seconds=30))
+        machine.client.add_member(counter, member, at=aware(at + timedelta(seconds=30)))
 
     def settle(self, machine):
         engine.reconcile(machine.store, repair=True)  # heals the crashed writers

@@ -9,7 +9,7 @@ import pytest
 from counters import engine, health
 from counters.metrics import run_metrics
 
-from .helpers import rows_at_or_below
+from .helpers import aware, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def run(store, epoch):
 
 def test_a_counter_that_stays_quarantined_counts_once_until_released(make_family, t0):
     family, store, client = make_family(shards=4)
-    client.increment("AAPL", 5, at=t0 + timedelta(seconds=10), identity=("w", 1))
+    client.increment("AAPL", 5, at=aware(t0 + timedelta(seconds=10)), identity=("w", 1))
     store.statements.session.execute(
         f"INSERT INTO {family.keyspace}.{family.raw_table} (type, modify_time, actor, version) "
         "VALUES ('IBM', %s, 'bad', 1)",  # a NULL increment: IBM is quarantined

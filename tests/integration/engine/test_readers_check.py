@@ -15,7 +15,7 @@ from counters.core import to_millis
 from counters.reshard import reshard
 from counters.store import Store
 
-from .helpers import compact_row, rows_at_or_below
+from .helpers import aware, compact_row, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,9 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     # runs here come seconds after them, within the forget margin)
     conn.session.execute(f'TRUNCATE {family.keyspace}."{family.raw_table}_touched"')
     reader.record([Increment((c,), 1, second + timedelta(seconds=10), ("w", 2)) for c in near])
-    stale.increment("X", 7, at=first + timedelta(seconds=20), identity=("w", 2))  # read by name
+    stale.increment(
+        "X", 7, at=aware(first + timedelta(seconds=20)), identity=("w", 2)
+    )  # read by name
     epoch = second + timedelta(minutes=1)
     for shard in range(8):  # no sweep: the marks decide what is read
         engine.compact_shard(eight, shard, epoch, "run-after-stale-write")

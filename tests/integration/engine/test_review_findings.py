@@ -10,7 +10,7 @@ from counters import engine
 from counters.client import Increment
 from counters.store import Store
 
-from .helpers import rows_at_or_below
+from .helpers import aware, rows_at_or_below
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +133,7 @@ def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn,
         if (shard, bucket) == here and ledger_read and not reset:
             point = t0 + timedelta(minutes=3, seconds=30)
             reset.append(
-                engine.reset_counter(operator, x, point, now=t0 + timedelta(minutes=7))
+                engine.reset_counter(operator, x, aware(point), now=t0 + timedelta(minutes=7))
             )  # fmt: skip
         return read_copies(shard, bucket, *args, **kwargs)
 

@@ -11,12 +11,14 @@ import pytest
 from cassandra import WriteTimeout
 from counters import engine
 
+from .helpers import aware
+
 pytestmark = pytest.mark.integration
 
 
 def _load(client, t0) -> None:
     for i in range(5):
-        client.increment("IBM", 10, at=t0 + timedelta(minutes=i + 1))
+        client.increment("IBM", 10, at=aware(t0 + timedelta(minutes=i + 1)))
 
 
 def test_a_run_whose_success_row_write_times_out_is_not_audited_as_failed(make_family, t0):
