@@ -60,3 +60,24 @@ def test_stale_message_names_family_epoch_lag_and_limit() -> None:
     assert message.startswith("family 'trades' is stale: compacted epoch 2026-11-22T09:29:00")
     assert "0:30:00 behind now - lag (2026-11-22T09:59:00.000Z)" in message
     assert "more than its freshness 0:10:00; check the compact_trades DAG" in message
+
+
+def test_the_xcom_and_health_json_write_every_time_in_the_one_format() -> None:
+    """The freshness XCom (``FreshnessVerdict.as_dict``, which ``counterctl health --json``
+    prints too): every time in it, a retired family's included, is ``to_text``'s (UTC, ms, Z)."""
+    import json
+    import re
+
+    from counters.health import unconfigured
+    from counters.store import KnownFamily
+
+    retired_at = datetime(2026, 11, 20, 8, 30, 15, 250_000)
+    gone = unconfigured([KnownFamily("z", "ks", AT, retired_at, "ops@host")], [], [], "f.yaml")
+    broken = unconfigured([KnownFamily("y", "ks", AT)], [], [], "f.yaml")
+    lags = (family_lag(family("a"), AT - timedelta(minutes=2, microseconds=7), NOW),)
+    verdict = FreshnessVerdict(lags, NOW, unconfigured=(*gone, *broken))
+    text = json.dumps([verdict.as_dict(), [u.as_dict() for u in (*gone, *broken)]])
+    times = re.findall(r"\d{4}-\d\d-\d\d[T ][\d:.+Z-]*", text)
+    assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", t) for t in times)
+    assert "retired 2026-11-20T08:30:15.250Z by ops@host" in text
+    assert verdict.as_dict()["checked_at"] == "2026-11-22T10:00:00.000Z"
