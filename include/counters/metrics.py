@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from .core import utc_naive
+from .core import to_micros, utc_naive
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _name(what: str) -> str:
 
 def unix_seconds(at: datetime) -> float:
     """``at`` (naive UTC, or aware) as Unix seconds: what Prometheus's ``time()`` compares."""
-    return utc_naive(at).replace(tzinfo=UTC).timestamp()
+    return to_micros(at) / 1e6
 
 
 def family_metrics(

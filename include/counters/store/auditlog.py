@@ -24,7 +24,7 @@ from cassandra.query import UNSET_VALUE
 
 from .. import schema
 from ..audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
-from ..core import EARLIEST, from_text, utc_naive
+from ..core import EARLIEST, from_text, to_micros, utc_naive
 
 if TYPE_CHECKING:
     from ..audit import Provenance
@@ -326,7 +326,7 @@ class AuditLog:
             # stamp theirs (their driver's default timestamps): on the cluster's, a host behind
             # it would cut after a row an older version writes during the move, and delete it
             # unmoved. A row left is moved by the next call.
-            cut = int((datetime.now(UTC) - margin).timestamp() * 1_000_000)
+            cut = to_micros(datetime.now(UTC) - margin)
             state = UpgradeState(cut, None, 0, None)
             self._save_upgrade_state(state, started=True)
         select = self.statements.prepare(
