@@ -8,9 +8,11 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+import pytz
 from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import CounterClient, Increment
@@ -99,6 +101,31 @@ def test_a_naive_time_is_refused_at_the_write_api_and_nothing_is_written(make_fa
     with pytest.raises(ValueError, match=r"counter r: reset point at=: .* pass a tz-aware"):
         engine.reset_counter(store, ("r",), naive, now=t0 + timedelta(minutes=5))
     assert client.read("r") == 5 and raw_rows(store, ("r",)) == [(naive, 5)]
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        # pytz's way: the second 02:30 of the night Paris leaves summer time (CET, +01:00)
+        pytz.timezone("Europe/Paris").localize(datetime(2026, 10, 25, 2, 30), is_dst=False),
+        # a wall time the spring change skips: Python reads it with the offset before (+01:00)
+        datetime(2026, 3, 29, 2, 30, tzinfo=ZoneInfo("Europe/Paris")),
+    ],
+    ids=["pytz_autumn_standard_hour", "zoneinfo_spring_gap"],
+)
+def test_a_retry_of_the_same_instant_in_another_tz_form_is_the_same_row(make_family, local):
+    """A tz-aware ``at=`` is the instant its ``utcoffset()`` says, whatever object carries it:
+    the event's retry with that instant in UTC (what ``local.astimezone(UTC)`` or a JSON round
+    trip of ``local.isoformat()`` gives) writes the very same row, counted once. Re-reading
+    the wall time in the zone's name (pendulum's ``instance``) moved these rows by an hour."""
+    _family, store, client = make_family()
+    instant = local.astimezone(UTC)
+    client.increment("r", 500, at=local, identity=("P1", 2))
+    client.increment("r", 500, at=instant, identity=("P1", 2))  # the caller retries the call
+    carried = datetime.fromisoformat(local.isoformat())  # the event's time sent on as text
+    client.increment("r", 500, at=carried, identity=("P1", 2))
+    assert raw_rows(store, ("r",)) == [(instant.replace(tzinfo=None), 500)]
+    assert client.read("r") == 500
 
 
 def _events(counters, at, amount=15):
