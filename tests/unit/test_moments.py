@@ -4,9 +4,11 @@ and the bench)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pendulum
 import pytest
+import pytz
 from counters.airflow.alerting import Streak
 from counters.core import (
     EARLIEST,
@@ -84,6 +86,23 @@ def test_a_naive_time_is_refused_at_the_write_api_saying_what_to_pass():
     utc = aware_utc(paris, "at=")
     assert isinstance(utc, pendulum.DateTime) and utc == paris and utc.utcoffset() == timedelta(0)
     assert aware_utc(pendulum.datetime(2026, 11, 22, 10, tz="Europe/Paris"), "at=").hour == 9
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        pytz.timezone("Europe/Paris").localize(datetime(2026, 10, 25, 2, 30), is_dst=False),
+        datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Paris"), fold=1),
+        datetime(2026, 3, 29, 2, 30, tzinfo=ZoneInfo("Europe/Paris")),  # the spring gap
+        datetime(2026, 11, 22, 11, 0, tzinfo=pytz.FixedOffset(60)),
+    ],
+    ids=["pytz_autumn_standard_hour", "zoneinfo_fold", "zoneinfo_spring_gap", "pytz_fixed"],
+)
+def test_the_write_api_takes_the_instant_a_times_own_offset_says(local):
+    """What ``utcoffset()`` says, as ``utc_naive`` (a reset's point) reads it: re-reading the
+    wall time in the zone's name moved these by an hour (a retry in UTC: a second row)."""
+    assert aware_utc(local, "at=") == local.astimezone(UTC)
+    assert table_time(aware_utc(local, "at=")) == table_time(local)
 
 
 def test_a_persons_time_is_tz_aware_utc_to_the_millisecond():

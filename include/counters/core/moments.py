@@ -51,7 +51,10 @@ def aware_utc(moment: datetime, what: str) -> pendulum.DateTime:
             "host's local time; pass a tz-aware time, e.g. datetime(2026, 11, 25, 14, 30, "
             "tzinfo=UTC), datetime.now(UTC) or pendulum.now('UTC')"
         )
-    return pendulum.instance(moment).in_timezone("UTC")
+    # the instant its own utcoffset() says (as ``utc_naive`` reads it), made UTC before pendulum
+    # sees it: ``pendulum.instance`` re-reads the wall time in the zone's name, an hour off for
+    # a pytz-localised time in the autumn's repeated hour or a zoneinfo time in the spring gap
+    return pendulum.instance(moment.astimezone(UTC)).in_timezone("UTC")
 
 
 def to_millis(moment: datetime) -> int:
