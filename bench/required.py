@@ -56,8 +56,8 @@ def required_work(
 
     def each(step: str, work: Callable[..., Any], items: list[Any] = buckets) -> list[Any]:
         def one(where: tuple[int, ...]) -> Any:
-            main.statements.phase = scratch.statements.phase = step
-            return work(*where)
+            with main.statements.phase(step), scratch.statements.phase(step):
+                return work(*where)
 
         # under the collector's threshold of a shard's step, as the run's steps are
         with Meter(server) as meter, collector_relaxed(), ThreadPoolExecutor(threads) as pool:

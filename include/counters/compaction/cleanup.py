@@ -91,9 +91,21 @@ def cleanup_shard(
     A family with an ``archive`` first writes every row it is about to delete to the archive
     (``compaction.archive.archive_commits``; ``started_at``: the run's start, its audit row's
     key); a failure there deletes nothing."""
+    with store.statements.phase("cleanup"):
+        return _cleanup_shard(store, shard, run_id, executions, now, fault, started_at)
+
+
+def _cleanup_shard(
+    store: Store,
+    shard: int,
+    run_id: str,
+    executions: Sequence[str],
+    now: datetime | None,
+    fault: Fault,
+    started_at: datetime | None,
+) -> CleanupReport:
     started = time.perf_counter()
     report = CleanupReport(shard)
-    store.statements.phase = "cleanup"
     cluster_clock(store)  # a host whose clock is off writes no archive and no tombstone
     runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
@@ -106,9 +118,10 @@ def cleanup_shard(
     if store.family.archive is not None:
         from .archive import archive_commits
 
-        store.statements.phase = "archive"
-        archived = archive_commits(store, shard, run_id, runs, quarantined, started_at, fault=fault)
-        store.statements.phase = "cleanup"
+        with store.statements.phase("archive"):
+            archived = archive_commits(
+                store, shard, run_id, runs, quarantined, started_at, fault=fault
+            )
         deferred, left_out = archived.deferred, archived.left_out
         _log_left_out(store, left_out, quarantined)
         report.archived_rows, report.archived_sum = archived.rows, archived.sum
@@ -122,7 +135,14 @@ def cleanup_shard(
     deleted_by_commit: list[tuple[int, Any, int]] = []  # (bucket, commit id, rows deleted)
 
     def one(bucket: int) -> CleanupReport:
-        store.statements.phase = "cleanup"  # this thread's requests
+        with store.statements.phase("cleanup"):  # this thread's requests
+            part, mine = delete(bucket)
+        if mine:
+            with store.statements.phase("verify_cleanup"):
+                _check_left(store, shard, bucket, mine, part)
+        return part
+
+    def delete(bucket: int) -> tuple[CleanupReport, dict[Key, tuple[int, CountedKeys]]]:
         part = CleanupReport(shard)
         # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
@@ -146,7 +166,7 @@ def cleanup_shard(
                     mine[counter] = (epoch_ms, keys)
                 shares[record.commit_id] = shares.get(record.commit_id, 0) + added
         if not mine:
-            return part
+            return part, mine
         deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if len(keys)]
         if deletions:
             newest = max(mine[c][0] for c, _keys in deletions)
@@ -160,9 +180,7 @@ def cleanup_shard(
                 fault("cleanup_mark")
             part.rows_deleted += store.raw.delete_rows(deletions, tombstone_ts)
             deleted_by_commit.extend((bucket, c, rows) for c, rows in shares.items() if rows)
-        store.statements.phase = "verify_cleanup"
-        _check_left(store, shard, bucket, mine, part)
-        return part
+        return part, mine
 
     for part in each_bucket(one, sorted(runs)):
         report.rows_deleted += part.rows_deleted

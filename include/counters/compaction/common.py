@@ -9,7 +9,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -126,10 +126,9 @@ class Phases:
     @contextmanager
     def timed(self, name: str, store: Store | None = None) -> Iterator[None]:
         start = time.perf_counter()
-        if store is not None:
-            store.statements.phase = name
         try:
-            yield
+            with store.statements.phase(name) if store is not None else nullcontext():
+                yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 

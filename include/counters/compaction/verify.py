@@ -157,8 +157,8 @@ def verify_bucket(
 
 def _in_phase(store: Store, phase: str, work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` in a helper thread, its requests counted under ``phase``."""
-    store.statements.phase = phase
-    return work(*args)
+    with store.statements.phase(phase):
+        return work(*args)
 
 
 def _recount_committed(

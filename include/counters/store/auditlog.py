@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -100,10 +100,6 @@ class AuditLog:
     def family_name(self) -> str:
         return self.family.name
 
-    def _execute(self, statement: Any, params: Sequence[Any] | None = None) -> Any:
-        self.statements.requests[self.statements.phase] += 1
-        return self.statements.session.execute(statement, params)
-
     # --- writes ------------------------------------------------------------------------------
 
     def _add_month(self, month: str) -> None:
@@ -114,7 +110,7 @@ class AuditLog:
         statement = self.statements.prepare(
             "audit_month_add", "INSERT INTO {audit_months} (family, month) VALUES (?, ?)"
         )
-        self._execute(statement, (self.family_name, month))
+        self.statements.execute(statement, (self.family_name, month))
         self._months_written.add(month)
 
     def _insert(self, row: Mapping[str, Any]) -> tuple[Any, list[Any]]:
@@ -133,7 +129,7 @@ class AuditLog:
         returns it as written."""
         row = stamped(record, self.family, self.provenance, self.statements.conn.settings.username)
         self._add_month(row["month"])
-        self._execute(*self._insert(row))
+        self.statements.execute(*self._insert(row))
         return row
 
     def record_archive(
@@ -152,7 +148,9 @@ class AuditLog:
             "UPDATE {audit} SET archive = archive + ? WHERE family = ? AND month = ? "
             "AND started_at = ? AND run_id = ?",
         )
-        self._execute(statement, (dict(manifests), self.family_name, month, started_at, run_id))
+        self.statements.execute(
+            statement, (dict(manifests), self.family_name, month, started_at, run_id)
+        )
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -170,15 +168,14 @@ class AuditLog:
         for month in self.months(since, before):
             bound = statement.bind((self.family_name, month, low, high))
             bound.fetch_size = PAGE_ROWS
-            result = self._execute(bound)
+            result = self.statements.execute(bound)
             while True:
                 for started_at, run_id, archive in result.current_rows:
                     if archive:
                         yield started_at, run_id, dict(archive)
                 if not result.has_more_pages:
                     break
-                self.statements.requests[self.statements.phase] += 1
-                result.fetch_next_page()
+                self.statements.next_page(result)
 
     def months(self, since: datetime | None = None, before: datetime | None = None) -> list[str]:
         """The family's months (``YYYY-MM``) that hold any time of ``[since, before)``, newest
@@ -188,7 +185,7 @@ class AuditLog:
         )
         return [
             row.month
-            for row in self._execute(statement, (self.family_name,))
+            for row in self.statements.execute(statement, (self.family_name,))
             if month_overlaps(row.month, since, before)
         ]
 
@@ -212,7 +209,7 @@ class AuditLog:
         for month in self.months(since, before):
             if len(rows) >= limit:
                 break
-            found = self._execute(
+            found = self.statements.execute(
                 statement, (self.family_name, month, low, high, limit - len(rows))
             )
             rows.extend(row._asdict() for row in found)
@@ -234,14 +231,13 @@ class AuditLog:
         for month in self.months(since, before):
             bound = statement.bind((self.family_name, month, low, high))
             bound.fetch_size = page_rows
-            result = self._execute(bound)
+            result = self.statements.execute(bound)
             while True:
                 for row in result.current_rows:
                     yield row._asdict()
                 if not result.has_more_pages:
                     break
-                self.statements.requests[self.statements.phase] += 1
-                result.fetch_next_page()
+                self.statements.next_page(result)
 
     # --- the upgrade from one partition per family ----------------------------------------
 
@@ -250,7 +246,7 @@ class AuditLog:
             "audit_upgrade_read",
             "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?",
         )
-        row = self._execute(statement, (self.family_name,)).one()
+        row = self.statements.execute(statement, (self.family_name,)).one()
         return None if row is None else UpgradeState(row[0], row[1], int(row[2] or 0), row[3])
 
     def _save_upgrade_state(self, state: UpgradeState, started: bool = False) -> None:
@@ -259,7 +255,7 @@ class AuditLog:
             "UPDATE {audit_upgrade} SET cut_micros = ?, cursor = ?, copied = ?, finished_at = ? "
             "WHERE family = ?",
         )
-        self._execute(
+        self.statements.execute(
             statement,
             (state.cut_micros, state.cursor, state.copied, state.finished_at, self.family_name),
         )
@@ -267,7 +263,7 @@ class AuditLog:
             begun = self.statements.prepare(
                 "audit_upgrade_begin", "UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"
             )
-            self._execute(begun, (datetime.now(UTC), self.family_name))
+            self.statements.execute(begun, (datetime.now(UTC), self.family_name))
 
     def legacy_resets(self) -> list[tuple[str, datetime]]:
         """The resets the family's rows of ``counters_audit`` record, ``(counter as
@@ -283,7 +279,7 @@ class AuditLog:
         bound = select.bind((self.family_name,))
         bound.fetch_size = PAGE_ROWS
         found = []
-        for outcome, message in self._execute(bound):
+        for outcome, message in self.statements.execute(bound):
             hit = LEGACY_RESET.match(message or "") if outcome == "reset" else None
             if hit:
                 found.append((hit["counter"], from_text(hit["point"])))
@@ -293,7 +289,7 @@ class AuditLog:
         statement = self.statements.prepare(
             "audit_legacy_any", "SELECT started_at FROM {audit_legacy} WHERE family = ? LIMIT 1"
         )
-        return self._execute(statement, (self.family_name,)).one() is not None
+        return self.statements.execute(statement, (self.family_name,)).one() is not None
 
     def upgrade(
         self,
@@ -336,7 +332,7 @@ class AuditLog:
         )
         bound = select.bind((self.family_name, state.cursor or EARLIEST))
         bound.fetch_size = page_rows
-        result = self._execute(bound)
+        result = self.statements.execute(bound)
         moved = 0
         while True:
             page = [row._asdict() for row in result.current_rows]
@@ -350,12 +346,11 @@ class AuditLog:
                     after_page(moved)
             if not result.has_more_pages:
                 break
-            self.statements.requests[self.statements.phase] += 1
-            result.fetch_next_page()
+            self.statements.next_page(result)
         delete = self.statements.prepare(
             "audit_legacy_delete", "DELETE FROM {audit_legacy} USING TIMESTAMP ? WHERE family = ?"
         )
-        self._execute(delete, (state.cut_micros, self.family_name))
+        self.statements.execute(delete, (state.cut_micros, self.family_name))
         self._save_upgrade_state(
             UpgradeState(state.cut_micros, state.cursor, state.copied, datetime.now(UTC))
         )
@@ -392,7 +387,7 @@ class AuditLog:
             high = max(utc_naive(r["started_at"]) for r in rows)
             found = {
                 (utc_naive(r.started_at), r.run_id): r._asdict()
-                for r in self._execute(check, (self.family_name, month, low, high))
+                for r in self.statements.execute(check, (self.family_name, month, low, high))
             }
             for row in rows:
                 copy = found.get((utc_naive(row["started_at"]), row["run_id"]))

@@ -65,12 +65,9 @@ class ControlTable:
             "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
         )
         width = len(self.statements.layout.key)
-        self.statements.requests[self.statements.phase] += 1
         return {
             tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
-            for r in self.statements.session.execute(
-                statement, (shard,), execution_profile=BULK_PROFILE
-            )
+            for r in self.statements.execute(statement, (shard,), profile=BULK_PROFILE)
         }
 
     def shard_counts(self) -> set[int]:
@@ -105,15 +102,14 @@ class ControlTable:
         )
         total = 0
         for shard in range(self.family.shards):
-            self.statements.requests[self.statements.phase] += 1
-            total += int(self.statements.session.execute(statement, (shard,)).one()[0])
+            total += int(self.statements.execute(statement, (shard,)).one()[0])
         return total
 
     def release(self, counter: Key) -> None:
         statement = self.statements.prepare(
             "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
         )
-        self.statements.session.execute(statement, (self.keys.bucket(counter)[0], *counter))
+        self.statements.execute(statement, (self.keys.bucket(counter)[0], *counter))
 
     # --- lease ----------------------------------------------------------------------------
 
@@ -132,14 +128,12 @@ class ControlTable:
             "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        result = self.statements.session.execute(take, (ttl_s, owner, self.family.name, shard))
+        result = self.statements.execute(take, (ttl_s, owner, self.family.name, shard))
         if result.was_applied:
             return None
         holder = result.one().owner
         if holder == owner:
-            again = self.statements.session.execute(
-                keep, (ttl_s, owner, self.family.name, shard, owner)
-            )
+            again = self.statements.execute(keep, (ttl_s, owner, self.family.name, shard, owner))
             if again.was_applied:
                 return None
             holder = again.one().owner
@@ -151,7 +145,7 @@ class ControlTable:
             "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        return self.statements.session.execute(
+        return self.statements.execute(
             keep, (ttl_s, owner, self.family.name, shard, owner)
         ).was_applied
 
@@ -161,7 +155,7 @@ class ControlTable:
             "DELETE FROM {lease} WHERE family = ? AND shard = ? IF owner = ?",
             serial=True,
         )
-        self.statements.session.execute(statement, (self.family.name, shard, owner))
+        self.statements.execute(statement, (self.family.name, shard, owner))
 
     # --- family state and audit -----------------------------------------------------------
 
@@ -172,7 +166,7 @@ class ControlTable:
             "state_read",
             "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
         )
-        row = self.statements.session.execute(statement, (self.family.name,)).one()
+        row = self.statements.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
 
     def table_owners(self) -> dict[str, TableOwner]:
@@ -182,8 +176,7 @@ class ControlTable:
             "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
             "WHERE table_name IN ?",
         )
-        self.statements.requests[self.statements.phase] += 1
-        rows = self.statements.session.execute(statement, (list(self.family.tables),))
+        rows = self.statements.execute(statement, (list(self.family.tables),))
         return {r[0]: TableOwner(*r[1:]) for r in rows}
 
     def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
@@ -196,10 +189,7 @@ class ControlTable:
             "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
             serial=True,
         )
-        self.statements.requests[self.statements.phase] += 1
-        result = self.statements.session.execute(
-            statement, (table, self.family.name, identity, run_id)
-        )
+        result = self.statements.execute(statement, (table, self.family.name, identity, run_id))
         if result.was_applied:
             return None
         row = result.one()
@@ -210,8 +200,7 @@ class ControlTable:
         statement = self.statements.prepare(
             "quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1"
         )
-        self.statements.requests[self.statements.phase] += 1
-        return self.statements.session.execute(statement).one() is not None
+        return self.statements.execute(statement).one() is not None
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
@@ -220,12 +209,9 @@ class ControlTable:
             "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
         )
         width = len(self.statements.layout.key)
-        self.statements.requests[self.statements.phase] += 1
         return [
             Quarantined(tuple(r[:width]), *r[width:])
-            for r in self.statements.session.execute(
-                statement, (limit,), execution_profile=BULK_PROFILE
-            )
+            for r in self.statements.execute(statement, (limit,), profile=BULK_PROFILE)
         ]
 
     def quarantined_entry(self, counter: Key) -> Quarantined | None:
@@ -234,9 +220,8 @@ class ControlTable:
             "quarantine_one",
             "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
         )
-        self.statements.requests[self.statements.phase] += 1
-        row = self.statements.session.execute(
-            statement, (self.keys.bucket(counter)[0], *counter), execution_profile=BULK_PROFILE
+        row = self.statements.execute(
+            statement, (self.keys.bucket(counter)[0], *counter), profile=BULK_PROFILE
         ).one()
         return Quarantined(counter, *row) if row else None
 
@@ -249,7 +234,7 @@ class ControlTable:
             "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
             serial=True,
         )
-        result = self.statements.session.execute(statement, (identity, table, expected))
+        result = self.statements.execute(statement, (identity, table, expected))
         return result.was_applied or identity == result.one().identity
 
     def record_shards(self, shards: int) -> None:
@@ -257,7 +242,7 @@ class ControlTable:
         statement = self.statements.prepare(
             "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
         )
-        self.statements.session.execute(statement, (shards, self.family.name))
+        self.statements.execute(statement, (shards, self.family.name))
 
     def retire(self, by: str | None) -> None:
         """Record the family as retired (``by``: who), or no longer retired (None): a retired
@@ -267,7 +252,7 @@ class ControlTable:
             "UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?",
         )
         at = None if by is None else datetime.now(UTC)
-        self.statements.session.execute(statement, (at, by, self.family.name))
+        self.statements.execute(statement, (at, by, self.family.name))
 
     def family_epoch(self) -> datetime | None:
         return self.family_state().epoch
@@ -287,7 +272,7 @@ class ControlTable:
             "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
             "updated_at = toTimestamp(now()) WHERE family = ?",
         )
-        self.statements.session.execute(
+        self.statements.execute(
             statement,
             (
                 write_timestamp(epoch),
@@ -302,7 +287,7 @@ class ControlTable:
                 "state_sweep",
                 "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
             )
-            self.statements.session.execute(sweep, (swept_at, sweep_size, self.family.name))
+            self.statements.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def quarantine_entries(self, shard: int) -> list[tuple[Key, tuple[Any, ...]]]:
         """A shard's quarantine entries as stored: ``(counter, (reason, detail, run_id, at))``
@@ -314,7 +299,7 @@ class ControlTable:
         width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), tuple(r[width:]))
-            for r in self.statements.session.execute(statement, (shard,))
+            for r in self.statements.execute(statement, (shard,))
         ]
 
     def move_quarantine_entry(

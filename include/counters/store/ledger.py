@@ -131,12 +131,7 @@ class LedgerTable:
                 f"SELECT head, shards, {{key}}, {columns} FROM {{ledger}} "
                 "WHERE shard = ? AND bucket = ?",
             )
-            self.statements.requests[self.statements.phase] += 1
-            rows = list(
-                self.statements.session.execute(
-                    statement, (shard, bucket), execution_profile=BULK_PROFILE
-                )
-            )
+            rows = list(self.statements.execute(statement, (shard, bucket), profile=BULK_PROFILE))
             head, shards = (rows[0][0], rows[0][1]) if rows else (None, None)
             checkpoints = {
                 tuple(r[2 : 2 + width]): self._checkpoint(r[2 + width :], with_pending)
@@ -170,16 +165,14 @@ class LedgerTable:
 
     def population(self, shard: int, bucket: int) -> int | None:
         """A bucket's population alone: enough to choose how to read it."""
-        self.statements.requests[self.statements.phase] += 1
         return self._head_of(
-            self.statements.session.execute(self._head_statement(), (shard, bucket)).one()
+            self.statements.execute(self._head_statement(), (shard, bucket)).one()
         )[1]
 
     def bucket_head(self, shard: int, bucket: int) -> Any:
         """A bucket's head alone (the id of its last commit, None if never set)."""
-        self.statements.requests[self.statements.phase] += 1
         return self._head_of(
-            self.statements.session.execute(self._head_statement(), (shard, bucket)).one()
+            self.statements.execute(self._head_statement(), (shard, bucket)).one()
         )[0]
 
     def _head_statement(self) -> PreparedStatement:
@@ -289,8 +282,7 @@ class LedgerTable:
                     f.base.commit_id,
                 )
                 batch.add(bind(reset_row, params))
-        self.statements.requests[self.statements.phase] += 1
-        return self.statements.session.execute(batch).was_applied
+        return self.statements.execute(batch).was_applied
 
     def head_serial(self, shard: int, bucket: int) -> Any:
         """A bucket's head read at the serial level. The read is itself a Paxos round: a
@@ -298,8 +290,7 @@ class LedgerTable:
         completed or superseded before it answers, and cannot apply afterwards."""
         bound = self._head_statement().bind((shard, bucket))
         bound.consistency_level = serial_consistency_of(self.family)
-        self.statements.requests[self.statements.phase] += 1
-        return self._head_of(self.statements.session.execute(bound).one())[0]
+        return self._head_of(self.statements.execute(bound).one())[0]
 
     def copy_compact(
         self, commits: Sequence[tuple[Key, Checkpoint]], run_id: str, now_micros: int
@@ -347,12 +338,11 @@ class LedgerTable:
                 f"SELECT {{key}}, {columns} FROM {{compact}} "
                 "WHERE {token} > ? AND {token} <= ?",
             )
-            self.statements.requests[self.statements.phase] += 1
             width = len(self.statements.layout.key)
-            rows = self.statements.session.execute(
+            rows = self.statements.execute(
                 statement,
                 bucket_bounds(self.family.shards, shard, bucket),
-                execution_profile=BULK_PROFILE,
+                profile=BULK_PROFILE,
             )
             return {tuple(r[:width]): self._copy(r[width:]) for r in rows}
         found = self.statements.rows_by_partition("compact_read", columns, "{compact}", counters)
@@ -384,10 +374,9 @@ class LedgerTable:
         statement = self.statements.prepare(
             "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
         )
-        self.statements.requests[self.statements.phase] += 1
         return [
             (r[0], r[1], tuple(r[2:]))
-            for r in self.statements.session.execute(statement, (limit,))
+            for r in self.statements.execute(statement, (limit,))
             if all(v is not None for v in r[2:])  # a partition holding only its head
         ]
 
@@ -401,9 +390,7 @@ class LedgerTable:
         )
         for _attempt in range(16):
             head = self.head_serial(shard, bucket)
-            if self.statements.session.execute(
-                statement, (MOVING, shard, bucket, head)
-            ).was_applied:
+            if self.statements.execute(statement, (MOVING, shard, bucket, head)).was_applied:
                 return
         raise EngineError(
             f"family {self.family.name!r}: ledger partition {shard}/{bucket} kept changing "
@@ -418,14 +405,14 @@ class LedgerTable:
             "UPDATE {ledger} SET shards = ?, head = ?, population = null "
             "WHERE shard = ? AND bucket = ?",
         )
-        self.statements.session.execute(statement, (shards, self.new_commit_id(), shard, bucket))
+        self.statements.execute(statement, (shards, self.new_commit_id(), shard, bucket))
 
     def drop_bucket(self, shard: int, bucket: int) -> None:
         """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
         statement = self.statements.prepare(
             "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
         )
-        self.statements.session.execute(statement, (shard, bucket))
+        self.statements.execute(statement, (shard, bucket))
 
     @cached_property
     def _ledger_row_columns(self) -> list[str]:
@@ -451,9 +438,7 @@ class LedgerTable:
             "WHERE shard = ? AND bucket = ?",
         )
         width = len(self.statements.layout.key)
-        rows = self.statements.session.execute(
-            statement, (shard, bucket), execution_profile=BULK_PROFILE
-        )
+        rows = self.statements.execute(statement, (shard, bucket), profile=BULK_PROFILE)
         return [
             (tuple(r[:width]), dict(zip(columns, r[width:], strict=True)))
             for r in rows
@@ -489,9 +474,7 @@ class LedgerTable:
             "IF commit_id = ? AND origin_ms = null",
             serial=True,
         )
-        done = self.statements.session.execute(
-            statement, (at_ms, shard, bucket, *counter, commit_id)
-        )
+        done = self.statements.execute(statement, (at_ms, shard, bucket, *counter, commit_id))
         return bool(done.was_applied)
 
     def read_bases(self, counters: Sequence[Key]) -> dict[Key, ReadBase]:

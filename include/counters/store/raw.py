@@ -127,7 +127,7 @@ class RawTable:
             "set_members",
             "SELECT {member}, first_seen, counted FROM {set} WHERE {key_where}",
         )
-        rows = self.statements.session.execute(statement, counter, execution_profile=BULK_PROFILE)
+        rows = self.statements.execute(statement, counter, profile=BULK_PROFILE)
         return [(m, first_seen, bool(counted)) for m, first_seen, counted in rows]
 
     def scan_set_counters(self, shard: int) -> list[Key]:
@@ -165,8 +165,7 @@ class RawTable:
                 select + "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING",
             )
             params = (*params, self.keys.time_bound(after_ms))
-        self.statements.requests[self.statements.phase] += 1
-        result = self.statements.session.execute(statement, params, execution_profile=BULK_PROFILE)
+        result = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(result, len(self.statements.layout.key))
 
     def read_rows(
@@ -197,8 +196,7 @@ class RawTable:
         statement = self.statements.prepare(
             name, f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} {where}"
         )
-        self.statements.requests[self.statements.phase] += 1
-        rows = self.statements.session.execute(statement, params, execution_profile=BULK_PROFILE)
+        rows = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(rows, 0).get((), [])
 
     def read_rows_between(self, counter: Key, low_ms: int, high_ms: int) -> list[Row]:
@@ -290,10 +288,7 @@ class RawTable:
             "raw_count_upto" if start is None else "raw_count_slice",
             f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} {where}",
         )
-        self.statements.requests[self.statements.phase] += 1
-        row = self.statements.session.execute(
-            statement, (*counter, *bounds), execution_profile=BULK_PROFILE
-        ).one()
+        row = self.statements.execute(statement, (*counter, *bounds), profile=BULK_PROFILE).one()
         return (row[0] or 0, row[1] or 0) if row else (0, 0)
 
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
@@ -343,11 +338,10 @@ class RawTable:
                 f"SELECT {{key}}, {measure} FROM {{raw}} WHERE {{token}} > ? AND {{token}} <= ? "
                 f"{where} GROUP BY {{key}} ALLOW FILTERING",
             )
-            self.statements.requests[self.statements.phase] += 1
-            rows = self.statements.session.execute(
+            rows = self.statements.execute(
                 statement,
                 (*bucket_bounds(self.family.shards, shard, bucket), *params),
-                execution_profile=BULK_PROFILE,
+                profile=BULK_PROFILE,
             )
             width = len(self.statements.layout.key)
             return {tuple(r[:width]): (r[width], r[width + 1] or 0) for r in rows}

@@ -89,23 +89,20 @@ class RunLogTable:
         if archive_rows is None and self.family.archive is not None:
             archive_rows = self.archive_rows(folds)
         text = None if figures is None else json.dumps(figures, separators=(",", ":"))
-        self.statements.requests[self.statements.phase] += 1
         if archive_rows is None:
             statement = self.statements.prepare(
                 "runs_keys_figures",
                 "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, figures) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
             )
-            self.statements.session.execute(
-                statement, (run_id, shard, bucket, commit_id, blob, text)
-            )
+            self.statements.execute(statement, (run_id, shard, bucket, commit_id, blob, text))
             return
         statement = self.statements.prepare(
             "runs_keys_archive_figures",
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, figures) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
-        self.statements.session.execute(
+        self.statements.execute(
             statement, (run_id, shard, bucket, commit_id, blob, archive_rows, text)
         )
 
@@ -154,9 +151,8 @@ class RunLogTable:
         for shard in shards:
             bound = statement.bind((run_id, shard))
             bound.fetch_size = RUN_LOG_FETCH
-            self.statements.requests[self.statements.phase] += 1
-            for verified_by, applied, figures, rows in self.statements.session.execute(
-                bound, execution_profile=BULK_PROFILE
+            for verified_by, applied, figures, rows in self.statements.execute(
+                bound, profile=BULK_PROFILE
             ):
                 if rows is not None:
                     deleted = (deleted or 0) + rows
@@ -241,10 +237,9 @@ class RunLogTable:
         _encode, decode = self.keys.json_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
-        self.statements.requests[self.statements.phase] += 1
         wanted = set(executions)
         out: dict[int, list[CommitRecord]] = defaultdict(list)
-        for row in self.statements.session.execute(bound, execution_profile=BULK_PROFILE):
+        for row in self.statements.execute(bound, profile=BULK_PROFILE):
             bucket, commit_id, blob, verified_by = row[:4]
             if blob is None or verified_by not in wanted:
                 continue
@@ -261,10 +256,9 @@ class RunLogTable:
             "SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?",
         )
         _encode, decode = self.keys.json_codec()
-        self.statements.requests[self.statements.phase] += 1
         return [
             (decode(counter), epoch_ms, verified_by is not None)
-            for blob, verified_by in self.statements.session.execute(statement, (run_id, shard))
+            for blob, verified_by in self.statements.execute(statement, (run_id, shard))
             if blob is not None
             for counter, epoch_ms, _keys in unpack_commit_keys(blob, self.keys.key_codec)
         ]
@@ -279,8 +273,7 @@ class RunLogTable:
             "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
             "AND bucket = ? AND commit_id = ?",
         )
-        self.statements.requests[self.statements.phase] += 1
-        row = self.statements.session.execute(statement, (run_id, shard, bucket, commit_id)).one()
+        row = self.statements.execute(statement, (run_id, shard, bucket, commit_id)).one()
         if row is None or row[0] is None:
             return None
         return unpack_commit_keys(row[0], self.keys.key_codec), row[1], row[2]
@@ -297,10 +290,7 @@ class RunLogTable:
             "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
             "AND commit_id = ?",
         )
-        self.statements.requests[self.statements.phase] += 1
-        row = self.statements.session.execute(
-            statement, (run_id or "", shard, bucket, commit_id)
-        ).one()
+        row = self.statements.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
         if row is None:
             return record_may_have_expired(commit_id, time.time())
         return row[0] is not None
@@ -402,7 +392,7 @@ class RunLogTable:
             + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
         )
         run_id = cp.run_id or ""
-        found = self.statements.session.execute(read, (run_id, *old, cp.commit_id)).one()
+        found = self.statements.execute(read, (run_id, *old, cp.commit_id)).one()
         if found is None or found[0] is None:
             return False
         encode, _decode = self.keys.json_codec()
@@ -410,7 +400,7 @@ class RunLogTable:
         entry = [e for e in unpack_commit_keys(found[0], self.keys.key_codec) if e[0] == wanted]
         if not entry:
             return False
-        there = self.statements.session.execute(read, (run_id, *new, cp.commit_id)).one()
+        there = self.statements.execute(read, (run_id, *new, cp.commit_id)).one()
         entries = [
             e
             for e in (
@@ -425,7 +415,7 @@ class RunLogTable:
                 "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
                 "VALUES (?, ?, ?, ?, ?)",
             )
-            self.statements.session.execute(write, (run_id, *new, cp.commit_id, blob))
+            self.statements.execute(write, (run_id, *new, cp.commit_id, blob))
             return True
         # the counter's part of the commit's archive record goes with its keys, in their order
         from ..archive import join_records, record_part, unpack_record
@@ -440,7 +430,7 @@ class RunLogTable:
             "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
-        self.statements.session.execute(
+        self.statements.execute(
             write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
         )
         return True

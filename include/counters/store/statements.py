@@ -10,7 +10,8 @@ import logging
 import struct
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -269,19 +270,44 @@ class Statements:
         """Per thread, the phase its requests are counted in."""
 
     @property
-    def phase(self) -> str:
-        """The step this thread is in (requests are counted per step)."""
+    def current_phase(self) -> str:
+        """The step this thread is in (its requests are counted under it): "other" outside
+        every ``phase`` block."""
         return getattr(self._local, "phase", "other")
 
-    @phase.setter
-    def phase(self, name: str) -> None:
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count this thread's requests under ``name`` inside the block, and under the step
+        it was in before once it ends (a step of a step does not leak into its caller's)."""
+        before = self.current_phase
         self._local.phase = name
+        try:
+            yield
+        finally:
+            self._local.phase = before
+
+    def _count(self, requests: int) -> None:
+        self.requests[self.current_phase] += requests
+
+    def execute(self, statement: Any, params: Any = None, profile: str | None = None) -> Any:
+        """Send one request (a statement, a bound statement or a batch) and count it: the
+        driver's ``session.execute``, with the execution profile ``profile`` if given."""
+        self._count(1)
+        if profile is None:
+            return self.session.execute(statement, params)
+        return self.session.execute(statement, params, execution_profile=profile)
+
+    def next_page(self, result: Any) -> None:
+        """Fetch a result's next page (one more request, counted)."""
+        self._count(1)
+        result.fetch_next_page()
 
     # --- plumbing -------------------------------------------------------------------------
 
     @property
     def session(self):
-        """The connection's session (a table that sends one statement by itself uses it)."""
+        """The connection's session: its metadata (schema reads); requests go through
+        ``execute``, ``run`` and the batches, which count them."""
         return self.conn.session
 
     @property
@@ -371,7 +397,7 @@ class Statements:
         is its exception)."""
         if not statements:
             return []
-        self.requests[self.phase] += len(statements)
+        self._count(len(statements))
         results = execute_concurrent(
             session or self.session,
             statements,
@@ -527,4 +553,4 @@ class Statements:
         )
         batch.add(insert, at_new)
         batch.add(delete, at_old)
-        self.session.execute(batch)
+        self.execute(batch)

@@ -75,8 +75,7 @@ class IndexTable:
             "index_forget_bucket",
             "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?",
         )
-        self.statements.requests[self.statements.phase] += 1
-        self.statements.session.execute(statement, (before_micros, shard, bucket))
+        self.statements.execute(statement, (before_micros, shard, bucket))
 
     def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
@@ -140,7 +139,7 @@ class IndexTable:
         width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), r[width] or set(), r[width + 1])
-            for r in self.statements.session.execute(statement, (shard, bucket))
+            for r in self.statements.execute(statement, (shard, bucket))
         ]
 
     def move_mark(

@@ -631,7 +631,7 @@ def test_a_second_fold_is_recounted_above_its_floor_and_a_lost_row_still_fails_i
     recount = store.raw.recount
 
     def recording(shard, bucket, names, epoch_ms, after_ms=None):
-        calls.append((store.statements.phase, names is None, after_ms))
+        calls.append((store.statements.current_phase, names is None, after_ms))
         return recount(shard, bucket, names, epoch_ms, after_ms)
 
     store.raw.recount = recording

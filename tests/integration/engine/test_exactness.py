@@ -773,7 +773,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     read_rows = a_store.raw.read_rows
 
     def stalling_read_rows(*args, **kwargs):
-        if a_store.statements.phase == "verify" and not stalled.is_set():
+        if a_store.statements.current_phase == "verify" and not stalled.is_set():
             stalled.set()
             assert resume.wait(60)
         return read_rows(*args, **kwargs)

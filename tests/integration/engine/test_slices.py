@@ -172,7 +172,7 @@ def test_a_few_marked_counters_are_read_by_name_above_their_floor(make_family, t
     read_rows = store.raw.read_rows
 
     def recording(names, after_ms=None):
-        if store.statements.phase == "read_raw":
+        if store.statements.current_phase == "read_raw":
             calls.append((len(names), after_ms))
         return read_rows(names, after_ms)
 
