@@ -44,7 +44,7 @@ def prepare_idle(bench: Bench) -> None:
                 p.rows_per_counter,
             )
         # as in steady state: swept recently, so the measured run is a minute's run
-        store.control.advance_family_epoch(bench.idle_e0, "bench-setup", swept_at=utc_now())
+        store.state.advance_family_epoch(bench.idle_e0, "bench-setup", swept_at=utc_now())
         with Meter(bench.server) as load:
             load_write_path(client, bench.idle_data)
         bench.marks_at[name] = time.time()

@@ -67,6 +67,6 @@ def limits(bench: Bench) -> None:
         "folds": folds,
         "read_value": value,
         "read_exact": value == p.hot_rows + 5,
-        "family_epoch_after": str(store.control.family_epoch()),
+        "family_epoch_after": str(store.state.family_epoch()),
     }
     bench.reset_family(family)

@@ -103,7 +103,7 @@ def quarantined_now(store: Store) -> int | None:
     """How many of the family's counters are quarantined now, for the metric; None when it
     cannot be read (best effort: a metric must not fail a run, Cassandra may be what failed)."""
     try:
-        return store.control.count_quarantined()
+        return store.quarantine.count_quarantined()
     except Exception:
         log.warning(
             "family %s: could not count quarantined counters", store.family.name, exc_info=True
@@ -130,7 +130,7 @@ def read_lags(
     lags = []
     for store in stores:
         try:
-            epoch = store.control.family_epoch()
+            epoch = store.state.family_epoch()
         except SchemaError as exc:
             lag = family_lag(store.family, None, now, clock)
             lags.append(replace(lag, epoch=None, behind=None, problem=str(exc)))

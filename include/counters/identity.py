@@ -128,11 +128,11 @@ def check_family(
     one ``Store`` (the plan, then each shard a task compacts) share one check; a commit is
     still conditioned on its ledger partition's shard count, and a step that may record checks
     again unless every table was already recorded."""
-    if once_per_run and run_id and store.control.checked_run is not None:
-        checked_id, covers_record = store.control.checked_run
+    if once_per_run and run_id and store.owners.checked_run is not None:
+        checked_id, covers_record = store.owners.checked_run
         if checked_id == run_id and (covers_record or not record):
             return
-    store.control.checked_run = None  # a check that fails below leaves nothing to skip the next one
+    store.owners.checked_run = None  # a check that fails below leaves nothing to skip the next one
     session = store.statements.session
     check_table_options(session, store.family)
     problem = serial_problem(
@@ -141,7 +141,7 @@ def check_family(
     if problem:
         raise SchemaError(problem)
     recorded = check_identity(store, record=record, run_id=run_id)
-    store.control.checked_run = (run_id, record or recorded) if run_id else None
+    store.owners.checked_run = (run_id, record or recorded) if run_id else None
 
 
 def serial_problem(family: Family, dcs: set[str], here: str | None) -> str | None:
@@ -247,7 +247,7 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> bool:
     family = store.family
     current = family_identity(family)
     try:
-        owners = store.control.table_owners()
+        owners = store.owners.table_owners()
     except InvalidRequest as exc:
         if TABLES_TABLE not in str(exc):
             raise
@@ -267,7 +267,7 @@ def check_identity(store: Store, *, record: bool, run_id: str = "") -> bool:
     if not record:
         return False
     for table in missing:
-        recorded = store.control.claim_table(table, encode(current), run_id)
+        recorded = store.owners.claim_table(table, encode(current), run_id)
         if recorded is not None:  # another first commit recorded it meanwhile
             reason = refusal(family, table, recorded, current)
             if reason:
@@ -280,7 +280,7 @@ def _check_unrecorded(store: Store) -> None:
     checked against what it left (the shard count of its first finished run, and where its
     ledger holds counters)."""
     family = store.family
-    shards = store.control.family_state().shards
+    shards = store.state.family_state().shards
     if shards is not None and shards != family.shards:
         raise IdentityMismatch(
             f"family {family.name!r}: field 'shards' is {family.shards} in the YAML but the "

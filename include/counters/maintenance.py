@@ -585,7 +585,7 @@ def quarantined(store: Store) -> list[Quarantined]:
     return [
         q
         for shard in range(store.family.shards)
-        for q in store.control.read_quarantine(shard).values()
+        for q in store.quarantine.read_quarantine(shard).values()
     ]
 
 
@@ -596,7 +596,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
     cluster_clock(store)  # its copy's version and the entry's delete carry this host's clock
     check_family(store, record=True, run_id="release")
     shard, bucket = store.keys.bucket(counter)
-    entry = store.control.read_quarantine(shard).get(counter)
+    entry = store.quarantine.read_quarantine(shard).get(counter)
     if entry is None:
         raise EngineError(
             f"family {store.family.name!r}: counter {format_key(counter)} is not quarantined"
@@ -624,7 +624,7 @@ def release(store: Store, counter: Key) -> Checkpoint:
         store.ledger.copy_compact(
             [(counter, restored)], checkpoint.run_id or "release", cluster_micros(store)
         )
-    store.control.release(counter)
+    store.quarantine.release(counter)
     restored_text = (
         f"readers' copy restored from the ledger: value {checkpoint.value} at epoch "
         f"{to_text(from_millis(checkpoint.epoch_ms)) if checkpoint.epoch_ms else None}"

@@ -74,7 +74,7 @@ def reshard(
     done = {k: v for k, v in moving.items() if k != "resharding"}
     done["shards"] = shards
     _record(store, moving, done)
-    store.control.record_shards(shards)
+    store.state.record_shards(shards)
     return Resharded(family.name, before, shards, moved, records, quarantined, marks)
 
 
@@ -116,13 +116,13 @@ def _recorded_shards(
     (recorded now from the ledger if an older version committed without one; with ``record``
     false, nothing is recorded and a family without one gets an empty identity)."""
     family = store.family
-    owners = store.control.table_owners()
+    owners = store.owners.table_owners()
     if not owners:  # committed by an older version, or never: check the rest, then record
         written = _written(store)
         check_identity(store.with_shards(written), record=record, run_id="reshard")
         if not record:
             return written, {}
-        owners = store.control.table_owners()
+        owners = store.owners.table_owners()
     recorded: dict[str, Any] = {}
     for table, owner in owners.items():
         if owner.family != family.name:
@@ -161,12 +161,12 @@ def _written(store: Store) -> int:
 
     positions = [(s, b, store.keys.token(c)) for s, b, c in store.ledger.ledger_positions(256)]
     found = written_shards(positions) if positions else None
-    return found or store.control.family_state().shards or store.family.shards
+    return found or store.state.family_state().shards or store.family.shards
 
 
 def _record(store: Store, expected: dict[str, Any], identity: dict[str, Any]) -> None:
     for table in store.family.tables:
-        if not store.control.replace_identity(table, encode(expected), encode(identity)):
+        if not store.owners.replace_identity(table, encode(expected), encode(identity)):
             raise SchemaError(
                 f"family {store.family.name!r}: the identity of {table} changed meanwhile (another "
                 "reshard?); run the command again. Nothing more was changed."
@@ -194,10 +194,10 @@ def _move_quarantine(store: Store, before: int, shards: int) -> int:
     many moved."""
     moved = 0
     for shard in range(before):
-        for counter, entry in store.control.quarantine_entries(shard):
+        for counter, entry in store.quarantine.quarantine_entries(shard):
             to = shard_of(store.keys.token(counter), shards)
             if to != shard:
-                store.control.move_quarantine_entry(counter, entry, shard, to)
+                store.quarantine.move_quarantine_entry(counter, entry, shard, to)
                 moved += 1
     return moved
 

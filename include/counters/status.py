@@ -418,7 +418,7 @@ def family_health(
     """The family's state, its latest run and its last hour: three bounded reads."""
     from .compaction.plan import foreign_rows_bound
 
-    state = store.control.family_state()
+    state = store.state.family_state()
     epoch, last_sweep = state.epoch, state.last_sweep
     within = foreign_rows_bound(store.family, state.last_sweep_size)
     rows = [
@@ -434,7 +434,7 @@ def family_health(
         lag=freshness(epoch, now, store.family),
         last_run=last,
         window=totals(rows, truncated=len(rows) >= window_limit),
-        quarantined=store.control.read_quarantine_sample(quarantine_limit),
+        quarantined=store.quarantine.read_quarantine_sample(quarantine_limit),
         quarantine_limit=quarantine_limit,
     )
 
@@ -494,7 +494,7 @@ def look_up(
         shard=shard,
         bucket=bucket,
         ledger=ledger.get(counter),
-        quarantine=store.control.quarantined_entry(counter),
+        quarantine=store.quarantine.quarantined_entry(counter),
         history=[row for row in worked if row.run_id in committed],
         runs_searched=len(worked),
     )

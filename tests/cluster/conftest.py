@@ -498,4 +498,4 @@ def assert_exact(cf: ClusterFamily, expected: dict[str, int], epoch: datetime) -
     assert values == expected
     assert rows_at_or_below(cf.admin, list(expected), epoch) == 0
     assert engine.quarantined(cf.admin) == []
-    assert cf.admin.control.family_epoch() == epoch
+    assert cf.admin.state.family_epoch() == epoch

@@ -15,14 +15,17 @@ from counters import store as store_package
 from counters.config import Family
 from counters.store import (
     AuditLog,
-    ControlTable,
     IndexTable,
     Keys,
+    LeaseTable,
     LedgerTable,
+    OwnersTable,
+    QuarantineTable,
     RawTable,
     Reader,
     RunLogTable,
     Statements,
+    StateTable,
     Store,
 )
 
@@ -37,7 +40,10 @@ pytestmark = pytest.mark.unit
         (LedgerTable, {"commit_bucket", "read_ledger", "read_copies", "fence_bucket"}),
         (Reader, {"read_values", "read_epochs"}),
         (RunLogTable, {"read_run_commits", "mark_verified"}),
-        (ControlTable, {"acquire_lease", "read_quarantine", "family_state"}),
+        (QuarantineTable, {"add", "read_quarantine", "release"}),
+        (LeaseTable, {"acquire_lease", "renew_lease", "release_lease"}),
+        (StateTable, {"family_state", "advance_family_epoch", "retire"}),
+        (OwnersTable, {"table_owners", "claim_table", "replace_identity"}),
         (AuditLog, {"page", "write"}),
         (Keys, {"bucket", "shard"}),
         (Statements, {"prepare", "concurrent"}),
@@ -58,7 +64,20 @@ def test_a_composed_table_is_only_reached_through_its_attribute(
     assert not on_store, f"{table.__name__}'s methods still on Store itself: {on_store}"
 
 
-STORE_PARTS = {"statements", "keys", "raw", "index", "ledger", "runs", "control", "audit", "reader"}
+STORE_PARTS = {
+    "statements",
+    "keys",
+    "raw",
+    "index",
+    "ledger",
+    "runs",
+    "state",
+    "owners",
+    "lease",
+    "quarantine",
+    "audit",
+    "reader",
+}
 STORE_OWN = {"family", "conn", "layout", "with_shards"}
 """What a store says it is for (read-only) and its one way to another shard count."""
 CLASS_DUNDERS = {"__dict__", "__doc__", "__init__", "__module__", "__weakref__"}

@@ -496,7 +496,7 @@ def _read_lag(
     the check of the others."""
     try:
         store = Store(conn, family)
-        epoch = store.control.family_epoch()
+        epoch = store.state.family_epoch()
         metrics.emit_family(
             family.name,
             epoch,

@@ -185,7 +185,7 @@ def retire_command(obj: Context, name: str, undo: bool, as_json: bool) -> None:
     user, host = machine()
     who = None if undo else f"{user}@{host}"
     with reported():
-        store.control.retire(who)
+        store.state.retire(who)
         row = store.audit.write(
             operator_record(
                 family,

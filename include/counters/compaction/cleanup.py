@@ -112,7 +112,9 @@ def _cleanup_shard(
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
         report.seconds = time.perf_counter() - started
         return report
-    quarantined = set(store.control.read_quarantine_anywhere(shard))  # wherever a reshard moved it
+    quarantined = set(
+        store.quarantine.read_quarantine_anywhere(shard)
+    )  # wherever a reshard moved it
     deferred: set[Any] = set()
     left_out: dict[Any, set[Key]] = {}
     if store.family.archive is not None:

@@ -111,7 +111,7 @@ def conclude_run(
 ) -> Conclusion:
     """Advance the family's compacted epoch, read it back, and decide how the run ends."""
     finish_run(store, plan, tally)
-    moved = epoch_advanced(plan, store.control.family_epoch())
+    moved = epoch_advanced(plan, store.state.family_epoch())
     return conclusion(store.family.name, plan, tally, [*checks, moved])
 
 
@@ -208,7 +208,7 @@ def finish_run(store: Store, plan: RunPlan, tally: Tally | None = None) -> None:
     """The run succeeded: the family's compacted epoch becomes the run's epoch (and a sweep
     run records when it started and how much it read: ``tally``'s rows and counters)."""
     size = None if tally is None else min(tally.rows_read + tally.counters_seen, 2**31 - 1)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         plan.epoch,
         plan.run_id,
         plan.started_at if plan.sweep else None,

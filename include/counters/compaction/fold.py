@@ -223,7 +223,7 @@ def quarantine_counters(
     if not entries:
         return
     if not ctx.dry_run:
-        ctx.store.control.quarantine(ctx.run_id, entries)
+        ctx.store.quarantine.add(ctx.run_id, entries)
     for counter, reason, detail in entries:
         ctx.quarantined.add(counter)
         below = sum(1 for r in rows.get(counter, ()) if r[0] <= ctx.epoch_ms)

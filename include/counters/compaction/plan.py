@@ -235,7 +235,7 @@ def plan_run(
     clock = cluster_clock(store)
     now = now or clock.now()
     check_family(store, record=False, run_id=run_id, once_per_run=True)
-    state = store.control.family_state()
+    state = store.state.family_state()
     touched = store.index.touched_count(SMALL_RUN_COUNTERS)
     plan = decide_plan(
         store.family,
@@ -244,7 +244,7 @@ def plan_run(
         state.epoch,
         now=now,
         last_sweep=state.last_sweep,
-        anything_touched=touched > 0 or store.control.anything_quarantined(),
+        anything_touched=touched > 0 or store.quarantine.anything_quarantined(),
         touched=touched,
         last_sweep_size=state.last_sweep_size,
     )

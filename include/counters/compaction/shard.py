@@ -109,14 +109,14 @@ def compact_shard(
     )
     holding = False
     if use_lease and not dry_run:
-        holder = store.control.acquire_lease(shard, run_id, LEASE_TTL_S)
+        holder = store.lease.acquire_lease(shard, run_id, LEASE_TTL_S)
         if holder is not None:
             raise LeaseHeld(f"family {store.family.name!r} shard {shard} is held by run {holder!r}")
         holding = True
         fault("lease")
     try:
         with report.phases.timed("discover", store):
-            quarantine = store.control.read_quarantine(shard)
+            quarantine = store.quarantine.read_quarantine(shard)
             index_read_at = cluster_micros(store)
             marks = _placed(store, shard, store.index.touched(shard), dry_run)
         fault("discover")
@@ -159,7 +159,7 @@ def compact_shard(
             report.evidence.extend(local.report.evidence)
             report.failures.extend(local.report.failures)
             if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
-                if not store.control.renew_lease(shard, run_id, LEASE_TTL_S):
+                if not store.lease.renew_lease(shard, run_id, LEASE_TTL_S):
                     raise LeaseHeld(f"lost the lease of shard {shard} to another run")
                 last_renewal = time.monotonic()
     except BaseException:
@@ -167,7 +167,7 @@ def compact_shard(
             _release_quietly(store, shard, run_id)
         raise
     if holding:
-        store.control.release_lease(shard, run_id)
+        store.lease.release_lease(shard, run_id)
     report.requests = dict(store.statements.requests)
     report.peak_rss_mib = peak_rss_mib()
     return report
@@ -206,7 +206,7 @@ def _placed(
 
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:
     try:
-        store.control.release_lease(shard, run_id)
+        store.lease.release_lease(shard, run_id)
     except Exception:  # the lease expires by itself; the original error matters more
         log.warning("could not release the lease of shard %s", shard, exc_info=True)
 

@@ -12,8 +12,11 @@ family's tables. Identifiers come from the validated config and are quoted; valu
   reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's set),
   ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``: the
   ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
-  ``store.control`` (``ControlTable``: family state, leases, quarantine, table owners, and
-  ``checked_run``) and ``store.audit`` (``AuditLog``, and the ``provenance`` it writes);
+  the control tables, module ``control``: ``store.state`` (``StateTable``: the family's
+  epoch, sweep, shard count and retirement), ``store.owners`` (``OwnersTable``: the tables'
+  owners, and ``checked_run``), ``store.lease`` (``LeaseTable``: the shards' leases) and
+  ``store.quarantine`` (``QuarantineTable``: quarantined counters); and ``store.audit``
+  (``AuditLog``, and the ``provenance`` it writes);
 - ``store.reader`` (``Reader``): the read rule over the tables it reads.
 
 The small types they return are in ``records``. Besides these the store says what it is for,
@@ -29,7 +32,7 @@ from ..config import Family
 from ..connection import Connection
 from ..schema import RawLayout
 from .auditlog import AuditLog
-from .control import ControlTable, known_families
+from .control import LeaseTable, OwnersTable, QuarantineTable, StateTable, known_families
 from .keys import PACKED_TYPES, PLAIN_KEY_TYPES, Keys, normal_key
 from .ledger import LedgerTable
 from .raw import RawTable
@@ -94,7 +97,8 @@ class Store:
     A container, no behaviour of its own: ``statements`` (``Statements``: preparing, running,
     batching, counting requests by ``phase``), ``keys`` (``Keys``: tokens, shards, buckets,
     codecs, packing, epochs) and the tables over them, ``raw``, ``index``, ``ledger``,
-    ``runs``, ``control``, ``audit``, and ``reader``, the read rule. Besides them it says what
+    ``runs``, ``state``, ``owners``, ``lease``, ``quarantine``, ``audit``, and ``reader``, the
+    read rule. Besides them it says what
     it is for, read-only: ``family``, ``conn`` and ``layout``; everything else is reached
     through the object that holds it (``store.keys.bucket(c)``,
     ``store.statements.requests``)."""
@@ -112,7 +116,10 @@ class Store:
         self.index = IndexTable(self.statements, self.keys)
         self.ledger = LedgerTable(self.statements, self.keys)
         self.runs = RunLogTable(self.statements, self.keys)
-        self.control = ControlTable(self.statements, self.keys)
+        self.state = StateTable(self.statements)
+        self.owners = OwnersTable(self.statements)
+        self.lease = LeaseTable(self.statements)
+        self.quarantine = QuarantineTable(self.statements, self.keys, self.state, self.owners)
         self.audit = AuditLog(self.statements)
         self.reader = Reader(family, self.keys, self.raw, self.ledger)
 
@@ -169,21 +176,24 @@ __all__ = [
     "SCAN_SPLITS",
     "AuditLog",
     "CommitRecord",
-    "ControlTable",
     "Copy",
     "FamilyState",
     "IndexTable",
     "Keys",
     "KnownFamily",
+    "LeaseTable",
     "Ledger",
     "LedgerTable",
     "MillisTimestampType",
+    "OwnersTable",
+    "QuarantineTable",
     "Quarantined",
     "RawTable",
     "ReadBase",
     "Reader",
     "RunFigures",
     "RunLogTable",
+    "StateTable",
     "Statements",
     "Store",
     "TableOwner",

@@ -1,4 +1,5 @@
-"""The control tables: quarantine, leases, the family's state and the tables' owners."""
+"""The control tables, one class each: quarantine, leases, the family's state and the tables'
+owners."""
 
 from __future__ import annotations
 
@@ -28,90 +29,135 @@ from .statements import Statements
 log = logging.getLogger(__name__)
 
 
-class ControlTable:
-    """The family's control tables (quarantine, leases, family state, table owners): every
-    statement on them, a reshard's and a run's conclusion included, over the statements core.
-    ``Store`` makes one as ``store.control``."""
+class StateTable:
+    """The family state table (``{state}``): the compacted epoch, the last sweep, the shard
+    count and a retirement. ``Store`` makes one as ``store.state``."""
 
-    def __init__(self, statements: Statements, keys: Keys):
+    def __init__(self, statements: Statements):
         self.statements = statements
         self.family = statements.family
-        self.keys = keys
+
+    def family_state(self) -> FamilyState:
+        """The family's compacted epoch, when its last sweep (a full scan) started, and the
+        shard count its ledger was written with."""
+        statement = self.statements.prepare(
+            "state_read",
+            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
+        )
+        row = self.statements.execute(statement, (self.family.name,)).one()
+        return FamilyState(*row) if row else FamilyState(None, None, None)
+
+    def family_epoch(self) -> datetime | None:
+        return self.family_state().epoch
+
+    def advance_family_epoch(
+        self,
+        epoch: datetime,
+        run_id: str,
+        swept_at: datetime | None = None,
+        sweep_size: int | None = None,
+    ) -> None:
+        """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
+        newest epoch wins whatever order overlapping runs finish in. A sweep run also records
+        when it started and how much it read."""
+        statement = self.statements.prepare(
+            "state_write",
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
+            "updated_at = toTimestamp(now()) WHERE family = ?",
+        )
+        self.statements.execute(
+            statement,
+            (
+                write_timestamp(epoch),
+                epoch,
+                run_id,
+                self.family.shards,
+                self.family.name,
+            ),
+        )
+        if swept_at is not None:
+            sweep = self.statements.prepare(
+                "state_sweep",
+                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
+            )
+            self.statements.execute(sweep, (swept_at, sweep_size, self.family.name))
+
+    def record_shards(self, shards: int) -> None:
+        """The family state's shard count after a reshard."""
+        statement = self.statements.prepare(
+            "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
+        )
+        self.statements.execute(statement, (shards, self.family.name))
+
+    def retire(self, by: str | None) -> None:
+        """Record the family as retired (``by``: who), or no longer retired (None): a retired
+        family absent from the YAML is not alerted on by the freshness check."""
+        statement = self.statements.prepare(
+            "state_retire",
+            "UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?",
+        )
+        at = None if by is None else datetime.now(UTC)
+        self.statements.execute(statement, (at, by, self.family.name))
+
+
+class OwnersTable:
+    """The tables' owners table (``{tables}``): which family owns each table, with its
+    identity, and the run whose family checks passed on this store. ``Store`` makes one as
+    ``store.owners``."""
+
+    def __init__(self, statements: Statements):
+        self.statements = statements
+        self.family = statements.family
         self.checked_run: tuple[str, bool] | None = None
         """The run whose family checks passed on this store, and whether they cover a step
         that may record the identity (``identity.check_family(once_per_run=True)``)."""
 
-    # --- quarantine -----------------------------------------------------------------------
-
-    def quarantine(self, run_id: str, entries: Sequence[tuple[Key, str, str]]) -> None:
-        """Keep counters out of every run (no fold, no delete) until an operator releases
-        them: ``(counter, reason, detail)``."""
+    def table_owners(self) -> dict[str, TableOwner]:
+        """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
         statement = self.statements.prepare(
-            "quarantine_put",
-            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
-            "VALUES (?, {key_marks}, ?, ?, ?, toTimestamp(now()))",
+            "tables_read",
+            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
+            "WHERE table_name IN ?",
         )
-        self.statements.concurrent(
-            statement,
-            [
-                (self.keys.bucket(c)[0], *c, reason, detail[:2000], run_id)
-                for c, reason, detail in entries
-            ],
-        )
+        rows = self.statements.execute(statement, (list(self.family.tables),))
+        return {r[0]: TableOwner(*r[1:]) for r in rows}
 
-    def read_quarantine(self, shard: int) -> dict[Key, Quarantined]:
+    def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
+        """Record the family as ``table``'s owner with its identity, unless an owner is recorded
+        (a lightweight transaction: of two first commits, one records). None when this call
+        recorded it, else the owner that is recorded."""
         statement = self.statements.prepare(
-            "quarantine_read",
-            "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
+            "tables_claim",
+            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
+            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
+            serial=True,
         )
-        width = len(self.statements.layout.key)
-        return {
-            tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
-            for r in self.statements.execute(statement, (shard,), profile=BULK_PROFILE)
-        }
+        result = self.statements.execute(statement, (table, self.family.name, identity, run_id))
+        if result.was_applied:
+            return None
+        row = result.one()
+        return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
 
-    def shard_counts(self) -> set[int]:
-        """Every shard count the family's entries may be numbered by: the YAML's, the one its
-        state and tables record, and both ends of a reshard under way."""
-        counts = {self.family.shards}
-        recorded = self.family_state().shards
-        if recorded:
-            counts.add(recorded)
-        for owner in self.table_owners().values():
-            identity = json.loads(owner.identity or "{}")
-            moving = identity.get("resharding") or {}
-            counts.update(
-                int(n) for n in (identity.get("shards"), moving.get("from"), moving.get("to")) if n
-            )
-        return counts
-
-    def read_quarantine_anywhere(self, shard: int) -> dict[Key, Quarantined]:
-        """The quarantine entries of every partition that can hold one of a counter the run
-        knew in ``shard`` (``core.quarantine_shards``), whatever the shard count is now: a
-        cleanup keeps the rows of a counter quarantined before a reshard moved its entry."""
-        found: dict[Key, Quarantined] = {}
-        for place in quarantine_shards(shard, self.shard_counts()):
-            found.update(self.read_quarantine(place))
-        return found
-
-    def count_quarantined(self) -> int:
-        """How many counters are quarantined now: one count per shard partition (the
-        quarantine metric is a gauge of this, so a counter that stays quarantined counts once)."""
+    def replace_identity(self, table: str, expected: str, identity: str) -> bool:
+        """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
+        ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
+        was."""
         statement = self.statements.prepare(
-            "quarantine_count", "SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"
+            "tables_replace",
+            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
+            serial=True,
         )
-        total = 0
-        for shard in range(self.family.shards):
-            total += int(self.statements.execute(statement, (shard,)).one()[0])
-        return total
+        result = self.statements.execute(statement, (identity, table, expected))
+        return result.was_applied or identity == result.one().identity
 
-    def release(self, counter: Key) -> None:
-        statement = self.statements.prepare(
-            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
-        )
-        self.statements.execute(statement, (self.keys.bucket(counter)[0], *counter))
 
-    # --- lease ----------------------------------------------------------------------------
+class LeaseTable:
+    """The lease table (``{lease}``): which run holds each shard of the family. ``Store``
+    makes one as ``store.lease``."""
+
+    def __init__(self, statements: Statements):
+        self.statements = statements
+        self.family = statements.family
 
     def acquire_lease(self, shard: int, owner: str, ttl_s: int) -> str | None:
         """Take the shard's lease (or keep it, for a retry of the same run).
@@ -157,43 +203,87 @@ class ControlTable:
         )
         self.statements.execute(statement, (self.family.name, shard, owner))
 
-    # --- family state and audit -----------------------------------------------------------
 
-    def family_state(self) -> FamilyState:
-        """The family's compacted epoch, when its last sweep (a full scan) started, and the
-        shard count its ledger was written with."""
-        statement = self.statements.prepare(
-            "state_read",
-            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
-        )
-        row = self.statements.execute(statement, (self.family.name,)).one()
-        return FamilyState(*row) if row else FamilyState(None, None, None)
+class QuarantineTable:
+    """The quarantine table (``{quarantine}``): counters kept out of every run until an
+    operator releases them, and a reshard's moves of their entries. ``Store`` makes one as
+    ``store.quarantine``; it reads the family's state and owners for the shard counts an entry
+    may be numbered by."""
 
-    def table_owners(self) -> dict[str, TableOwner]:
-        """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
-        statement = self.statements.prepare(
-            "tables_read",
-            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
-            "WHERE table_name IN ?",
-        )
-        rows = self.statements.execute(statement, (list(self.family.tables),))
-        return {r[0]: TableOwner(*r[1:]) for r in rows}
+    def __init__(self, statements: Statements, keys: Keys, state: StateTable, owners: OwnersTable):
+        self.statements = statements
+        self.family = statements.family
+        self.keys = keys
+        self.state = state
+        self.owners = owners
 
-    def claim_table(self, table: str, identity: str, run_id: str) -> TableOwner | None:
-        """Record the family as ``table``'s owner with its identity, unless an owner is recorded
-        (a lightweight transaction: of two first commits, one records). None when this call
-        recorded it, else the owner that is recorded."""
+    def add(self, run_id: str, entries: Sequence[tuple[Key, str, str]]) -> None:
+        """Keep counters out of every run (no fold, no delete) until an operator releases
+        them: ``(counter, reason, detail)``."""
         statement = self.statements.prepare(
-            "tables_claim",
-            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
-            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
-            serial=True,
+            "quarantine_put",
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
+            "VALUES (?, {key_marks}, ?, ?, ?, toTimestamp(now()))",
         )
-        result = self.statements.execute(statement, (table, self.family.name, identity, run_id))
-        if result.was_applied:
-            return None
-        row = result.one()
-        return TableOwner(row.family, row.identity, row.recorded_at, row.recorded_by)
+        self.statements.concurrent(
+            statement,
+            [
+                (self.keys.bucket(c)[0], *c, reason, detail[:2000], run_id)
+                for c, reason, detail in entries
+            ],
+        )
+
+    def read_quarantine(self, shard: int) -> dict[Key, Quarantined]:
+        statement = self.statements.prepare(
+            "quarantine_read",
+            "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
+        )
+        width = len(self.statements.layout.key)
+        return {
+            tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
+            for r in self.statements.execute(statement, (shard,), profile=BULK_PROFILE)
+        }
+
+    def shard_counts(self) -> set[int]:
+        """Every shard count the family's entries may be numbered by: the YAML's, the one its
+        state and tables record, and both ends of a reshard under way."""
+        counts = {self.family.shards}
+        recorded = self.state.family_state().shards
+        if recorded:
+            counts.add(recorded)
+        for owner in self.owners.table_owners().values():
+            identity = json.loads(owner.identity or "{}")
+            moving = identity.get("resharding") or {}
+            counts.update(
+                int(n) for n in (identity.get("shards"), moving.get("from"), moving.get("to")) if n
+            )
+        return counts
+
+    def read_quarantine_anywhere(self, shard: int) -> dict[Key, Quarantined]:
+        """The quarantine entries of every partition that can hold one of a counter the run
+        knew in ``shard`` (``core.quarantine_shards``), whatever the shard count is now: a
+        cleanup keeps the rows of a counter quarantined before a reshard moved its entry."""
+        found: dict[Key, Quarantined] = {}
+        for place in quarantine_shards(shard, self.shard_counts()):
+            found.update(self.read_quarantine(place))
+        return found
+
+    def count_quarantined(self) -> int:
+        """How many counters are quarantined now: one count per shard partition (the
+        quarantine metric is a gauge of this, so a counter that stays quarantined counts once)."""
+        statement = self.statements.prepare(
+            "quarantine_count", "SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"
+        )
+        total = 0
+        for shard in range(self.family.shards):
+            total += int(self.statements.execute(statement, (shard,)).one()[0])
+        return total
+
+    def release(self, counter: Key) -> None:
+        statement = self.statements.prepare(
+            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
+        )
+        self.statements.execute(statement, (self.keys.bucket(counter)[0], *counter))
 
     def anything_quarantined(self) -> bool:
         """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
@@ -224,70 +314,6 @@ class ControlTable:
             statement, (self.keys.bucket(counter)[0], *counter), profile=BULK_PROFILE
         ).one()
         return Quarantined(counter, *row) if row else None
-
-    def replace_identity(self, table: str, expected: str, identity: str) -> bool:
-        """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
-        ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
-        was."""
-        statement = self.statements.prepare(
-            "tables_replace",
-            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
-            serial=True,
-        )
-        result = self.statements.execute(statement, (identity, table, expected))
-        return result.was_applied or identity == result.one().identity
-
-    def record_shards(self, shards: int) -> None:
-        """The family state's shard count after a reshard."""
-        statement = self.statements.prepare(
-            "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
-        )
-        self.statements.execute(statement, (shards, self.family.name))
-
-    def retire(self, by: str | None) -> None:
-        """Record the family as retired (``by``: who), or no longer retired (None): a retired
-        family absent from the YAML is not alerted on by the freshness check."""
-        statement = self.statements.prepare(
-            "state_retire",
-            "UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?",
-        )
-        at = None if by is None else datetime.now(UTC)
-        self.statements.execute(statement, (at, by, self.family.name))
-
-    def family_epoch(self) -> datetime | None:
-        return self.family_state().epoch
-
-    def advance_family_epoch(
-        self,
-        epoch: datetime,
-        run_id: str,
-        swept_at: datetime | None = None,
-        sweep_size: int | None = None,
-    ) -> None:
-        """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
-        newest epoch wins whatever order overlapping runs finish in. A sweep run also records
-        when it started and how much it read."""
-        statement = self.statements.prepare(
-            "state_write",
-            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
-            "updated_at = toTimestamp(now()) WHERE family = ?",
-        )
-        self.statements.execute(
-            statement,
-            (
-                write_timestamp(epoch),
-                epoch,
-                run_id,
-                self.family.shards,
-                self.family.name,
-            ),
-        )
-        if swept_at is not None:
-            sweep = self.statements.prepare(
-                "state_sweep",
-                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
-            )
-            self.statements.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def quarantine_entries(self, shard: int) -> list[tuple[Key, tuple[Any, ...]]]:
         """A shard's quarantine entries as stored: ``(counter, (reason, detail, run_id, at))``

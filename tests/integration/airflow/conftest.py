@@ -327,7 +327,7 @@ def make_families(
     yield factory
     release_families(dag_table_pool, made, request.node.stash.get(TEST_FAILED, False))
     for family, _tables in made:  # after the release, which deletes the family's state row
-        Store(conn, family).control.retire("tests")
+        Store(conn, family).state.retire("tests")
 
 
 @pytest.fixture

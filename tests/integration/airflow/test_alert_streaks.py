@@ -137,7 +137,7 @@ def test_a_stale_family_alerts_once_and_says_when_it_is_fresh_again(
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    store.control.advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    store.state.advance_family_epoch(now - timedelta(minutes=30), "old-run")
     freshness = dagbag().dags["counters_freshness"]
 
     assert freshness.test().state == "failed"
@@ -147,7 +147,7 @@ def test_a_stale_family_alerts_once_and_says_when_it_is_fresh_again(
     assert posts[0]["checks"] == ["freshness"]
     assert variable(state_key(family.name, "stale")).failures == 2
 
-    store.control.advance_family_epoch(now - timedelta(minutes=2), "new-run")
+    store.state.advance_family_epoch(now - timedelta(minutes=2), "new-run")
     assert freshness.test().state == "success"
     posts = receivers.json_posts("/hook")
     assert kinds(posts) == ["stale", "fresh_again"], posts

@@ -103,7 +103,7 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
         20,
     )
     assert audit[0]["epoch_after"] == epoch
-    assert store.control.family_epoch() == epoch
+    assert store.state.family_epoch() == epoch
     # who started it (dag.test() triggers as the user "dag_test"), under what, and its evidence
     row = audit[0]
     assert (row["triggered_by"], row["airflow_user"], row["sweep"]) == ("manual", "dag_test", True)
@@ -157,7 +157,7 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
     assert [t for t in raw_times(store, "AAPL") if t <= epoch] == []  # the rest proceeds
     assert client.read("AAPL") == 255
-    assert store.control.family_epoch() == epoch
+    assert store.state.family_epoch() == epoch
     audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["partial"]
     assert "IBM: compact value 999 (expected 55 = 0 + 55)" in audit[0]["message"]
@@ -236,7 +236,7 @@ def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_fa
     assert [a["outcome"] for a in audit] == ["dry-run"]
     assert audit[0]["dry_run"] is True
     assert (audit[0]["rows_folded"], audit[0]["sum_folded"]) == (10, 2 * 15)  # rows 1..5
-    assert store.control.family_epoch() is None
+    assert store.state.family_epoch() is None
     assert client.read_many(["IBM"])[0].compact_value == 0
     assert len(raw_times(store, "IBM")) == 12
 
@@ -257,7 +257,7 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
         assert run.state == "success", states(run)
         value = client.read_many(["IBM"])[0]
         assert (value.compact_value, value.epoch, value.value) == (expected, epoch, 255)
-        assert store.control.family_epoch() == epoch
+        assert store.state.family_epoch() == epoch
 
     older = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
     assert older.state == "success"
@@ -267,7 +267,7 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
     assert [a["outcome"] for a in audit] == ["noop", "success", "success", "success"]
     assert [a["epoch_after"] for a in audit[1:]] == [t0 + timedelta(minutes=m) for m in (9, 6, 3)]
     assert "not newer than the compacted epoch" in audit[0]["message"]
-    assert store.control.family_epoch() == t0 + timedelta(minutes=9)
+    assert store.state.family_epoch() == t0 + timedelta(minutes=9)
 
 
 def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
@@ -451,4 +451,4 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
     assert "cleanup check failed" in audit[0]["message"]
     cleanup_check = json.loads(audit[0]["checks"])["no_counted_rows_remain_after_cleanup"]
     assert cleanup_check.startswith("FAIL: 1 counted row(s) still present"), cleanup_check
-    assert store.control.family_epoch() is None  # not advanced: the run did not finish
+    assert store.state.family_epoch() is None  # not advanced: the run did not finish

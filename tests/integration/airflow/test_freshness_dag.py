@@ -24,9 +24,9 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     )
     a, b, fresh, new = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    Store(conn, a).control.advance_family_epoch(now - timedelta(minutes=30), "old-run")
-    Store(conn, b).control.advance_family_epoch(now - timedelta(minutes=40), "old-run")
-    Store(conn, fresh).control.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
+    Store(conn, a).state.advance_family_epoch(now - timedelta(minutes=30), "old-run")
+    Store(conn, b).state.advance_family_epoch(now - timedelta(minutes=40), "old-run")
+    Store(conn, fresh).state.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
     dag = dagbag().dags["counters_freshness"]
     assert [t.task_id for t in dag.tasks] == ["check_freshness"]
 
@@ -54,12 +54,12 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
     assert receivers.json_posts("/c") == []
 
     # a recovers: its notice only; b, still stale, is not alerted again (no reminder yet)
-    Store(conn, a).control.advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    Store(conn, a).state.advance_family_epoch(now - timedelta(minutes=1), "new-run")
     assert dag.test().state == "failed"
     assert [p["kind"] for p in receivers.json_posts("/a")] == ["stale", "fresh_again"]
     assert [p["kind"] for p in receivers.json_posts("/b")] == ["stale"]
 
-    Store(conn, b).control.advance_family_epoch(now - timedelta(minutes=1), "new-run")
+    Store(conn, b).state.advance_family_epoch(now - timedelta(minutes=1), "new-run")
     done = dag.test()
     assert done.state == "success"
     summary = done.get_task_instances()[0].xcom_pull(task_ids="check_freshness")
@@ -85,7 +85,7 @@ def test_a_family_whose_alert_cannot_be_sent_does_not_silence_the_others(
     a, b = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     for family in (a, b):
-        Store(conn, family).control.advance_family_epoch(now - timedelta(minutes=30), "old-run")
+        Store(conn, family).state.advance_family_epoch(now - timedelta(minutes=30), "old-run")
     sent = tasks.notify_failure
 
     def broken_for_a(name, *args, **kwargs):
@@ -119,7 +119,7 @@ def test_a_worker_whose_clock_is_an_hour_ahead_measures_lag_by_the_clusters_time
     )
     (fresh,) = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    Store(conn, fresh).control.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
+    Store(conn, fresh).state.advance_family_epoch(now - timedelta(minutes=2), "recent-run")
     dag = dagbag().dags["counters_freshness"]
     with time_machine.travel(datetime.now(UTC) + timedelta(hours=1), tick=True):
         done = dag.test()
@@ -157,7 +157,7 @@ def test_a_family_whose_entry_breaks_or_goes_missing_still_alerts_until_retired(
     a, b, c, d = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     for family in (a, b, c, d):
-        Store(conn, family).control.advance_family_epoch(now - timedelta(minutes=2), "recent")
+        Store(conn, family).state.advance_family_epoch(now - timedelta(minutes=2), "recent")
     retired = CliRunner().invoke(
         cli, ["--config", str(families.path), "retire", "--family", d.name]
     )

@@ -207,7 +207,7 @@ def test_expect_a_person_to_see_the_families_a_family_a_counter_and_data_docs(
     key, value = next(iter(seeded.expected["trades"].items()))
     from counters.store import Store
 
-    epoch = Store(conn, trades).control.family_epoch()
+    epoch = Store(conn, trades).state.family_epoch()
     assert epoch is not None
 
     remote: list[str] = []

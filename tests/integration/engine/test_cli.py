@@ -165,10 +165,10 @@ def test_lease_held_exit_3(families_file, conn):
     from counters.store import Store
 
     store = Store(conn, load_catalog(path).get(family))
-    assert store.control.acquire_lease(0, "someone-else", 60) is None
+    assert store.lease.acquire_lease(0, "someone-else", 60) is None
     result = invoke("--config", path, "compact", "--family", family)
     assert result.exit_code == 3 and "held by run 'someone-else'" in result.output
-    store.control.release_lease(0, "someone-else")
+    store.lease.release_lease(0, "someone-else")
 
 
 def test_unreachable_cassandra_exit_5(families_file, monkeypatch):
@@ -195,7 +195,7 @@ def everything(store) -> dict:
         ],
         "compact": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.compact_table}")),
         "raw": sorted(session.execute(f"SELECT * FROM {f.keyspace}.{f.raw_table}")),
-        "owners": store.control.table_owners(),
+        "owners": store.owners.table_owners(),
         "audit": store.audit.page(50),
     }
 
@@ -316,7 +316,7 @@ def test_a_compaction_whose_gx_suite_fails_deletes_nothing_and_audits_failed(
     left = conn.session.execute(f"SELECT count(*) FROM {engine_keyspace}.{raw}").one()[0]
     assert left == 3  # the cleanup never ran
     store = Store(conn, load_catalog(path).get(name))
-    assert store.control.family_epoch() is None  # the epoch did not advance
+    assert store.state.family_epoch() is None  # the epoch did not advance
     (row,) = store.audit.page(5)
     checks = json.loads(row["checks"])
     assert row["outcome"] == "failed" and row["rows_deleted"] == 0

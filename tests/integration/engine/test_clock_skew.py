@@ -83,14 +83,14 @@ def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read
     assert "s ahead of the cluster's" in refused.output
     assert "more than a quarter of the family's lag (15 s of 60 s)" in refused.output
     assert reset.exit_code == 2 and "s ahead of the cluster's" in reset.output, reset.output
-    assert store.control.family_epoch() is None  # nothing committed
+    assert store.state.family_epoch() is None  # nothing committed
     assert client.read("IBM") == 15
     client.increment("IBM", 7, at=aware(real_now() - timedelta(minutes=2)))  # a writer on time
     done = invoke("--config", path, "compact", "--family", family.name, "--json")
     assert done.exit_code == 0, done.output
     summary = json.loads(done.stdout)
     assert summary["outcome"] == "success" and summary["rows_folded"] == 3
-    epoch = store.control.family_epoch()
+    epoch = store.state.family_epoch()
     assert epoch is not None and epoch <= real_now() - family.lag
     assert client.read("IBM") == 22
 
@@ -104,7 +104,7 @@ def test_a_compacting_host_an_hour_behind_is_refused(family_file, conn):
         refused = invoke("--config", path, "compact", "--family", family.name)
     assert refused.exit_code == 2, refused.output
     assert "s behind the cluster's" in refused.output
-    assert Store(conn, family).control.family_epoch() is None
+    assert Store(conn, family).state.family_epoch() is None
     assert client.read("IBM") == 5
 
 

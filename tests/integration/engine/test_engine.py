@@ -222,7 +222,7 @@ def test_a_fresh_mark_survives_a_run_however_late_its_cleanup(make_family):
     whatever time its cleanup runs at; the row is folded by the next run, found by the mark."""
     _family, store, client = make_family()
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         now - timedelta(days=1), "setup", swept_at=now + timedelta(days=1)
     )
     store.index.mark_touched([("slow",)])  # the writer's mark; its row comes later
@@ -352,11 +352,11 @@ def test_null_increment_quarantines_its_counter_and_the_rest_proceeds(make_famil
 def test_second_run_is_refused_while_a_lease_is_held(make_family, t0):
     _family, store, client = make_family(shards=1)
     load(client, t0)
-    assert store.control.acquire_lease(0, "other-run", 60) is None
+    assert store.lease.acquire_lease(0, "other-run", 60) is None
     with pytest.raises(engine.LeaseHeld, match="held by run 'other-run'"):
         run(store, t0 + timedelta(minutes=10))
     assert rows_at_or_below(store, ("IBM",), t0 + timedelta(minutes=10)) == 10
-    store.control.release_lease(0, "other-run")
+    store.lease.release_lease(0, "other-run")
     assert run(store, t0 + timedelta(minutes=10)).outcome == "success"
 
 
@@ -516,7 +516,7 @@ def test_counted_rows_left_by_a_crash_are_told_apart_by_the_run_log(make_family,
     family, store, client = make_family(shards=1)
     a, b = same_bucket(store, 2)  # one bucket: the crash comes after both are committed
     # no sweep due: only that bucket is worked (a crash in another one would come first)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     load(client, t0, counters=(a, b), before=5, after=1)
@@ -574,7 +574,7 @@ def test_overlapping_runs_without_lease_stay_exact(make_family, t0, point):
     and adds nothing (B folded those rows); a stall before the raw read finds them deleted."""
     _family, store, client = make_family(shards=1)
     counters = same_bucket(store, 4)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     load(client, t0, counters=counters, before=4, after=1)  # 1+2+3+4 at or below A's epoch
@@ -713,7 +713,7 @@ def _crashed_before_upgrade(make_family, t0, point):
     (``before-upgrade``) that crashed at ``point``: (family, store, client, counters, epoch)."""
     family, store, client = make_family(shards=1)
     counters = same_bucket(store, 2)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     load(client, t0, counters=counters, before=5, after=1)

@@ -396,9 +396,9 @@ def test_a_family_committed_before_identities_has_its_shards_checked_against_its
     with pytest.raises(engine.IdentityMismatch, match=r"ledger was written with 2 shards"):
         engine.run_family(four, later, now=later + timedelta(minutes=5))
     assert _values(client, counters) == dict.fromkeys(counters, 15)
-    assert store.control.table_owners() == {}  # a refused run records nothing
+    assert store.owners.table_owners() == {}  # a refused run records nothing
     engine.run_family(store, later, now=later + timedelta(minutes=5))
-    assert set(store.control.table_owners()) == set(family.tables)
+    assert set(store.owners.table_owners()) == set(family.tables)
     assert _values(client, counters) == dict.fromkeys(counters, 15)
 
 
@@ -684,7 +684,7 @@ def test_a_copy_a_crash_never_wrote_is_restored_without_an_alarm(make_family, t0
     writes the copy as its ordinary work, quarantining nothing."""
     _family, store, client = make_family(shards=1)
     # no sweep due: only the counter's bucket is worked (a crash in another one would come first)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     client.record(_events(["n"], t0 + timedelta(seconds=5)))
@@ -713,7 +713,7 @@ def test_a_copy_its_own_run_writes_between_a_rivals_reads_is_no_removal(conn, ma
     is there now): B restores it as ordinary work, quarantining nothing. Before B read the copy
     again, this was a false ``copy_missing`` quarantine (a busy node widens the window)."""
     family, store, client = make_family(shards=1)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     client.record(_events(["n"], t0 + timedelta(seconds=5)))
@@ -756,7 +756,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     between, run B commits on top of A's commit (counting A's rows as present) and deletes
     them. A's commit was right and is superseded: nothing to quarantine."""
     family, store, client = make_family(shards=1)
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     names = [f"s{i}" for i in range(4)]
@@ -940,7 +940,7 @@ def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0,
     )  # no mark: a sweep's
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).plan.sweep
-    assert store.control.family_state().last_sweep_size == 2  # one row, one counter
+    assert store.state.family_state().last_sweep_size == 2  # one row, one counter
     store.statements.session.execute(insert, (t0 + timedelta(seconds=30), 2, 4))  # below p's epoch
     later = epoch + timedelta(minutes=1)
     summary = engine.run_family(store, later, now=later + timedelta(minutes=5))

@@ -59,9 +59,9 @@ def test_a_reused_set_holds_nothing_of_the_family_before(
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).outcome == "success"
     client.record([Increment(("IBM",), 7, epoch + timedelta(seconds=1), ("w", 9))])  # left raw
-    store.control.quarantine("r-test", [(("AAPL",), "test", "held by the first family")])
-    assert store.control.acquire_lease(0, "crashed-owner", ttl_s=600) is None
-    assert store.control.table_owners() and store.audit.page(5)
+    store.quarantine.add("r-test", [(("AAPL",), "test", "held by the first family")])
+    assert store.lease.acquire_lease(0, "crashed-owner", ttl_s=600) is None
+    assert store.owners.table_owners() and store.audit.page(5)
 
     release_families(pool, [(first, tables)], failed=False)
     assert pool.free[tables.shape] == [tables]

@@ -106,7 +106,7 @@ def test_a_task_process_keeps_one_store_per_family_and_resets_its_run_state(
     family, _store, _client = make_family()
     other, _other_store, _ = make_family()
     store = runtime.store_for(family)
-    assert store.control.read_quarantine(0) == {}
+    assert store.quarantine.read_quarantine(0) == {}
     assert sum(store.statements.requests.values()) > 0
     store.audit.provenance = Provenance("airflow")
     again = runtime.store_for(family)
@@ -140,7 +140,7 @@ def test_the_family_checks_run_once_per_run_on_a_store_unless_a_step_may_record(
         check("r1", record=True)  # its first commit: checked again before recording
     conn.session.execute(f"ALTER TABLE {table} WITH default_time_to_live = 0")
     check("r1", record=True)  # records the identity
-    assert set(store.control.table_owners()) == set(family.tables)
+    assert set(store.owners.table_owners()) == set(family.tables)
     conn.session.execute(f"ALTER TABLE {table} WITH default_time_to_live = 60")
     check("r1", record=True)  # recorded and checked in this run
     with pytest.raises(SchemaError, match="default_time_to_live = 60"):

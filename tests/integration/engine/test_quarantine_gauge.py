@@ -42,7 +42,7 @@ def test_a_counter_that_stays_quarantined_counts_once_until_released(make_family
     # counters held in other shards count too: every shard's partition is read
     held = [f"H{i}" for i in range(12)]
     assert len({store.keys.bucket((c,))[0] for c in held}) > 1
-    store.control.quarantine("by-hand", [((c,), "bad_rows", "held for the test") for c in held])
+    store.quarantine.add("by-hand", [((c,), "bad_rows", "held for the test") for c in held])
     assert health.quarantined_now(store) == 1 + len(held)
 
     engine.release(store, ("H0",))

@@ -52,7 +52,7 @@ def test_a_reshard_moves_every_checkpoint_and_the_next_runs_stay_exact(
     family, store, client = make_family(shards=before)
     counters = [f"r{i}" for i in range(120)]
     _crashed_first_run(store, client, counters, t0)
-    store.control.quarantine("by-hand", [(("r7",), "bad_rows", "r7: held for the test")])
+    store.quarantine.add("by-hand", [(("r7",), "bad_rows", "r7: held for the test")])
     expected = dict.fromkeys(counters, 12)
     assert _values(client, counters) == expected
     moved = reshard(store, after)
@@ -167,7 +167,7 @@ def test_a_reshard_between_verify_and_cleanup_keeps_a_quarantined_counters_rows(
 
     def reshard_before_cleanup(point: str) -> None:
         if point == "cleanup_read_log" and not resharded:
-            store.control.quarantine(
+            store.quarantine.add(
                 "verify", [((held,), "check_failed", f"{held}: held for the test")]
             )
             resharded.append(point)

@@ -23,13 +23,13 @@ def test_an_idle_dry_run_leaves_the_family_epoch_where_it_was(make_family, t0):
     _family, store, _client = make_family(shards=1)
     before = t0 - timedelta(days=1)
     # no sweep due (the last one is ahead of the runs' clock), nothing touched: idle
-    store.control.advance_family_epoch(before, "setup", swept_at=t0 + timedelta(days=2))
+    store.state.advance_family_epoch(before, "setup", swept_at=t0 + timedelta(days=2))
     epoch = t0 + timedelta(minutes=1)
     dry = engine.run_family(store, epoch, dry_run=True, now=epoch + timedelta(minutes=5))
     assert dry.plan.idle and dry.plan.dry_run
-    assert store.control.family_epoch() == before, "the dry run moved the compacted epoch"
+    assert store.state.family_epoch() == before, "the dry run moved the compacted epoch"
     real = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
-    assert real.outcome == "idle" and store.control.family_epoch() == epoch
+    assert real.outcome == "idle" and store.state.family_epoch() == epoch
 
 
 def _timeuuid_table(conn, keyspace: str) -> str:

@@ -41,7 +41,7 @@ def test_a_run_whose_success_row_write_times_out_is_not_audited_as_failed(make_f
     with pytest.raises(WriteTimeout):
         engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     store.audit.write = real_write
-    assert store.control.family_epoch() == epoch
+    assert store.state.family_epoch() == epoch
     assert client.read("IBM") == 50
     audit = store.audit.page(5)
     assert [(a["outcome"], a["rows_deleted"]) for a in audit] == [("success", 5)]
@@ -60,7 +60,7 @@ def test_a_run_whose_gx_result_cannot_be_stored_deletes_nothing_and_is_audited(
     epoch = t0 + timedelta(minutes=10)
     with pytest.raises(OSError):
         engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
-    assert store.control.family_epoch() is None
+    assert store.state.family_epoch() is None
     raw = f"{family.keyspace}.{family.raw_table}"
     assert store.statements.session.execute(f"SELECT count(*) FROM {raw}").one()[0] == 5
     assert client.read("IBM") == 50

@@ -47,7 +47,7 @@ def _family(make_family, t0, n=N, fresh=False):
     _family, store, client = make_family(shards=1, fresh=fresh)
     counters = same_bucket(store, n)
     # no sweep falls in these runs: every run after the first reads only marked counters
-    store.control.advance_family_epoch(
+    store.state.advance_family_epoch(
         t0 - timedelta(days=1), "setup", swept_at=t0 + timedelta(days=2)
     )
     return store, client, counters
