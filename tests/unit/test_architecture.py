@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "store.control",
             "store.auditlog",
             "store.reads",
+            "store.catalog",
             "schema",
             "connection",
             "connection_settings",

@@ -5,11 +5,14 @@ family's tables. Identifiers come from the validated config and are quoted; valu
 ``Store`` is a container with no base class and no behaviour of its own. It holds:
 
 - ``store.statements`` (``Statements``, module ``statements``): preparing, running and
-  batching statements, the session, the raw layout, and the requests counted per ``phase``;
+  batching statements, the session, the raw layout, and every request counted in the
+  ``phase`` its thread is in (``with store.statements.phase("cleanup"): ...``);
 - ``store.keys`` (``Keys``, module ``keys``): tokens, shards, buckets, key and JSON codecs,
   packing of raw rows, epochs as stored;
 - one object per table over those two, each owning every statement on its table, a
-  reshard's moves included: ``store.raw`` (``RawTable``: raw rows and a unique family's set),
+  reshard's moves included, declared once by name in its class's ``STATEMENTS`` (listed in
+  docs/data-model.md by ``catalog``): ``store.raw`` (``RawTable``: raw rows and a unique
+  family's set),
   ``store.index`` (``IndexTable``: the touched marks), ``store.ledger`` (``LedgerTable``: the
   ledger and the readers' copies), ``store.runs`` (``RunLogTable``: the run log),
   the control tables, module ``control``: ``store.state`` (``StateTable``: the family's

@@ -25,6 +25,7 @@ from cassandra.query import UNSET_VALUE
 from .. import schema
 from ..audit import MAP_COLUMNS, Action, month_of, month_overlaps, stamped
 from ..core import EARLIEST, from_text, to_micros, utc_naive
+from .statements import Cql, declare
 
 if TYPE_CHECKING:
     from ..audit import Provenance
@@ -89,6 +90,49 @@ class UpgradeState:
 class AuditLog:
     """A family's audit trail (cheap to create; statements are prepared once per ``Store``)."""
 
+    STATEMENTS = declare(
+        audit_write=Cql("INSERT INTO {audit} ({columns}) VALUES ({marks})"),
+        audit_range=Cql(
+            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
+            "AND started_at >= ? AND started_at < ? LIMIT ?"
+        ),
+        audit_stream=Cql(
+            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
+            "AND started_at >= ? AND started_at < ?"
+        ),
+        audit_month_add=Cql("INSERT INTO {audit_months} (family, month) VALUES (?, ?)"),
+        audit_archive_add=Cql(
+            "UPDATE {audit} SET archive = archive + ? WHERE family = ? AND month = ? AND "
+            "started_at = ? AND run_id = ?"
+        ),
+        audit_archives=Cql(
+            "SELECT started_at, run_id, archive FROM {audit} WHERE family = ? AND month = ? AND "
+            "started_at >= ? AND started_at < ?"
+        ),
+        audit_months=Cql("SELECT month FROM {audit_months} WHERE family = ?"),
+        audit_upgrade_read=Cql(
+            "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?"
+        ),
+        audit_upgrade_write=Cql(
+            "UPDATE {audit_upgrade} SET cut_micros = ?, cursor = ?, copied = ?, finished_at = ? "
+            "WHERE family = ?"
+        ),
+        audit_legacy_resets=Cql(
+            "SELECT outcome, message FROM {audit_legacy} WHERE family = ? ORDER BY started_at ASC"
+        ),
+        audit_legacy_any=Cql("SELECT started_at FROM {audit_legacy} WHERE family = ? LIMIT 1"),
+        audit_legacy_scan=Cql(
+            "SELECT * FROM {audit_legacy} WHERE family = ? AND started_at >= ? ORDER BY "
+            "started_at ASC"
+        ),
+        audit_legacy_delete=Cql("DELETE FROM {audit_legacy} USING TIMESTAMP ? WHERE family = ?"),
+        audit_upgrade_check=Cql(
+            "SELECT * FROM {audit} WHERE family = ? AND month = ? AND started_at >= ? AND "
+            "started_at <= ?"
+        ),
+        audit_upgrade_begin=Cql("UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"),
+    )
+
     def __init__(self, statements: Statements):
         self.statements = statements
         self.family = statements.family
@@ -107,19 +151,18 @@ class AuditLog:
         row; once per process and month."""
         if month in self._months_written:
             return
-        statement = self.statements.prepare(
-            "audit_month_add", "INSERT INTO {audit_months} (family, month) VALUES (?, ?)"
-        )
+        statement = self.statements.prepared(self, "audit_month_add")
         self.statements.execute(statement, (self.family_name, month))
         self._months_written.add(month)
 
     def _insert(self, row: Mapping[str, Any]) -> tuple[Any, list[Any]]:
         """The INSERT of a row; a None column is left unset (no tombstone)."""
         columns = list(row)
-        statement = self.statements.prepare(
-            "audit_write:" + ",".join(columns),
-            f"INSERT INTO {{audit}} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})",
+        statement = self.statements.prepared(
+            self,
+            "audit_write",
+            columns=", ".join(columns),
+            marks=", ".join("?" for _ in columns),
         )
         return statement, [UNSET_VALUE if v is None else _encode(c, v) for c, v in row.items()]
 
@@ -143,11 +186,7 @@ class AuditLog:
             return
         month = month_of(started_at)
         self._add_month(month)
-        statement = self.statements.prepare(
-            "audit_archive_add",
-            "UPDATE {audit} SET archive = archive + ? WHERE family = ? AND month = ? "
-            "AND started_at = ? AND run_id = ?",
-        )
+        statement = self.statements.prepared(self, "audit_archive_add")
         self.statements.execute(
             statement, (dict(manifests), self.family_name, month, started_at, run_id)
         )
@@ -160,11 +199,7 @@ class AuditLog:
         """``(started_at, run_id, archive map)`` of every row of ``[since, before)`` whose run
         archived rows, newest first, a page at a time."""
         low, high = utc_naive(since) if since else EARLIEST, utc_naive(before) if before else LATEST
-        statement = self.statements.prepare(
-            "audit_archives",
-            "SELECT started_at, run_id, archive FROM {audit} WHERE family = ? AND month = ? "
-            "AND started_at >= ? AND started_at < ?",
-        )
+        statement = self.statements.prepared(self, "audit_archives")
         for month in self.months(since, before):
             bound = statement.bind((self.family_name, month, low, high))
             bound.fetch_size = PAGE_ROWS
@@ -180,9 +215,7 @@ class AuditLog:
     def months(self, since: datetime | None = None, before: datetime | None = None) -> list[str]:
         """The family's months (``YYYY-MM``) that hold any time of ``[since, before)``, newest
         first: one small partition."""
-        statement = self.statements.prepare(
-            "audit_months", "SELECT month FROM {audit_months} WHERE family = ?"
-        )
+        statement = self.statements.prepared(self, "audit_months")
         return [
             row.month
             for row in self.statements.execute(statement, (self.family_name,))
@@ -190,13 +223,7 @@ class AuditLog:
         ]
 
     def _range_statement(self, limited: bool) -> Any:
-        cql = (
-            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
-            "AND started_at >= ? AND started_at < ?"
-        )
-        if limited:
-            return self.statements.prepare("audit_range", cql + " LIMIT ?")
-        return self.statements.prepare("audit_stream", cql)
+        return self.statements.prepared(self, "audit_range" if limited else "audit_stream")
 
     def page(
         self, limit: int, since: datetime | None = None, before: datetime | None = None
@@ -242,27 +269,18 @@ class AuditLog:
     # --- the upgrade from one partition per family ----------------------------------------
 
     def _upgrade_state(self) -> UpgradeState | None:
-        statement = self.statements.prepare(
-            "audit_upgrade_read",
-            "SELECT cut_micros, cursor, copied, finished_at FROM {audit_upgrade} WHERE family = ?",
-        )
+        statement = self.statements.prepared(self, "audit_upgrade_read")
         row = self.statements.execute(statement, (self.family_name,)).one()
         return None if row is None else UpgradeState(row[0], row[1], int(row[2] or 0), row[3])
 
     def _save_upgrade_state(self, state: UpgradeState, started: bool = False) -> None:
-        statement = self.statements.prepare(
-            "audit_upgrade_write",
-            "UPDATE {audit_upgrade} SET cut_micros = ?, cursor = ?, copied = ?, finished_at = ? "
-            "WHERE family = ?",
-        )
+        statement = self.statements.prepared(self, "audit_upgrade_write")
         self.statements.execute(
             statement,
             (state.cut_micros, state.cursor, state.copied, state.finished_at, self.family_name),
         )
         if started:
-            begun = self.statements.prepare(
-                "audit_upgrade_begin", "UPDATE {audit_upgrade} SET started_at = ? WHERE family = ?"
-            )
+            begun = self.statements.prepared(self, "audit_upgrade_begin")
             self.statements.execute(begun, (datetime.now(UTC), self.family_name))
 
     def legacy_resets(self) -> list[tuple[str, datetime]]:
@@ -272,10 +290,7 @@ class AuditLog:
         the counter's next commit. Empty once the rows are moved (``upgrade``)."""
         if not schema.has_table(self.statements.session, self.family.keyspace, LEGACY_TABLE):
             return []
-        select = self.statements.prepare(
-            "audit_legacy_resets",
-            "SELECT outcome, message FROM {audit_legacy} WHERE family = ? ORDER BY started_at ASC",
-        )
+        select = self.statements.prepared(self, "audit_legacy_resets")
         bound = select.bind((self.family_name,))
         bound.fetch_size = PAGE_ROWS
         found = []
@@ -286,9 +301,7 @@ class AuditLog:
         return found
 
     def _legacy_rows_left(self) -> bool:
-        statement = self.statements.prepare(
-            "audit_legacy_any", "SELECT started_at FROM {audit_legacy} WHERE family = ? LIMIT 1"
-        )
+        statement = self.statements.prepared(self, "audit_legacy_any")
         return self.statements.execute(statement, (self.family_name,)).one() is not None
 
     def upgrade(
@@ -325,11 +338,7 @@ class AuditLog:
             cut = to_micros(datetime.now(UTC) - margin)
             state = UpgradeState(cut, None, 0, None)
             self._save_upgrade_state(state, started=True)
-        select = self.statements.prepare(
-            "audit_legacy_scan",
-            "SELECT * FROM {audit_legacy} WHERE family = ? AND started_at >= ? "
-            "ORDER BY started_at ASC",
-        )
+        select = self.statements.prepared(self, "audit_legacy_scan")
         bound = select.bind((self.family_name, state.cursor or EARLIEST))
         bound.fetch_size = page_rows
         result = self.statements.execute(bound)
@@ -347,9 +356,7 @@ class AuditLog:
             if not result.has_more_pages:
                 break
             self.statements.next_page(result)
-        delete = self.statements.prepare(
-            "audit_legacy_delete", "DELETE FROM {audit_legacy} USING TIMESTAMP ? WHERE family = ?"
-        )
+        delete = self.statements.prepared(self, "audit_legacy_delete")
         self.statements.execute(delete, (state.cut_micros, self.family_name))
         self._save_upgrade_state(
             UpgradeState(state.cut_micros, state.cursor, state.copied, datetime.now(UTC))
@@ -377,11 +384,7 @@ class AuditLog:
                 action = Action.RESET if legacy["outcome"] == "reset" else Action.COMPACT
                 writes.append(self._insert({**legacy, "month": month, "action": action.value}))
         self.statements.run(writes)
-        check = self.statements.prepare(
-            "audit_upgrade_check",
-            "SELECT * FROM {audit} WHERE family = ? AND month = ? "
-            "AND started_at >= ? AND started_at <= ?",
-        )
+        check = self.statements.prepared(self, "audit_upgrade_check")
         for month, rows in by_month.items():
             low = min(utc_naive(r["started_at"]) for r in rows)
             high = max(utc_naive(r["started_at"]) for r in rows)

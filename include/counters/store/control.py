@@ -24,7 +24,7 @@ from .records import (
     Quarantined,
     TableOwner,
 )
-from .statements import Statements
+from .statements import Cql, Statements, declare
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,19 @@ class StateTable:
     """The family state table (``{state}``): the compacted epoch, the last sweep, the shard
     count and a retirement. ``Store`` makes one as ``store.state``."""
 
+    STATEMENTS = declare(
+        state_read=Cql(
+            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?"
+        ),
+        state_write=Cql(
+            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, updated_at = "
+            "toTimestamp(now()) WHERE family = ?"
+        ),
+        state_shards=Cql("UPDATE {state} SET shards = ? WHERE family = ?"),
+        state_retire=Cql("UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?"),
+        state_sweep=Cql("UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?"),
+    )
+
     def __init__(self, statements: Statements):
         self.statements = statements
         self.family = statements.family
@@ -40,10 +53,7 @@ class StateTable:
     def family_state(self) -> FamilyState:
         """The family's compacted epoch, when its last sweep (a full scan) started, and the
         shard count its ledger was written with."""
-        statement = self.statements.prepare(
-            "state_read",
-            "SELECT epoch, last_sweep, shards, last_sweep_size FROM {state} WHERE family = ?",
-        )
+        statement = self.statements.prepared(self, "state_read")
         row = self.statements.execute(statement, (self.family.name,)).one()
         return FamilyState(*row) if row else FamilyState(None, None, None)
 
@@ -60,11 +70,7 @@ class StateTable:
         """Record the family's compacted epoch; the write timestamp is the epoch itself, so the
         newest epoch wins whatever order overlapping runs finish in. A sweep run also records
         when it started and how much it read."""
-        statement = self.statements.prepare(
-            "state_write",
-            "UPDATE {state} USING TIMESTAMP ? SET epoch = ?, run_id = ?, shards = ?, "
-            "updated_at = toTimestamp(now()) WHERE family = ?",
-        )
+        statement = self.statements.prepared(self, "state_write")
         self.statements.execute(
             statement,
             (
@@ -76,26 +82,18 @@ class StateTable:
             ),
         )
         if swept_at is not None:
-            sweep = self.statements.prepare(
-                "state_sweep",
-                "UPDATE {state} SET last_sweep = ?, last_sweep_size = ? WHERE family = ?",
-            )
+            sweep = self.statements.prepared(self, "state_sweep")
             self.statements.execute(sweep, (swept_at, sweep_size, self.family.name))
 
     def record_shards(self, shards: int) -> None:
         """The family state's shard count after a reshard."""
-        statement = self.statements.prepare(
-            "state_shards", "UPDATE {state} SET shards = ? WHERE family = ?"
-        )
+        statement = self.statements.prepared(self, "state_shards")
         self.statements.execute(statement, (shards, self.family.name))
 
     def retire(self, by: str | None) -> None:
         """Record the family as retired (``by``: who), or no longer retired (None): a retired
         family absent from the YAML is not alerted on by the freshness check."""
-        statement = self.statements.prepare(
-            "state_retire",
-            "UPDATE {state} SET retired_at = ?, retired_by = ? WHERE family = ?",
-        )
+        statement = self.statements.prepared(self, "state_retire")
         at = None if by is None else datetime.now(UTC)
         self.statements.execute(statement, (at, by, self.family.name))
 
@@ -104,6 +102,21 @@ class OwnersTable:
     """The tables' owners table (``{tables}``): which family owns each table, with its
     identity, and the run whose family checks passed on this store. ``Store`` makes one as
     ``store.owners``."""
+
+    STATEMENTS = declare(
+        tables_read=Cql(
+            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} WHERE "
+            "table_name IN ?"
+        ),
+        tables_claim=Cql(
+            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) VALUES "
+            "(?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
+            serial=True,
+        ),
+        tables_replace=Cql(
+            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?", serial=True
+        ),
+    )
 
     def __init__(self, statements: Statements):
         self.statements = statements
@@ -114,11 +127,7 @@ class OwnersTable:
 
     def table_owners(self) -> dict[str, TableOwner]:
         """The recorded owner of each of the family's tables (``schema.TABLES_TABLE``)."""
-        statement = self.statements.prepare(
-            "tables_read",
-            "SELECT table_name, family, identity, recorded_at, recorded_by FROM {tables} "
-            "WHERE table_name IN ?",
-        )
+        statement = self.statements.prepared(self, "tables_read")
         rows = self.statements.execute(statement, (list(self.family.tables),))
         return {r[0]: TableOwner(*r[1:]) for r in rows}
 
@@ -126,12 +135,7 @@ class OwnersTable:
         """Record the family as ``table``'s owner with its identity, unless an owner is recorded
         (a lightweight transaction: of two first commits, one records). None when this call
         recorded it, else the owner that is recorded."""
-        statement = self.statements.prepare(
-            "tables_claim",
-            "INSERT INTO {tables} (table_name, family, identity, recorded_at, recorded_by) "
-            "VALUES (?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS",
-            serial=True,
-        )
+        statement = self.statements.prepared(self, "tables_claim")
         result = self.statements.execute(statement, (table, self.family.name, identity, run_id))
         if result.was_applied:
             return None
@@ -142,11 +146,7 @@ class OwnersTable:
         """Replace ``table``'s recorded identity (encoded by ``identity.encode``, as for
         ``claim_table``) if it is still ``expected`` (a lightweight transaction); whether it
         was."""
-        statement = self.statements.prepare(
-            "tables_replace",
-            "UPDATE {tables} SET identity = ? WHERE table_name = ? IF identity = ?",
-            serial=True,
-        )
+        statement = self.statements.prepared(self, "tables_replace")
         result = self.statements.execute(statement, (identity, table, expected))
         return result.was_applied or identity == result.one().identity
 
@@ -154,6 +154,21 @@ class OwnersTable:
 class LeaseTable:
     """The lease table (``{lease}``): which run holds each shard of the family. ``Store``
     makes one as ``store.lease``."""
+
+    STATEMENTS = declare(
+        lease_take=Cql(
+            "UPDATE {lease} USING TTL ? SET owner = ?, acquired_at = toTimestamp(now()) WHERE "
+            "family = ? AND shard = ? IF owner = null",
+            serial=True,
+        ),
+        lease_keep=Cql(
+            "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
+            serial=True,
+        ),
+        lease_release=Cql(
+            "DELETE FROM {lease} WHERE family = ? AND shard = ? IF owner = ?", serial=True
+        ),
+    )
 
     def __init__(self, statements: Statements):
         self.statements = statements
@@ -163,17 +178,8 @@ class LeaseTable:
         """Take the shard's lease (or keep it, for a retry of the same run).
 
         Returns None on success, else the current holder."""
-        take = self.statements.prepare(
-            "lease_take",
-            "UPDATE {lease} USING TTL ? SET owner = ?, acquired_at = toTimestamp(now()) "
-            "WHERE family = ? AND shard = ? IF owner = null",
-            serial=True,
-        )
-        keep = self.statements.prepare(
-            "lease_keep",
-            "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
-            serial=True,
-        )
+        take = self.statements.prepared(self, "lease_take")
+        keep = self.statements.prepared(self, "lease_keep")
         result = self.statements.execute(take, (ttl_s, owner, self.family.name, shard))
         if result.was_applied:
             return None
@@ -186,21 +192,13 @@ class LeaseTable:
         return holder or "(unknown)"
 
     def renew_lease(self, shard: int, owner: str, ttl_s: int) -> bool:
-        keep = self.statements.prepare(
-            "lease_keep",
-            "UPDATE {lease} USING TTL ? SET owner = ? WHERE family = ? AND shard = ? IF owner = ?",
-            serial=True,
-        )
+        keep = self.statements.prepared(self, "lease_keep")
         return self.statements.execute(
             keep, (ttl_s, owner, self.family.name, shard, owner)
         ).was_applied
 
     def release_lease(self, shard: int, owner: str) -> None:
-        statement = self.statements.prepare(
-            "lease_release",
-            "DELETE FROM {lease} WHERE family = ? AND shard = ? IF owner = ?",
-            serial=True,
-        )
+        statement = self.statements.prepared(self, "lease_release")
         self.statements.execute(statement, (self.family.name, shard, owner))
 
 
@@ -209,6 +207,30 @@ class QuarantineTable:
     operator releases them, and a reshard's moves of their entries. ``Store`` makes one as
     ``store.quarantine``; it reads the family's state and owners for the shard counts an entry
     may be numbered by."""
+
+    STATEMENTS = declare(
+        quarantine_put=Cql(
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) VALUES (?, "
+            "{key_marks}, ?, ?, ?, toTimestamp(now()))"
+        ),
+        quarantine_read=Cql(
+            "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?"
+        ),
+        quarantine_count=Cql("SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"),
+        quarantine_release=Cql("DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"),
+        quarantine_any=Cql("SELECT shard FROM {quarantine} LIMIT 1"),
+        quarantine_sample=Cql("SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"),
+        quarantine_one=Cql(
+            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}"
+        ),
+        quarantine_all=Cql(
+            "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?"
+        ),
+        quarantine_move=Cql(
+            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) VALUES (?, "
+            "{key_marks}, ?, ?, ?, ?)"
+        ),
+    )
 
     def __init__(self, statements: Statements, keys: Keys, state: StateTable, owners: OwnersTable):
         self.statements = statements
@@ -220,11 +242,7 @@ class QuarantineTable:
     def add(self, run_id: str, entries: Sequence[tuple[Key, str, str]]) -> None:
         """Keep counters out of every run (no fold, no delete) until an operator releases
         them: ``(counter, reason, detail)``."""
-        statement = self.statements.prepare(
-            "quarantine_put",
-            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
-            "VALUES (?, {key_marks}, ?, ?, ?, toTimestamp(now()))",
-        )
+        statement = self.statements.prepared(self, "quarantine_put")
         self.statements.concurrent(
             statement,
             [
@@ -234,10 +252,7 @@ class QuarantineTable:
         )
 
     def read_quarantine(self, shard: int) -> dict[Key, Quarantined]:
-        statement = self.statements.prepare(
-            "quarantine_read",
-            "SELECT {key}, reason, run_id, detail FROM {quarantine} WHERE shard = ?",
-        )
+        statement = self.statements.prepared(self, "quarantine_read")
         width = len(self.statements.layout.key)
         return {
             tuple(r[:width]): Quarantined(tuple(r[:width]), *r[width:])
@@ -271,33 +286,25 @@ class QuarantineTable:
     def count_quarantined(self) -> int:
         """How many counters are quarantined now: one count per shard partition (the
         quarantine metric is a gauge of this, so a counter that stays quarantined counts once)."""
-        statement = self.statements.prepare(
-            "quarantine_count", "SELECT COUNT(*) FROM {quarantine} WHERE shard = ?"
-        )
+        statement = self.statements.prepared(self, "quarantine_count")
         total = 0
         for shard in range(self.family.shards):
             total += int(self.statements.execute(statement, (shard,)).one()[0])
         return total
 
     def release(self, counter: Key) -> None:
-        statement = self.statements.prepare(
-            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
-        )
+        statement = self.statements.prepared(self, "quarantine_release")
         self.statements.execute(statement, (self.keys.bucket(counter)[0], *counter))
 
     def anything_quarantined(self) -> bool:
         """Whether any counter is quarantined (a quarantined one keeps every run alerting)."""
-        statement = self.statements.prepare(
-            "quarantine_any", "SELECT shard FROM {quarantine} LIMIT 1"
-        )
+        statement = self.statements.prepared(self, "quarantine_any")
         return self.statements.execute(statement).one() is not None
 
     def read_quarantine_sample(self, limit: int) -> list[Quarantined]:
         """Up to ``limit`` quarantined counters of the whole family in one bounded read (the
         table is small; a count beyond ``limit`` is not needed to see that something is)."""
-        statement = self.statements.prepare(
-            "quarantine_sample", "SELECT {key}, reason, run_id, detail FROM {quarantine} LIMIT ?"
-        )
+        statement = self.statements.prepared(self, "quarantine_sample")
         width = len(self.statements.layout.key)
         return [
             Quarantined(tuple(r[:width]), *r[width:])
@@ -306,10 +313,7 @@ class QuarantineTable:
 
     def quarantined_entry(self, counter: Key) -> Quarantined | None:
         """The counter's quarantine entry, if it is quarantined (one point read)."""
-        statement = self.statements.prepare(
-            "quarantine_one",
-            "SELECT reason, run_id, detail FROM {quarantine} WHERE shard = ? AND {key_where}",
-        )
+        statement = self.statements.prepared(self, "quarantine_one")
         row = self.statements.execute(
             statement, (self.keys.bucket(counter)[0], *counter), profile=BULK_PROFILE
         ).one()
@@ -318,10 +322,7 @@ class QuarantineTable:
     def quarantine_entries(self, shard: int) -> list[tuple[Key, tuple[Any, ...]]]:
         """A shard's quarantine entries as stored: ``(counter, (reason, detail, run_id, at))``
         (what a reshard moves)."""
-        statement = self.statements.prepare(
-            "quarantine_all",
-            "SELECT {key}, reason, detail, run_id, at FROM {quarantine} WHERE shard = ?",
-        )
+        statement = self.statements.prepared(self, "quarantine_all")
         width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), tuple(r[width:]))
@@ -333,14 +334,8 @@ class QuarantineTable:
     ) -> None:
         """A quarantine entry (as ``quarantine_entries`` read it) moved from shard ``old`` to
         shard ``new``, in one logged batch."""
-        insert = self.statements.prepare(
-            "quarantine_move",
-            "INSERT INTO {quarantine} (shard, {key}, reason, detail, run_id, at) "
-            "VALUES (?, {key_marks}, ?, ?, ?, ?)",
-        )
-        delete = self.statements.prepare(
-            "quarantine_release", "DELETE FROM {quarantine} WHERE shard = ? AND {key_where}"
-        )
+        insert = self.statements.prepared(self, "quarantine_move")
+        delete = self.statements.prepared(self, "quarantine_release")
         self.statements.move(insert, (new, *counter, *entry), delete, (old, *counter))
 
 

@@ -21,7 +21,7 @@ from ..core import Key, Packed, Row, bucket_of, from_millis, shard_of, to_millis
 from ..rowkeys import KeyCodec
 from ..schema import q
 from .records import epoch_ms_of
-from .statements import IN_KEY_TYPES, Statements, bind
+from .statements import IN_KEY_TYPES, Cql, Statements, bind, declare
 
 PACKED_TYPES = IN_KEY_TYPES | {"timestamp"}
 """Clustering column types the engine can pack (and ``rowkeys.KeyCodec`` encode)."""
@@ -99,15 +99,17 @@ class Keys:
     """The key, shard and epoch arithmetic of one family over its statements (the layout they
     read, the token's routing key). ``Store`` makes one as ``store.keys``."""
 
+    STATEMENTS = declare(
+        compact_value=Cql("SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"),
+    )
+
     def __init__(self, statements: Statements):
         self.statements = statements
         self.family = statements.family
 
     def token(self, counter: Key) -> int:
         """The counter's partition token, from the routing key the driver binds for it."""
-        statement = self.statements.prepare(
-            "compact_value", "SELECT {value}, {epoch} FROM {compact} WHERE {key_where}"
-        )
+        statement = self.statements.prepared(self, "compact_value")
         return murmur3(bind(statement, counter).routing_key)
 
     def parse_key(self, parts: Sequence[str]) -> Key:

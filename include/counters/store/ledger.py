@@ -46,14 +46,26 @@ from .records import (
 from .statements import (
     COPY_BATCH_PARTITIONS,
     ROWS_PER_BATCH,
+    Cql,
     Statements,
     bind,
     bounded,
     consistency_of,
+    declare,
     serial_consistency_of,
 )
 
 log = logging.getLogger(__name__)
+
+LEDGER_COLUMNS = (
+    "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
+    "pending_low_ms, origin_ms"
+)
+LEDGER_VALUES = (
+    "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
+    "pending_rows, pending_low_ms, origin_ms"
+)
+"""The read-back of committed values, without a legacy ``pending`` list."""
 
 
 class LedgerTable:
@@ -61,22 +73,86 @@ class LedgerTable:
     readers' compact copies (``{compact}``): every statement on them, a reshard's fences and
     moves included, over the statements core. ``Store`` makes one as ``store.ledger``."""
 
+    STATEMENTS = declare(
+        ledger_scan=Cql(
+            f"SELECT head, shards, {{key}}, {LEDGER_COLUMNS} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ?"
+        ),
+        ledger_scan_values=Cql(
+            f"SELECT head, shards, {{key}}, {LEDGER_VALUES} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ?"
+        ),
+        ledger_read=Cql(
+            f"SELECT {{key}}, {LEDGER_COLUMNS} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ? AND ({key}) IN ?"
+        ),
+        ledger_read_values=Cql(
+            f"SELECT {{key}}, {LEDGER_VALUES} FROM {{ledger}} "
+            "WHERE shard = ? AND bucket = ? AND ({key}) IN ?"
+        ),
+        compact_copy=Cql(
+            "UPDATE {compact} USING TIMESTAMP ? SET {value} = ?, {epoch} = ?, commit_id = ?, "
+            "run_id = ?, updated_at = ?{pending} WHERE {key_where}"
+        ),
+        compact_scan=Cql(
+            "SELECT {key}, {copy_columns} FROM {compact} WHERE {token} > ? AND {token} <= ?"
+        ),
+        compact_read=Cql("SELECT {copy_columns} FROM {compact} WHERE {key_where} "),
+        compact_read_in=Cql("SELECT {key}, {copy_columns} FROM {compact} WHERE {key_in} "),
+        ledger_rows=Cql("SELECT {key}, {row_columns} FROM {ledger} WHERE shard = ? AND bucket = ?"),
+        ledger_row_insert=Cql(
+            "INSERT INTO {ledger} (shard, bucket, {key}, {row_columns}) "
+            "VALUES (?, ?, {key_marks}, {row_marks})"
+        ),
+        ledger_head=Cql(
+            "SELECT head, population, shards FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
+        ),
+        ledger_head_cas=Cql(
+            "UPDATE {ledger} SET head = ?, population = ?, shards = ? WHERE shard = ? AND bucket "
+            "= ? IF head = ? AND shards IN (?, null)",
+            serial=True,
+        ),
+        ledger_state_write=Cql(
+            "UPDATE {ledger} SET state = ?, commit_id = ? WHERE shard = ? AND bucket = ? AND "
+            "{key_where} IF commit_id = ?",
+            serial=True,
+        ),
+        ledger_state_write_origin=Cql(
+            "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? WHERE shard = ? AND "
+            "bucket = ? AND {key_where} IF commit_id = ?",
+            serial=True,
+        ),
+        ledger_positions=Cql("SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"),
+        ledger_fence=Cql(
+            "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?", serial=True
+        ),
+        ledger_open=Cql(
+            "UPDATE {ledger} SET shards = ?, head = ?, population = null WHERE shard = ? AND "
+            "bucket = ?"
+        ),
+        ledger_drop=Cql("DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"),
+        ledger_row_delete=Cql(
+            "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}"
+        ),
+        ledger_origin_recover=Cql(
+            "UPDATE {ledger} SET origin_ms = ? WHERE shard = ? AND bucket = ? AND {key_where} IF "
+            "commit_id = ? AND origin_ms = null",
+            serial=True,
+        ),
+        compact_value_commit_pending=Cql(
+            "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}"
+        ),
+        compact_value_commit=Cql(
+            "SELECT {value}, {epoch}, commit_id FROM {compact} WHERE {key_where}"
+        ),
+    )
+
     def __init__(self, statements: Statements, keys: Keys):
         self.statements = statements
         self.family = statements.family
         self.keys = keys
 
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
-
-    _LEDGER_COLUMNS = (
-        "commit_id, state, value, epoch_ms, run_id, pending, pending_sum, version, pending_rows, "
-        "pending_low_ms, origin_ms"
-    )
-    _LEDGER_VALUES = (
-        "commit_id, state, value, epoch_ms, run_id, (text)null, pending_sum, version, "
-        "pending_rows, pending_low_ms, origin_ms"
-    )
-    """The read-back of committed values, without a legacy ``pending`` list."""
 
     def _checkpoint(self, row: Sequence[Any], with_pending: bool = True) -> Checkpoint:
         """A ledger row as a checkpoint: its ``state`` cell (``core.pack_state``) when that
@@ -111,7 +187,7 @@ class LedgerTable:
     def row_checkpoint(self, row: dict[str, Any]) -> Checkpoint:
         """A checkpoint row as ``ledger_rows`` returns it (its columns by name), as a
         checkpoint: a reshard reads the pending keys of the commit it names."""
-        return self._checkpoint([row.get(c) for c in self._LEDGER_COLUMNS.split(", ")])
+        return self._checkpoint([row.get(c) for c in LEDGER_COLUMNS.split(", ")])
 
     def read_ledger(
         self,
@@ -123,14 +199,9 @@ class LedgerTable:
         """A bucket's head and the checkpoints of ``counters`` (all counters when None);
         ``with_pending=False`` leaves the pending lists unparsed (a read-back of values)."""
         width = len(self.statements.layout.key)
-        columns = self._LEDGER_COLUMNS if with_pending else self._LEDGER_VALUES
         suffix = "" if with_pending else "_values"
         if counters is None:
-            statement = self.statements.prepare(
-                "ledger_scan" + suffix,
-                f"SELECT head, shards, {{key}}, {columns} FROM {{ledger}} "
-                "WHERE shard = ? AND bucket = ?",
-            )
+            statement = self.statements.prepared(self, "ledger_scan" + suffix)
             rows = list(self.statements.execute(statement, (shard, bucket), profile=BULK_PROFILE))
             head, shards = (rows[0][0], rows[0][1]) if rows else (None, None)
             checkpoints = {
@@ -141,11 +212,7 @@ class LedgerTable:
             # its population is counted by the caller, who reads the compact rows too
             return Ledger(head, checkpoints, None, shards)
         head_statement = self._head_statement()
-        statement = self.statements.prepare(
-            "ledger_read" + suffix,
-            f"SELECT {{key}}, {columns} FROM {{ledger}} "
-            "WHERE shard = ? AND bucket = ? AND ({key}) IN ?",
-        )
+        statement = self.statements.prepared(self, "ledger_read" + suffix)
         requests: list[tuple[Any, Any]] = [(head_statement, (shard, bucket))]
         requests += [
             (statement, (shard, bucket, [tuple(c) for c in group]))
@@ -176,10 +243,7 @@ class LedgerTable:
         )[0]
 
     def _head_statement(self) -> PreparedStatement:
-        return self.statements.prepare(
-            "ledger_head",
-            "SELECT head, population, shards FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1",
-        )
+        return self.statements.prepared(self, "ledger_head")
 
     @staticmethod
     def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None, int | None]:
@@ -211,32 +275,17 @@ class LedgerTable:
         once this commit applies (``core.grown_population``); None leaves it as it is."""
         from ..core import next_version
 
-        head_cas = self.statements.prepare(
-            "ledger_head_cas",
-            "UPDATE {ledger} SET head = ?, population = ?, shards = ? "
-            "WHERE shard = ? AND bucket = ? IF head = ? AND shards IN (?, null)",
-            serial=True,
-        )
+        head_cas = self.statements.prepared(self, "ledger_head_cas")
         # the checkpoint as one cell (``core.pack_state``); the keys are in the run log
         # (``write_commit_keys``), not in this Paxos mutation. The columns older versions
         # wrote are left as they are: ``state`` names the commit it belongs to
-        row = self.statements.prepare(
-            "ledger_state_write",
-            "UPDATE {ledger} SET state = ?, commit_id = ? "
-            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
-            serial=True,
-        )
+        row = self.statements.prepared(self, "ledger_state_write")
         batch = BatchStatement(
             batch_type=BatchType.UNLOGGED,
             consistency_level=consistency_of(self.family),
             serial_consistency_level=serial_consistency_of(self.family),
         )
-        reset_row = self.statements.prepare(
-            "ledger_state_write_origin",
-            "UPDATE {ledger} SET state = ?, commit_id = ?, origin_ms = ? "
-            "WHERE shard = ? AND bucket = ? AND {key_where} IF commit_id = ?",
-            serial=True,
-        )
+        reset_row = self.statements.prepared(self, "ledger_state_write_origin")
         batch.add(
             bind(
                 head_cas,
@@ -300,11 +349,7 @@ class LedgerTable:
         one. Unlogged batches of many partitions (one bucket's, so one token range)."""
         unique = self.family.rules.members
         pending = ", pending = ?" if unique else ""
-        statement = self.statements.prepare(
-            "compact_copy",
-            "UPDATE {compact} USING TIMESTAMP ? SET {value} = ?, {epoch} = ?, commit_id = ?, "
-            f"run_id = ?, updated_at = ?{pending} WHERE {{key_where}}",
-        )
+        statement = self.statements.prepared(self, "compact_copy", pending=pending)
         now_ms = now_micros // 1000
         params = []
         for counter, cp in commits:
@@ -333,11 +378,7 @@ class LedgerTable:
         )
         columns = f"{{value}}, {epoch}, commit_id, writetime({{value}}){pending}"
         if counters is None:
-            statement = self.statements.prepare(
-                "compact_scan",
-                f"SELECT {{key}}, {columns} FROM {{compact}} "
-                "WHERE {token} > ? AND {token} <= ?",
-            )
+            statement = self.statements.prepared(self, "compact_scan", copy_columns=columns)
             width = len(self.statements.layout.key)
             rows = self.statements.execute(
                 statement,
@@ -345,7 +386,9 @@ class LedgerTable:
                 profile=BULK_PROFILE,
             )
             return {tuple(r[:width]): self._copy(r[width:]) for r in rows}
-        found = self.statements.rows_by_partition("compact_read", columns, "{compact}", counters)
+        found = self.statements.rows_by_partition(
+            self, "compact_read", counters, copy_columns=columns
+        )
         return {c: self._copy(rows[0]) for c, rows in found.items() if rows}
 
     def _copy(self, row: Sequence[Any]) -> Copy:
@@ -371,9 +414,7 @@ class LedgerTable:
     def ledger_positions(self, limit: int) -> list[tuple[int, int, Key]]:
         """``(shard, bucket, counter)`` of up to ``limit`` ledger rows, the first in token order:
         where the ledger holds some counters, to check it against the shard count."""
-        statement = self.statements.prepare(
-            "ledger_positions", "SELECT shard, bucket, {key} FROM {ledger} LIMIT ?"
-        )
+        statement = self.statements.prepared(self, "ledger_positions")
         return [
             (r[0], r[1], tuple(r[2:]))
             for r in self.statements.execute(statement, (limit,))
@@ -383,11 +424,7 @@ class LedgerTable:
     def fence_bucket(self, shard: int, bucket: int) -> None:
         """Set a ledger partition's ``shards`` to ``MOVING`` under its head's compare-and-set:
         from then on no commit applies to it, whoever planned it."""
-        statement = self.statements.prepare(
-            "ledger_fence",
-            "UPDATE {ledger} SET shards = ? WHERE shard = ? AND bucket = ? IF head = ?",
-            serial=True,
-        )
+        statement = self.statements.prepared(self, "ledger_fence")
         for _attempt in range(16):
             head = self.head_serial(shard, bucket)
             if self.statements.execute(statement, (MOVING, shard, bucket, head)).was_applied:
@@ -400,18 +437,12 @@ class LedgerTable:
     def open_bucket(self, shard: int, bucket: int, shards: int) -> None:
         """A ledger partition of the new shard count: its ``shards`` set, a fresh head (a
         reader of the old one commits nothing), its population to be counted again."""
-        statement = self.statements.prepare(
-            "ledger_open",
-            "UPDATE {ledger} SET shards = ?, head = ?, population = null "
-            "WHERE shard = ? AND bucket = ?",
-        )
+        statement = self.statements.prepared(self, "ledger_open")
         self.statements.execute(statement, (shards, self.new_commit_id(), shard, bucket))
 
     def drop_bucket(self, shard: int, bucket: int) -> None:
         """Delete a ledger partition a smaller shard count no longer has (its rows moved)."""
-        statement = self.statements.prepare(
-            "ledger_drop", "DELETE FROM {ledger} WHERE shard = ? AND bucket = ?"
-        )
+        statement = self.statements.prepared(self, "ledger_drop")
         self.statements.execute(statement, (shard, bucket))
 
     @cached_property
@@ -432,10 +463,8 @@ class LedgerTable:
     def ledger_rows(self, shard: int, bucket: int) -> list[tuple[Key, dict[str, Any]]]:
         """Every checkpoint row of a ledger partition, its columns as stored."""
         columns = self._ledger_row_columns
-        statement = self.statements.prepare(
-            "ledger_rows",
-            f"SELECT {{key}}, {', '.join(q(c) for c in columns)} FROM {{ledger}} "
-            "WHERE shard = ? AND bucket = ?",
+        statement = self.statements.prepared(
+            self, "ledger_rows", row_columns=", ".join(q(c) for c in columns)
         )
         width = len(self.statements.layout.key)
         rows = self.statements.execute(statement, (shard, bucket), profile=BULK_PROFILE)
@@ -451,15 +480,13 @@ class LedgerTable:
         """A checkpoint row at its new place and its deletion at the old one, in one logged
         batch (both or neither, eventually)."""
         columns = list(row)
-        insert = self.statements.prepare(
+        insert = self.statements.prepared(
+            self,
             "ledger_row_insert",
-            f"INSERT INTO {{ledger}} (shard, bucket, {{key}}, {', '.join(q(c) for c in columns)}) "
-            f"VALUES (?, ?, {{key_marks}}, {', '.join('?' for _ in columns)})",
+            row_columns=", ".join(q(c) for c in columns),
+            row_marks=", ".join("?" for _ in columns),
         )
-        delete = self.statements.prepare(
-            "ledger_row_delete",
-            "DELETE FROM {ledger} WHERE shard = ? AND bucket = ? AND {key_where}",
-        )
+        delete = self.statements.prepared(self, "ledger_row_delete")
         self.statements.move(insert, (*new, *counter, *row.values()), delete, (*old, *counter))
 
     def recover_origin(
@@ -468,12 +495,7 @@ class LedgerTable:
         """Set a counter's reset point where its ledger row has none and is still at
         ``commit_id`` (a conditional write, so never over a run's commit or a reset's): what
         an earlier version's reset left only in its audit row. Whether it was set."""
-        statement = self.statements.prepare(
-            "ledger_origin_recover",
-            "UPDATE {ledger} SET origin_ms = ? WHERE shard = ? AND bucket = ? AND {key_where} "
-            "IF commit_id = ? AND origin_ms = null",
-            serial=True,
-        )
+        statement = self.statements.prepared(self, "ledger_origin_recover")
         done = self.statements.execute(statement, (at_ms, shard, bucket, *counter, commit_id))
         return bool(done.was_applied)
 
@@ -482,15 +504,9 @@ class LedgerTable:
         family the members it already counts); an empty base where there is none."""
         unique = self.family.rules.members
         if unique:
-            statement = self.statements.prepare(
-                "compact_value_commit_pending",
-                "SELECT {value}, {epoch}, commit_id, pending FROM {compact} WHERE {key_where}",
-            )
+            statement = self.statements.prepared(self, "compact_value_commit_pending")
         else:
-            statement = self.statements.prepare(
-                "compact_value_commit",
-                "SELECT {value}, {epoch}, commit_id FROM {compact} WHERE {key_where}",
-            )
+            statement = self.statements.prepared(self, "compact_value_commit")
         out: dict[Key, ReadBase] = {}
         for counter, result in zip(
             counters, self.statements.concurrent(statement, counters), strict=True

@@ -33,8 +33,10 @@ from .statements import (
     FIRST_WRITE_WINS,
     REQUEST_BYTES,
     ROWS_PER_BATCH,
+    Cql,
     Statements,
     bounded,
+    declare,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,84 @@ class RawTable:
     of a counter's rows, the server's recounts and the deletes, over the statements core.
     ``Store`` makes one as ``store.raw``."""
 
+    STATEMENTS = declare(
+        set_insert=Cql(
+            "INSERT INTO {set} ({key}, {member}, first_seen) VALUES ({key_marks}, ?, ?) USING "
+            "TIMESTAMP ?"
+        ),
+        set_check=Cql(
+            "SELECT first_seen, writetime(first_seen) FROM {set} WHERE {key_where} AND {member} = ?"
+        ),
+        set_mark=Cql("UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?"),
+        set_members=Cql("SELECT {member}, first_seen, counted FROM {set} WHERE {key_where}"),
+        set_distinct=Cql("SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"),
+        set_count=Cql("SELECT count(*) FROM {set} WHERE {key_where}"),
+        raw_distinct=Cql("SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?"),
+        set_counted=Cql("SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?"),
+        raw_insert=Cql(
+            "INSERT INTO {raw} ({key}, {clustering}, {increment}) VALUES ({marks}) "
+            "USING TIMESTAMP ?"
+        ),
+        raw_scan=Cql("SELECT {key}, {row_columns} FROM {raw} WHERE {token} > ? AND {token} <= ?"),
+        raw_scan_after=Cql(
+            "SELECT {key}, {row_columns} FROM {raw} "
+            "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING"
+        ),
+        raw_read=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} "),
+        raw_read_in=Cql("SELECT {key}, {row_columns} FROM {raw} WHERE {key_in} "),
+        raw_read_after_all=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ?"),
+        raw_read_after_all_in=Cql(
+            "SELECT {key}, {row_columns} FROM {raw} WHERE {key_in} AND {time} > ?"
+        ),
+        raw_read_upto=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} <= ?"),
+        raw_read_slice=Cql(
+            "SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ? AND {time} <= ?"
+        ),
+        raw_read_at=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {relation}"),
+        raw_recount_below=Cql(
+            "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {key_where} AND {time} <= ?"
+        ),
+        raw_recount_below_in=Cql(
+            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {key_in} AND {time} <= ? GROUP BY {key}"
+        ),
+        raw_recount_below_range=Cql(
+            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {token} > ? AND {token} <= ? AND {time} <= ? GROUP BY {key} ALLOW FILTERING"
+        ),
+        raw_recount_between=Cql(
+            "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {key_where} AND {time} > ? AND {time} <= ?"
+        ),
+        raw_recount_between_in=Cql(
+            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {key_in} AND {time} > ? AND {time} <= ? GROUP BY {key}"
+        ),
+        raw_recount_between_range=Cql(
+            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
+            "WHERE {token} > ? AND {token} <= ? AND {time} > ? AND {time} <= ? GROUP BY {key} "
+            "ALLOW FILTERING"
+        ),
+        raw_delete_in=Cql("DELETE FROM {raw} USING TIMESTAMP ? WHERE {key_where} AND {relation}"),
+        raw_slice_all=Cql(
+            "SELECT count(*), {measure} FROM {raw} WHERE {key_where} AND {time} <= ?"
+        ),
+        raw_slice_all_in=Cql(
+            "SELECT {key}, count(*), {measure} FROM {raw} "
+            "WHERE {key_in} AND {time} <= ? GROUP BY {key}"
+        ),
+        raw_slice=Cql(
+            "SELECT count(*), {measure} FROM {raw} WHERE {key_where} AND {time} > ? AND {time} <= ?"
+        ),
+        raw_slice_in=Cql(
+            "SELECT {key}, count(*), {measure} FROM {raw} "
+            "WHERE {key_in} AND {time} > ? AND {time} <= ? GROUP BY {key}"
+        ),
+        raw_newer=Cql("SELECT {measure} FROM {raw} WHERE {key_where} AND {time} > ?"),
+        raw_all=Cql("SELECT {measure} FROM {raw} WHERE {key_where}"),
+    )
+
     def __init__(self, statements: Statements, keys: Keys):
         self.statements = statements
         self.family = statements.family
@@ -57,22 +137,9 @@ class RawTable:
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
         counter (one mutation per partition)."""
-        cols = ", ".join(
-            [
-                self.statements.names["key"],
-                self.statements.names["clustering"],
-                self.statements.names["increment"],
-            ]
-        )
-        marks = ", ".join(
-            "?"
-            for _ in range(
-                len(self.statements.layout.key) + len(self.statements.layout.clustering) + 1
-            )
-        )
-        statement = self.statements.prepare(
-            "raw_insert", f"INSERT INTO {{raw}} ({cols}) VALUES ({marks}) USING TIMESTAMP ?"
-        )
+        lay = self.statements.layout
+        marks = ", ".join("?" for _ in range(len(lay.key) + len(lay.clustering) + 1))
+        statement = self.statements.prepared(self, "raw_insert", marks=marks)
         by_counter: dict[Key, list[tuple]] = defaultdict(list)
         for counter, clustering, increment, ts in rows:
             by_counter[counter].append((*counter, *clustering, increment, ts))
@@ -90,16 +157,8 @@ class RawTable:
         ``(counter, member)`` pairs at once; returns per pair (whether this write was the first,
         the winning first-write time). Every insert lands before any check is read."""
         ts = FIRST_WRITE_WINS - write_timestamp(now)
-        insert = self.statements.prepare(
-            "set_insert",
-            "INSERT INTO {set} ({key}, {member}, first_seen) VALUES ({key_marks}, ?, ?) "
-            "USING TIMESTAMP ?",
-        )
-        check = self.statements.prepare(
-            "set_check",
-            "SELECT first_seen, writetime(first_seen) FROM {set} WHERE {key_where} "
-            "AND {member} = ?",
-        )
+        insert = self.statements.prepared(self, "set_insert")
+        check = self.statements.prepared(self, "set_check")
         self.statements.concurrent(
             insert, [(*counter, member, now, ts) for counter, member in items]
         )
@@ -113,35 +172,25 @@ class RawTable:
         return set(self.read_marked({counter: set(members)}).get(counter, ()))
 
     def mark_counted(self, items: Sequence[tuple[Key, Sequence[Any]]]) -> None:
-        statement = self.statements.prepare(
-            "set_mark",
-            "UPDATE {set} SET counted = true WHERE {key_where} AND {member} = ?",
-        )
+        statement = self.statements.prepared(self, "set_mark")
         self.statements.batches(
             statement, ([(*counter, m) for m in members] for counter, members in items)
         )
 
     def members(self, counter: Key) -> list[tuple[Any, datetime | None, bool]]:
         """Every member of a unique counter with its first-write time and counted mark."""
-        statement = self.statements.prepare(
-            "set_members",
-            "SELECT {member}, first_seen, counted FROM {set} WHERE {key_where}",
-        )
+        statement = self.statements.prepared(self, "set_members")
         rows = self.statements.execute(statement, counter, profile=BULK_PROFILE)
         return [(m, first_seen, bool(counted)) for m, first_seen, counted in rows]
 
     def scan_set_counters(self, shard: int) -> list[Key]:
         """Every counter of a unique family's set table in the shard's token range."""
-        statement = self.statements.prepare(
-            "set_distinct", "SELECT DISTINCT {key} FROM {set} WHERE {token} > ? AND {token} <= ?"
-        )
+        statement = self.statements.prepared(self, "set_distinct")
         return self.statements.scan_distinct(statement, shard)
 
     def count_members(self, counters: Sequence[Key]) -> dict[Key, int]:
         """Recount a unique family's set (reconciliation)."""
-        statement = self.statements.prepare(
-            "set_count", "SELECT count(*) FROM {set} WHERE {key_where}"
-        )
+        statement = self.statements.prepared(self, "set_count")
         results = self.statements.concurrent(statement, counters)
         return {c: r.one()[0] for c, r in zip(counters, results, strict=True)}
 
@@ -153,17 +202,12 @@ class RawTable:
         """Every raw row of one bucket's token range, grouped by counter (one paged query); only
         those after ``after_ms`` if given (a clustering slice: the node never reaches the
         tombstones of earlier folds behind it)."""
-        select = f"SELECT {{key}}, {self.keys.row_columns()} FROM {{raw}} "
+        columns = self.keys.row_columns()
         params: tuple[Any, ...] = bucket_bounds(self.family.shards, shard, bucket)
         if after_ms is None:
-            statement = self.statements.prepare(
-                "raw_scan", select + "WHERE {token} > ? AND {token} <= ?"
-            )
+            statement = self.statements.prepared(self, "raw_scan", row_columns=columns)
         else:
-            statement = self.statements.prepare(
-                "raw_scan_after",
-                select + "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING",
-            )
+            statement = self.statements.prepared(self, "raw_scan_after", row_columns=columns)
             params = (*params, self.keys.time_bound(after_ms))
         result = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(result, len(self.statements.layout.key))
@@ -176,26 +220,23 @@ class RawTable:
         tombstone of ours, every folded row being at or before the epoch it was folded at)."""
         if after_ms is None:
             found = self.statements.rows_by_partition(
-                "raw_read", self.keys.row_columns(), "{raw}", counters
+                self, "raw_read", counters, row_columns=self.keys.row_columns()
             )
         else:
             found = self.statements.rows_by_partition(
+                self,
                 "raw_read_after_all",
-                self.keys.row_columns(),
-                "{raw}",
                 counters,
-                where="AND {time} > ?",
                 params=(self.keys.time_bound(after_ms),),
+                row_columns=self.keys.row_columns(),
             )
         out: dict[Key, list[Row]] = {}
         for counter in counters:
             out[counter] = self.keys.parse_rows(found[counter], 0).get((), [])
         return out
 
-    def _read_counter_rows(self, name: str, where: str, params: Sequence[Any]) -> list[Row]:
-        statement = self.statements.prepare(
-            name, f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} {where}"
-        )
+    def _read_counter_rows(self, name: str, params: Sequence[Any]) -> list[Row]:
+        statement = self.statements.prepared(self, name, row_columns=self.keys.row_columns())
         rows = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(rows, 0).get((), [])
 
@@ -203,9 +244,7 @@ class RawTable:
         """A counter's rows in ``[low_ms, high_ms]`` (a hot counter's recent past)."""
         low = self.keys.time_bound(low_ms - 1)
         return self._read_counter_rows(
-            "raw_read_between",
-            "AND {time} > ? AND {time} <= ?",
-            (*counter, low, self.keys.time_bound(high_ms)),
+            "raw_read_slice", (*counter, low, self.keys.time_bound(high_ms))
         )
 
     def read_rows_upto(self, counter: Key, high_ms: int, low_ms: int | None = None) -> list[Row]:
@@ -264,29 +303,28 @@ class RawTable:
             )
         return parts
 
-    def _slice_where(self, start: int | None, top: int) -> tuple[str, tuple[Any, ...]]:
+    def _slice_bounds(self, start: int | None, top: int) -> tuple[Any, ...]:
         if start is None:
-            return "AND {time} <= ?", (self.keys.time_bound(top),)
-        return "AND {time} > ? AND {time} <= ?", (
-            self.keys.time_bound(start),
-            self.keys.time_bound(top),
-        )
+            return (self.keys.time_bound(top),)
+        return self.keys.time_bound(start), self.keys.time_bound(top)
+
+    def _measure(self) -> str:
+        """What a counter's rows add up to: their sum (varint: an int column cannot wrap), their
+        count for a rows family."""
+        if self.statements.layout.increment is None:
+            return "count(*)"
+        return "sum(CAST({increment} AS varint))"
 
     def _rows_in_slice(self, counter: Key, start: int | None, top: int) -> list[Row]:
-        where, bounds = self._slice_where(start, top)
         name = "raw_read_upto" if start is None else "raw_read_slice"
-        return self._read_counter_rows(name, where, (*counter, *bounds))
+        return self._read_counter_rows(name, (*counter, *self._slice_bounds(start, top)))
 
     def _count_in_slice(self, counter: Key, start: int | None, top: int) -> tuple[int, int]:
-        where, bounds = self._slice_where(start, top)
-        measure = (
-            "count(*)"
-            if self.statements.layout.increment is None
-            else f"sum(CAST({self.statements.names['increment']} AS varint))"
-        )
-        statement = self.statements.prepare(
-            "raw_count_upto" if start is None else "raw_count_slice",
-            f"SELECT count(*), {measure} FROM {{raw}} WHERE {{key_where}} {where}",
+        bounds = self._slice_bounds(start, top)
+        statement = self.statements.prepared(
+            self,
+            "raw_slice_all" if start is None else "raw_slice",
+            measure=self._measure(),
         )
         row = self.statements.execute(statement, (*counter, *bounds), profile=BULK_PROFILE).one()
         return (row[0] or 0, row[1] or 0) if row else (0, 0)
@@ -294,9 +332,8 @@ class RawTable:
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
         """Those of the given rows of a counter that are present: point reads, no range."""
         relation, bind = self._rows_in()
-        statement = self.statements.prepare(
-            "raw_read_at",
-            f"SELECT {self.keys.row_columns()} FROM {{raw}} WHERE {{key_where}} AND {relation}",
+        statement = self.statements.prepared(
+            self, "raw_read_at", row_columns=self.keys.row_columns(), relation=relation
         )
         params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
         results = self.statements.concurrent(statement, params)
@@ -325,19 +362,13 @@ class RawTable:
         over the bucket's token range, or over the given counters). The lower bound is a
         clustering slice: the node never reaches the tombstones behind it. Summed as varint: an
         int column cannot wrap."""
-        measure = f"count(*), sum(CAST({self.statements.names['increment']} AS varint))"
         bound = self.keys.time_bound(epoch_ms)
         params: tuple[Any, ...]
-        where, params, name = "AND {time} <= ?", (bound,), "raw_recount_below"
+        params, name = (bound,), "raw_recount_below"
         if after_ms is not None:
-            where = "AND {time} > ? AND {time} <= ?"
             params, name = (self.keys.time_bound(after_ms), bound), "raw_recount_between"
         if counters is None:
-            statement = self.statements.prepare(
-                f"{name}_range",
-                f"SELECT {{key}}, {measure} FROM {{raw}} WHERE {{token}} > ? AND {{token}} <= ? "
-                f"{where} GROUP BY {{key}} ALLOW FILTERING",
-            )
+            statement = self.statements.prepared(self, f"{name}_range")
             rows = self.statements.execute(
                 statement,
                 (*bucket_bounds(self.family.shards, shard, bucket), *params),
@@ -345,9 +376,7 @@ class RawTable:
             )
             width = len(self.statements.layout.key)
             return {tuple(r[:width]): (r[width], r[width + 1] or 0) for r in rows}
-        found = self.statements.rows_by_partition(
-            name, measure, "{raw}", counters, where=where, params=params, group=True
-        )
+        found = self.statements.rows_by_partition(self, name, counters, params=params)
         return {c: (rows[0][0], rows[0][1] or 0) if rows else (0, 0) for c, rows in found.items()}
 
     # --- deletes --------------------------------------------------------------------------
@@ -361,10 +390,7 @@ class RawTable:
         many counters (the caller passes one bucket: one token range). Keys from the run log
         are bound as the bytes they are stored in."""
         relation = self._rows_in()[0]
-        statement = self.statements.prepare(
-            "raw_delete_in",
-            f"DELETE FROM {{raw}} USING TIMESTAMP ? WHERE {{key_where}} AND {relation}",
-        )
+        statement = self.statements.prepared(self, "raw_delete_in", relation=relation)
         entries: list[tuple[int, tuple]] = []
         deleted = 0
         for counter, keys in deletions:
@@ -381,10 +407,7 @@ class RawTable:
     def scan_counters(self, shard: int) -> list[Key]:
         """Every counter with live raw rows in the shard's token range (the sweep), read as
         ``SCAN_SPLITS`` finer ranges so no single query walks a whole shard's tombstones."""
-        statement = self.statements.prepare(
-            "raw_distinct",
-            "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
-        )
+        statement = self.statements.prepared(self, "raw_distinct")
         return self.statements.scan_distinct(statement, shard)
 
     def distinct_counters(
@@ -395,10 +418,7 @@ class RawTable:
         range for a rows family, whose rows are never deleted). A range the server refuses
         (a hot counter's partition of tombstones) is read again around the partitions of
         ``around`` (known counters, which the caller reads by parts), else in halves."""
-        statement = self.statements.prepare(
-            "raw_distinct",
-            "SELECT DISTINCT {key} FROM {raw} WHERE {token} > ? AND {token} <= ?",
-        )
+        statement = self.statements.prepared(self, "raw_distinct")
         low, high = bucket_bounds(self.family.shards, shard, bucket)
         step = (high - low) // splits or 1
         edges = [low + i * step for i in range(splits)] + [high]
@@ -433,11 +453,7 @@ class RawTable:
         """Server-side aggregate of each counter's slice (checkpoint, epoch]: (rows, total).
         The total is the row count for a rows family, the sum of increments otherwise;
         counters sharing a checkpoint are aggregated together (``IN`` + ``GROUP BY``)."""
-        measure = (
-            "count(*)"
-            if self.statements.layout.increment is None
-            else f"sum(CAST({self.statements.names['increment']} AS varint))"
-        )
+        measure = self._measure()
         upper = self.keys.time_bound(epoch_ms)
         by_base: dict[int | None, list[Key]] = defaultdict(list)
         for counter in counters:
@@ -447,23 +463,15 @@ class RawTable:
             try:
                 if base is None:
                     found = self.statements.rows_by_partition(
-                        "raw_slice_all",
-                        f"count(*), {measure}",
-                        "{raw}",
-                        group,
-                        where="AND {time} <= ?",
-                        params=(upper,),
-                        group=True,
+                        self, "raw_slice_all", group, params=(upper,), measure=measure
                     )
                 else:
                     found = self.statements.rows_by_partition(
+                        self,
                         "raw_slice",
-                        f"count(*), {measure}",
-                        "{raw}",
                         group,
-                        where="AND {time} > ? AND {time} <= ?",
                         params=(self.keys.time_bound(base), upper),
-                        group=True,
+                        measure=measure,
                     )
             except (ReadFailure, ReadTimeout):  # a partition of tombstones (a rows family's
                 # deleted business rows): each counter by itself, in slices the node reads
@@ -487,10 +495,7 @@ class RawTable:
         ]
         if not wanted:
             return {}
-        statement = self.statements.prepare(
-            "set_counted",
-            "SELECT {member}, counted FROM {set} WHERE {key_where} AND {member} IN ?",
-        )
+        statement = self.statements.prepared(self, "set_counted")
         results = self.statements.concurrent(statement, [(*c, members) for c, members in wanted])
         marked: dict[Key, set[Any]] = {c: set() for c, _members in wanted}
         for (c, _members), result in zip(wanted, results, strict=True):
@@ -501,18 +506,10 @@ class RawTable:
         """What each counter's rows after its base's epoch add: their sum (varint: an int column
         cannot wrap), their count for a rows family, their members for a unique family."""
         unique = self.family.rules.members
-        if unique:  # members, counted distinct: a clock-behind winner leaves two rows
-            measure = "{member}"
-        elif self.statements.layout.increment is None:
-            measure = "count(*)"
-        else:
-            measure = "sum(CAST({increment} AS varint))"
-        newer = self.statements.prepare(
-            "raw_newer", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}} AND {{time}} > ?"
-        )
-        everything = self.statements.prepare(
-            "raw_all", f"SELECT {measure} FROM {{raw}} WHERE {{key_where}}"
-        )
+        # a unique family's members, counted distinct: a clock-behind winner leaves two rows
+        measure = "{member}" if unique else self._measure()
+        newer = self.statements.prepared(self, "raw_newer", measure=measure)
+        everything = self.statements.prepared(self, "raw_all", measure=measure)
         requests = [
             (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
         ]

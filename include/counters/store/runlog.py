@@ -29,7 +29,7 @@ from .records import (
     pending_flags_of,
     unpack_commit_keys,
 )
-from .statements import ROWS_PER_BATCH, RUN_LOG_FETCH, Statements
+from .statements import ROWS_PER_BATCH, RUN_LOG_FETCH, Cql, Statements, declare
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,65 @@ class RunLogTable:
     """The run log table (``{runs}``): every statement on it, over the family's statements
     core. ``Store`` makes one as ``store.runs``, so a step that reads or writes the run log
     says so at its call."""
+
+    STATEMENTS = declare(
+        runs_read=Cql(
+            "SELECT bucket, commit_id, keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?"
+        ),
+        runs_read_archive=Cql(
+            "SELECT bucket, commit_id, keys, verified_by, archive_rows, archived FROM {runs} "
+            "WHERE run_id = ? AND shard = ?"
+        ),
+        runs_keys_read=Cql(
+            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id "
+            "= ?"
+        ),
+        runs_keys_archive_figures=Cql(
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, figures) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        runs_applied=Cql(
+            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? AND "
+            "commit_id = ?"
+        ),
+        runs_deleted=Cql(
+            "UPDATE {runs} SET deleted = ? WHERE run_id = ? AND shard = ? AND bucket = ? AND "
+            "commit_id = ?"
+        ),
+        runs_figures=Cql(
+            "SELECT verified_by, applied, figures, deleted FROM {runs} WHERE run_id = ? AND shard "
+            "= ?"
+        ),
+        runs_archived=Cql(
+            "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? AND "
+            "commit_id = ?"
+        ),
+        runs_verified=Cql(
+            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? AND "
+            "commit_id = ?"
+        ),
+        runs_entries=Cql("SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?"),
+        runs_record_read=Cql(
+            "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? AND "
+            "bucket = ? AND commit_id = ?"
+        ),
+        runs_verified_read=Cql(
+            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND "
+            "commit_id = ?"
+        ),
+        runs_bucket=Cql("SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?"),
+        runs_keys_archive_moved=Cql(
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        ),
+        runs_keys_figures=Cql(
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, figures) VALUES (?, ?, "
+            "?, ?, ?, ?)"
+        ),
+        runs_keys=Cql(
+            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) VALUES (?, ?, ?, ?, ?)"
+        ),
+    )
 
     def __init__(self, statements: Statements, keys: Keys):
         self.statements = statements
@@ -90,18 +149,10 @@ class RunLogTable:
             archive_rows = self.archive_rows(folds)
         text = None if figures is None else json.dumps(figures, separators=(",", ":"))
         if archive_rows is None:
-            statement = self.statements.prepare(
-                "runs_keys_figures",
-                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, figures) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-            )
+            statement = self.statements.prepared(self, "runs_keys_figures")
             self.statements.execute(statement, (run_id, shard, bucket, commit_id, blob, text))
             return
-        statement = self.statements.prepare(
-            "runs_keys_archive_figures",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, figures) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
+        statement = self.statements.prepared(self, "runs_keys_archive_figures")
         self.statements.execute(
             statement, (run_id, shard, bucket, commit_id, blob, archive_rows, text)
         )
@@ -112,11 +163,7 @@ class RunLogTable:
         count in the run's audit row. One single-partition batch."""
         if not commit_ids:
             return
-        statement = self.statements.prepare(
-            "runs_applied",
-            "UPDATE {runs} SET applied = true WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_applied")
         params = [(run_id, shard, bucket, c) for c in commit_ids]
         self.statements.run([(self.statements.batch(statement, params), None)])
 
@@ -127,11 +174,7 @@ class RunLogTable:
         after the deletes (a retry of the cleanup writes the same figures again)."""
         if not marks:
             return
-        statement = self.statements.prepare(
-            "runs_deleted",
-            "UPDATE {runs} SET deleted = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_deleted")
         params = [(rows, run_id, shard, bucket, commit_id) for bucket, commit_id, rows in marks]
         for group in chunks(params, ROWS_PER_BATCH):
             self.statements.run([(self.statements.batch(statement, group), None)])
@@ -141,11 +184,7 @@ class RunLogTable:
         to have applied (one an execution verified, or a later attempt found in the ledger:
         ``applied``; None for a record from before figures were kept), and the rows its
         cleanups deleted (None: no cleanup recorded any). One read per shard, without keys."""
-        statement = self.statements.prepare(
-            "runs_figures",
-            "SELECT verified_by, applied, figures, deleted FROM {runs} "
-            "WHERE run_id = ? AND shard = ?",
-        )
+        statement = self.statements.prepared(self, "runs_figures")
         commits: list[dict[str, int] | None] = []
         deleted: int | None = None
         for shard in shards:
@@ -193,11 +232,7 @@ class RunLogTable:
         archived. One single-partition batch."""
         if not commits:
             return
-        statement = self.statements.prepare(
-            "runs_archived",
-            "UPDATE {runs} SET archived = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_archived")
         params = [(url, run_id, shard, bucket, commit_id) for bucket, commit_id in commits]
         for group in chunks(params, ROWS_PER_BATCH):
             self.statements.run([(self.statements.batch(statement, group), None)])
@@ -211,11 +246,7 @@ class RunLogTable:
         (not a crash between commit and copy). One single-partition batch."""
         if not commit_ids:
             return
-        statement = self.statements.prepare(
-            "runs_verified",
-            "UPDATE {runs} SET verified_by = ? WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_verified")
         params = [(execution, run_id, shard, bucket, c) for c in commit_ids]
         self.statements.run([(self.statements.batch(statement, params), None)])
 
@@ -228,12 +259,7 @@ class RunLogTable:
         if counted, stay counted (its checkpoint's pending), and a later fold commits them
         again as present and deletes them then."""
         archived = self.family.archive is not None
-        statement = self.statements.prepare(
-            "runs_read_archive" if archived else "runs_read",
-            "SELECT bucket, commit_id, keys, verified_by"
-            + (", archive_rows, archived" if archived else "")
-            + " FROM {runs} WHERE run_id = ? AND shard = ?",
-        )
+        statement = self.statements.prepared(self, "runs_read_archive" if archived else "runs_read")
         _encode, decode = self.keys.json_codec()
         bound = statement.bind((run_id, shard))
         bound.fetch_size = RUN_LOG_FETCH
@@ -251,10 +277,7 @@ class RunLogTable:
         """``(counter, epoch ms, verified)`` of every commit record a run wrote in a shard,
         whatever its outcome: a reset looks its own id up here (a record whose commit did not
         apply is told apart by the caller)."""
-        statement = self.statements.prepare(
-            "runs_entries",
-            "SELECT keys, verified_by FROM {runs} WHERE run_id = ? AND shard = ?",
-        )
+        statement = self.statements.prepared(self, "runs_entries")
         _encode, decode = self.keys.json_codec()
         return [
             (decode(counter), epoch_ms, verified_by is not None)
@@ -268,11 +291,7 @@ class RunLogTable:
     ) -> tuple[list[tuple[list[Any], int, CountedKeys]], bytes | None, str | None] | None:
         """One commit's record: its entries (counter JSON-encoded, epoch, keys), its archive
         record and its ``archived`` mark; None when the run log no longer holds it."""
-        statement = self.statements.prepare(
-            "runs_record_read",
-            "SELECT keys, archive_rows, archived FROM {runs} WHERE run_id = ? AND shard = ? "
-            "AND bucket = ? AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_record_read")
         row = self.statements.execute(statement, (run_id, shard, bucket, commit_id)).one()
         if row is None or row[0] is None:
             return None
@@ -285,11 +304,7 @@ class RunLogTable:
         again); not if the commit is younger, since the record is then at another place: a
         reshard moved the checkpoint and left its commit's record where it was made (it copies
         a record's counted keys only, never its verified mark)."""
-        statement = self.statements.prepare(
-            "runs_verified_read",
-            "SELECT verified_by FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? "
-            "AND commit_id = ?",
-        )
+        statement = self.statements.prepared(self, "runs_verified_read")
         row = self.statements.execute(statement, (run_id or "", shard, bucket, commit_id)).one()
         if row is None:
             return record_may_have_expired(commit_id, time.time())
@@ -306,10 +321,8 @@ class RunLogTable:
         if not wanted:
             return []
         archived = self.family.archive is not None
-        statement = self.statements.prepare(
-            "runs_keys_read_archive" if archived else "runs_keys_read",
-            "SELECT keys" + (", archive_rows, archived" if archived else "") + " FROM {runs} "
-            "WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
+        statement = self.statements.prepared(
+            self, "runs_record_read" if archived else "runs_keys_read"
         )
         refs = sorted(
             {(checkpoints[c].run_id or "", checkpoints[c].commit_id) for c in wanted}, key=str
@@ -354,10 +367,7 @@ class RunLogTable:
     def runs_with_counter(self, run_ids: Sequence[str], counter: Key) -> set[str]:
         """Which of these runs committed ``counter``: one read of each run's log for the
         counter's bucket (the run log is kept two weeks)."""
-        statement = self.statements.prepare(
-            "runs_bucket",
-            "SELECT keys FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ?",
-        )
+        statement = self.statements.prepared(self, "runs_bucket")
         shard, bucket = self.keys.bucket(counter)
         encode, _decode = self.keys.json_codec()
         wanted = encode(counter)
@@ -385,12 +395,7 @@ class RunLogTable:
         if cp.commit_id is None or not cp.pending_rows or cp.pending_loaded:
             return False
         archived = self.family.archive is not None
-        read = self.statements.prepare(
-            "runs_record_read" if archived else "runs_keys_read",
-            "SELECT keys"
-            + (", archive_rows, archived" if archived else "")
-            + " FROM {runs} WHERE run_id = ? AND shard = ? AND bucket = ? AND commit_id = ?",
-        )
+        read = self.statements.prepared(self, "runs_record_read" if archived else "runs_keys_read")
         run_id = cp.run_id or ""
         found = self.statements.execute(read, (run_id, *old, cp.commit_id)).one()
         if found is None or found[0] is None:
@@ -410,11 +415,7 @@ class RunLogTable:
         ]
         blob = pack_commit_keys([*entries, *entry], self.keys.key_codec)
         if not archived or found[1] is None:
-            write = self.statements.prepare(
-                "runs_keys",
-                "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys) "
-                "VALUES (?, ?, ?, ?, ?)",
-            )
+            write = self.statements.prepared(self, "runs_keys")
             self.statements.execute(write, (run_id, *new, cp.commit_id, blob))
             return True
         # the counter's part of the commit's archive record goes with its keys, in their order
@@ -425,11 +426,7 @@ class RunLogTable:
         if there is not None and there[1] is not None:
             parts.append(record_part(unpack_record(there[1]), lambda c: c != mine))
         parts.append(record_part(unpack_record(found[1]), lambda c: c == mine))
-        write = self.statements.prepare(
-            "runs_keys_archive_moved",
-            "INSERT INTO {runs} (run_id, shard, bucket, commit_id, keys, archive_rows, archived) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
+        write = self.statements.prepared(self, "runs_keys_archive_moved")
         self.statements.execute(
             write, (run_id, *new, cp.commit_id, blob, join_records(parts), found[2])
         )

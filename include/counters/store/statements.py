@@ -10,9 +10,11 @@ import logging
 import struct
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 from cassandra import (
@@ -106,6 +108,14 @@ SCAN_FETCH = 5000
 CAS_WRITE_UNKNOWN = 0x1700
 """Protocol v5's error for a compare-and-set whose outcome the coordinator cannot tell; driver
 3.30 has no class for it and raises the bare ``ErrorMessage``."""
+
+
+class _Partial(dict[str, str]):
+    """``str.format_map`` values that leave every other brace as it is (``{raw}``), for
+    ``Statements.names`` to fill."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
 
 
 def outcome_unknown(exc: BaseException) -> bool:
@@ -242,6 +252,24 @@ def millis_timestamps(cqltype: Any) -> Any:
     return cqltype.apply_parameters(fast)
 
 
+@dataclass(frozen=True)
+class Cql:
+    """A statement as its table declares it: CQL text whose braces name the family's quoted
+    tables and columns (``Statements.names``) or the parts its table fills where it prepares
+    it (``Statements.prepared``), and whether it is conditional (prepared with the serial
+    consistency too)."""
+
+    text: str
+    serial: bool = False
+
+
+def declare(**statements: Cql) -> Mapping[str, Cql]:
+    """A table's statements by name, for its class's ``STATEMENTS``: each written once (a name
+    given twice does not compile), prepared by ``Statements.prepared``, listed in
+    docs/data-model.md (``counters.store.catalog``)."""
+    return MappingProxyType(statements)
+
+
 class Statements:
     """A family's statements over one connection: prepared once by name, run with at most
     ``concurrency`` in flight, batched, and counted in ``requests`` by ``phase``. Cheap to
@@ -353,6 +381,8 @@ class Statements:
             "key": ", ".join(q(c.name) for c in lay.key),
             "key_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key),
             "key_marks": ", ".join("?" for _ in lay.key),
+            "key_in": f"{q(lay.key[0].name)} IN ?"
+            + "".join(f" AND {q(c.name)} = ?" for c in lay.key[1:]),
             "clustering": ", ".join(q(c.name) for c in lay.clustering),
             "row_where": " AND ".join(f"{q(c.name)} = ?" for c in lay.key + lay.clustering),
             "value": q(f.compact_columns.value),
@@ -361,6 +391,19 @@ class Statements:
             "increment": q(lay.increment.name) if lay.increment else "",
             "token": f"token({', '.join(q(c.name) for c in lay.key)})",
         }
+
+    def prepared(self, table: object, name: str, **parts: str) -> PreparedStatement:
+        """The statement ``name`` of ``table``'s class's ``STATEMENTS``, prepared once;
+        ``parts`` fill the braces of its text that ``names`` does not (a select list, a
+        relation: the family's, chosen by the table), each set of them its own statement."""
+        if not parts and (statement := self._prepared.get(name)) is not None:
+            return statement  # prepared already (``Keys.token`` asks for one per counter)
+        declared = type(table).STATEMENTS[name]  # type: ignore[attr-defined]
+        text = declared.text
+        if parts:
+            name = f"{name}:{':'.join(parts.values())}"
+            text = text.format_map(_Partial(parts))
+        return self.prepare(name, text, declared.serial)
 
     def prepare(self, name: str, cql: str, serial: bool = False) -> PreparedStatement:
         """The statement ``name``, prepared from ``cql`` (its braces filled from ``names``) the
@@ -446,14 +489,12 @@ class Statements:
 
     def rows_by_partition(
         self,
+        table: object,
         name: str,
-        columns: str,
-        table: str,
         counters: Sequence[Key],
         *,
-        where: str = "",
         params: Sequence[Any] = (),
-        group: bool = False,
+        **parts: str,
     ) -> dict[Key, list[tuple]]:
         """Rows of many partitions, grouped by partition: ``IN ?`` over the first key column,
         ``IN_CHUNK`` partitions per request (one request instead of one each, which is what
@@ -461,26 +502,19 @@ class Statements:
         003's orders of one day: ``location_id IN ? AND calculation_date = ?``), so the ``IN``
         names exactly the wanted partitions. A first key column whose values the driver does
         not read back as it was given them (dates, times, decimals) is read a partition a
-        request. ``where``/``params`` add a clustering restriction; ``group`` aggregates per
-        partition (``GROUP BY`` the key)."""
+        request: ``table``'s statement ``name`` (``WHERE {key_where}``), else ``name_in``
+        (``WHERE {key_in}``, its rows led by the key). ``params`` bind what they add after
+        the key (a clustering restriction); ``parts`` fill their texts (``prepared``)."""
         out: dict[Key, list[tuple]] = {c: [] for c in counters}
         lay = self.layout
         width = len(lay.key)
-        grouping = " GROUP BY {key}" if group else ""
         if lay.key[0].cql_type not in IN_KEY_TYPES:
-            statement = self.prepare(
-                name, f"SELECT {columns} FROM {table} WHERE {{key_where}} {where}"
-            )
+            statement = self.prepared(table, name, **parts)
             results = self.concurrent(statement, [(*c, *params) for c in counters])
             for counter, result in zip(counters, results, strict=True):
                 out[counter].extend(tuple(r) for r in result)
             return out
-        rest = "".join(f" AND {q(c.name)} = ?" for c in lay.key[1:])
-        statement = self.prepare(
-            f"{name}_in",
-            f"SELECT {{key}}, {columns} FROM {table} WHERE {q(lay.key[0].name)} IN ?{rest} "
-            f"{where}{grouping}",
-        )
+        statement = self.prepared(table, f"{name}_in", **parts)
         by_rest: dict[Key, list[Key]] = defaultdict(list)
         for counter in counters:
             by_rest[tuple(counter[1:])].append(counter)

@@ -15,7 +15,7 @@ from .keys import Keys
 from .records import (
     Touched,
 )
-from .statements import Statements
+from .statements import Cql, Statements, declare
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,34 @@ class IndexTable:
     """The index table (``{index}``): the touched marks, which counters have rows to fold,
     written by the write API and forgotten by a run's cleanup, over the statements core.
     ``Store`` makes one as ``store.index``."""
+
+    STATEMENTS = declare(
+        index_scan=Cql(
+            "SELECT {key}, writetime(touched), minutes FROM {index} WHERE shard = ? AND slot = ?"
+        ),
+        index_count=Cql("SELECT {key} FROM {index} WHERE shard = ? AND slot = ? LIMIT ?"),
+        index_forget_bucket=Cql(
+            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?"
+        ),
+        index_forget=Cql(
+            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}"
+        ),
+        index_mark=Cql(
+            "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}"
+        ),
+        index_mark_minutes=Cql(
+            "UPDATE {index} SET touched = true, minutes = minutes + ? WHERE shard = ? AND slot = "
+            "? AND {key_where}"
+        ),
+        index_all=Cql(
+            "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?"
+        ),
+        index_move=Cql(
+            "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? WHERE "
+            "shard = ? AND slot = ? AND {key_where}"
+        ),
+        index_delete=Cql("DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"),
+    )
 
     def __init__(self, statements: Statements, keys: Keys):
         self.statements = statements
@@ -34,10 +62,7 @@ class IndexTable:
 
     def touched(self, shard: int) -> dict[int, list[Touched]]:
         """The shard's index marks, by bucket (one index partition each)."""
-        statement = self.statements.prepare(
-            "index_scan",
-            "SELECT {key}, writetime(touched), minutes FROM {index} WHERE shard = ? AND slot = ?",
-        )
+        statement = self.statements.prepared(self, "index_scan")
         width = len(self.statements.layout.key)
         results = self.statements.concurrent(
             statement, [(shard, bucket) for bucket in range(BUCKETS)]
@@ -54,9 +79,7 @@ class IndexTable:
         """How many counters are marked touched, counted up to ``limit`` per index partition
         (one small read per partition: a scan of the whole index would walk every tombstone
         of the marks forgotten within its ``gc_grace_seconds``)."""
-        statement = self.statements.prepare(
-            "index_count", "SELECT {key} FROM {index} WHERE shard = ? AND slot = ? LIMIT ?"
-        )
+        statement = self.statements.prepared(self, "index_count")
         results = self.statements.concurrent(
             statement,
             [
@@ -71,19 +94,13 @@ class IndexTable:
         """Delete every mark of one index partition written at or before ``before_micros``: a
         partition tombstone at that time (marks written later, with later server timestamps,
         survive it)."""
-        statement = self.statements.prepare(
-            "index_forget_bucket",
-            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ?",
-        )
+        statement = self.statements.prepared(self, "index_forget_bucket")
         self.statements.execute(statement, (before_micros, shard, bucket))
 
     def forget_touched(self, entries: Sequence[Touched]) -> None:
         """Delete index entries, each at the write time it was read with: a mark written after
         the read has a later server timestamp and survives. Single-partition batches."""
-        statement = self.statements.prepare(
-            "index_forget",
-            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
-        )
+        statement = self.statements.prepared(self, "index_forget")
         by_partition: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         for entry in entries:
             where = self.keys.bucket(entry.counter)
@@ -96,15 +113,8 @@ class IndexTable:
         """Mark counters as having rows to fold (server timestamps; before the raw write), with
         the minutes (ms) of the rows to come where known: a run reads a marked counter's past
         only down to them. A mark without minutes makes the run read the counter whole."""
-        plain = self.statements.prepare(
-            "index_mark",
-            "UPDATE {index} SET touched = true WHERE shard = ? AND slot = ? AND {key_where}",
-        )
-        timed = self.statements.prepare(
-            "index_mark_minutes",
-            "UPDATE {index} SET touched = true, minutes = minutes + ? "
-            "WHERE shard = ? AND slot = ? AND {key_where}",
-        )
+        plain = self.statements.prepared(self, "index_mark")
+        timed = self.statements.prepared(self, "index_mark_minutes")
         minutes = minutes or {}
         requests: list[tuple[Any, tuple[Any, ...]]] = [
             (timed, (minutes[c], *self.keys.bucket(c), *c))
@@ -123,19 +133,13 @@ class IndexTable:
             [t.counter for _b, t in marks],
             {t.counter: {t.earliest_ms} for _b, t in marks if t.earliest_ms is not None},
         )
-        unmark = self.statements.prepare(
-            "index_unmark",
-            "DELETE FROM {index} USING TIMESTAMP ? WHERE shard = ? AND slot = ? AND {key_where}",
-        )
+        unmark = self.statements.prepared(self, "index_forget")
         self.statements.concurrent(unmark, [(t.writetime, shard, b, *t.counter) for b, t in marks])
 
     def marks_to_move(self, shard: int, bucket: int) -> list[tuple[Key, set[int], int]]:
         """One index partition's marks as stored: ``(counter, minutes, server write time)``
         (what a reshard moves)."""
-        statement = self.statements.prepare(
-            "index_all",
-            "SELECT {key}, minutes, writetime(touched) FROM {index} WHERE shard = ? AND slot = ?",
-        )
+        statement = self.statements.prepared(self, "index_all")
         width = len(self.statements.layout.key)
         return [
             (tuple(r[:width]), r[width] or set(), r[width + 1])
@@ -152,12 +156,6 @@ class IndexTable:
     ) -> None:
         """A mark moved from partition ``old`` to ``new`` with its server write time (the
         forget horizon compares it), in one logged batch."""
-        insert = self.statements.prepare(
-            "index_move",
-            "UPDATE {index} USING TIMESTAMP ? SET touched = true, minutes = minutes + ? "
-            "WHERE shard = ? AND slot = ? AND {key_where}",
-        )
-        delete = self.statements.prepare(
-            "index_delete", "DELETE FROM {index} WHERE shard = ? AND slot = ? AND {key_where}"
-        )
+        insert = self.statements.prepared(self, "index_move")
+        delete = self.statements.prepared(self, "index_delete")
         self.statements.move(insert, (written, minutes, *new, *counter), delete, (*old, *counter))
