@@ -88,6 +88,7 @@ def verify_bucket(
         readers_before=0,
         readers_after=0,
     )
+    by_slice = store.family.folds_by_slice  # a property over the family's rules: once
     for counter, (fold, cp) in committed.items():
         now_cp = ledger.get(counter)
         copy = copies.get(counter)
@@ -99,8 +100,8 @@ def verify_bucket(
             folded_sum=fold.folded_sum,
             value=fold.value,
             epoch_ms=fold.epoch_ms,
-            pending_rows=len(fold.pending) if not store.family.folds_by_slice else rows,
-            pending_sum=fold.pending_sum if not store.family.folds_by_slice else total,
+            pending_rows=rows if by_slice else len(fold.pending),
+            pending_sum=total if by_slice else fold.pending_sum,
             ledger_commit_id=now_cp.commit_id if now_cp else None,
             ledger_value=now_cp.value if now_cp else None,
             ledger_epoch_ms=now_cp.epoch_ms if now_cp else None,

@@ -267,8 +267,10 @@ class Fold:
         """A value, or a sum the checkpoint keeps (of its pending rows, of what it folded), past
         a bigint: the ledger could not hold it (the counter is quarantined, not the family
         stopped)."""
-        return not all(
-            BIGINT_MIN <= n <= BIGINT_MAX for n in (self.value, self.pending_sum, self.folded_sum)
+        return not (
+            BIGINT_MIN <= self.value <= BIGINT_MAX
+            and BIGINT_MIN <= self.pending_sum <= BIGINT_MAX
+            and BIGINT_MIN <= self.folded_sum <= BIGINT_MAX
         )
 
 

@@ -106,6 +106,7 @@ class Keys:
     def __init__(self, statements: Statements):
         self.statements = statements
         self.family = statements.family
+        self._buckets: dict[Key, tuple[int, int]] = {}
 
     def token(self, counter: Key) -> int:
         """The counter's partition token, from the routing key the driver binds for it."""
@@ -147,8 +148,14 @@ class Keys:
         return tuple(values)
 
     def bucket(self, counter: Key) -> tuple[int, int]:
-        """(shard, bucket) of a counter: its ledger partition and its touched-index partition."""
-        return bucket_of(self.token(counter), self.family.shards)
+        """(shard, bucket) of a counter: its ledger partition and its touched-index partition.
+        Kept per counter: a shard asks it of every mark it places and again of every fold
+        without a copy (each a bind and a murmur3 hash), and the shard count is fixed for the
+        store's life."""
+        found = self._buckets.get(counter)
+        if found is None:
+            found = self._buckets[counter] = bucket_of(self.token(counter), self.family.shards)
+        return found
 
     # --- packing: raw rows and keys as plain, hashable, JSON-able values ------------------
 
