@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from counters.core import (
     BIGINT_MAX,
+    BIGINT_MIN,
     BUCKETS,
     EMPTY_CHECKPOINT,
     MAX_TOKEN,
@@ -156,6 +157,14 @@ class TestFold:
     def test_overflow_refuses_the_counter(self):
         base = Checkpoint(BIGINT_MAX - 1, T0_MS, "c1")
         fold = fold_counter(("x",), base, [row(1, 5)], ms(2))
+        assert fold.overflow and fold.refused and not fold.commit
+
+    def test_a_folded_sum_past_a_bigint_refuses_the_counter_though_its_value_fits(self):
+        half = BIGINT_MAX // 2 + 3
+        base = Checkpoint(-10, T0_MS, "c1")
+        fold = fold_counter(("x",), base, [row(1, half), row(1.5, half, "b")], ms(2))
+        assert BIGINT_MIN <= fold.value <= BIGINT_MAX
+        assert fold.folded_sum > BIGINT_MAX and fold.pending_sum > BIGINT_MAX
         assert fold.overflow and fold.refused and not fold.commit
 
     def test_negative_increments_are_summed(self):
