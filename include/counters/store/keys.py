@@ -95,6 +95,10 @@ def _decode_value(cql_type: str, value: Any) -> Any:
     return value
 
 
+BUCKETS_KEPT = 1 << 16
+"""Counters whose bucket a store keeps (a few MiB): past it the store starts again."""
+
+
 class Keys:
     """The key, shard and epoch arithmetic of one family over its statements (the layout they
     read, the token's routing key). ``Store`` makes one as ``store.keys``."""
@@ -154,6 +158,8 @@ class Keys:
         store's life."""
         found = self._buckets.get(counter)
         if found is None:
+            if len(self._buckets) >= BUCKETS_KEPT:  # a long-lived store (the warm pool) stays
+                self._buckets.clear()  # bounded; a run's bucket is far smaller than this
             found = self._buckets[counter] = bucket_of(self.token(counter), self.family.shards)
         return found
 

@@ -946,3 +946,21 @@ def test_a_family_whose_sweeps_are_small_sweeps_every_run(conn, make_family, t0,
     summary = engine.run_family(store, later, now=later + timedelta(minutes=5))
     assert summary.plan.sweep == bool(below)
     assert _values(client, ["p"]) == {"p": 19 if below else 15}
+
+
+def test_a_stores_kept_buckets_are_bounded_and_agree_with_the_token(
+    make_family, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store keeps each counter's (shard, bucket) (a run asks it of a counter more than
+    once); a warm pool's store lives for days, so what it keeps is bounded, and a bucket
+    asked again after the store started over is the same."""
+    from counters.core import bucket_of
+    from counters.store import keys
+
+    family, store, _client = make_family(shards=4)
+    monkeypatch.setattr(keys, "BUCKETS_KEPT", 3)
+    counters = [(f"k{i}",) for i in range(10)]
+    first = [store.keys.bucket(c) for c in counters]
+    assert len(store.keys._buckets) <= 3
+    assert first == [bucket_of(store.keys.token(c), family.shards) for c in counters]
+    assert [store.keys.bucket(c) for c in reversed(counters)] == first[::-1]
