@@ -133,6 +133,15 @@ def cpu_by_kind(before: dict[int, Proc], after: dict[int, Proc]) -> dict[str, fl
     return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
+def host_cpu() -> tuple[float, float]:
+    """The whole host's busy and total CPU-seconds since boot (/proc/stat), every process's,
+    the other users' of a shared machine too."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
 @dataclass
 class RunRow:
     dag_id: str
@@ -332,7 +341,9 @@ def measure_window(
     before = descendants(airflow.process.pid)
     cass_before = read_proc(cassandra_pid) if cassandra_pid else None
     own_before = time.process_time()
+    host_before = host_cpu()
     time.sleep(minutes * 60)
+    host_after = host_cpu()
     after = descendants(airflow.process.pid)
     cass_after = read_proc(cassandra_pid) if cassandra_pid else None
     own = time.process_time() - own_before
@@ -359,11 +370,20 @@ def measure_window(
         else None,
         "writer_and_bench_cpu_s": round(own, 2),
         "airflow_cpu_s_per_family_run": round(airflow_cpu / len(runs), 3) if runs else None,
+        "airflow_cpu_by_kind_per_family_run_s": {
+            kind: round(seconds / len(runs), 3) for kind, seconds in cpu.items()
+        }
+        if runs
+        else None,
         "machine_busy_fraction": round(
             (airflow_cpu + own + (cass_after.own_s - cass_before.own_s if cass_before else 0))
             / (minutes * 60 * (os.cpu_count() or 1)),
             3,
         ),
+        "host_busy_fraction": round(
+            (host_after[0] - host_before[0]) / max(host_after[1] - host_before[1], 1e-9), 3
+        ),
+        "load_average_at_end": os.getloadavg(),
         **delays(runs),
     }
     result["kept_up"] = bool(

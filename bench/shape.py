@@ -3,10 +3,13 @@
 Starts ``airflow standalone`` once per shape over ``--dags`` minute DAGs whose tasks do nothing
 of ours (``run`` sleeps a second): ``one`` is that task alone, ``five`` is the five-task shape of
 a family with ``shard_tasks`` (``run`` -> ``compact[]`` -> ``verify`` -> ``cleanup[]`` ->
-``record_audit``, the mapped tasks over nothing, the rest skipped, as in a small run). The CPU
-each process kind spent per DAG run in a window of whole minutes is the cost of the shape, and
-the ``one`` figure is Airflow's own floor for a family-run (docs/airflow.md, "The DAG's shape").
-Needs no Cassandra; the settings are those of ``scripts/env.sh``.
+``record_audit``, the mapped tasks over nothing, the rest skipped, as in a small run), and
+``trigger`` is ``run`` started from the trigger (``start_from_trigger``: the scheduler defers it
+at once, a trigger in the triggerer sleeps the second and ends it with ``TaskSuccessEvent``; no
+executor, task process or execution-API request). The CPU each process kind spent per DAG run
+in a window of whole minutes is the cost of the shape, and the ``one`` figure is Airflow's own
+floor for a family-run on a worker (docs/airflow.md, "The DAG's shape"). Needs no Cassandra; the
+settings are those of ``scripts/env.sh``.
 """
 
 from __future__ import annotations
@@ -25,14 +28,14 @@ from .ops import code_state, machine
 from .orchestration import VENV_BIN, Airflow, free_port, measure_window
 from .report import result_path, write_new
 
-SHAPES = ("one", "five")
+SHAPES = ("one", "five", "trigger")
 
 DAG_FILE = '''"""Minute DAGs of one shape (bench.shape): tasks that do nothing of the project's."""
 import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, BaseOperator, task
 
 SHAPE = os.environ["BENCH_DAG_SHAPE"]
 START = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
@@ -51,7 +54,27 @@ for i in range(int(os.environ["BENCH_DAGS"])):
             time.sleep(1.0)
             return None if SHAPE == "one" else []
 
-        if SHAPE == "one":
+        if SHAPE == "trigger":
+            from airflow.triggers.base import StartTriggerArgs
+
+            class TriggerRun(BaseOperator):
+                """Started and ended by its trigger; ``execute_complete`` runs on a worker
+                only when the trigger hands the task back (never here)."""
+
+                template_fields = ()
+                start_from_trigger = True
+                start_trigger_args = StartTriggerArgs(
+                    trigger_cls="shape_trigger.SleepThenSucceed",
+                    trigger_kwargs={"seconds": 1.0},
+                    next_method="execute_complete",
+                    timeout=timedelta(minutes=5),
+                )
+
+                def execute_complete(self, context, event=None):
+                    return None
+
+            TriggerRun(task_id="run")
+        elif SHAPE == "one":
             run_()
         else:
 
@@ -80,6 +103,25 @@ for i in range(int(os.environ["BENCH_DAGS"])):
     globals()[dag.dag_id] = dag
 '''
 
+TRIGGER_MODULE = '''"""The trigger of bench.shape's ``trigger`` shape (in $AIRFLOW_HOME/config)."""
+import asyncio
+
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent
+
+
+class SleepThenSucceed(BaseTrigger):
+    def __init__(self, seconds: float = 1.0):
+        super().__init__()
+        self.seconds = seconds
+
+    def serialize(self):
+        return ("shape_trigger.SleepThenSucceed", {"seconds": self.seconds})
+
+    async def run(self):
+        await asyncio.sleep(self.seconds)
+        yield TaskSuccessEvent()
+'''
+
 
 def airflow_env(home: Path, dags: Path, shape: str, count: int) -> dict[str, str]:
     """The environment of one shape's Airflow: ``scripts/env.sh``'s settings for minute DAGs,
@@ -105,13 +147,30 @@ def airflow_env(home: Path, dags: Path, shape: str, count: int) -> dict[str, str
     return env
 
 
-def measure_shape(shape: str, count: int, warmup: int, minutes: int, say: Any) -> dict[str, Any]:
+def callback_parses(home: Path) -> int:
+    """How many task callbacks the DAG processor parsed the DAG file for only to find no
+    failure callback (a trigger-ended task's success queues one: ``models/trigger.py``
+    ``handle_event_submit``), from its logs."""
+    needle = b"Task callback requested but is not a failure callback"
+    return sum(
+        path.read_bytes().count(needle)
+        for path in (home / "logs").rglob("*")
+        if path.is_file() and "dag_processor" in path.parts
+    )
+
+
+def measure_shape(
+    shape: str, count: int, warmup: int, minutes: int, say: Any, extra_env: dict[str, str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-shape-{shape}-") as scratch:
         home, dags = Path(scratch) / "home", Path(scratch) / "dags"
         home.mkdir()
         dags.mkdir()
         (dags / "shape_dags.py").write_text(DAG_FILE)
+        (home / "config").mkdir()
+        (home / "config" / "shape_trigger.py").write_text(TRIGGER_MODULE)
         env = airflow_env(home, dags, shape, count)
+        env.update(extra_env)
         subprocess.run(
             [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True
         )
@@ -126,7 +185,10 @@ def measure_shape(shape: str, count: int, warmup: int, minutes: int, say: Any) -
             started = airflow.start()
             say(f"{shape}: healthy after {started:.0f} s; warm-up {warmup} min")
             time.sleep(warmup * 60)
-            return measure_window(shape, minutes, airflow, None, say)
+            window = measure_window(shape, minutes, airflow, None, say)
+            window["callback_parses_since_start"] = callback_parses(home)
+            window["settings"] = extra_env
+            return window
         finally:
             airflow.stop()
 
@@ -136,7 +198,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dags", type=int, default=25, help="minute DAGs (25)")
     parser.add_argument("--warmup", type=int, default=2, help="minutes before measuring (2)")
     parser.add_argument("--minutes", type=int, default=4, help="minutes per window (4)")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help=f"the shapes, in this order ({','.join(SHAPES)})",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for every shape's Airflow (e.g. an AIRFLOW__ setting)",
+    )
     args = parser.parse_args(argv)
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        parser.error(f"--shapes: {','.join(unknown) or 'none'}: the shapes are {','.join(SHAPES)}")
+    bad = [e for e in args.env if "=" not in e]
+    if bad:
+        parser.error(f"--env {bad[0]!r}: expected NAME=VALUE")
+    extra_env = dict(e.split("=", 1) for e in args.env)
 
     def say(message: str) -> None:
         print(f"[bench-shape {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -151,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         "dags": args.dags,
         "shapes": {},
     }
-    for shape in SHAPES:
-        report["shapes"][shape] = measure_shape(shape, args.dags, args.warmup, args.minutes, say)
+    for shape in shapes:
+        report["shapes"][shape] = measure_shape(
+            shape, args.dags, args.warmup, args.minutes, say, extra_env
+        )
     written = write_new(result_path(started, code["commit"], ["shape"]), report, started)
     for shape, window in report["shapes"].items():
         say(f"{shape}: {window['airflow_cpu_s_per_family_run']} Airflow CPU-s per DAG run")
