@@ -182,7 +182,7 @@ def measure_shape(
         airflow = Airflow(home, port, env)
         try:
             say(f"{shape}: airflow standalone on port {port}")
-            started = airflow.start()
+            started = airflow.start(timeout=600)  # a loaded shared machine starts slowly
             say(f"{shape}: healthy after {started:.0f} s; warm-up {warmup} min")
             time.sleep(warmup * 60)
             window = measure_window(shape, minutes, airflow, None, say)
