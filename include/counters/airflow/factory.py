@@ -17,10 +17,12 @@ from typing import Any
 
 from airflow.sdk import (
     DAG,
+    BaseOperator,
     ExceptionRetryPolicy,
     Param,
     RetryAction,
     RetryRule,
+    XComArg,
     get_current_context,
     get_parsing_context,
     task,
@@ -254,7 +256,7 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         if family.shard_tasks:
             _shard_tasks(family, channels)
         else:
-            _run_task(family, channels, whole=True)()
+            FamilyRun(task_id=FIRST_TASK, family=family, channels=channels, whole=True)
     return dag
 
 
@@ -284,43 +286,31 @@ def _family_dag(family: Family, channels: Channels) -> DAG:
     )
 
 
-def _run_task(family: Family, channels: Channels, *, whole: bool) -> Any:
-    """The ``run`` task: plans the run (XCom key ``run``) and does it whole here when it is
-    small, or always (``whole``: a family without ``shard_tasks``); returns the shard groups
-    to map ``compact`` and ``cleanup`` over (none when done here; nothing without them). A
-    run done here that committed something updates the compact table's asset (its alias)."""
-    raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
-    alias = assets.compacted_alias(family)
+class FamilyRun(BaseOperator):
+    """The ``run`` task of a family's DAG: plans the run (XCom ``run`` in the mapped shape) and
+    does it whole when it is small, or always (``whole``: the one-task shape); returns the
+    shard groups to map ``compact`` and ``cleanup`` over (none when done here; nothing in the
+    one-task shape). A plain operator with no template fields, so a run writes no rendered
+    fields (one execution-API request fewer than a ``@task``); the body is
+    ``tasks.run_task``. A run done here that committed something updates the compact table's
+    asset through the family's alias."""
 
-    @task(task_id=FIRST_TASK, pool=pool(), inlets=[raw], outlets=[alias])
-    def run_() -> list[list[int]] | None:
-        context = get_current_context()
-        dag_run = context["dag_run"]
-        params = context["params"]
-        ti = context["ti"]
-        try:
-            run = _tasks().plan(
-                family,
-                run_id=dag_run.run_id,
-                scheduled=_tasks().scheduled_time(dag_run),
-                epoch=params.get("epoch"),
-                dry_run=bool(params.get("dry_run")),
-                started_by=_tasks().provenance(dag_run, params),
-            )
-        except AirflowSkipException:  # noop or idle: the run ended without failing
-            notify_recovery(family.name, channels, FAILING, context)
-            raise
-        ti.xcom_push("run", run.as_dict())
-        if not (whole or run.small):
-            return [list(group) for group in run.shard_groups]
-        summary = _tasks().whole_run(family, run, any_size=whole)
-        ti.xcom_push("summary", summary)
-        notify_recovery(family.name, channels, FAILING, context)
-        if assets.committed(summary):
-            context["outlet_events"][alias].add(compacted, extra=assets.event_extra(summary))
-        return None if whole else []  # None: no return-value XCom where nothing maps over it
+    template_fields: Sequence[str] = ()
+    ui_color = "#e8f4fd"
 
-    return run_
+    def __init__(self, *, family: Family, channels: Channels, whole: bool, **kwargs: Any):
+        super().__init__(
+            pool=pool(),
+            inlets=[assets.raw_asset(family)],
+            outlets=[assets.compacted_alias(family)],
+            **kwargs,
+        )
+        self.family = family
+        self.channels = channels
+        self.whole = whole
+
+    def execute(self, context: Any) -> list[list[int]] | None:
+        return _tasks().run_task(self.family, self.channels, context, whole=self.whole)
 
 
 def _shard_tasks(family: Family, channels: Channels) -> None:
@@ -364,8 +354,9 @@ def _shard_tasks(family: Family, channels: Channels) -> None:
 
     # The wiring passes XComArgs where the task functions take values; Airflow types a
     # TaskFlow call with the function's own parameters, so these references are Any.
-    groups: Any = _run_task(family, channels, whole=False)()
-    run = groups["run"]
+    first = FamilyRun(task_id=FIRST_TASK, family=family, channels=channels, whole=False)
+    groups: Any = first.output
+    run: Any = XComArg(first, key="run")
     reports: Any = compact.partial(run=run).expand(shards=groups)
     verified: Any = verify(run, reports)
     cleanups: Any = cleanup.partial(run=run, verified=verified).expand(shards=groups)

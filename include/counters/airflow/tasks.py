@@ -39,7 +39,8 @@ from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag, Unconfigured
 from ..status import Freshness
 from ..store import Store
-from .alerting import STALE
+from . import assets
+from .alerting import FAILING, STALE
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .notifiers import Channels, notify_failure, notify_recovery
 from .runtime import connection, store_for
@@ -157,6 +158,46 @@ def _as_task() -> Iterator[None]:
         ) from failed
 
 
+_planned: dict[tuple[str, str, int], RunPlan] = {}
+"""The plan of each run this process planned, by family, run id and try. Airflow 3 runs a
+task's failure callback in the task's own process, so ``record_failure`` finds the plan of a
+one-task run here: that shape pushes no ``run`` XCom (one execution-API request fewer a run)."""
+
+
+def remember_plan(family: Family, run: RunPlan, try_number: int) -> None:
+    _planned[(family.name, run.run_id, try_number)] = run
+
+
+def _failed_run_plan(family: Family, context: Mapping[str, Any]) -> RunPlan:
+    """The plan of the run a task failed in: the one this process made (the one-task shape),
+    else the ``run`` XCom (a mapped task's), else the plan the run would have had (the task
+    failed before planning)."""
+    ti, dag_run = context["ti"], context["dag_run"]
+    params = context.get("params") or {}
+    run = _planned.get((family.name, dag_run.run_id, int(getattr(ti, "try_number", 0) or 0)))
+    if run is not None:
+        return run
+    payload = ti.xcom_pull(task_ids="run", key="run")
+    if payload:
+        return received_plan(payload)
+    scheduled = scheduled_time(dag_run)
+    try:
+        epoch = run_epoch(family, scheduled, params.get("epoch"))
+    except RunRefused:
+        epoch = run_epoch(family, scheduled, None)
+    return RunPlan(
+        family.name,
+        dag_run.run_id,
+        epoch,
+        None,
+        (),
+        started_at=utc_naive(datetime.now(UTC)),
+        dry_run=bool(params.get("dry_run")),
+        scheduled=utc_naive(scheduled),
+        provenance=Provenance.from_dict(provenance(dag_run, params)),
+    )
+
+
 def record_failure(family: Family, context: Mapping[str, Any]) -> None:
     """``on_failure_callback`` of a compaction DAG's tasks: a task that failed for good (no
     retry left) on an error no task audited (a Cassandra error, a timeout, a refused epoch, a
@@ -167,29 +208,8 @@ def record_failure(family: Family, context: Mapping[str, Any]) -> None:
         return
     ti = context["ti"]
     task = ti.task_id if getattr(ti, "map_index", -1) < 0 else f"{ti.task_id}[{ti.map_index}]"
-    params = context.get("params") or {}
     try:
-        payload = ti.xcom_pull(task_ids="run", key="run")
-        if payload:
-            run = received_plan(payload)
-        else:  # the run task failed before planning: the epoch it would have taken
-            dag_run = context["dag_run"]
-            scheduled = scheduled_time(dag_run)
-            try:
-                epoch = run_epoch(family, scheduled, params.get("epoch"))
-            except RunRefused:
-                epoch = run_epoch(family, scheduled, None)
-            run = RunPlan(
-                family.name,
-                dag_run.run_id,
-                epoch,
-                None,
-                (),
-                started_at=utc_naive(datetime.now(UTC)),
-                dry_run=bool(params.get("dry_run")),
-                scheduled=utc_naive(scheduled),
-                provenance=Provenance.from_dict(provenance(dag_run, params)),
-            )
+        run = _failed_run_plan(family, context)
         message = f"task {task} failed for good: {type(error).__name__}: {error}"
         _steps(family, run).audit("failed", tally=Tally(), phases=Phases(), message=message)
     except Exception:
@@ -398,6 +418,44 @@ def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[s
         "record_audit": "success",
     }
     return done
+
+
+def run_task(
+    family: Family, channels: Channels, context: Mapping[str, Any], *, whole: bool
+) -> list[list[int]] | None:
+    """The ``run`` task on a worker: plan the run, then do it here when it is small, or always
+    (``whole``: the one-task shape); returns the shard groups to map ``compact`` and
+    ``cleanup`` over (none when done here; nothing at all in the one-task shape). A run that
+    ended without failing closes the family's failing streak; one that committed something
+    updates the compact table's asset (through the family's alias). XComs: ``summary`` of a
+    run done here; ``run`` (the plan) only where mapped tasks read it."""
+    dag_run, params, ti = context["dag_run"], context["params"], context["ti"]
+    try:
+        run = plan(
+            family,
+            run_id=dag_run.run_id,
+            scheduled=scheduled_time(dag_run),
+            epoch=params.get("epoch"),
+            dry_run=bool(params.get("dry_run")),
+            started_by=provenance(dag_run, params),
+        )
+    except AirflowSkipException:  # noop or idle: the run ended without failing
+        notify_recovery(family.name, channels, FAILING, context)
+        raise
+    remember_plan(family, run, int(ti.try_number or 0))
+    if not whole:
+        ti.xcom_push("run", run.as_dict())
+        if not run.small:
+            return [list(group) for group in run.shard_groups]
+    summary = whole_run(family, run, any_size=whole)
+    ti.xcom_push("summary", summary)
+    notify_recovery(family.name, channels, FAILING, context)
+    if assets.committed(summary):
+        alias = assets.compacted_alias(family)
+        context["outlet_events"][alias].add(
+            assets.compact_asset(family), extra=assets.event_extra(summary)
+        )
+    return None if whole else []
 
 
 @dataclass(frozen=True)

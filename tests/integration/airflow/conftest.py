@@ -382,3 +382,23 @@ def task_log() -> Iterator[TaskLog]:
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.disabled = disabled
+
+
+@pytest.fixture
+def api_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """What the task processes of ``dag.test()`` ask their supervisor, in order: (task id,
+    message type). Each message is one execution-API request in a deployment (the supervisor
+    adds the task's start and its heartbeats, the same for every task; ``MaskSecret``, which
+    the supervisor handles itself, is left out)."""
+    from airflow.sdk.execution_time import supervisor
+
+    sent: list[tuple[str, str]] = []
+    send = supervisor.InProcessSupervisorComms.send
+
+    def recording(self: Any, msg: Any) -> Any:
+        if type(msg).__name__ != "MaskSecret":
+            sent.append((str(getattr(self.supervisor.ti, "task_id", "?")), type(msg).__name__))
+        return send(self, msg)
+
+    monkeypatch.setattr(supervisor.InProcessSupervisorComms, "send", recording)
+    return sent

@@ -183,13 +183,16 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
         assert log_url in body
 
 
+@pytest.mark.parametrize("shard_tasks", [True, False], ids=["mapped", "one-task"])
 def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
-    conn, make_families, dagbag, t0
+    conn, make_families, dagbag, t0, shard_tasks
 ):
-    """A compact task dies on an error no task audits (here the raw table's schema changed
-    under the run, which the retry policy does not retry): its failure callback writes the
-    run's ``failed`` audit row, naming the task and the error; nothing is deleted."""
-    families = make_families({})
+    """A task dies on an error no task audits (here the raw table's schema changed under the
+    run, which the retry policy does not retry): its failure callback writes the run's
+    ``failed`` audit row, naming the task and the error, with the run's own plan (a sweep:
+    the family's first run), read from XCom ``run`` in the mapped shape and from the task's
+    process in the one-task shape, which pushes no plan; nothing is deleted."""
+    families = make_families({"shard_tasks": shard_tasks})
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     load(CounterClient(conn, family, store), t0)
@@ -205,13 +208,15 @@ def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
 
     assert run.state == "failed"
     got = states(run)
-    assert {got["compact[0]"], got["compact[1]"]} == {"failed"}, got
+    failed = ["compact[0]", "compact[1]"] if shard_tasks else ["run"]
+    assert {got[task] for task in failed} == {"failed"}, got
     for counter in ("IBM", "AAPL"):  # nothing folded, nothing deleted
         assert len(raw_times(store, counter)) == 12
     audit = store.audit.page(5)
     assert [a["outcome"] for a in audit] == ["failed"]
-    assert audit[0]["run_id"] == run.run_id
-    assert "task compact[" in audit[0]["message"] and "SchemaError" in audit[0]["message"]
+    assert audit[0]["run_id"] == run.run_id and audit[0]["sweep"], audit[0]
+    assert f"task {'compact[' if shard_tasks else 'run'}" in audit[0]["message"]
+    assert "SchemaError" in audit[0]["message"]
     assert "column 'increment' is gone" in audit[0]["message"]
 
 
@@ -315,11 +320,13 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
 
 
 def test_a_family_without_shard_tasks_does_every_run_whole_in_one_task_instance(
-    conn, make_families, dagbag, t0
+    conn, make_families, dagbag, t0, api_requests
 ):
     """``shard_tasks: false``: the DAG is the ``run`` task alone, one task instance per run;
     the first run (a sweep, which the five-task DAG maps over shards) and a small one both
-    fold, check (GX included), delete and audit there."""
+    fold, check (GX included), delete and audit there. Its task asks the execution API only
+    what it needs: no rendered fields (a plain operator without template fields), one XCom
+    (``summary``: the plan is not pushed), the inlets' check, the streak, the end."""
     families = make_families({"shards": 2, "shard_tasks": False})
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
@@ -331,8 +338,16 @@ def test_a_family_without_shard_tasks_does_every_run_whole_in_one_task_instance(
     first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
     assert first.state == "success" and states(first) == {"run": "success"}, states(first)
     epoch = t0 + timedelta(minutes=10)
+    api_requests.clear()
     second = dag.test(logical_date=aware(epoch + family.lag))
     assert second.state == "success" and states(second) == {"run": "success"}, states(second)
+    assert [what for task, what in api_requests if task == "run"] == [
+        "ValidateInletsAndOutlets",
+        "SetXCom",
+        "GetVariable",
+        "SucceedTask",
+    ], api_requests
+    assert second.get_task_instances()[0].xcom_pull(task_ids="run", key="summary")["epoch"]
     for counter in ("IBM", "AAPL"):
         value = client.read_many([counter])[0]
         assert (value.compact_value, value.epoch, value.value) == (55, epoch, 255)
