@@ -147,16 +147,22 @@ def airflow_env(home: Path, dags: Path, shape: str, count: int) -> dict[str, str
     return env
 
 
-def callback_parses(home: Path) -> int:
-    """How many task callbacks the DAG processor parsed the DAG file for only to find no
-    failure callback (a trigger-ended task's success queues one: ``models/trigger.py``
-    ``handle_event_submit``), from its logs."""
-    needle = b"Task callback requested but is not a failure callback"
-    return sum(
-        path.read_bytes().count(needle)
-        for path in (home / "logs").rglob("*")
-        if path.is_file() and "dag_processor" in path.parts
-    )
+def dag_processor_counts(home: Path) -> dict[str, int]:
+    """From the DAG processor's logs since the start: how many times it parsed the DAG file
+    (for its interval or for callbacks), and how many task callbacks it found to be no failure
+    callback (each success of a trigger-ended task queues one: ``models/trigger.py``
+    ``handle_event_submit``; callbacks queued together for a file share one parse)."""
+    needles = {
+        "parses": b"Filling up the DagBag from",
+        "success_callbacks": b"Task callback requested but is not a failure callback",
+    }
+    counts = dict.fromkeys(needles, 0)
+    for path in (home / "logs").rglob("*"):
+        if path.is_file() and "dag_processor" in path.parts:
+            text = path.read_bytes()
+            for name, needle in needles.items():
+                counts[name] += text.count(needle)
+    return counts
 
 
 def measure_shape(
@@ -186,7 +192,13 @@ def measure_shape(
             say(f"{shape}: healthy after {started:.0f} s; warm-up {warmup} min")
             time.sleep(warmup * 60)
             window = measure_window(shape, minutes, airflow, None, say)
-            window["callback_parses_since_start"] = callback_parses(home)
+            window["dag_processor_since_start"] = dag_processor_counts(home)
+            if not window["kept_up"]:  # why, for the record
+                kept = result_path(datetime.now(UTC), None, [f"shape-{shape}-standalone"])
+                kept = kept.with_suffix(".log")
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                kept.write_bytes(airflow.log_path.read_bytes()[-2_000_000:])
+                window["standalone_log"] = str(kept)
             window["settings"] = extra_env
             return window
         finally:
