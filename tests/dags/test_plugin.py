@@ -105,3 +105,47 @@ def test_a_job_start_preloads_what_its_forks_need_through_the_listener(
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == loaded
+
+
+FORKED_TASK_PROBE = """
+import json, os, sys
+sys.argv = [sys.argv[1] + "/airflow", "scheduler"]
+from airflow.jobs.job import Job
+Job()  # the scheduler's start: the listener preloads
+import airflow.executors.local_executor, airflow.sdk.execution_time.supervisor  # a worker's
+before = set(sys.modules)
+read, write = os.pipe()
+child = os.fork()
+if child == 0:  # what a task process imports before it runs the task
+    from airflow.sdk.execution_time import task_runner  # _subprocess_main
+    from airflow.dag_processing.dagbag import BundleDagBag  # task_runner.parse
+    import jinja2.ext  # its template environment (``jinja2.ext.do``)
+    os.write(write, json.dumps(sorted(set(sys.modules) - before)).encode())
+    os._exit(0)
+os.close(write)
+chunks = []
+while chunk := os.read(read, 65536):
+    chunks.append(chunk)
+os.waitpid(child, 0)
+print(json.dumps(json.loads(b"".join(chunks))))
+"""
+
+
+def test_a_task_process_forked_after_the_preload_imports_nothing_before_its_task(
+    tmp_path: Path,
+) -> None:
+    """A LocalExecutor worker forks each task process from the preloaded scheduler: what the
+    task process imports before it runs the task (its task runner, the DAG bag it parses the
+    DAG file with, Jinja's extensions for its template environment) is imported there once,
+    not in every task (``python -X importtime`` on this probe: no line from the child; the
+    task runner and the DAG bag come with the scheduler's own imports, Jinja's extensions with
+    the preload)."""
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED_TASK_PROBE, "/opt/bin"],
+        env=probe_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

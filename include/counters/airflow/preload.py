@@ -9,7 +9,9 @@ what the process's children need, so every child forked later inherits it:
 - the scheduler (whose LocalExecutor workers fork the task processes): the engine, the
   Cassandra driver, pandas and Great Expectations (about 3.5 CPU-seconds and 160 MB), with the
   GX suite built in memory and validated once, and each configured family's suite built
-  (``checks.warm``), so a task only validates;
+  (``checks.warm``), so a task only validates; and Jinja's extensions, which every task
+  process's template environment loads (the task runner and the DAG bag it parses with come
+  with the scheduler's own imports);
 - the DAG processor (a fork per DAG-file parse): the DAG factory and the families YAML only.
 
 Nothing connects or leaves a thread running here (``warm`` checks), so forking stays safe. A
@@ -67,6 +69,7 @@ def preload_tasks() -> None:
         checks.quiet()  # GX logs INFO lines as it is imported
         import cassandra.cluster  # noqa: F401
         import great_expectations  # noqa: F401
+        import jinja2.ext  # noqa: F401  (each task's template environment: ``jinja2.ext.do``)
         import pandas  # noqa: F401
 
         import counters.airflow.factory
