@@ -256,7 +256,13 @@ def build_compaction_dag(family: Family, env: dict[str, str] | None = None) -> D
         if family.shard_tasks:
             _shard_tasks(family, channels)
         else:
-            FamilyRun(task_id=FIRST_TASK, family=family, channels=channels, whole=True)
+            FamilyRun(
+                task_id=FIRST_TASK,
+                family=family,
+                channels=channels,
+                whole=True,
+                from_trigger=runs_from_trigger(env),
+            )
     return dag
 
 
@@ -286,6 +292,24 @@ def _family_dag(family: Family, channels: Channels) -> DAG:
     )
 
 
+WARM_POOL_ENV = "COUNTERS_WARM_POOL"
+TRIGGER_CLASS = "counters.airflow.trigger.FamilyRunTrigger"
+TRIGGER_BACKSTOP = timedelta(minutes=30)
+"""The trigger's timeout in Airflow: past it the task fails and is retried (the trigger hands
+the run to a worker long before, ``trigger.pool_timeout``)."""
+
+
+def runs_from_trigger(env: dict[str, str] | None = None) -> bool:
+    """Whether the one-task DAGs' runs start from the trigger, in the warm pool
+    (``$COUNTERS_WARM_POOL``: ``on``, the default; ``off``: every run on a worker, for a
+    deployment without a triggerer)."""
+    env = dict(os.environ) if env is None else env
+    text = (env.get(WARM_POOL_ENV) or "on").strip().lower()
+    if text not in ("on", "off"):
+        raise ValueError(f"{WARM_POOL_ENV} must be 'on' or 'off', got {text!r}")
+    return text == "on"
+
+
 class FamilyRun(BaseOperator):
     """The ``run`` task of a family's DAG: plans the run (XCom ``run`` in the mapped shape) and
     does it whole when it is small, or always (``whole``: the one-task shape); returns the
@@ -293,12 +317,24 @@ class FamilyRun(BaseOperator):
     one-task shape). A plain operator with no template fields, so a run writes no rendered
     fields (one execution-API request fewer than a ``@task``); the body is
     ``tasks.run_task``. A run done here that committed something updates the compact table's
-    asset through the family's alias."""
+    asset through the family's alias.
+
+    ``from_trigger`` (the one-task shape, ``runs_from_trigger``): the task starts from the
+    trigger, which runs a small run in the warm pool and ends the task there; a run it hands
+    back resumes here in ``resume`` (``trigger``, ``tasks.resume_run``)."""
 
     template_fields: Sequence[str] = ()
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, family: Family, channels: Channels, whole: bool, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        family: Family,
+        channels: Channels,
+        whole: bool,
+        from_trigger: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(
             pool=pool(),
             inlets=[assets.raw_asset(family)],
@@ -308,9 +344,23 @@ class FamilyRun(BaseOperator):
         self.family = family
         self.channels = channels
         self.whole = whole
+        if from_trigger:
+            from airflow.triggers.base import StartTriggerArgs
+
+            self.start_from_trigger = True
+            self.start_trigger_args = StartTriggerArgs(
+                trigger_cls=TRIGGER_CLASS,
+                trigger_kwargs={"family": family.model_dump(mode="python")},
+                next_method="resume",
+                timeout=TRIGGER_BACKSTOP,
+            )
 
     def execute(self, context: Any) -> list[list[int]] | None:
         return _tasks().run_task(self.family, self.channels, context, whole=self.whole)
+
+    def resume(self, context: Any, event: dict[str, Any] | None = None) -> None:
+        """A run the trigger handed back (``event``: the pool's outcome)."""
+        _tasks().resume_run(self.family, self.channels, context, event or {})
 
 
 def _shard_tasks(family: Family, channels: Channels) -> None:

@@ -48,6 +48,22 @@ def connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
     return settings
 
 
+def fetch_connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
+    """The Airflow connection's settings, fetched now (not the process's memo): a long-lived
+    process (the triggerer) fetches them for each run, so a changed connection applies to the
+    next run, as it does to the next task."""
+    from airflow.sdk import BaseHook
+
+    return ConnectionSettings.from_airflow_connection(BaseHook.get_connection(conn_id))
+
+
+def use_connection_settings(settings: ConnectionSettings, conn_id: str = CASSANDRA_CONN_ID) -> None:
+    """This process's settings of ``conn_id``, given by the process that fetched them (a warm
+    pool process has no Airflow to ask); ``connection`` reconnects when they changed."""
+    with _lock:
+        _settings[(conn_id, os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"))] = settings
+
+
 def server_connection_settings(conn_id: str = CASSANDRA_CONN_ID) -> ConnectionSettings:
     """The settings in an Airflow server process (the API server, for the UI plugin): there
     the Task SDK does not read connections from the metadata DB, the core model does."""

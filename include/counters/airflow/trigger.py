@@ -1,0 +1,255 @@
+"""A family's ``run`` task started and ended by the triggerer: no executor, task process or
+execution-API request for the runs the warm pool does.
+
+The ``run`` task of a one-task DAG is ``factory.FamilyRun`` with ``start_from_trigger``: the
+scheduler defers it at once (``DagRun.schedule_tis``) and the triggerer runs
+:class:`FamilyRunTrigger`, which hands the run to the warm pool (:mod:`.warmpool`), logs
+what the run did into the task's log and ends the task:
+
+- a committed run: ``TaskSuccessEvent`` with the XCom ``summary`` and, when it committed
+  something, the compact table's asset event (:func:`register_success_handler`); the
+  family's failing streak closes (``notify_recovery``), as on a worker;
+- a run that stopped (noop, idle) or a dry run: ``TaskSkippedEvent`` (the streak closes after
+  a noop or idle run, as on a worker);
+- anything else goes back to a worker through the task's ``next_method``
+  (``FamilyRun.resume``): a failed check or quarantined counters (audited in the pool: the
+  worker fails the task as the step would have, so alerts and the fail-at-once rule hold), a
+  large run (a sweep or many counters: the worker does it, as today), an error, a pool that
+  did not answer in time or whose process died (the worker does the run again, with the
+  task's retries and its failure callback's audit row).
+
+``FAILED`` is never an event of this trigger: Airflow's own end-from-trigger failure knows
+neither the retry policy nor the failure callbacks' audit row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures.process import BrokenProcessPool
+from datetime import timedelta
+from typing import Any
+
+from airflow.listeners import hookimpl
+from airflow.triggers.base import (
+    BaseTrigger,
+    TaskSkippedEvent,
+    TaskSuccessEvent,
+    TriggerEvent,
+)
+
+from ..audit import Provenance
+from ..config import Family
+from . import warmpool
+from .warmpool import PoolOutcome, PoolRun
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_ENV = "COUNTERS_WARM_POOL_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 300.0
+"""How long a run waits for the pool (queueing included: a minute's runs of many families
+arrive together) before it goes back to a worker."""
+BACKSTOP = timedelta(minutes=30)
+"""The trigger's own timeout in Airflow (``StartTriggerArgs.timeout``): past it the task fails
+(``__fail__``) and is retried; the pool's timeout hands the run to a worker long before."""
+
+ASSET_EVENT_KEY = "counters_asset_event"
+"""The key of a success event's ``xcoms`` that carries the compact table's asset event: the
+triggerer's success handler takes it out (no such XCom is written) and records the event."""
+
+
+def pool_timeout(env: Mapping[str, str] | None = None) -> float:
+    env = os.environ if env is None else env
+    text = (env.get(TIMEOUT_ENV) or "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {text!r}")
+    return seconds
+
+
+def pool_run(family: Family, context: Mapping[str, Any]) -> PoolRun:
+    """The run the task's context describes, as the ``run`` task would plan it (its run id,
+    scheduled time, params and who started it), with the Cassandra connection's settings
+    fetched now. Sync: the connection's fetch goes through the triggerer's supervisor."""
+    from . import runtime, tasks
+
+    dag_run, params = context["dag_run"], context["params"]
+    return PoolRun(
+        family=family,
+        run_id=dag_run.run_id,
+        scheduled=tasks.scheduled_time(dag_run),
+        epoch=params.get("epoch"),
+        dry_run=bool(params.get("dry_run")),
+        provenance=Provenance.from_dict(tasks.provenance(dag_run, params)),
+        settings=runtime.fetch_connection_settings(),
+    )
+
+
+def asset_event(family: Family, summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The compact table's asset event of a run (its alias, the table, the ``extra``), as the
+    ``run`` task on a worker records it; None when the run committed nothing."""
+    from . import assets
+
+    if not assets.committed(summary):
+        return None
+    table = assets.compact_asset(family)
+    return {
+        "alias": assets.compacted_alias(family).name,
+        "name": table.name,
+        "uri": table.uri,
+        "extra": assets.event_extra(summary),
+    }
+
+
+def end_event(family: Family, outcome: PoolOutcome, context: Mapping[str, Any]) -> TriggerEvent:
+    """The event that ends (or hands back) the task after the pool's ``outcome``; closes the
+    family's failing streak where the ``run`` task on a worker would. Sync (Variables)."""
+    from .alerting import FAILING
+    from .notifiers import Channels, notify_recovery
+
+    if outcome.handed_back:
+        return TriggerEvent(outcome.as_dict())
+    if outcome.outcome in ("success", "stopped"):
+        notify_recovery(family.name, Channels.for_family(family), FAILING, context)
+    if outcome.outcome != "success":
+        return TaskSkippedEvent()
+    summary = dict(outcome.summary or {})
+    xcoms: dict[str, Any] = {"summary": summary}
+    event = asset_event(family, summary)
+    if event is not None:
+        xcoms[ASSET_EVENT_KEY] = event
+    return TaskSuccessEvent(xcoms=xcoms)
+
+
+class FamilyRunTrigger(BaseTrigger):
+    """Runs a family's run in the warm pool and ends the task (see the module). ``family``:
+    the family's configuration as the DAG was built with it (``Family.model_dump``), so the
+    triggerer needs no families YAML of its own."""
+
+    def __init__(self, family: dict[str, Any], timeout_s: float | None = None):
+        super().__init__()
+        self.family = family
+        self.timeout_s = timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"family": self.family, "timeout_s": self.timeout_s},
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        family = Family.model_validate(self.family)
+        ti: Any = self.task_instance
+        context = ti.get_template_context()
+        timeout = self.timeout_s or pool_timeout()
+        try:
+            request = await asyncio.to_thread(pool_run, family, context)
+            outcome = await self.in_pool(request, timeout)
+        except Exception as exc:  # the run never reached the pool: a worker does it
+            self.log.warning("family %s: run not handed to the pool", family.name, exc_info=True)
+            outcome = PoolOutcome("error", message=f"{type(exc).__name__}: {exc}")
+        for line in outcome.log:
+            self.log.info("%s", line)
+        self.log.info(
+            "family %s: %s in the warm pool (process %s, %.3f CPU-s)%s",
+            family.name,
+            outcome.outcome,
+            outcome.pid or "-",
+            outcome.cpu_s,
+            "; handed to a worker: " + outcome.message if outcome.handed_back else "",
+        )
+        yield await asyncio.to_thread(end_event, family, outcome, context)
+
+    async def in_pool(self, request: PoolRun, timeout: float) -> PoolOutcome:
+        """The pool's outcome of ``request``; ``timeout`` or a process that died (every run it
+        held fails with ``BrokenProcessPool``) is an outcome that hands the run back."""
+        future = warmpool.shared().submit(request)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            future.cancel()  # not started yet: it never will be
+            return PoolOutcome("timeout", message=f"no answer from the warm pool in {timeout} s")
+        except BrokenProcessPool as exc:
+            return PoolOutcome("error", message=f"a warm pool process died: {exc}")
+
+
+# --- in the triggerer's supervisor (metadata DB access) -----------------------------------
+
+_registered = False
+
+
+def record_asset_event(ti: Any, event: Mapping[str, Any], session: Any) -> None:
+    """Record the compact table's event through the family's alias, as the execution API does
+    for the ``run`` task's outlet events on a worker (``TaskInstance.register_asset_changes_in_db``,
+    the same function): the same asset, alias link, ``extra`` and source task instance; the
+    listeners' asset callbacks then run."""
+    from airflow.api_fastapi.execution_api.datamodels.asset import AssetProfile
+    from airflow.models.taskinstance import TaskInstance
+
+    callbacks = TaskInstance.register_asset_changes_in_db(
+        ti,
+        [AssetProfile(name=event["alias"], type="AssetAlias")],
+        [
+            {
+                "source_alias_name": event["alias"],
+                "dest_asset_key": {"name": event["name"], "uri": event["uri"]},
+                "dest_asset_extra": {},
+                "extra": dict(event["extra"]),
+            }
+        ],
+        session=session,
+    )
+    for callback in callbacks:
+        callback()
+
+
+def register_success_handler() -> bool:
+    """Teach this triggerer to record the asset event a success event carries: Airflow ends a
+    task from a ``TaskSuccessEvent`` (``models.trigger.handle_event_submit``, one handler per
+    event type) without its outlet events. Ours takes our key out of the event's XComs (so no
+    such XCom is written), lets Airflow's handler end the task, and records the event in the
+    same transaction. Other events are left as they are. Returns whether it registered now."""
+    global _registered
+    if _registered:
+        return False
+    from airflow.models.trigger import handle_event_submit
+    from airflow.triggers.base import BaseTaskEndEvent
+
+    end_task = handle_event_submit.dispatch(BaseTaskEndEvent)
+
+    def success(event: TaskSuccessEvent, *, task_instance: Any, session: Any) -> None:
+        asset = (event.xcoms or {}).pop(ASSET_EVENT_KEY, None)
+        end_task(event, task_instance=task_instance, session=session)
+        if isinstance(asset, dict):
+            record_asset_event(task_instance, asset, session)
+
+    handle_event_submit.register(TaskSuccessEvent, success)
+    _registered = True
+    return True
+
+
+def runs_triggers(argv: list[str]) -> bool:
+    """Whether ``argv`` is ``airflow triggerer`` (a job's type is not known yet when listeners
+    hear of its start). Pure."""
+    return bool(argv) and os.path.basename(argv[0]) == "airflow" and argv[1:2] == ["triggerer"]
+
+
+class TriggererListener:
+    """Airflow listener: registers the success handler when a triggerer's job starts."""
+
+    @hookimpl
+    def on_starting(self, component: Any) -> None:
+        if type(component).__module__ != "airflow.jobs.job" or not runs_triggers(sys.argv):
+            return
+        try:
+            register_success_handler()
+        except Exception:
+            log.exception("counters: could not register the success handler of the triggerer")

@@ -1,0 +1,271 @@
+"""The warm compaction pool: small runs done in long-lived processes next to the triggerer.
+
+A family's ``run`` task starts from the trigger (:mod:`counters.airflow.trigger`), and the
+trigger hands the run to this pool: ``COUNTERS_WARM_POOL_PROCESSES`` processes (default one per
+core), started by the triggerer's trigger runner on its first run, not deployed apart. Each
+keeps what a task process builds for every run and throws away: the Cassandra connection, each
+family's table layout and prepared statements (``runtime.store_for``), the GX suites and the
+heavy imports (``preload.preload_tasks``, once per process). A process runs the run's steps
+with the same functions as the ``run`` task on a worker (``tasks.plan``, then
+``tasks.whole_run``: the engine's one sequencer, ``compaction/sequence.py``), only when the plan
+says the run is small; what a run did comes back as a :class:`PoolOutcome` with the run's log
+lines, for the trigger to log into the task's log.
+
+A pool process has no Airflow to ask: the trigger passes the connection's settings with each
+run, and a process reads no Variable (the alert streaks stay with the trigger). Connections of
+a GX results store or an archive are found only in the environment or a secrets backend
+there; a run that needs one from the metadata DB fails in the pool and goes back to a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, cast, get_args
+
+from ..audit import Provenance
+from ..config import Family
+from ..connection import ConnectionSettings
+
+log = logging.getLogger(__name__)
+
+PROCESSES_ENV = "COUNTERS_WARM_POOL_PROCESSES"
+
+Outcome = Literal["success", "stopped", "dry-run", "failed", "large", "error", "timeout"]
+"""How a run in the pool ended: ``success`` (committed, audited); ``stopped`` (noop or idle,
+audited by the plan) and ``dry-run`` (audited after verify): the task ends skipped;
+``failed`` (a check failed or counters were quarantined, audited: the worker fails the task
+as the step would have); ``large`` (a sweep or many counters: nothing done, the worker does
+the run); ``error`` (anything else, not audited: the worker does the run, with the task's
+retries) and ``timeout`` (the pool did not answer in time: the same)."""
+
+HANDED_BACK: frozenset[Outcome] = frozenset({"failed", "large", "error", "timeout"})
+"""The outcomes the trigger hands to a worker (the task's ``next_method``)."""
+
+
+def processes(env: Mapping[str, str] | None = None) -> int:
+    """The pool's size: ``$COUNTERS_WARM_POOL_PROCESSES``, else one per core."""
+    env = os.environ if env is None else env
+    text = (env.get(PROCESSES_ENV) or "").strip()
+    if not text:
+        return os.cpu_count() or 1
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{PROCESSES_ENV} must be a whole number of processes >= 1, got {text!r}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """One family-run for the pool: what the ``run`` task would read from its context."""
+
+    family: Family
+    run_id: str
+    scheduled: datetime
+    epoch: str | None
+    dry_run: bool
+    provenance: Provenance
+    settings: ConnectionSettings
+
+
+@dataclass(frozen=True)
+class PoolOutcome:
+    """What a run in the pool did. ``summary``: the run's XCom ``summary`` (a success);
+    ``message``, ``checks``, ``counters``: why it stopped, failed or went back; ``log``: the
+    run's log lines; ``cpu_s``: the pool process's CPU-seconds for the run. ``as_dict`` and
+    ``from_dict`` are its one encoding (the event a worker resumes with)."""
+
+    outcome: Outcome
+    message: str = ""
+    summary: Mapping[str, Any] | None = None
+    checks: tuple[str, ...] = ()
+    counters: tuple[str, ...] = ()
+    error: str | None = None
+    """The type of the error that ended it (``error``)."""
+    log: tuple[str, ...] = ()
+    cpu_s: float = 0.0
+    pid: int = 0
+
+    @property
+    def handed_back(self) -> bool:
+        return self.outcome in HANDED_BACK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "message": self.message,
+            "summary": dict(self.summary) if self.summary is not None else None,
+            "checks": list(self.checks),
+            "counters": list(self.counters),
+            "error": self.error,
+            "log": list(self.log),
+            "cpu_s": self.cpu_s,
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PoolOutcome:
+        outcome = data.get("outcome")
+        if outcome not in get_args(Outcome):
+            raise ValueError(f"pool outcome: field 'outcome' is {outcome!r}")
+        return cls(
+            outcome=cast(Outcome, outcome),
+            message=str(data.get("message") or ""),
+            summary=data.get("summary"),
+            checks=tuple(str(c) for c in data.get("checks") or ()),
+            counters=tuple(str(c) for c in data.get("counters") or ()),
+            error=data.get("error"),
+            log=tuple(str(line) for line in data.get("log") or ()),
+            cpu_s=float(data.get("cpu_s") or 0.0),
+            pid=int(data.get("pid") or 0),
+        )
+
+
+# --- in a pool process -------------------------------------------------------------------
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+@contextmanager
+def _captured() -> Iterator[list[str]]:
+    """The ``counters`` loggers' lines while the block runs (the run's log)."""
+    logger = logging.getLogger("counters")
+    handler = _Lines()
+    logger.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def run_in_pool(request: PoolRun) -> PoolOutcome:
+    """A family-run in this process, with the ``run`` task's own functions: the plan, then the
+    whole run when it is small (the engine's ``run_steps``). Never raises: an error is the
+    outcome ``error`` (nothing audited; the worker that gets the run back does it again)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from . import runtime, tasks
+    from .errors import CheckFailed
+
+    started = time.process_time()
+    family = request.family
+
+    def ended(outcome: Outcome, lines: list[str], **fields: Any) -> PoolOutcome:
+        cpu = round(time.process_time() - started, 3)
+        return PoolOutcome(outcome, log=tuple(lines), cpu_s=cpu, pid=os.getpid(), **fields)
+
+    with _captured() as lines:
+        try:
+            runtime.use_connection_settings(request.settings)
+            try:
+                run = tasks.plan(
+                    family,
+                    run_id=request.run_id,
+                    scheduled=request.scheduled,
+                    epoch=request.epoch,
+                    dry_run=request.dry_run,
+                    started_by=request.provenance.as_dict(),
+                )
+            except AirflowSkipException as stop:  # noop or idle, audited by the plan
+                return ended("stopped", lines, message=str(stop))
+            if not run.small:
+                why = "a sweep" if run.sweep else "many counters touched"
+                return ended("large", lines, message=f"not a small run ({why}): on a worker")
+            try:
+                summary = tasks.whole_run(family, run)
+            except AirflowSkipException as stop:  # a dry run, audited after verify
+                return ended("dry-run", lines, message=str(stop))
+            return ended("success", lines, summary=summary)
+        except CheckFailed as failed:  # audited by the step that found it
+            return ended(
+                "failed",
+                lines,
+                message=str(failed),
+                checks=failed.checks,
+                counters=failed.counters,
+            )
+        except Exception as exc:
+            log.warning("family %s run %s failed in the pool", family.name, request.run_id)
+            return ended(
+                "error", lines, message=f"{type(exc).__name__}: {exc}", error=type(exc).__name__
+            )
+
+
+def warm_process(setup: Callable[[], None] | None = None) -> None:
+    """A pool process's start: the ``counters`` loggers at INFO (a spawned process has no
+    logging set up; the lines go back to the trigger), the preload (imports, GX suites, code
+    version: once per process), then ``setup`` (tests: a fault hook)."""
+    logging.getLogger("counters").setLevel(logging.INFO)
+    from . import preload
+
+    preload.preload_tasks()
+    if setup is not None:
+        setup()
+
+
+# --- in the triggerer ----------------------------------------------------------------------
+
+
+@dataclass
+class WarmPool:
+    """``processes`` long-lived processes (spawned: the trigger runner has threads and an event
+    loop that a fork would copy mid-flight), started as runs arrive."""
+
+    processes: int = field(default_factory=processes)
+    setup: Callable[[], None] | None = None
+    """Run in each process after its warm-up (tests)."""
+    _executor: ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def submit(self, request: PoolRun) -> Future[PoolOutcome]:
+        """Queue a run; a pool one of whose processes died (``BrokenProcessPool``: every run
+        it held fails, and the trigger hands each back) is replaced by a new one."""
+        with self._lock:
+            if self._executor is not None:
+                try:
+                    return self._executor.submit(run_in_pool, request)
+                except BrokenProcessPool:
+                    log.warning("counters: a warm pool process died; starting a new pool")
+                    self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=warm_process,
+                initargs=(self.setup,),
+            )
+            log.info("counters: warm compaction pool of %d process(es) started", self.processes)
+            return self._executor.submit(run_in_pool, request)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+                self._executor = None
+
+
+_shared: WarmPool | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> WarmPool:
+    """The pool of this process (the triggerer's trigger runner), created on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = WarmPool()
+        return _shared

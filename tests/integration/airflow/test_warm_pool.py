@@ -1,0 +1,177 @@
+"""The warm pool runs a small run with the ``run`` task's own steps (the engine's one
+sequencer): the same audit row and GX result as the task on a worker; each other ending is an
+outcome the trigger hands back, with nothing audited twice and nothing deleted unchecked.
+
+In this process (``warmpool.run_in_pool``, the fault hooks of today's tests) and in a real
+spawned pool process (``WarmPool``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from counters.airflow import tasks, warmpool
+from counters.airflow.warmpool import PoolOutcome, PoolRun, WarmPool
+from counters.audit import Provenance
+from counters.client import CounterClient
+from counters.connection import ConnectionSettings
+from counters.store import Store
+
+from tests.integration.airflow.test_compaction_dag import (
+    aware,
+    load,
+    overwrite_ibm_copy,
+    raw_times,
+    states,
+)
+from tests.integration.airflow.test_one_sequencer import compared
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+
+def pool_run(family: Any, scheduled: datetime, run_id: str) -> PoolRun:
+    """The run the trigger would hand the pool for a DAG run scheduled at ``scheduled``."""
+    return PoolRun(
+        family=family,
+        run_id=run_id,
+        scheduled=scheduled,
+        epoch=None,
+        dry_run=False,
+        provenance=Provenance("scheduled", None, {"dag_id": family.dag_id, "dag_run_id": run_id}),
+        settings=ConnectionSettings.from_env(),
+    )
+
+
+def gx_result(stored: str) -> dict[str, Any]:
+    """A stored GX result, the names that differ between two families' runs left out."""
+    from counters.gx.evidence import RESULT_FILE
+
+    path = Path(stored.removeprefix("file://")) / RESULT_FILE
+    result = json.loads(path.read_text())
+    return {
+        "success": result["success"],
+        "statistics": result["statistics"],
+        "results": sorted(
+            (r["expectation_config"]["type"], r["success"]) for r in result["results"]
+        ),
+    }
+
+
+def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(
+    conn, make_families, dagbag, t0
+):
+    """In this process, with the fault hooks of the DAG tests: a family's first run (a sweep)
+    is ``large`` (nothing done, nothing audited: a worker does it); a small run ``success``;
+    a run whose epoch is not newer ``stopped`` (its ``noop`` row); a tampered counter
+    ``failed``, audited ``partial`` in the pool and nothing of it deleted; an error ``error``,
+    not audited (the worker that gets it back does the run)."""
+    families = make_families({"shard_tasks": False})
+    family = families.family(families.entries[0]["name"])
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    load(client, t0)
+    epoch = t0 + timedelta(minutes=5)
+
+    first = warmpool.run_in_pool(pool_run(family, epoch + family.lag, "r1"))
+    assert first.outcome == "large" and "sweep" in first.message, first
+    assert store.audit.page(5) == []
+    dag = dagbag().dags[family.dag_id]
+    assert dag.test(logical_date=aware(epoch + family.lag)).state == "success"  # the worker
+
+    small = warmpool.run_in_pool(pool_run(family, epoch + timedelta(minutes=3) + family.lag, "r2"))
+    assert small.outcome == "success", small
+    assert small.summary is not None and small.summary["rows_folded"] == 6
+    assert any("audit row written" in line for line in small.log), small.log
+    again = warmpool.run_in_pool(pool_run(family, epoch + timedelta(minutes=3) + family.lag, "r3"))
+    assert again.outcome == "stopped" and again.message.startswith("noop"), again
+
+    def fail_at_commit(point: str) -> None:
+        if point == "commit":
+            raise RuntimeError("the node went away")
+
+    with tasks.fault_hook(fail_at_commit):
+        error = warmpool.run_in_pool(pool_run(family, t0 + timedelta(minutes=9) + family.lag, "r4"))
+    assert (error.outcome, error.error) == ("error", "RuntimeError"), error
+    with tasks.fault_hook(overwrite_ibm_copy(store)):
+        failed = warmpool.run_in_pool(
+            pool_run(family, t0 + timedelta(minutes=10) + family.lag, "r5")
+        )
+    assert (failed.outcome, failed.checks) == ("failed", ("no_counter_quarantined",)), failed
+    assert failed.counters and "IBM" in failed.counters[0], failed
+
+    rows = {a["run_id"]: a["outcome"] for a in store.audit.page(10)}
+    pooled = {k: v for k, v in rows.items() if k.startswith("r")}
+    assert pooled == {"r2": "success", "r3": "noop", "r5": "partial"}, rows
+    # IBM's row at t0+9m: neither the failed run nor the partial one deleted it
+    assert len([t for t in raw_times(store, "IBM") if t <= t0 + timedelta(minutes=10)]) == 1
+    assert client.read("AAPL") == 255
+
+
+def test_a_small_run_in_a_pool_process_and_on_a_worker_leave_the_same_audit_row_and_gx_result(
+    conn, make_families, dagbag, t0
+):
+    """Two families, the same rows: both first runs (sweeps) on a worker; then one family's
+    small run by the DAG's task on a worker, the other's in a spawned pool process. Their
+    audit rows are equal but for ids, times and provenance (``test_one_sequencer``'s
+    comparison), and so are the stored GX results; the pool process then does a second run
+    with the connection, statements and suite it kept."""
+    families = make_families({"shard_tasks": False}, {"shard_tasks": False})
+    on_worker, in_pool = (families.family(e["name"]) for e in families.entries)
+    for family in (on_worker, in_pool):
+        load(CounterClient(conn, family, Store(conn, family)), t0)
+    bag = dagbag()
+    first, second = t0 + timedelta(minutes=5), t0 + timedelta(minutes=10)
+    for family in (on_worker, in_pool):
+        assert (
+            bag.dags[family.dag_id].test(logical_date=aware(first + family.lag)).state == "success"
+        )
+
+    run = bag.dags[on_worker.dag_id].test(logical_date=aware(second + on_worker.lag))
+    assert run.state == "success" and states(run) == {"run": "success"}
+    pool = WarmPool(processes=1)
+    try:
+        done = pool.submit(pool_run(in_pool, second + in_pool.lag, "pooled")).result(timeout=300)
+        assert done.outcome == "success", done
+        client = CounterClient(conn, in_pool, Store(conn, in_pool))
+        client.record([*client_rows(second)])
+        later = pool.submit(pool_run(in_pool, second + timedelta(minutes=2) + in_pool.lag, "p2"))
+        again = later.result(timeout=300)
+    finally:
+        pool.close()
+    assert again.outcome == "success" and again.pid == done.pid, (done, again)
+    assert again.summary is not None and again.summary["rows_folded"] == 6  # 4 loaded + 2
+
+    worker_row = Store(conn, on_worker).audit.page(5)[0]
+    pool_rows = {r["run_id"]: r for r in Store(conn, in_pool).audit.page(5)}
+    assert compared(pool_rows["pooled"]) == compared(worker_row)
+    assert gx_result(pool_rows["pooled"]["gx_result"]) == gx_result(worker_row["gx_result"])
+    assert (
+        done.summary is not None and done.summary["gx_result"] == pool_rows["pooled"]["gx_result"]
+    )
+
+
+def client_rows(after: datetime) -> list[Any]:
+    from tests.integration.airflow.test_compaction_dag import inc
+
+    return [
+        inc("IBM", 7, after + timedelta(seconds=30), 500),
+        inc("AAPL", 8, after + timedelta(seconds=31), 501),
+    ]
+
+
+def test_a_pool_outcome_survives_the_event_a_worker_resumes_with() -> None:
+    outcome = PoolOutcome(
+        "failed",
+        message="conservation check failed",
+        checks=("compact_value_equals_before_plus_folded",),
+        counters=("IBM: compact value 999 (expected 55 = 0 + 55)",),
+        log=("INFO counters: audit row written",),
+        cpu_s=0.25,
+        pid=42,
+    )
+    assert PoolOutcome.from_dict(json.loads(json.dumps(outcome.as_dict()))) == outcome
+    with pytest.raises(ValueError, match="'outcome' is 'done'"):
+        PoolOutcome.from_dict({"outcome": "done"})
