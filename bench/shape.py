@@ -140,6 +140,9 @@ def airflow_env(home: Path, dags: Path, shape: str, count: int) -> dict[str, str
         AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="1",
         AIRFLOW__CORE__MP_START_METHOD="fork",
         COUNTERS_PRELOAD="0",
+        # SQLite's 5 s lock wait is too short on a loaded machine: the triggerer died of
+        # "database is locked" under a load average of 20
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="shape_sqlite.CONNECT_ARGS",
         PYTHONWARNINGS="ignore",
         BENCH_DAG_SHAPE=shape,
         BENCH_DAGS=str(count),
@@ -175,6 +178,7 @@ def measure_shape(
         (dags / "shape_dags.py").write_text(DAG_FILE)
         (home / "config").mkdir()
         (home / "config" / "shape_trigger.py").write_text(TRIGGER_MODULE)
+        (home / "config" / "shape_sqlite.py").write_text('CONNECT_ARGS = {"timeout": 60}\n')
         env = airflow_env(home, dags, shape, count)
         env.update(extra_env)
         subprocess.run(
