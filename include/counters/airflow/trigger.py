@@ -7,8 +7,9 @@ scheduler defers it at once (``DagRun.schedule_tis``) and the triggerer runs
 what the run did into the task's log and ends the task:
 
 - a committed run: ``TaskSuccessEvent`` with the XCom ``summary`` and, when it committed
-  something, the compact table's asset event (:func:`register_success_handler`); the
-  family's failing streak closes (``notify_recovery``), as on a worker;
+  something, the compact table's asset event, both written by the handler the triggerer
+  registers (:func:`register_success_handler`) as a worker's are; the family's failing streak
+  closes (``notify_recovery``), as on a worker;
 - a run that stopped (noop, idle) or a dry run: ``TaskSkippedEvent`` (the streak closes after
   a noop or idle run, as on a worker);
 - anything else goes back to a worker through the task's ``next_method``
@@ -56,9 +57,10 @@ BACKSTOP = timedelta(minutes=30)
 """The trigger's own timeout in Airflow (``StartTriggerArgs.timeout``): past it the task fails
 (``__fail__``) and is retried; the pool's timeout hands the run to a worker long before."""
 
-ASSET_EVENT_KEY = "counters_asset_event"
-"""The key of a success event's ``xcoms`` that carries the compact table's asset event: the
-triggerer's success handler takes it out (no such XCom is written) and records the event."""
+END_KEY = "counters_run_end"
+"""The key of a success event's ``xcoms`` that marks the end of a family's run and carries the
+compact table's asset event (None: nothing committed): the triggerer's success handler takes it
+out (no such XCom is written), writes the other XComs and records the event."""
 
 
 def pool_timeout(env: Mapping[str, str] | None = None) -> float:
@@ -122,11 +124,7 @@ def end_event(family: Family, outcome: PoolOutcome, context: Mapping[str, Any]) 
     if outcome.outcome != "success":
         return TaskSkippedEvent()
     summary = dict(outcome.summary or {})
-    xcoms: dict[str, Any] = {"summary": summary}
-    event = asset_event(family, summary)
-    if event is not None:
-        xcoms[ASSET_EVENT_KEY] = event
-    return TaskSuccessEvent(xcoms=xcoms)
+    return TaskSuccessEvent(xcoms={"summary": summary, END_KEY: asset_event(family, summary)})
 
 
 class FamilyRunTrigger(BaseTrigger):
@@ -168,10 +166,13 @@ class FamilyRunTrigger(BaseTrigger):
         )
         yield await asyncio.to_thread(end_event, family, outcome, context)
 
-    async def in_pool(self, request: PoolRun, timeout: float) -> PoolOutcome:
-        """The pool's outcome of ``request``; ``timeout`` or a process that died (every run it
-        held fails with ``BrokenProcessPool``) is an outcome that hands the run back."""
-        future = warmpool.shared().submit(request)
+    async def in_pool(
+        self, request: PoolRun, timeout: float, pool: warmpool.WarmPool | None = None
+    ) -> PoolOutcome:
+        """The pool's outcome of ``request`` (``pool``: the process's shared one); ``timeout``
+        or a process that died (every run it held fails with ``BrokenProcessPool``) is an
+        outcome that hands the run back."""
+        future = (pool or warmpool.shared()).submit(request)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
@@ -211,12 +212,49 @@ def record_asset_event(ti: Any, event: Mapping[str, Any], session: Any) -> None:
         callback()
 
 
+def write_xcoms(ti: Any, xcoms: Mapping[str, Any], session: Any) -> None:
+    """The XComs of a run ended from the trigger, stored as the execution API stores a task's
+    (the value as it is, one JSON encoding): Airflow's own handler pushes them with the core
+    ``TaskInstance.xcom_push``, which encodes a value twice (a pull then gets a string)."""
+    from airflow.models.xcom import XComModel
+
+    for key, value in xcoms.items():
+        XComModel.set(
+            key=key,
+            value=value,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+            serialize=False,
+            session=session,
+        )
+
+
+def end_run(ti: Any, xcoms: Mapping[str, Any], asset: Any, session: Any) -> None:
+    """End a family's run from the trigger as Airflow's handler ends a task from a
+    ``TaskSuccessEvent`` (no more trigger, state ``success``), with two differences: the XComs
+    are written as a worker's are (``write_xcoms``) and the asset event is recorded
+    (``record_asset_event``); and no task callback is queued: Airflow queues one for a success
+    too, and the DAG processor then parses the whole DAG file only to find it is not a failure
+    callback (it runs none for a success), a parse per few runs for nothing."""
+    from airflow.utils.state import TaskInstanceState
+
+    ti.trigger_id = None
+    ti.set_state(TaskInstanceState.SUCCESS, session=session)
+    write_xcoms(ti, xcoms, session)
+    if isinstance(asset, dict):
+        record_asset_event(ti, asset, session)
+    session.flush()
+
+
 def register_success_handler() -> bool:
-    """Teach this triggerer to record the asset event a success event carries: Airflow ends a
-    task from a ``TaskSuccessEvent`` (``models.trigger.handle_event_submit``, one handler per
-    event type) without its outlet events. Ours takes our key out of the event's XComs (so no
-    such XCom is written), lets Airflow's handler end the task, and records the event in the
-    same transaction. Other events are left as they are. Returns whether it registered now."""
+    """Teach this triggerer how a family's run ends from the trigger: Airflow ends a task from a
+    ``TaskSuccessEvent`` (``models.trigger.handle_event_submit``, one handler per event type)
+    without the task's outlet events, stores its XComs encoded twice and queues a success
+    callback that only costs a DAG-file parse. An event that carries ``END_KEY`` is ended by
+    ``end_run`` instead, in the same transaction; every other event is Airflow's, untouched.
+    Returns whether it registered now."""
     global _registered
     if _registered:
         return False
@@ -224,12 +262,15 @@ def register_success_handler() -> bool:
     from airflow.triggers.base import BaseTaskEndEvent
 
     end_task = handle_event_submit.dispatch(BaseTaskEndEvent)
+    missing = object()
 
     def success(event: TaskSuccessEvent, *, task_instance: Any, session: Any) -> None:
-        asset = (event.xcoms or {}).pop(ASSET_EVENT_KEY, None)
-        end_task(event, task_instance=task_instance, session=session)
-        if isinstance(asset, dict):
-            record_asset_event(task_instance, asset, session)
+        xcoms = dict(event.xcoms or {})
+        asset = xcoms.pop(END_KEY, missing)
+        if asset is missing:
+            end_task(event, task_instance=task_instance, session=session)
+        else:
+            end_run(task_instance, xcoms, asset, session)
 
     handle_event_submit.register(TaskSuccessEvent, success)
     _registered = True

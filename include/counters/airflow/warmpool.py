@@ -19,12 +19,13 @@ there; a run that needs one from the metadata DB fails in the pool and goes back
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -39,6 +40,9 @@ from ..connection import ConnectionSettings
 log = logging.getLogger(__name__)
 
 PROCESSES_ENV = "COUNTERS_WARM_POOL_PROCESSES"
+SETUP_ENV = "COUNTERS_WARM_POOL_SETUP"
+"""``module:function`` each pool process calls after its warm-up (tests install their fault
+hooks with it; a deployment could set up tracing)."""
 
 Outcome = Literal["success", "stopped", "dry-run", "failed", "large", "error", "timeout"]
 """How a run in the pool ended: ``success`` (committed, audited); ``stopped`` (noop or idle,
@@ -206,19 +210,42 @@ def run_in_pool(request: PoolRun) -> PoolOutcome:
             )
 
 
-def warm_process(setup: Callable[[], None] | None = None) -> None:
+def warm_process(setup: str | None = None) -> None:
     """A pool process's start: the ``counters`` loggers at INFO (a spawned process has no
     logging set up; the lines go back to the trigger), the preload (imports, GX suites, code
-    version: once per process), then ``setup`` (tests: a fault hook)."""
+    version: once per process), then ``setup`` (``module:function``, ``SETUP_ENV``)."""
     logging.getLogger("counters").setLevel(logging.INFO)
     from . import preload
 
     preload.preload_tasks()
-    if setup is not None:
-        setup()
+    if setup:
+        module, _, function = setup.partition(":")
+        getattr(importlib.import_module(module), function)()
 
 
 # --- in the triggerer ----------------------------------------------------------------------
+
+DB_BLOCKED = "airflow-db-not-allowed:///"
+"""What Airflow sets the metadata DB's URL to in its trigger runner and task processes."""
+DB_URL_VARIABLES = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN")
+POOL_DB_URL = "sqlite://"
+"""The metadata DB's URL in a pool process: an empty in-memory SQLite (the process reads and
+writes no metadata; an Airflow import there needs a URL it can parse, and the trigger
+runner's blocked one is not)."""
+
+
+@contextmanager
+def _pool_environment() -> Iterator[None]:
+    """While pool processes start (they are spawned with this process's environment): the
+    metadata DB's URL that Airflow blocked in the trigger runner replaced by ``POOL_DB_URL``."""
+    blocked = [name for name in DB_URL_VARIABLES if os.environ.get(name) == DB_BLOCKED]
+    for name in blocked:
+        os.environ[name] = POOL_DB_URL
+    try:
+        yield
+    finally:
+        for name in blocked:
+            os.environ[name] = DB_BLOCKED
 
 
 @dataclass
@@ -227,15 +254,15 @@ class WarmPool:
     loop that a fork would copy mid-flight), started as runs arrive."""
 
     processes: int = field(default_factory=processes)
-    setup: Callable[[], None] | None = None
-    """Run in each process after its warm-up (tests)."""
+    setup: str | None = field(default_factory=lambda: os.environ.get(SETUP_ENV) or None)
+    """``module:function`` each process calls after its warm-up (``SETUP_ENV``)."""
     _executor: ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def submit(self, request: PoolRun) -> Future[PoolOutcome]:
         """Queue a run; a pool one of whose processes died (``BrokenProcessPool``: every run
         it held fails, and the trigger hands each back) is replaced by a new one."""
-        with self._lock:
+        with self._lock, _pool_environment():  # a submit may spawn a process
             if self._executor is not None:
                 try:
                     return self._executor.submit(run_in_pool, request)
