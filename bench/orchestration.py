@@ -180,7 +180,7 @@ def delays(runs: list[RunRow]) -> dict[str, Any]:
 
 
 def families_yaml(
-    count: int, shards: int, keyspace: str = KEYSPACE, *, shard_tasks: bool = True
+    count: int, shards: int, keyspace: str = KEYSPACE, *, shard_tasks: bool = False
 ) -> str:
     families = [
         {
@@ -404,10 +404,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="increments/s per family (2)")
     parser.add_argument("--no-preload", action="store_true", help="COUNTERS_PRELOAD=0")
     parser.add_argument("--skip-idle", action="store_true", help="measure the active window only")
-    parser.add_argument(
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument(
         "--one-task",
         action="store_true",
-        help="families with shard_tasks: false (one task instance per run)",
+        help="families with shard_tasks: false, the default shape (kept for older commands)",
+    )
+    shape.add_argument(
+        "--mapped",
+        action="store_true",
+        help="families with shard_tasks: true (the five-task mapped shape)",
     )
     parser.add_argument(
         "--keyspace",
@@ -429,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(os.environ["AIRFLOW_HOME"])
     config = home / "families.yaml"
     config.write_text(
-        families_yaml(args.families, args.shards, args.keyspace, shard_tasks=not args.one_task)
+        families_yaml(args.families, args.shards, args.keyspace, shard_tasks=args.mapped)
     )
     os.environ["COUNTERS_CONFIG"] = str(config)
     from counters.config import load_catalog
@@ -475,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         "families": args.families,
         "shards": args.shards,
         "preload": not args.no_preload,
-        "shard_tasks": not args.one_task,
+        "shard_tasks": args.mapped,
+        "warm_pool": os.environ.get("COUNTERS_WARM_POOL", "on"),
         "rate_per_family": args.rate,
         "cores": os.cpu_count(),
         "started": datetime.now(UTC).isoformat(),

@@ -198,12 +198,13 @@ class Family(_Strict):
     """Where in each ``sweep_interval`` (counted from 1970-01-01 UTC) the sweep falls, e.g.
     ``3h`` with a ``1d`` interval: the first run after 03:00 UTC. Default: a stable offset
     from the family's name, so families deployed together do not all sweep at once."""
-    shard_tasks: bool = True
-    """A large run's steps as their own tasks, mapped over shard groups (per-shard tasks,
-    retries and workers), or, ``false``, every run whole in the DAG's one ``run`` task: one
-    task instance per run instead of five, what a minute family costs Airflow least with
-    (docs/airflow.md, "The DAG's shape"); a large run's shards then run one after another.
-    Changed with the DAG paused and no run in flight (a running run would lose its tasks)."""
+    shard_tasks: bool = False
+    """``false`` (the default): every run whole in the DAG's one ``run`` task, one task instance
+    per run, what a minute family costs Airflow least with (a small run starts from the
+    trigger, in the warm pool; docs/airflow.md, "The DAG's shape"); a large run's shards run
+    one after another. ``true``: a large run's steps as their own tasks, mapped over shard
+    groups (per-shard tasks, retries and workers), five task instances per run. Changed with
+    the DAG paused and no run in flight (a running run would lose its tasks)."""
     catchup: bool = False
     start_date: datetime | None = None
     """Where the DAG's schedule starts (catchup creates the runs from here); UTC if naive."""

@@ -67,9 +67,9 @@ def test_families_yaml_is_a_valid_catalog():
     assert [f.name for f in catalog.families] == ["orch000", "orch001", "orch002"]
     assert {f.shards for f in catalog.families} == {2}
     assert {f.schedule for f in catalog.families} == {"* * * * *"}
-    assert {f.shard_tasks for f in catalog.families} == {True}
-    one_task = yaml.safe_load(orch.families_yaml(2, 2, shard_tasks=False))
-    assert {f.shard_tasks for f in parse_catalog(one_task, Path("b.yaml")).families} == {False}
+    assert {f.shard_tasks for f in catalog.families} == {False}  # the default shape
+    mapped = yaml.safe_load(orch.families_yaml(2, 2, shard_tasks=True))
+    assert {f.shard_tasks for f in parse_catalog(mapped, Path("b.yaml")).families} == {True}
 
 
 def test_read_proc_of_this_process():

@@ -120,7 +120,54 @@ def test_dags_are_configured_as_their_family(bag: Any, families: list[Family]) -
         assert "Read rule" in dag.doc_md, where
 
 
-def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
+def mapped_bag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The example families in the mapped shape (``shard_tasks: true``)."""
+    entries = yaml.safe_load(EXAMPLE_FAMILIES.read_text())["families"]
+    for entry in entries:
+        entry["shard_tasks"] = True
+    monkeypatch.setenv("COUNTERS_ASSET_CLUSTER", CLUSTER)
+    return parse(monkeypatch, write_families(tmp_path / "mapped.yaml", entries))
+
+
+def check_retries(dag: Any, family: Family) -> None:
+    for task in dag.tasks:
+        where = f"{dag.dag_id}.{task.task_id} in {dag.fileloc}"
+        assert task.retries >= 2, f"{where} must have task retries >= 2"
+        assert task.retry_exponential_backoff > 1, where
+        assert task.owner == family.owner, where
+        assert task.retry_policy is not None, where
+        assert task.on_failure_callback, f"{where} must alert on failure"
+
+
+def test_task_graph_and_retry_policy_of_the_one_task_shape(
+    bag: Any, families: list[Family]
+) -> None:
+    """The default shape: ``run`` alone, started from the trigger with the family's own
+    configuration (the triggerer reads no YAML), resumed on a worker by ``resume``; a plain
+    operator without template fields."""
+    from airflow.serialization.decoders import smart_decode_trigger_kwargs
+    from airflow.serialization.serialized_objects import BaseSerialization
+    from counters.airflow.factory import TRIGGER_CLASS
+
+    for family in families:
+        assert not family.shard_tasks
+        dag = bag.dags[family.dag_id]
+        assert {t.task_id: set(t.upstream_task_ids) for t in dag.tasks} == {"run": set()}
+        run = dag.task_dict["run"]
+        assert run.template_fields == ()
+        assert run.start_from_trigger is True
+        args = run.start_trigger_args
+        assert (args.trigger_cls, args.next_method) == (TRIGGER_CLASS, "resume")
+        wire = json.loads(json.dumps(BaseSerialization.serialize(args.trigger_kwargs)))
+        kwargs = smart_decode_trigger_kwargs(wire)
+        assert Family.model_validate(kwargs["family"]) == family
+        check_retries(dag, family)
+
+
+def test_task_graph_and_retry_policy_of_the_mapped_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, families: list[Family]
+) -> None:
+    bag = mapped_bag(tmp_path, monkeypatch)
     for family in families:
         dag = bag.dags[family.dag_id]
         upstream = {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
@@ -131,14 +178,22 @@ def test_task_graph_and_retry_policy(bag: Any, families: list[Family]) -> None:
             "cleanup": {"run", "verify"},
             "record_audit": {"run", "verify", "cleanup"},
         }
-        for task in dag.tasks:
-            where = f"{dag.dag_id}.{task.task_id} in {dag.fileloc}"
-            assert task.retries >= 2, f"{where} must have task retries >= 2"
-            assert task.retry_exponential_backoff > 1, where
-            assert task.owner == family.owner, where
-            assert task.retry_policy is not None, where
-            assert task.on_failure_callback, f"{where} must alert on failure"
+        assert not dag.task_dict["run"].start_from_trigger  # the mapped shape: on a worker
+        check_retries(dag, family)
         assert dag.task_dict["compact"].is_mapped and dag.task_dict["cleanup"].is_mapped
+
+
+def test_without_the_warm_pool_every_run_starts_on_a_worker(
+    monkeypatch: pytest.MonkeyPatch, families: list[Family]
+) -> None:
+    monkeypatch.setenv("COUNTERS_WARM_POOL", "off")
+    bag = parse(monkeypatch, EXAMPLE_FAMILIES)
+    assert not any(bag.dags[f.dag_id].task_dict["run"].start_from_trigger for f in families)
+    monkeypatch.setenv("COUNTERS_WARM_POOL", "sometimes")
+    errors = parse(monkeypatch, EXAMPLE_FAMILIES).import_errors
+    assert any(
+        "COUNTERS_WARM_POOL must be 'on' or 'off', got 'sometimes'" in e for e in errors.values()
+    )
 
 
 def test_retry_policy_fails_checks_at_once_and_retries_the_rest(bag: Any, families) -> None:
@@ -146,7 +201,7 @@ def test_retry_policy_fails_checks_at_once_and_retries_the_rest(bag: Any, famili
     from counters import engine
     from counters.connection import CassandraUnavailable
 
-    policy = bag.dags[families[0].dag_id].task_dict["verify"].retry_policy
+    policy = bag.dags[families[0].dag_id].task_dict["run"].retry_policy
 
     def action(error: BaseException) -> RetryAction:
         return policy.evaluate(error, try_number=1, max_tries=4).action

@@ -266,6 +266,11 @@ class Families:
 FamiliesFactory = Callable[..., Families]
 
 
+SHAPES = {"mapped": True, "one-task": False}
+"""The DAG shapes a test names (``shard_tasks``): the five-task mapped shape, or the one-task
+shape (the default of a family)."""
+
+
 @pytest.fixture(scope="session")
 def dag_table_pool(conn: Any) -> Iterator[TablePool]:
     """The session's table sets for ``make_families`` (tests/family_pool.py), by shape (the
@@ -284,20 +289,23 @@ def make_families(
     dag_table_pool: TablePool,
     request: pytest.FixtureRequest,
 ) -> Iterator[FamiliesFactory]:
-    """``make_families(dict(...), ...)``: write the YAML, give each family a new name and empty
-    tables (from the session's pool of table sets, else new ones; ``fresh=True``: new ones, for
-    a test that changes its tables), point ``COUNTERS_CONFIG`` and ``COUNTERS_GX_RESULTS`` (the
-    stored results and Data Docs) into the test's tmp dir. After the test its families are
-    retired (``counterctl retire``'s call), as an operator retires removed families: the
-    keyspace is shared, and the freshness check of a later test watches every family the
-    cluster knows there (its tables' owners, for tables of its own, stay known). Before that,
-    their rows in the shared tables are deleted and their pooled tables emptied for the next
-    test (kept as they are when the test failed)."""
+    """``make_families(dict(...), ..., shape="mapped" | "one-task")``: write the YAML, give each
+    family a new name and empty tables (from the session's pool of table sets, else new ones;
+    ``fresh=True``: new ones, for a test that changes its tables), point ``COUNTERS_CONFIG`` and
+    ``COUNTERS_GX_RESULTS`` (the stored results and Data Docs) into the test's tmp dir. Every
+    test names the DAG shape it tests (an entry's own ``shard_tasks`` wins). After the test its
+    families are retired (``counterctl retire``'s call), as an operator retires removed
+    families: the keyspace is shared, and the freshness check of a later test watches every
+    family the cluster knows there (its tables' owners, for tables of its own, stay known).
+    Before that, their rows in the shared tables are deleted and their pooled tables emptied
+    for the next test (kept as they are when the test failed)."""
     from counters.store import Store
 
     made: list[tuple[Any, TableSet | None]] = []
 
-    def factory(*overrides: dict[str, Any], fresh: bool = False) -> Families:
+    def factory(*overrides: dict[str, Any], shape: str, fresh: bool = False) -> Families:
+        if shape not in SHAPES:
+            raise ValueError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}")
         entries = []
         for override in overrides:
             suffix = secrets.token_hex(3)
@@ -308,6 +316,7 @@ def make_families(
                 "compact_table": f"compact_{suffix}",
                 "lag": "1m",
                 "shards": 2,
+                "shard_tasks": SHAPES[shape],
                 "tags": ["test"],
             }
             entry.update(override)

@@ -55,7 +55,9 @@ def test_a_failing_family_alerts_once_reminds_after_the_interval_and_recovers(
     conn, make_families, dagbag, receivers, t0
 ):
     hook = f"http://127.0.0.1:{receivers.http_port}/hook"
-    families = make_families({"alerts": {"webhook_url": hook, "remind_every": "1h"}})
+    families = make_families(
+        {"alerts": {"webhook_url": hook, "remind_every": "1h"}}, shape="mapped"
+    )
     family = families.family(families.entries[0]["name"])
     key = state_key(family.name, "failing")
     dag = dagbag().dags[family.dag_id]
@@ -108,7 +110,7 @@ def test_two_failing_tasks_of_one_run_alert_once(conn, make_families, dagbag, re
     """A first run sweeps: ``compact`` is mapped over the shards, and here both fail (a
     failure the retry policy does not retry). One run, one alert, one failure counted."""
     hook = f"http://127.0.0.1:{receivers.http_port}/hook"
-    families = make_families({"shards": 2, "alerts": {"webhook_url": hook}})
+    families = make_families({"shards": 2, "alerts": {"webhook_url": hook}}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     client = CounterClient(conn, family, Store(conn, family))
     client.record([Increment((f"C{i}",), 1, t0, ("w", i)) for i in range(40)])
@@ -133,7 +135,7 @@ def test_a_stale_family_alerts_once_and_says_when_it_is_fresh_again(
     conn, make_families, dagbag, receivers
 ):
     hook = f"http://127.0.0.1:{receivers.http_port}/hook"
-    families = make_families({"freshness": "10m", "alerts": {"webhook_url": hook}})
+    families = make_families({"freshness": "10m", "alerts": {"webhook_url": hook}}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)

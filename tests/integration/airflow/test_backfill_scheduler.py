@@ -177,7 +177,8 @@ def test_backfill_create_runs_in_order_and_compacted_epochs_are_noops(
     day = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=2)
     base = day.replace(hour=12, minute=0, second=0, microsecond=0)
     families = make_families(
-        {"shards": 1, "schedule": f"*/3 12 {base.day} {base.month} *", "tags": ["backfill"]}
+        {"shards": 1, "schedule": f"*/3 12 {base.day} {base.month} *", "tags": ["backfill"]},
+        shape="mapped",
     )
     family = families.family(families.entries[0]["name"])
     private_airflow.run(sys.executable, "-c", PREPARE, str(DAGS), family.dag_id, pool())

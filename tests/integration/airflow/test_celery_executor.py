@@ -200,7 +200,9 @@ def test_dags_run_unchanged_under_the_celery_executor(
 
     test_started = time.monotonic()
     airflow = celery_airflow
-    families = make_families({"shards": SHARDS, "schedule": "0 0 29 2 *", "tags": ["celery"]})
+    families = make_families(
+        {"shards": SHARDS, "schedule": "0 0 29 2 *", "tags": ["celery"]}, shape="mapped"
+    )
     family = families.family(families.entries[0]["name"])
     shutil.copy(migrated_airflow_db, airflow.home / "airflow.db")
     airflow.cli("pools", "set", pool(), "4", "Concurrent compaction tasks")

@@ -75,7 +75,7 @@ def states(run: Any) -> dict[str, str]:
 def test_run_folds_increments_deletes_raw_rows_and_records_audit(
     conn, make_families, dagbag, t0, tmp_path: Path
 ):
-    families = make_families({})
+    families = make_families({}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -139,7 +139,7 @@ def mail_text(envelope: Any) -> str:
 def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     conn, make_families, dagbag, receivers, t0
 ):
-    families = make_families({"alerts": alert_channels(receivers)})
+    families = make_families({"alerts": alert_channels(receivers)}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -192,7 +192,7 @@ def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
     ``failed`` audit row, naming the task and the error, with the run's own plan (a sweep:
     the family's first run), read from XCom ``run`` in the mapped shape and from the task's
     process in the one-task shape, which pushes no plan; nothing is deleted."""
-    families = make_families({"shard_tasks": shard_tasks})
+    families = make_families({}, shape="mapped" if shard_tasks else "one-task")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     load(CounterClient(conn, family, store), t0)
@@ -221,7 +221,7 @@ def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
 
 
 def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_families, dagbag, t0):
-    families = make_families({})
+    families = make_families({}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -249,7 +249,7 @@ def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_fa
 def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
     conn, make_families, dagbag, t0
 ):
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -278,7 +278,7 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
 def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     conn, make_families, dagbag, t0
 ):
-    families = make_families({"shards": 2})
+    families = make_families({"shards": 2}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -327,7 +327,7 @@ def test_a_family_without_shard_tasks_does_every_run_whole_in_one_task_instance(
     fold, check (GX included), delete and audit there. Its task asks the execution API only
     what it needs: no rendered fields (a plain operator without template fields), one XCom
     (``summary``: the plan is not pushed), the inlets' check, the streak, the end."""
-    families = make_families({"shards": 2, "shard_tasks": False})
+    families = make_families({"shards": 2}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -367,7 +367,7 @@ def test_a_failed_check_in_the_one_task_dag_deletes_nothing_of_that_counter(
     """The one-task DAG checks as the mapped one does: a counter whose readers' copy is
     overwritten during the run is quarantined before anything of it is deleted, the run fails
     (``partial``) and the rest is compacted."""
-    families = make_families({"shard_tasks": False})
+    families = make_families({}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -399,7 +399,9 @@ def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_mani
     from counters.archive import Manifest
     from counters.recount import recount
 
-    families = make_families({"archive": str(tmp_path / "archive"), "archive_retention": "30d"})
+    families = make_families(
+        {"archive": str(tmp_path / "archive"), "archive_retention": "30d"}, shape="mapped"
+    )
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -433,7 +435,7 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
     delete (here rewritten with a write time after the tombstone's, as a clock far ahead would)
     fails the run with a ``failed`` audit row naming the check, and the family's compacted epoch
     does not advance."""
-    families = make_families({})
+    families = make_families({}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     load(CounterClient(conn, family, store), t0)

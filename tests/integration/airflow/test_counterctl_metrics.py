@@ -32,7 +32,7 @@ def counterctl(config: Path, env: dict[str, str], *args: str) -> subprocess.Comp
 def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
     conn, make_families, t0, tmp_path
 ):
-    families = make_families({})
+    families = make_families({}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     client = CounterClient(conn, family, Store(conn, family))
     client.record([Increment((f"K{i}",), i + 1, t0, ("w", i)) for i in range(12)])

@@ -21,6 +21,7 @@ def test_one_task_alerts_each_stale_family_through_its_own_channel_until_fresh_a
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},  # stale
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},  # fresh
         {"alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},  # never compacted
+        shape="mapped",
     )
     a, b, fresh, new = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
@@ -81,6 +82,7 @@ def test_a_family_whose_alert_cannot_be_sent_does_not_silence_the_others(
     families = make_families(
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}},
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},
+        shape="mapped",
     )
     a, b = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)

@@ -77,7 +77,7 @@ def run_both(
 def test_the_cli_and_the_dag_leave_the_same_audit_rows(
     conn, make_families, dagbag, t0, monkeypatch
 ):
-    families = make_families(*({"shards": 2} for _ in range(4)))
+    families = make_families(*({"shards": 2} for _ in range(4)), shape="mapped")
     cli_ok, dag_ok, cli_bad, dag_bad = (families.family(e["name"]) for e in families.entries)
     for family in (cli_ok, dag_ok, cli_bad, dag_bad):
         load(CounterClient(conn, family, Store(conn, family)), t0)

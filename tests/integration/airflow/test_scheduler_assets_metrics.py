@@ -221,7 +221,7 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
     started = datetime.now(UTC).replace(tzinfo=None)
     # a long sweep interval: only the first run sweeps, however long the services take
     families = make_families(
-        {"schedule": "0 0 29 2 *", "sweep_interval": "1h", "tags": ["scheduler"]}
+        {"schedule": "0 0 29 2 *", "sweep_interval": "1h", "tags": ["scheduler"]}, shape="mapped"
     )
     family = families.family(families.entries[0]["name"])
     home = tmp_path / "airflow"

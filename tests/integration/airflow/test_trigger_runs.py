@@ -171,9 +171,7 @@ class TriggerAirflow(LocalAirflow):
 def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
     conn, make_families, statsd, tmp_path
 ):
-    families = make_families(
-        {"schedule": "0 0 29 2 *", "sweep_interval": "1h", "shard_tasks": False}
-    )
+    families = make_families({"schedule": "0 0 29 2 *", "sweep_interval": "1h"}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     home, faults = tmp_path / "airflow", tmp_path / "faults"
     home.mkdir()

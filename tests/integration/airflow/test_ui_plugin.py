@@ -96,7 +96,7 @@ def history(conn: Any, family: Any, t0: datetime, runs: int = 5) -> tuple[Store,
 def test_expect_every_page_and_endpoint_behind_the_airflow_login(
     ui: Any, anonymous: Any, make_families: Any
 ) -> None:
-    make_families({})
+    make_families({}, shape="mapped")
     page = anonymous.get(f"{PREFIX}/")
     assert page.status_code == 401
     assert "log in to Airflow" in page.text and "Traceback" not in page.text
@@ -127,7 +127,7 @@ def test_expect_the_plugin_registered_as_a_nav_view_and_a_fastapi_app(ui: Any, t
 def test_expect_the_overview_to_show_each_familys_health_and_last_hour(
     ui: Any, conn: Any, make_families: Any, t0: datetime
 ) -> None:
-    families = make_families({"shards": 2}, {"shards": 1})
+    families = make_families({"shards": 2}, {"shards": 1}, shape="mapped")
     busy, empty = (families.family(e["name"]) for e in families.entries)
     store, client = history(conn, busy, t0)
     client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=1), ("late", 1))])
@@ -166,7 +166,9 @@ def test_expect_the_overview_to_show_each_familys_health_and_last_hour(
 def test_expect_the_family_page_to_page_through_the_audit_newest_first(
     ui: Any, conn: Any, make_families: Any, t0: datetime
 ) -> None:
-    families = make_families({"shards": 2, "alerts": {"email": ["ops@example.com"]}})
+    families = make_families(
+        {"shards": 2, "alerts": {"email": ["ops@example.com"]}}, shape="mapped"
+    )
     family = families.family(families.entries[0]["name"])
     store, client = history(conn, family, t0)
     client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=1), ("late", 1))])
@@ -205,7 +207,7 @@ def test_expect_the_family_page_to_page_through_the_audit_newest_first(
 def test_expect_a_counter_look_up_to_read_what_the_client_reads(
     ui: Any, conn: Any, make_families: Any, t0: datetime
 ) -> None:
-    families = make_families({"shards": 2})
+    families = make_families({"shards": 2}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store, client = history(conn, family, t0, runs=3)
     client.record([Increment(("IBM",), 100, t0 + timedelta(hours=1), ("newer", 1))])  # unfolded
@@ -257,7 +259,7 @@ def test_expect_a_composite_key_read_and_bad_keys_or_families_explained(
     create_demo_tables(
         conn.session, [probe], "{'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
-    families = make_families(entry)
+    families = make_families(entry, shape="mapped")
     family = families.family(families.entries[0]["name"])
     insert = conn.session.prepare(
         f"INSERT INTO {q(dag_keyspace)}.{q(raw)} (location_id, calculation_date, timestamp, "
@@ -288,7 +290,7 @@ def test_expect_a_composite_key_read_and_bad_keys_or_families_explained(
 def test_expect_a_quarantined_counter_shown_where_it_matters(
     ui: Any, conn: Any, make_families: Any, t0: datetime
 ) -> None:
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store, _client = history(conn, family, t0, runs=1)
     conn.session.execute(
@@ -319,7 +321,7 @@ def test_expect_the_audit_export_of_a_time_range_as_csv_and_json(
 ) -> None:
     import counters.status
 
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     history(conn, family, t0)
     rows = ui.get(f"{PREFIX}/api/families/{family.name}").json()["audit"]  # run-4 .. run-0
@@ -372,7 +374,7 @@ def test_expect_data_docs_served_with_every_asset_local(
     from counters.airflow.ui import datadocs
     from counters.gx import evidence
 
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     none_yet = ui.get(f"{PREFIX}/family/{family.name}/datadocs/latest", follow_redirects=False)
     assert none_yet.status_code == 404 and "has no Data Docs yet" in none_yet.text
@@ -436,7 +438,7 @@ def test_expect_the_ui_to_read_the_results_every_worker_stored(
     import subprocess
     import sys
 
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     client = CounterClient(conn, family)
     done = []
@@ -480,7 +482,7 @@ def test_expect_the_ui_export_to_stream_past_ten_thousand_rows(
 ) -> None:
     from counters import audit
 
-    families = make_families({"shards": 1})
+    families = make_families({"shards": 1}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     start = datetime(2026, 8, 30)
@@ -515,7 +517,7 @@ def test_expect_the_ui_export_to_stream_past_ten_thousand_rows(
 def test_expect_cassandra_down_explained_not_a_stack_trace(
     ui: Any, make_families: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    families = make_families({})
+    families = make_families({}, shape="mapped")
     name = families.entries[0]["name"]
     closed = {"conn_type": "cassandra", "host": "127.0.0.1", "port": 9}
     monkeypatch.setenv("AIRFLOW_CONN_CASSANDRA_DEFAULT", json.dumps(closed))
@@ -556,7 +558,7 @@ def statements() -> Iterator[list[str]]:
 def test_expect_the_pages_to_only_read(
     ui: Any, conn: Any, make_families: Any, t0: datetime, statements: list[str]
 ) -> None:
-    families = make_families({"shards": 2})
+    families = make_families({"shards": 2}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     history(conn, family, t0, runs=2)
     statements.clear()

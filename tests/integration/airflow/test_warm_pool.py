@@ -68,7 +68,7 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(
     a run whose epoch is not newer ``stopped`` (its ``noop`` row); a tampered counter
     ``failed``, audited ``partial`` in the pool and nothing of it deleted; an error ``error``,
     not audited (the worker that gets it back does the run)."""
-    families = make_families({"shard_tasks": False})
+    families = make_families({}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
@@ -118,7 +118,7 @@ def test_a_small_run_in_a_pool_process_and_on_a_worker_leave_the_same_audit_row_
     audit rows are equal but for ids, times and provenance (``test_one_sequencer``'s
     comparison), and so are the stored GX results; the pool process then does a second run
     with the connection, statements and suite it kept."""
-    families = make_families({"shard_tasks": False}, {"shard_tasks": False})
+    families = make_families({}, {}, shape="one-task")
     on_worker, in_pool = (families.family(e["name"]) for e in families.entries)
     for family in (on_worker, in_pool):
         load(CounterClient(conn, family, Store(conn, family)), t0)
