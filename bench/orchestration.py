@@ -46,6 +46,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # --- process accounting (pure parts first) ---------------------------------------------------
 
 KINDS = (
+    ("counters warm pool", "warm pool"),  # the triggerer's pool processes (their title)
+    ("multiprocessing.resource_tracker", "warm pool"),  # the pool's helper, started with it
     ("task runner", "task processes"),
     ("LocalExecutor", "executor workers"),
     ("scheduler", "scheduler"),

@@ -21,6 +21,10 @@ def test_kind_of_airflow_process_titles():
     assert orch.kind_of("/venv/bin/airflow dag-processor") == "dag processor"
     assert orch.kind_of("/venv/bin/airflow api-server") == "api server"
     assert orch.kind_of("java ... org.apache.cassandra.service.CassandraDaemon") == "cassandra"
+    assert orch.kind_of("counters warm pool: f_trades") == "warm pool"
+    assert orch.kind_of("python -c from multiprocessing.resource_tracker import main") == (
+        "warm pool"
+    )
     assert orch.kind_of("bash") == "other"
 
 

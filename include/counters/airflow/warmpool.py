@@ -145,16 +145,21 @@ class _Lines(logging.Handler):
         self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
 
 
+CAPTURED = ("counters", "cassandra")
+"""The loggers whose lines are a run's log (the driver's: its warnings, as in a task's log)."""
+
+
 @contextmanager
 def _captured() -> Iterator[list[str]]:
-    """The ``counters`` loggers' lines while the block runs (the run's log)."""
-    logger = logging.getLogger("counters")
+    """The lines of ``CAPTURED`` loggers while the block runs (the run's log)."""
     handler = _Lines()
-    logger.addHandler(handler)
+    for name in CAPTURED:
+        logging.getLogger(name).addHandler(handler)
     try:
         yield handler.lines
     finally:
-        logger.removeHandler(handler)
+        for name in CAPTURED:
+            logging.getLogger(name).removeHandler(handler)
 
 
 def run_in_pool(request: PoolRun) -> PoolOutcome:
@@ -210,11 +215,29 @@ def run_in_pool(request: PoolRun) -> PoolOutcome:
             )
 
 
+TITLE = "counters warm pool"
+"""The pool processes' title (``ps``, the bench's process kinds)."""
+
+
 def warm_process(setup: str | None = None) -> None:
-    """A pool process's start: the ``counters`` loggers at INFO (a spawned process has no
-    logging set up; the lines go back to the trigger), the preload (imports, GX suites, code
-    version: once per process), then ``setup`` (``module:function``, ``SETUP_ENV``)."""
-    logging.getLogger("counters").setLevel(logging.INFO)
+    """A pool process's start: its title; the ``counters`` loggers at INFO and the driver's
+    at WARNING, kept to themselves (the lines go back to the trigger with the run: through the
+    triggerer's stdout they would be copied a second time, at the triggerer's cost), their
+    warnings also to stderr; the preload (imports, GX suites, code version: once per
+    process); then ``setup`` (``module:function``, ``SETUP_ENV``)."""
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(TITLE)
+    except ImportError:  # Airflow's own dependency; a title is only a convenience
+        pass
+    warnings = logging.StreamHandler()
+    warnings.setLevel(logging.WARNING)
+    for name, level in zip(CAPTURED, (logging.INFO, logging.WARNING), strict=True):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.propagate = False
+        logger.addHandler(warnings)
     from . import preload
 
     preload.preload_tasks()

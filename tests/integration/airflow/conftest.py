@@ -262,6 +262,9 @@ class Families:
 
         return Family.model_validate(next(e for e in self.entries if e["name"] == name))
 
+    def family_at(self, index: int) -> Any:
+        return self.family(self.entries[index]["name"])
+
 
 FamiliesFactory = Callable[..., Families]
 

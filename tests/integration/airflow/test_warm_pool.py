@@ -175,3 +175,50 @@ def test_a_pool_outcome_survives_the_event_a_worker_resumes_with() -> None:
     assert PoolOutcome.from_dict(json.loads(json.dumps(outcome.as_dict()))) == outcome
     with pytest.raises(ValueError, match="'outcome' is 'done'"):
         PoolOutcome.from_dict({"outcome": "done"})
+
+
+def test_each_outcome_ends_the_task_or_hands_it_back(make_families) -> None:
+    """The event after the pool's outcome: a success ends the task with its one XCom and the
+    end marker (the asset event when it committed), a noop, idle or dry run skips it, and
+    every other outcome is the event a worker resumes with, the outcome whole."""
+    from airflow.triggers.base import TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+    from counters.airflow.trigger import END_KEY, end_event
+
+    family = make_families({}, shape="one-task").family_at(0)
+    context: dict[str, Any] = {}  # no streak to close here: notify_recovery finds none
+    summary = {"family": family.name, "run_id": "r", "counters_committed": 2, "rows_folded": 3}
+    done = end_event(family, PoolOutcome("success", summary=summary), context)
+    assert isinstance(done, TaskSuccessEvent) and done.xcoms is not None
+    assert done.xcoms["summary"] == summary
+    assert done.xcoms[END_KEY]["alias"] == f"counters_compacted_{family.name}"
+    assert done.xcoms[END_KEY]["extra"]["rows_folded"] == 3
+    nothing = end_event(family, PoolOutcome("success", summary={"run_id": "r"}), context)
+    assert isinstance(nothing, TaskSuccessEvent) and nothing.xcoms is not None
+    assert nothing.xcoms[END_KEY] is None  # committed nothing: no asset event
+    for stopped in ("stopped", "dry-run"):
+        assert isinstance(end_event(family, PoolOutcome(stopped), context), TaskSkippedEvent)
+    for back in ("failed", "large", "error", "timeout"):
+        outcome = PoolOutcome(back, message=f"{back}!")
+        event = end_event(family, outcome, context)
+        assert type(event) is TriggerEvent and PoolOutcome.from_dict(event.payload) == outcome
+
+
+def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
+    make_families, t0, monkeypatch, tmp_path
+) -> None:
+    """No answer within the timeout (here: the pool process is still starting) is the outcome
+    ``timeout``; the run not yet started is cancelled, so the pool never does it after the
+    worker did."""
+    import asyncio
+
+    from counters.airflow.trigger import FamilyRunTrigger
+
+    family = make_families({}, shape="one-task").family_at(0)
+    trigger = FamilyRunTrigger(family.model_dump(mode="python"))
+    pool = WarmPool(processes=1)
+    try:
+        outcome = asyncio.run(trigger.in_pool(pool_run(family, t0 + family.lag, "late"), 0.5, pool))
+    finally:
+        pool.close()
+    assert outcome.outcome == "timeout" and outcome.handed_back, outcome
+    assert "0.5 s" in outcome.message
