@@ -67,21 +67,25 @@ def test_one_dag_per_family_plus_freshness_cleanup_and_the_example(
 
 
 def test_each_family_reads_its_raw_table_and_updates_its_compact_table_asset(
-    bag: Any, families: list[Family]
+    bag: Any, families: list[Family], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The assets the UI's graph draws raw -> compact with, and downstream DAGs schedule on:
-    ``record_audit`` updates the compact table (a larger run); ``run`` announces a small run's
-    update through the family's alias (it cannot list the table: it succeeds before a larger
-    run compacted anything)."""
+    ``run`` reads the raw table and announces its update of the compact table through the
+    family's alias (in the mapped shape it cannot list the table: it succeeds before a larger
+    run compacted anything; there ``record_audit`` updates the table)."""
+    mapped = mapped_bag(tmp_path, monkeypatch)
     for family in families:
-        dag = bag.dags[family.dag_id]
         raw = table_uri(family.keyspace, family.raw_table)
         compact = table_uri(family.keyspace, family.compact_table)
-        run, audit = dag.task_dict["run"], dag.task_dict["record_audit"]
-        assert [a.uri for a in run.inlets] == [raw] == [a.uri for a in audit.inlets]
+        for dag in (bag.dags[family.dag_id], mapped.dags[family.dag_id]):
+            run = dag.task_dict["run"]
+            assert [a.uri for a in run.inlets] == [raw]
+            assert [type(a).__name__ for a in run.outlets] == ["AssetAlias"]
+            assert run.outlets[0].name == f"counters_compacted_{family.name}"
+        dag = mapped.dags[family.dag_id]
+        audit = dag.task_dict["record_audit"]
+        assert [a.uri for a in audit.inlets] == [raw]
         assert [a.uri for a in audit.outlets] == [compact]
-        assert [type(a).__name__ for a in run.outlets] == ["AssetAlias"]
-        assert run.outlets[0].name == f"counters_compacted_{family.name}"
         for task_id in ("compact", "verify", "cleanup"):
             assert not dag.task_dict[task_id].outlets, f"{task_id} must not update an asset"
 

@@ -61,7 +61,7 @@ def test_the_plugin_loads_from_the_entry_point_without_errors_or_heavy_imports(
     assert "counters-compaction" in probe["source"], probe["source"]  # the entry point's dist
     assert probe["apps"] == [["Counter families", "/counters"]]
     assert probe["views"] == [["counter-families", "counters/", "nav"]]
-    assert probe["listeners"] == ["PoolListener", "PreloadListener"]
+    assert probe["listeners"] == ["PoolListener", "PreloadListener", "TriggererListener"]
     assert probe["heavy"] == []
 
 

@@ -462,12 +462,12 @@ def resume_run(
     family: Family, channels: Channels, context: Mapping[str, Any], event: Mapping[str, Any]
 ) -> None:
     """A run the trigger handed back to this worker (``event``: the warm pool's outcome,
-    ``warmpool.PoolOutcome``). A check that failed or counters quarantined in the pool were
+    ``poolrun.PoolOutcome``). A check that failed or counters quarantined in the pool were
     audited there: the task fails as the step would have failed it (at once, its alerts and
     streak as on a worker; no second audit row). Anything else (a large run, an error, no
     answer in time, a pool process that died) is done here, as the ``run`` task does a run:
     its retries, its failure callback's audit row and its alerts hold unchanged."""
-    from .warmpool import PoolOutcome
+    from .poolrun import PoolOutcome
 
     outcome = PoolOutcome.from_dict(event)
     log.info(

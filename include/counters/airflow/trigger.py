@@ -32,7 +32,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.listeners import hookimpl
 from airflow.triggers.base import (
@@ -44,8 +44,10 @@ from airflow.triggers.base import (
 
 from ..audit import Provenance
 from ..config import Family
-from . import warmpool
-from .warmpool import PoolOutcome, PoolRun
+from .poolrun import PoolOutcome, PoolRun
+
+if TYPE_CHECKING:
+    from .warmpool import WarmPool
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +169,13 @@ class FamilyRunTrigger(BaseTrigger):
         yield await asyncio.to_thread(end_event, family, outcome, context)
 
     async def in_pool(
-        self, request: PoolRun, timeout: float, pool: warmpool.WarmPool | None = None
+        self, request: PoolRun, timeout: float, pool: WarmPool | None = None
     ) -> PoolOutcome:
         """The pool's outcome of ``request`` (``pool``: the process's shared one); ``timeout``
         or a process that died (every run it held fails with ``BrokenProcessPool``) is an
         outcome that hands the run back."""
+        from . import warmpool
+
         future = (pool or warmpool.shared()).submit(request)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)

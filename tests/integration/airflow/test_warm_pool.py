@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from counters.airflow import tasks, warmpool
-from counters.airflow.warmpool import PoolOutcome, PoolRun, WarmPool
+from counters.airflow.poolrun import PoolOutcome, PoolRun
+from counters.airflow.warmpool import WarmPool
 from counters.audit import Provenance
 from counters.client import CounterClient
 from counters.connection import ConnectionSettings
