@@ -37,7 +37,7 @@ def test_a_cleared_cleanup_after_a_release_keeps_the_rows_its_archive_left_out(
     minute under load: one mapped run with GX, and the task run again."""
     from airflow.sdk.definitions.dag import _run_task
 
-    families = make_families({"shards": 1, "archive": str(tmp_path / "archive")})
+    families = make_families({"shards": 1, "archive": str(tmp_path / "archive")}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)

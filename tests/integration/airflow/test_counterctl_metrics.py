@@ -88,7 +88,7 @@ def test_without_tags_each_family_gets_its_own_names_and_a_warning_says_so(
     on stderr. One ``counterctl`` process: it imports Airflow (about 10 s on an idle machine)."""
     from counters import engine
 
-    families = make_families({}, {})
+    families = make_families({}, {}, shape="mapped")
     one, two = (families.family(e["name"]) for e in families.entries)
     store = Store(conn, one)
     CounterClient(conn, one, store).record([Increment(("K",), 5, t0, ("w", 0))])

@@ -117,7 +117,8 @@ def test_a_worker_whose_clock_is_an_hour_ahead_measures_lag_by_the_clusters_time
 
     port = receivers.http_port
     families = make_families(
-        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}}
+        {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/a"}},
+        shape="mapped",
     )
     (fresh,) = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
@@ -155,6 +156,7 @@ def test_a_family_whose_entry_breaks_or_goes_missing_still_alerts_until_retired(
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/b"}},
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/c"}},
         {"freshness": "10m", "alerts": {"webhook_url": f"http://127.0.0.1:{port}/d"}},
+        shape="mapped",
     )
     a, b, c, d = (families.family(e["name"]) for e in families.entries)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)

@@ -35,7 +35,7 @@ def test_a_retried_compact_tasks_earlier_commits_are_in_the_runs_audit_row(
     values' whole rise, every counter once. About 30 s (load 10 on 2 cores): one first run
     of a family (a sweep, so its phases are mapped tasks), GX included, one task retried."""
     monkeypatch.setattr(factory, "RETRY_DELAY", timedelta(0))
-    families = make_families({"shards": 2})
+    families = make_families({"shards": 2}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
