@@ -6,6 +6,8 @@ first pool process that reaches the point and takes the file:
 
 - ``kill``: the process kills itself (SIGKILL), as a crashed pool process;
 - ``sleep <seconds>``: it waits there (a slow node, a triggerer killed meanwhile);
+- ``wait <path>``: it waits there until ``path`` exists (at most ``WAIT_CAP_S``): a pool
+  process stalled while the trigger gave up on it and a worker did its run;
 - ``tamper <keyspace.table> <counter> <value> <new>``: once the counter's readers' copy holds
   ``value``, someone overwrites it with ``new`` (the file is taken only then).
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 
 FAULTS_ENV = "COUNTERS_TEST_POOL_FAULTS"
 SETUP = "tests.pool_faults:install"
+WAIT_CAP_S = 300.0
 
 _installed = ExitStack()
 
@@ -47,6 +50,12 @@ def _tampered(spec: list[str]) -> bool:
         conn.close()
 
 
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + WAIT_CAP_S
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def install() -> None:
     """Watch ``$COUNTERS_TEST_POOL_FAULTS`` for the rest of this process's life."""
     from counters.airflow import tasks
@@ -67,5 +76,7 @@ def install() -> None:
                     os.kill(os.getpid(), signal.SIGKILL)
                 elif action == "sleep":
                     time.sleep(float(args[0]))
+                elif action == "wait":
+                    _wait_for(Path(args[0]))
 
     _installed.enter_context(tasks.fault_hook(hook))

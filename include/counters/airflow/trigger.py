@@ -16,8 +16,9 @@ what the run did into the task's log and ends the task:
   (``FamilyRun.resume``): a failed check or quarantined counters (audited in the pool: the
   worker fails the task as the step would have, so alerts and the fail-at-once rule hold), a
   large run (a sweep or many counters: the worker does it, as today), an error, a pool that
-  did not answer in time or whose process died (the worker does the run again, with the
-  task's retries and its failure callback's audit row).
+  did not answer in time (its processes stopped first when the run had started there) or
+  whose process died (the worker does the run again, with the task's retries and its failure
+  callback's audit row).
 
 ``FAILED`` is never an event of this trigger: Airflow's own end-from-trigger failure knows
 neither the retry policy nor the failure callbacks' audit row.
@@ -173,15 +174,21 @@ class FamilyRunTrigger(BaseTrigger):
     ) -> PoolOutcome:
         """The pool's outcome of ``request`` (``pool``: the process's shared one); ``timeout``
         or a process that died (every run it held fails with ``BrokenProcessPool``) is an
-        outcome that hands the run back."""
+        outcome that hands the run back. A run the pool started and did not end in time is
+        stopped first (``WarmPool.stop``: its processes killed and waited for), so the worker
+        that does it again is the only one at it; a run not started yet is cancelled."""
         from . import warmpool
 
-        future = (pool or warmpool.shared()).submit(request)
+        pool = pool or warmpool.shared()
+        future = pool.submit(request)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
-            future.cancel()  # not started yet: it never will be
-            return PoolOutcome("timeout", message=f"no answer from the warm pool in {timeout} s")
+            message = f"no answer from the warm pool in {timeout} s"
+            if not future.cancel() and not future.done():  # at work: stop it first
+                stopped = await asyncio.to_thread(pool.stop)
+                message += f"; its processes {stopped} stopped"
+            return PoolOutcome("timeout", message=message)
         except BrokenProcessPool as exc:
             return PoolOutcome("error", message=f"a warm pool process died: {exc}")
 

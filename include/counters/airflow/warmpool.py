@@ -23,12 +23,13 @@ import importlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ from .poolrun import Outcome, PoolOutcome, PoolRun
 log = logging.getLogger(__name__)
 
 PROCESSES_ENV = "COUNTERS_WARM_POOL_PROCESSES"
+STOP_WAIT_S = 30.0
+"""How long ``WarmPool.stop`` waits for each killed process to end."""
 SETUP_ENV = "COUNTERS_WARM_POOL_SETUP"
 """``module:function`` each pool process calls after its warm-up (tests install their fault
 hooks with it; a deployment could set up tracing)."""
@@ -220,6 +223,30 @@ class WarmPool:
             )
             log.info("counters: warm compaction pool of %d process(es) started", self.processes)
             return self._executor.submit(run_in_pool, request)
+
+    def stop(self) -> list[int]:
+        """Kill this pool's processes (SIGKILL, by their pids) and wait until each has ended;
+        returns their pids. For a run the trigger gave up on while a process was at it: the
+        worker that does the run again must not have the pool's attempt going on beside it
+        (both hold the run's shard leases: a lease is the run's, not the process's). Every
+        other run the pool held fails with ``BrokenProcessPool`` and goes to a worker too;
+        the next run starts a new pool."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is None:
+            return []
+        processes = dict(executor._processes or {})  # pid -> multiprocessing.Process
+        for pid in processes:
+            with suppress(ProcessLookupError):  # ended already
+                os.kill(pid, signal.SIGKILL)
+        for process in processes.values():
+            process.join(STOP_WAIT_S)
+        executor.shutdown(wait=False, cancel_futures=True)
+        still = [pid for pid, process in processes.items() if process.is_alive()]
+        if still:
+            raise RuntimeError(f"warm pool processes {still} still running after SIGKILL")
+        log.warning("counters: warm pool processes %s stopped", sorted(processes))
+        return sorted(processes)
 
     def close(self) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from counters.airflow import tasks, warmpool
 from counters.airflow.poolrun import PoolOutcome, PoolRun
+from counters.airflow.trigger import FamilyRunTrigger
 from counters.airflow.warmpool import WarmPool
 from counters.audit import Provenance
 from counters.client import CounterClient
@@ -89,11 +90,11 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(
     again = warmpool.run_in_pool(pool_run(family, epoch + timedelta(minutes=3) + family.lag, "r3"))
     assert again.outcome == "stopped" and again.message.startswith("noop"), again
 
-    def fail_at_commit(point: str) -> None:
-        if point == "commit":
+    def fail_before_a_commit(point: str) -> None:
+        if point == "keys":  # before a commit: r5 then writes IBM's copy, the tamper's cue
             raise RuntimeError("the node went away")
 
-    with tasks.fault_hook(fail_at_commit):
+    with tasks.fault_hook(fail_before_a_commit):
         error = warmpool.run_in_pool(pool_run(family, t0 + timedelta(minutes=9) + family.lag, "r4"))
     assert (error.outcome, error.error) == ("error", "RuntimeError"), error
     with tasks.fault_hook(overwrite_ibm_copy(store)):
@@ -223,3 +224,173 @@ def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
         pool.close()
     assert outcome.outcome == "timeout" and outcome.handed_back, outcome
     assert "0.5 s" in outcome.message
+
+
+# --- a run the pool does not end: back to a worker, exact --------------------------------
+
+HANDED: list[PoolOutcome] = []
+"""The outcomes the inline trigger handed back to the worker, in order (this module's test)."""
+_deferred: dict[str, Any] = {}
+"""The task instance that deferred and the pool timeout of its trigger (the inline trigger)."""
+
+
+class InlineFamilyRunTrigger(FamilyRunTrigger):
+    """``FamilyRunTrigger`` as ``dag.test()`` runs a trigger (in line, in this process): given
+    the deferred task's instance, as the triggerer gives it one (``task_instance``)."""
+
+    async def run(self) -> Any:
+        from airflow.triggers.base import TaskSuccessEvent
+
+        self.task_instance = _deferred["ti"]
+        self.timeout_s = _deferred["timeout_s"]
+        async for event in super().run():
+            if not isinstance(event, TaskSuccessEvent) and event.payload:
+                HANDED.append(PoolOutcome.from_dict(event.payload))
+            yield event
+
+
+def start_from_the_trigger(self: Any, context: Any) -> None:
+    """``FamilyRun.execute`` in ``dag.test()``: what the scheduler does to a task that starts
+    from the trigger (``TaskInstance.defer_task``: its ``start_trigger_args``), so that
+    ``dag.test()`` runs the trigger in line and resumes the task on its ``next_method``."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    args = self.start_trigger_args
+    assert self.start_from_trigger and args.next_method == "resume"
+    _deferred["ti"] = context["ti"]
+    raise TaskDeferred(
+        trigger=InlineFamilyRunTrigger(**args.trigger_kwargs), method_name=args.next_method
+    )
+
+
+def pool_pids(pool: WarmPool) -> list[int]:
+    executor = pool._executor
+    return sorted(executor._processes) if executor is not None else []
+
+
+def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_exact(
+    conn, make_families, dagbag, t0, tmp_path, monkeypatch
+):
+    """Four runs of a one-task family through the trigger (run in line by ``dag.test()``, the
+    task deferred as the scheduler defers it) and a real pool process with
+    ``tests.pool_faults``; each run the pool does not end resumes on a worker (the task's
+    ``resume``), and after each the readers' values are the sums written:
+
+    1. the first run, a sweep: ``large``, the worker does it;
+    2. the pool process stalls after a commit and does not answer in time: ``timeout``; the
+       trigger stops the pool's processes (by pid) before the worker does the run, carrying
+       the pool's commit: one audit row, nothing counted twice;
+    3. the pool process dies (SIGKILL) after a commit, before its cleanup: ``error``; the
+       worker does the run, carrying that commit: one audit row with the run's whole rise;
+    4. a check fails in the pool (IBM's copy overwritten): audited ``partial`` there, the
+       worker fails the task at once, no second audit row, none of IBM's rows deleted.
+
+    About a minute and a half under load: three pool processes start (the GX warm-up), four
+    runs, and the timeout case waits for its timeout; one test so they share the family."""
+    from counters import engine
+    from counters.airflow import factory
+
+    from tests.pool_faults import FAULTS_ENV, SETUP
+
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    monkeypatch.setenv(FAULTS_ENV, str(faults))
+    monkeypatch.setattr(factory.FamilyRun, "execute", start_from_the_trigger)
+    pool = WarmPool(processes=1, setup=SETUP)
+    monkeypatch.setattr(warmpool, "_shared", pool)
+    HANDED.clear()
+
+    families = make_families({}, shape="one-task")
+    family = families.family_at(0)
+    store = Store(conn, family)
+    client = CounterClient(conn, family, store)
+    compact = f"{family.keyspace}.{family.compact_table}"
+    written: dict[str, int] = {}
+
+    def write(minute: int, amounts: dict[str, int]) -> None:
+        from tests.integration.airflow.test_compaction_dag import inc
+
+        at = t0 + timedelta(minutes=minute, seconds=1)
+        client.record([inc(c, n, at, minute * 10 + i) for i, (c, n) in enumerate(amounts.items())])
+        for c, n in amounts.items():
+            written[c] = written.get(c, 0) + n
+
+    def exact() -> None:
+        names = sorted(written)
+        assert {v.counter[0]: v.value for v in client.read_many(names)} == written
+
+    def run(minute: int, timeout_s: float) -> Any:
+        _deferred["timeout_s"] = timeout_s
+        dag = dagbag().dags[family.dag_id]
+        return dag.test(logical_date=aware(t0 + timedelta(minutes=minute) + family.lag))
+
+    def audit(run_id: str) -> list[dict[str, Any]]:
+        return [a for a in store.audit.page(20) if a["run_id"] == run_id]
+
+    pids: set[int] = set()
+    release = tmp_path / "release"  # a stalled pool process goes on (only if not stopped)
+    try:
+        # 1. a sweep: large, done by the worker (the pool process starts meanwhile)
+        write(0, {"IBM": 1, "AAPL": 2})
+        first = run(5, timeout_s=240)
+        assert (first.state, states(first)) == ("success", {"run": "success"})
+        assert [h.outcome for h in HANDED] == ["large"], HANDED
+        exact()
+
+        # 2. the pool stalls after a commit: timeout, its process stopped, the worker does
+        #    the run
+        write(6, {"IBM": 10, "AAPL": 20})
+        warm = pool_pids(pool)
+        pids.update(warm)
+        (faults / "commit.wait").write_text(f"wait {release}")
+        stalled = run(10, timeout_s=8)
+        assert not list(faults.iterdir()), "the pool process never reached its commit"
+        assert stalled.state == "success", states(stalled)
+        assert HANDED[-1].outcome == "timeout", HANDED[-1]
+        assert HANDED[-1].message.endswith(f"its processes {warm} stopped"), HANDED[-1]
+        assert not [pid for pid in warm if _alive(pid)]
+        exact()
+        [row] = audit(stalled.run_id)  # the worker's alone: nothing counted twice
+        assert (row["outcome"], row["rows_folded"], row["sum_folded"]) == ("success", 2, 30)
+
+        # 3. the pool process dies after a commit, before its cleanup
+        write(11, {"IBM": 100, "AAPL": 200})
+        (faults / "commit.kill").write_text("kill")
+        killed = run(15, timeout_s=240)
+        assert killed.state == "success", states(killed)
+        assert not list(faults.iterdir())
+        assert (HANDED[-1].outcome, HANDED[-1].error) == ("error", None), HANDED[-1]
+        assert "warm pool process died" in HANDED[-1].message
+        exact()
+        [row] = audit(killed.run_id)
+        assert (row["outcome"], row["rows_folded"], row["sum_folded"]) == ("success", 2, 300)
+        assert raw_times(store, "IBM") == [] and raw_times(store, "AAPL") == []
+
+        # 4. a check fails in the pool: the worker fails the task, nothing of IBM deleted
+        write(16, {"IBM": 1000, "AAPL": 2000})
+        ibm = written["IBM"]
+        (faults / "copy.tamper").write_text(f"tamper {compact} IBM {ibm} 999")
+        tampered = run(20, timeout_s=240)
+        pids.update(pool_pids(pool))
+        assert not list(faults.iterdir())
+        assert (tampered.state, states(tampered)) == ("failed", {"run": "failed"})
+        assert HANDED[-1].outcome == "failed", HANDED[-1]
+        assert [a["outcome"] for a in audit(tampered.run_id)] == ["partial"]
+        assert len(raw_times(store, "IBM")) == 1 and raw_times(store, "AAPL") == []
+        engine.release(store, ("IBM",))  # the operator's fix: the copy from the ledger
+        exact()
+    finally:
+        release.touch()
+        pids.update(pool_pids(pool))
+        pool.close()
+    alive = [pid for pid in pids if _alive(pid)]
+    assert not alive, f"pool processes left running: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
