@@ -171,6 +171,10 @@ class TriggerAirflow(LocalAirflow):
 def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
     conn, make_families, statsd, tmp_path
 ):
+    """The six cases of the module, in order, on one private Airflow. Minutes (about six at
+    load 9 on 2 cores): four Airflow services start once, and each of the six runs waits
+    for the scheduler's and the triggerer's polls; the cheap fault cases are in
+    ``test_warm_pool``, this one proves them against a real scheduler and triggerer."""
     families = make_families({"schedule": "0 0 29 2 *", "sweep_interval": "1h"}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     home, faults = tmp_path / "airflow", tmp_path / "faults"
