@@ -24,7 +24,7 @@ def test_a_counter_too_large_to_fold_is_quarantined_and_the_run_alerts_naming_th
     16 MiB, is ``engine/test_limits.py``). IBM is quarantined (``too_large``), AAPL is compacted,
     and the run's alert (mail, Slack, webhook) names the counter and the node's limit."""
     monkeypatch.setattr(fold_module, "FOLD_KEY_BYTES", 4096)
-    families = make_families({"alerts": alert_channels(receivers)})
+    families = make_families({"alerts": alert_channels(receivers)}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
     client = CounterClient(conn, family, store)

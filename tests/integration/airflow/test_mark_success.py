@@ -79,13 +79,8 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
 
     day = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=2)
     base = day.replace(hour=12, minute=0, second=0, microsecond=0)
-<<<<<<< HEAD
     families = make_families(  # its compact table loses a column for a while: tables of its own
-        {"shards": 2, "schedule": f"*/3 12 {base.day} {base.month} *"}, fresh=True
-=======
-    families = make_families(
-        {"shards": 2, "schedule": f"*/3 12 {base.day} {base.month} *"}, shape="mapped"
->>>>>>> 390694d (Flip the default DAG shape to one task; tests name the shape they test)
+        {"shards": 2, "schedule": f"*/3 12 {base.day} {base.month} *"}, shape="mapped", fresh=True
     )
     family = families.family(families.entries[0]["name"])
     monkeypatch.setenv("COUNTERS_TASK_RETRIES", "0")  # the copy's failure is for good
