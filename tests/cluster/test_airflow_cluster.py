@@ -192,8 +192,10 @@ def test_two_nodes_down_the_task_fails_clearly_and_its_retry_completes(
     back meanwhile, and the retry completes the run; totals exact. Out is
     ``LocalCluster.isolate`` (native port closed, gossip stopped, JVM frozen: refused and
     counted down, as stopped nodes are) rather than a stop: back within the first retry's delay,
-    where two JVM starts outlasted it and cost a second retry."""
-    cf = cluster_family()
+    where two JVM starts outlasted it and cost a second retry. The mapped DAG shape: its compact
+    task is the one the retry policy retries (the one-task shape's run goes back to a worker
+    from the trigger: tests/integration/airflow/test_warm_pool.py)."""
+    cf = cluster_family(shard_tasks=True)
     family = cf.family
     counters = [f"r{i}" for i in range(30)]
     expected = load(cf, t0, counters)
