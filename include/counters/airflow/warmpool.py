@@ -23,14 +23,14 @@ import importlib
 import logging
 import multiprocessing
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from .poolrun import Outcome, PoolOutcome, PoolRun
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 PROCESSES_ENV = "COUNTERS_WARM_POOL_PROCESSES"
 STOP_WAIT_S = 30.0
-"""How long ``WarmPool.stop`` waits for each killed process to end."""
+"""How long ``WarmPool.stop`` waits for its killed processes to end."""
 SETUP_ENV = "COUNTERS_WARM_POOL_SETUP"
 """``module:function`` each pool process calls after its warm-up (tests install their fault
 hooks with it; a deployment could set up tracing)."""
@@ -225,24 +225,27 @@ class WarmPool:
             return self._executor.submit(run_in_pool, request)
 
     def stop(self) -> list[int]:
-        """Kill this pool's processes (SIGKILL, by their pids) and wait until each has ended;
-        returns their pids. For a run the trigger gave up on while a process was at it: the
-        worker that does the run again must not have the pool's attempt going on beside it
-        (both hold the run's shard leases: a lease is the run's, not the process's). Every
-        other run the pool held fails with ``BrokenProcessPool`` and goes to a worker too;
-        the next run starts a new pool."""
+        """Kill this pool's processes (SIGKILL) and wait until each has ended and is reaped
+        (``_reaped``: by this thread or the executor's own); returns their pids. For a run
+        the trigger gave up on while a process was at it: the worker that does the run again
+        must not have the pool's attempt going on beside it (both hold the run's shard
+        leases: a lease is the run's, not the process's). Every other run the pool held
+        fails with ``BrokenProcessPool`` and goes to a worker too; the next run starts a
+        new pool."""
         with self._lock:
             executor, self._executor = self._executor, None
         if executor is None:
             return []
         processes = dict(executor._processes or {})  # pid -> multiprocessing.Process
-        for pid in processes:
-            with suppress(ProcessLookupError):  # ended already
-                os.kill(pid, signal.SIGKILL)
         for process in processes.values():
-            process.join(STOP_WAIT_S)
+            process.kill()  # SIGKILL unless its exit was seen (not a pid used again since)
+        deadline = time.monotonic() + STOP_WAIT_S
+        still = [
+            pid
+            for pid, process in processes.items()
+            if not _reaped(process, deadline - time.monotonic())
+        ]
         executor.shutdown(wait=False, cancel_futures=True)
-        still = [pid for pid, process in processes.items() if process.is_alive()]
         if still:
             raise RuntimeError(f"warm pool processes {still} still running after SIGKILL")
         log.warning("counters: warm pool processes %s stopped", sorted(processes))
@@ -253,6 +256,26 @@ class WarmPool:
             if self._executor is not None:
                 self._executor.shutdown(wait=True, cancel_futures=True)
                 self._executor = None
+
+
+def _reaped(process: BaseProcess, timeout: float) -> bool:
+    """Whether a killed pool process ended and was reaped within ``timeout`` seconds, by this
+    thread or another. Not ``Process.is_alive`` alone: the executor's own thread reaps a pool
+    process that died as well (its ``is_alive`` and ``join``); when it does so while this
+    thread joins the process, this thread's ``waitpid`` finds no such child, which
+    ``multiprocessing`` takes for "not started yet": ``is_alive`` then says True for good. A
+    child this process no longer has (``ChildProcessError``) was reaped: it has ended."""
+    process.join(max(timeout, 0.0))
+    if process.exitcode is not None:
+        return True
+    child = process.pid
+    if child is None:  # never started
+        return True
+    try:
+        pid, _status = os.waitpid(child, os.WNOHANG)
+    except ChildProcessError:  # reaped by another thread of this process
+        return True
+    return pid == child  # 0: still running
 
 
 _shared: WarmPool | None = None

@@ -226,6 +226,45 @@ def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
     assert "0.5 s" in outcome.message
 
 
+def test_stop_ends_a_killed_pool_process_that_another_thread_reaped_first(
+    make_families, t0
+) -> None:
+    """``WarmPool.stop`` after another thread of the triggerer reaped the killed process (the
+    executor's own thread joins a pool process that died: when its ``waitpid`` comes first,
+    ``multiprocessing`` in the stopping thread gets ECHILD and its ``is_alive`` says True for
+    good): the process has ended, and ``stop`` says so instead of "still running after
+    SIGKILL". Deterministic: the executor's thread is held in the run's failure (a callback
+    of its future, run before that thread reaps) while this test kills and reaps the
+    process itself, standing for the thread that came first."""
+    import os
+    import signal
+    import threading
+    import time
+
+    family = make_families({}, shape="one-task").family_at(0)
+    pool = WarmPool(processes=1)
+    failing, go_on = threading.Event(), threading.Event()
+
+    def hold(_future: Any) -> None:  # in the executor's thread, as it finds the pool broken
+        failing.set()
+        go_on.wait(60)
+
+    try:
+        future = pool.submit(pool_run(family, t0 + family.lag, "reaped"))
+        future.add_done_callback(hold)
+        deadline = time.monotonic() + 60
+        while not pool_pids(pool) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [pid] = pool_pids(pool)  # still warming up: its run has not started
+        os.kill(pid, signal.SIGKILL)
+        assert failing.wait(60), "the executor never saw its process die"
+        assert os.waitpid(pid, 0)[0] == pid  # reaped here, behind its Process's back
+        assert pool.stop() == [pid]
+    finally:
+        go_on.set()
+        pool.close()
+
+
 # --- a run the pool does not end: back to a worker, exact --------------------------------
 
 HANDED: list[PoolOutcome] = []
