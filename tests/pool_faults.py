@@ -9,7 +9,8 @@ first pool process that reaches the point and takes the file:
 - ``wait <path>``: it waits there until ``path`` exists (at most ``WAIT_CAP_S``): a pool
   process stalled while the trigger gave up on it and a worker did its run;
 - ``tamper <keyspace.table> <counter> <value> <new>``: once the counter's readers' copy holds
-  ``value``, someone overwrites it with ``new`` (the file is taken only then).
+  ``value``, someone overwrites it with ``new``, after the copy in write order (the file is
+  taken only then).
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ def _tampered(spec: list[str]) -> bool:
     table, counter, value, new = spec
     conn = Connection(ConnectionSettings.from_env())
     try:
-        row = conn.session.execute(f"SELECT value FROM {table} WHERE type = %s", (counter,)).one()
+        row = conn.session.execute(
+            f"SELECT value, writetime(value) AS written FROM {table} WHERE type = %s", (counter,)
+        ).one()
         if row is None or row.value != int(value):
             return False
-        conn.session.execute(f"UPDATE {table} SET value = %s WHERE type = %s", (int(new), counter))
+        conn.session.execute(  # after the copy in write order, whatever this host's clock says
+            f"UPDATE {table} USING TIMESTAMP %s SET value = %s WHERE type = %s",
+            (row.written + 1, int(new), counter),
+        )
         return True
     finally:
         conn.close()

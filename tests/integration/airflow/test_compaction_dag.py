@@ -50,15 +50,23 @@ def raw_times(store: Store, counter: str) -> list[Any]:
 
 def overwrite_ibm_copy(store: Store) -> Callable[[str], None]:
     """A fault hook: right after the readers' copy is written, someone overwrites IBM's
-    compact value (55 -> 999)."""
+    compact value (55 -> 999), after the copy in write order: the copy's write timestamp is
+    its commit's time by the run's connection's measure of the cluster's clock, and this
+    connection's, measured apart, may be behind it by more than the commit took (under load:
+    the overwrite then lost silently and the run ended ``success``)."""
     f = store.family
     compact = f"{f.keyspace}.{f.compact_table}"
 
     def tamper(point: str) -> None:
         session = store.statements.session
-        row = session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
+        row = session.execute(
+            f"SELECT value, writetime(value) AS written FROM {compact} WHERE type = 'IBM'"
+        ).one()
         if point == "copy" and row is not None and row.value == 55:
-            session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+            session.execute(
+                f"UPDATE {compact} USING TIMESTAMP %s SET value = 999 WHERE type = 'IBM'",
+                (row.written + 1,),
+            )
 
     return tamper
 

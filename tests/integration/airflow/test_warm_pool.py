@@ -47,6 +47,15 @@ def pool_run(family: Any, scheduled: datetime, run_id: str) -> PoolRun:
     )
 
 
+def copy_value(store: Store, counter: str) -> int | None:
+    """The readers' copy of ``counter`` (its compact row's value)."""
+    f = store.family
+    row = store.statements.session.execute(
+        f"SELECT value FROM {f.keyspace}.{f.compact_table} WHERE type = %s", (counter,)
+    ).one()
+    return None if row is None else int(row.value)
+
+
 def gx_result(stored: str) -> dict[str, Any]:
     """A stored GX result, the names that differ between two families' runs left out."""
     from counters.gx.evidence import RESULT_FILE
@@ -97,6 +106,7 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(
     with tasks.fault_hook(fail_before_a_commit):
         error = warmpool.run_in_pool(pool_run(family, t0 + timedelta(minutes=9) + family.lag, "r4"))
     assert (error.outcome, error.error) == ("error", "RuntimeError"), error
+    assert copy_value(store, "IBM") == 45  # r4 committed nothing: r5's commit makes it 55
     with tasks.fault_hook(overwrite_ibm_copy(store)):
         failed = warmpool.run_in_pool(
             pool_run(family, t0 + timedelta(minutes=10) + family.lag, "r5")
