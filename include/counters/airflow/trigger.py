@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,8 @@ class FamilyRunTrigger(BaseTrigger):
         super().__init__()
         self.family = family
         self.timeout_s = timeout_s
+        self._at_work: tuple[WarmPool, Future[PoolOutcome]] | None = None
+        """The pool and the run handed to it, until the pool answered (``on_kill``)."""
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -181,16 +184,42 @@ class FamilyRunTrigger(BaseTrigger):
 
         pool = pool or warmpool.shared()
         future = pool.submit(request)
+        self._at_work = (pool, future)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
             message = f"no answer from the warm pool in {timeout} s"
             if not future.cancel() and not future.done():  # at work: stop it first
                 stopped = await asyncio.to_thread(pool.stop)
                 message += f"; its processes {stopped} stopped"
-            return PoolOutcome("timeout", message=message)
+            outcome = PoolOutcome("timeout", message=message)
         except BrokenProcessPool as exc:
-            return PoolOutcome("error", message=f"a warm pool process died: {exc}")
+            outcome = PoolOutcome("error", message=f"a warm pool process died: {exc}")
+        self._at_work = None  # not on a cancel: ``on_kill`` may follow it
+        return outcome
+
+    async def on_kill(self) -> None:
+        """The task instance was marked failed or succeeded, or cleared, while its run was in
+        the pool (Airflow cancels the trigger, then calls this; not when a triggerer stops or
+        hands its triggers to another). A run still queued is cancelled; one at work is
+        stopped with the pool's processes (``WarmPool.stop``): it commits nothing more and
+        writes no audit row, and the run's next try (after a clear) is the only one at it.
+        The other runs the pool held go to workers. A commit the run made before is carried
+        by the family's next run, as a crashed worker's is; its shard leases expire by
+        their TTL, and a next run meanwhile waits for them (``LeaseHeld``, retried)."""
+        at_work, self._at_work = self._at_work, None
+        if at_work is None:
+            return
+        pool, future = at_work
+        if future.cancel() or future.done():
+            return
+        stopped = await asyncio.to_thread(pool.stop)
+        self.log.warning(
+            "family %s: the task was ended by hand while its run was in the warm pool; the "
+            "pool's processes %s stopped",
+            self.family.get("name"),
+            stopped,
+        )
 
 
 # --- in the triggerer's supervisor (metadata DB access) -----------------------------------

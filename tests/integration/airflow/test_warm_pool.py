@@ -7,7 +7,13 @@ spawned pool process (``WarmPool``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import threading
+import time
+from contextlib import suppress
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ from tests.integration.airflow.test_compaction_dag import (
     states,
 )
 from tests.integration.airflow.test_one_sequencer import compared
+from tests.pool_faults import FAULTS_ENV, SETUP
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -246,11 +253,6 @@ def test_stop_ends_a_killed_pool_process_that_another_thread_reaped_first(
     SIGKILL". Deterministic: the executor's thread is held in the run's failure (a callback
     of its future, run before that thread reaps) while this test kills and reaps the
     process itself, standing for the thread that came first."""
-    import os
-    import signal
-    import threading
-    import time
-
     family = make_families({}, shape="one-task").family_at(0)
     pool = WarmPool(processes=1)
     failing, go_on = threading.Event(), threading.Event()
@@ -332,14 +334,16 @@ def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_e
     3. the pool process dies (SIGKILL) after a commit, before its cleanup: ``error``; the
        worker does the run, carrying that commit: one audit row with the run's whole rise;
     4. a check fails in the pool (IBM's copy overwritten): audited ``partial`` there, the
-       worker fails the task at once, no second audit row, none of IBM's rows deleted.
+       worker fails the task at once, no second audit row, none of IBM's rows deleted;
+    5. the task is marked failed while its run stalls in the pool before a commit (the
+       trigger cancelled, then its ``on_kill``): the pool's processes are stopped, so the
+       run commits nothing more and writes no audit row.
 
-    About a minute and a half under load: three pool processes start (the GX warm-up), four
-    runs, and the timeout case waits for its timeout; one test so they share the family."""
+    About a minute and a half under load: three pool processes start (the GX warm-up), five
+    runs, and the timeout case waits for its timeout; one test so they share the family and
+    the warm pool processes."""
     from counters import engine
     from counters.airflow import factory
-
-    from tests.pool_faults import FAULTS_ENV, SETUP
 
     faults = tmp_path / "faults"
     faults.mkdir()
@@ -428,12 +432,43 @@ def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_e
         assert len(raw_times(store, "IBM")) == 1 and raw_times(store, "AAPL") == []
         engine.release(store, ("IBM",))  # the operator's fix: the copy from the ledger
         exact()
+
+        # 5. the task is marked failed (or cleared) while its run stalls in the pool before a
+        #    commit: Airflow cancels the trigger and calls its on_kill, which stops the pool
+        write(21, {"IBM": 10_000, "AAPL": 20_000})
+        warm = pool_pids(pool)
+        pids.update(warm)
+        (faults / "keys.wait").write_text(f"wait {release}")
+        ended_by_hand = pool_run(family, t0 + timedelta(minutes=25) + family.lag, "by-hand")
+        asyncio.run(mark_failed(FamilyRunTrigger(family.model_dump()), ended_by_hand, pool))
+        assert not list(faults.iterdir()), "the pool process never reached its commit"
+        assert warm and not [pid for pid in warm if _alive(pid)], warm
+        release.touch()  # a pool process still alive would commit and audit now
+        assert audit("by-hand") == []
+        exact()
     finally:
         release.touch()
         pids.update(pool_pids(pool))
         pool.close()
     alive = [pid for pid in pids if _alive(pid)]
     assert not alive, f"pool processes left running: {alive}"
+
+
+async def mark_failed(trigger: FamilyRunTrigger, request: PoolRun, pool: WarmPool) -> None:
+    """What the triggerer does when a deferred task is marked failed, succeeded or cleared
+    (``TriggerRunner.run_trigger``): cancel the trigger's task, then call its ``on_kill``;
+    here once the run stalls in the pool at a fault file it took (``keys.wait``)."""
+    at_work = asyncio.create_task(trigger.in_pool(request, 240, pool))
+    faults = Path(os.environ[FAULTS_ENV])
+    deadline = asyncio.get_running_loop().time() + 240
+    while list(faults.glob("keys.*")) and not at_work.done():
+        assert asyncio.get_running_loop().time() < deadline, "the run never reached 'keys'"
+        await asyncio.sleep(0.05)
+    assert not at_work.done(), at_work.result()
+    at_work.cancel()
+    with suppress(asyncio.CancelledError):
+        await at_work
+    await trigger.on_kill()
 
 
 def _alive(pid: int) -> bool:
