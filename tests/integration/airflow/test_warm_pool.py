@@ -78,7 +78,8 @@ def gx_result(stored: str) -> dict[str, Any]:
     }
 
 
-def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(
+@pytest.mark.usefixtures("task_log")  # the lines at INFO: a CLI test may have set the root
+def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(  # logger to WARNING
     conn, make_families, dagbag, t0
 ):
     """In this process, with the fault hooks of the DAG tests: a family's first run (a sweep)
