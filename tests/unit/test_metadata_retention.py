@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from counters.airflow.tasks import (
+from counters.airflow.metadata import (
     DB_ACCESS_BLOCKED,
     db_clean_command,
     db_clean_env,

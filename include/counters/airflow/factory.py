@@ -37,7 +37,7 @@ from ..config import (
     config_path,
     load_families_leniently,
 )
-from . import assets
+from . import assets, metadata
 from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
@@ -60,6 +60,13 @@ def _tasks() -> ModuleType:
     from . import tasks
 
     return tasks
+
+
+def _runtask() -> ModuleType:
+    """The ``run`` task's body (``runtask``), imported when it runs, as ``_tasks``."""
+    from . import runtask
+
+    return runtask
 
 
 DEFAULT_START_DATE = datetime(2026, 11, 1, tzinfo=UTC)
@@ -316,12 +323,12 @@ class FamilyRun(BaseOperator):
     shard groups to map ``compact`` and ``cleanup`` over (none when done here; nothing in the
     one-task shape). A plain operator with no template fields, so a run writes no rendered
     fields (one execution-API request fewer than a ``@task``); the body is
-    ``tasks.run_task``. A run done here that committed something updates the compact table's
+    ``runtask.run_task``. A run done here that committed something updates the compact table's
     asset through the family's alias.
 
     ``from_trigger`` (the one-task shape, ``runs_from_trigger``): the task starts from the
     trigger, which runs a small run in the warm pool and ends the task there; a run it hands
-    back resumes here in ``resume`` (``trigger``, ``tasks.resume_run``)."""
+    back resumes here in ``resume`` (``trigger``, ``runtask.resume_run``)."""
 
     template_fields: Sequence[str] = ()
     ui_color = "#e8f4fd"
@@ -356,11 +363,11 @@ class FamilyRun(BaseOperator):
             )
 
     def execute(self, context: Any) -> list[list[int]] | None:
-        return _tasks().run_task(self.family, self.channels, context, whole=self.whole)
+        return _runtask().run_task(self.family, self.channels, context, whole=self.whole)
 
     def resume(self, context: Any, event: dict[str, Any] | None = None) -> None:
         """A run the trigger handed back (``event``: the pool's outcome)."""
-        _tasks().resume_run(self.family, self.channels, context, event or {})
+        _runtask().resume_run(self.family, self.channels, context, event or {})
 
 
 def _shard_tasks(family: Family, channels: Channels) -> None:
@@ -529,7 +536,7 @@ def build_metadata_cleanup_dag() -> DAG:
 
         @task
         def clean_metadata() -> dict[str, Any]:
-            return _tasks().clean_metadata()
+            return metadata.clean_metadata()
 
         clean_metadata()
     return dag

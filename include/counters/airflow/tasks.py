@@ -18,13 +18,10 @@ task failed for good on an error no step audited.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -39,8 +36,7 @@ from ..engine import CleanupReport, Phases, RunPlan, ShardReport
 from ..health import FamilyLag, Unconfigured
 from ..status import Freshness
 from ..store import Store
-from . import assets
-from .alerting import FAILING, STALE
+from .alerting import STALE
 from .errors import CheckFailed, FamilyStale, RunRefused
 from .notifiers import Channels, notify_failure, notify_recovery
 from .runtime import connection, store_for
@@ -420,69 +416,6 @@ def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[s
     return done
 
 
-def run_task(
-    family: Family, channels: Channels, context: Mapping[str, Any], *, whole: bool
-) -> list[list[int]] | None:
-    """The ``run`` task on a worker: plan the run, then do it here when it is small, or always
-    (``whole``: the one-task shape); returns the shard groups to map ``compact`` and
-    ``cleanup`` over (none when done here; nothing at all in the one-task shape). A run that
-    ended without failing closes the family's failing streak; one that committed something
-    updates the compact table's asset (through the family's alias). XComs: ``summary`` of a
-    run done here; ``run`` (the plan) only where mapped tasks read it."""
-    dag_run, params, ti = context["dag_run"], context["params"], context["ti"]
-    try:
-        run = plan(
-            family,
-            run_id=dag_run.run_id,
-            scheduled=scheduled_time(dag_run),
-            epoch=params.get("epoch"),
-            dry_run=bool(params.get("dry_run")),
-            started_by=provenance(dag_run, params),
-        )
-    except AirflowSkipException:  # noop or idle: the run ended without failing
-        notify_recovery(family.name, channels, FAILING, context)
-        raise
-    remember_plan(family, run, int(ti.try_number or 0))
-    if not whole:
-        ti.xcom_push("run", run.as_dict())
-        if not run.small:
-            return [list(group) for group in run.shard_groups]
-    summary = whole_run(family, run, any_size=whole)
-    ti.xcom_push("summary", summary)
-    notify_recovery(family.name, channels, FAILING, context)
-    if assets.committed(summary):
-        alias = assets.compacted_alias(family)
-        context["outlet_events"][alias].add(
-            assets.compact_asset(family), extra=assets.event_extra(summary)
-        )
-    return None if whole else []
-
-
-def resume_run(
-    family: Family, channels: Channels, context: Mapping[str, Any], event: Mapping[str, Any]
-) -> None:
-    """A run the trigger handed back to this worker (``event``: the warm pool's outcome,
-    ``poolrun.PoolOutcome``). A check that failed or counters quarantined in the pool were
-    audited there: the task fails as the step would have failed it (at once, its alerts and
-    streak as on a worker; no second audit row). Anything else (a large run, an error, no
-    answer in time, a pool process that died) is done here, as the ``run`` task does a run:
-    its retries, its failure callback's audit row and its alerts hold unchanged."""
-    from .poolrun import PoolOutcome
-
-    outcome = PoolOutcome.from_dict(event)
-    log.info(
-        "family %s: run handed back by the trigger (%s): %s",
-        family.name,
-        outcome.outcome,
-        outcome.message,
-    )
-    if outcome.outcome == "failed":
-        raise CheckFailed(
-            outcome.message, checks=outcome.checks, counters=outcome.counters, audited=True
-        )
-    run_task(family, channels, context, whole=True)
-
-
 @dataclass(frozen=True)
 class FreshnessVerdict:
     """What one freshness check found, family by family (pure: from the families' lags, and
@@ -725,85 +658,3 @@ def _alert_freshness(
         notify_failure(name, channels, STALE, {**context, "exception": error})
     elif lag.state is not Freshness.NEVER:
         notify_recovery(name, channels, STALE, context)
-
-
-# --- metadata retention -------------------------------------------------------------------
-
-METADATA_RETENTION_ENV = "COUNTERS_METADATA_RETENTION_DAYS"
-DEFAULT_METADATA_RETENTION_DAYS = 14
-"""How many days of Airflow metadata (runs, task instances, XComs, logs, ...) are kept: 100
-minute-families write ~720k task-instance rows a day (five a run)."""
-DB_ACCESS_BLOCKED = "airflow-db-not-allowed:///"
-"""What Airflow 3's task supervisor sets the metadata DB's URL to in a task process
-(``block_orm_access``), so task code cannot reach the DB."""
-DB_URL_VARIABLES = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN")
-DB_CLEAN_TIMEOUT_S = 3600
-
-
-def metadata_retention(env: Mapping[str, str]) -> timedelta:
-    """``$COUNTERS_METADATA_RETENTION_DAYS`` (whole days, at least 1), else 14 days."""
-    text = (env.get(METADATA_RETENTION_ENV) or "").strip()
-    if not text:
-        return timedelta(days=DEFAULT_METADATA_RETENTION_DAYS)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(
-            f"{METADATA_RETENTION_ENV} must be a whole number of days (at least 1), got {text!r}"
-        )
-    return timedelta(days=int(text))
-
-
-def db_clean_command(python: str, before: datetime) -> list[str]:
-    """``airflow db clean`` of every table for rows older than ``before`` (pure): no archive
-    tables (they would keep what the cleanup removes), no prompt, and a failed table fails the
-    command (by default it only logs and exits 0)."""
-    return [
-        python,
-        "-m",
-        "airflow",
-        "db",
-        "clean",
-        "--clean-before-timestamp",
-        to_text(before),
-        "--skip-archive",
-        "--yes",
-        "--error-on-cleanup-failure",
-    ]
-
-
-def db_clean_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The CLI's environment (pure): the task's, without the placeholder URL Airflow 3 puts
-    there to keep task code off the metadata DB, so the CLI finds the DB as the deployment
-    configured it (``airflow.cfg``, ``*_CMD``, ``*_SECRET``). A real URL is left alone."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if not (name in DB_URL_VARIABLES and value == DB_ACCESS_BLOCKED)
-    }
-
-
-def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
-    """Delete Airflow metadata older than the retention, through ``airflow db clean`` (the CLI:
-    Airflow has no public Python or REST API for it). Fails, naming the CLI's error, when the
-    command does."""
-    retention = metadata_retention(os.environ)
-    before = (now or datetime.now(UTC)) - retention
-    command = db_clean_command(sys.executable, before)
-    log.info("cleaning Airflow metadata older than %s: %s", to_text(before), " ".join(command))
-    done = subprocess.run(
-        command,
-        env=db_clean_env(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=DB_CLEAN_TIMEOUT_S,
-        check=False,
-    )
-    for line in (done.stdout + done.stderr).splitlines():
-        log.info("airflow db clean: %s", line)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-        raise RuntimeError(
-            f"airflow db clean (rows before {to_text(before)}, retention "
-            f"{METADATA_RETENTION_ENV}={retention.days}) exited {done.returncode}: "
-            + " | ".join(tail)
-        )
-    return {"clean_before": to_text(before), "retention_days": retention.days}

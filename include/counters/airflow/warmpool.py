@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .metadata import DB_ACCESS_BLOCKED, DB_URL_VARIABLES
 from .poolrun import Outcome, PoolOutcome, PoolRun
 
 log = logging.getLogger(__name__)
@@ -171,9 +172,6 @@ def warm_process(setup: str | None = None) -> None:
 
 # --- in the triggerer ----------------------------------------------------------------------
 
-DB_BLOCKED = "airflow-db-not-allowed:///"
-"""What Airflow sets the metadata DB's URL to in its trigger runner and task processes."""
-DB_URL_VARIABLES = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__SQL_ALCHEMY_CONN")
 POOL_DB_URL = "sqlite://"
 """The metadata DB's URL in a pool process: an empty in-memory SQLite (the process reads and
 writes no metadata; an Airflow import there needs a URL it can parse, and the trigger
@@ -184,14 +182,14 @@ runner's blocked one is not)."""
 def _pool_environment() -> Iterator[None]:
     """While pool processes start (they are spawned with this process's environment): the
     metadata DB's URL that Airflow blocked in the trigger runner replaced by ``POOL_DB_URL``."""
-    blocked = [name for name in DB_URL_VARIABLES if os.environ.get(name) == DB_BLOCKED]
+    blocked = [name for name in DB_URL_VARIABLES if os.environ.get(name) == DB_ACCESS_BLOCKED]
     for name in blocked:
         os.environ[name] = POOL_DB_URL
     try:
         yield
     finally:
         for name in blocked:
-            os.environ[name] = DB_BLOCKED
+            os.environ[name] = DB_ACCESS_BLOCKED
 
 
 @dataclass

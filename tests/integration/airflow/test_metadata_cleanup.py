@@ -7,8 +7,8 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from counters.airflow import tasks
-from counters.airflow.tasks import DB_ACCESS_BLOCKED
+from counters.airflow import metadata
+from counters.airflow.metadata import DB_ACCESS_BLOCKED
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -64,4 +64,4 @@ def test_a_bad_retention_fails_the_run_naming_the_setting_and_deletes_nothing(da
     assert run.state == "failed"
     assert events(prefix) == [f"{prefix}_old"]
     with pytest.raises(ValueError, match="COUNTERS_METADATA_RETENTION_DAYS must be a whole"):
-        tasks.clean_metadata()  # what the task raised, and its log shows
+        metadata.clean_metadata()  # what the task raised, and its log shows
