@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import suppress
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,6 +40,26 @@ from tests.integration.airflow.test_one_sequencer import compared
 from tests.pool_faults import FAULTS_ENV, SETUP
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+
+@pytest.fixture(scope="module")
+def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
+    """One real pool process for the module's tests that run in a warm one (its warm-up, the
+    GX suites and imports, is most of a pool test's cost), watching ``faults`` for
+    ``tests.pool_faults``: a test that kills or stops it gets a new one on its next run."""
+    faults = tmp_path_factory.mktemp("faults")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FAULTS_ENV, str(faults))  # the pool's processes read it when they start
+        pool = WarmPool(processes=1, setup=SETUP)
+        try:
+            yield pool
+        finally:
+            pool.close()
+
+
+def faults_folder() -> Path:
+    """Where the pool's processes look for fault files (``warm_pool``)."""
+    return Path(os.environ[FAULTS_ENV])
 
 
 def pool_run(family: Any, scheduled: datetime, run_id: str) -> PoolRun:
@@ -131,7 +152,7 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(  # logger 
 
 
 def test_a_small_run_in_a_pool_process_and_on_a_worker_leave_the_same_audit_row_and_gx_result(
-    conn, make_families, dagbag, t0
+    conn, make_families, dagbag, t0, warm_pool
 ):
     """Two families, the same rows: both first runs (sweeps) on a worker; then one family's
     small run by the DAG's task on a worker, the other's in a spawned pool process. Their
@@ -151,16 +172,13 @@ def test_a_small_run_in_a_pool_process_and_on_a_worker_leave_the_same_audit_row_
 
     run = bag.dags[on_worker.dag_id].test(logical_date=aware(second + on_worker.lag))
     assert run.state == "success" and states(run) == {"run": "success"}
-    pool = WarmPool(processes=1)
-    try:
-        done = pool.submit(pool_run(in_pool, second + in_pool.lag, "pooled")).result(timeout=300)
-        assert done.outcome == "success", done
-        client = CounterClient(conn, in_pool, Store(conn, in_pool))
-        client.record([*client_rows(second)])
-        later = pool.submit(pool_run(in_pool, second + timedelta(minutes=2) + in_pool.lag, "p2"))
-        again = later.result(timeout=300)
-    finally:
-        pool.close()
+    pool = warm_pool
+    done = pool.submit(pool_run(in_pool, second + in_pool.lag, "pooled")).result(timeout=300)
+    assert done.outcome == "success", done
+    client = CounterClient(conn, in_pool, Store(conn, in_pool))
+    client.record([*client_rows(second)])
+    later = pool.submit(pool_run(in_pool, second + timedelta(minutes=2) + in_pool.lag, "p2"))
+    again = later.result(timeout=300)
     assert again.outcome == "success" and again.pid == done.pid, (done, again)
     assert again.summary is not None and again.summary["rows_folded"] == 6  # 4 loaded + 2
 
@@ -321,7 +339,7 @@ def pool_pids(pool: WarmPool) -> list[int]:
 
 
 def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_exact(
-    conn, make_families, dagbag, t0, tmp_path, monkeypatch
+    conn, make_families, dagbag, t0, tmp_path, monkeypatch, warm_pool
 ):
     """Four runs of a one-task family through the trigger (run in line by ``dag.test()``, the
     task deferred as the scheduler defers it) and a real pool process with
@@ -340,17 +358,15 @@ def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_e
        trigger cancelled, then its ``on_kill``): the pool's processes are stopped, so the
        run commits nothing more and writes no audit row.
 
-    About a minute and a half under load: three pool processes start (the GX warm-up), five
-    runs, and the timeout case waits for its timeout; one test so they share the family and
-    the warm pool processes."""
+    About a minute under load: two pool processes start after the module's warm one is
+    stopped or killed (the GX warm-up), five runs, and the timeout case waits for its
+    timeout; one test so they share the family and the warm pool processes."""
     from counters import engine
     from counters.airflow import factory
 
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    monkeypatch.setenv(FAULTS_ENV, str(faults))
+    faults = faults_folder()
     monkeypatch.setattr(factory.FamilyRun, "execute", start_from_the_trigger)
-    pool = WarmPool(processes=1, setup=SETUP)
+    pool = warm_pool
     monkeypatch.setattr(warmpool, "_shared", pool)
     HANDED.clear()
 
