@@ -358,7 +358,7 @@ def test_a_failed_check_a_timeout_or_a_dead_pool_process_goes_back_to_a_worker_e
        trigger cancelled, then its ``on_kill``): the pool's processes are stopped, so the
        run commits nothing more and writes no audit row.
 
-    About a minute under load: two pool processes start after the module's warm one is
+    One to two minutes under load: two pool processes start after the module's warm one is
     stopped or killed (the GX warm-up), five runs, and the timeout case waits for its
     timeout; one test so they share the family and the warm pool processes."""
     from counters import engine
