@@ -54,25 +54,37 @@ def run_task(
         if not run.small:
             return [list(group) for group in run.shard_groups]
     summary = whole_run(family, run, any_size=whole)
-    ti.xcom_push("summary", summary)
+    run_done(family, channels, context, summary)
+    return None if whole else []
+
+
+def run_done(
+    family: Family, channels: Channels, context: Mapping[str, Any], summary: Mapping[str, Any]
+) -> None:
+    """The end of a run that committed (here or in the warm pool): the XCom ``summary``, the
+    failing streak closed and, when it committed something, the compact table's asset event
+    through the family's alias."""
+    context["ti"].xcom_push("summary", dict(summary))
     notify_recovery(family.name, channels, FAILING, context)
     if assets.committed(summary):
         alias = assets.compacted_alias(family)
         context["outlet_events"][alias].add(
             assets.compact_asset(family), extra=assets.event_extra(summary)
         )
-    return None if whole else []
 
 
 def resume_run(
     family: Family, channels: Channels, context: Mapping[str, Any], event: Mapping[str, Any]
 ) -> None:
     """A run the trigger handed back to this worker (``event``: the warm pool's outcome,
-    ``poolrun.PoolOutcome``). A check that failed or counters quarantined in the pool were
-    audited there: the task fails as the step would have failed it (at once, its alerts and
-    streak as on a worker; no second audit row). Anything else (a large run, an error, no
-    answer in time, a pool process that died) is done here, as the ``run`` task does a run:
-    its retries, its failure callback's audit row and its alerts hold unchanged."""
+    ``poolrun.PoolOutcome``). A run the pool committed or stopped (noop, idle) while the
+    family's failing streak was open is ended here as the ``run`` task ends it (the streak
+    closed with its notice; the XCom and asset event of a commit; a stop skips the task). A
+    check that failed or counters quarantined in the pool were audited there: the task fails
+    as the step would have failed it (at once, its alerts and streak as on a worker; no second
+    audit row). Anything else (a large run, an error, no answer in time, a pool process that
+    died) is done here, as the ``run`` task does a run: its retries, its failure callback's
+    audit row and its alerts hold unchanged."""
     outcome = PoolOutcome.from_dict(event)
     log.info(
         "family %s: run handed back by the trigger (%s): %s",
@@ -80,6 +92,12 @@ def resume_run(
         outcome.outcome,
         outcome.message,
     )
+    if outcome.outcome == "success":
+        run_done(family, channels, context, outcome.summary or {})
+        return
+    if outcome.outcome == "stopped":
+        notify_recovery(family.name, channels, FAILING, context)
+        raise AirflowSkipException(outcome.message)
     if outcome.outcome == "failed":
         raise CheckFailed(
             outcome.message, checks=outcome.checks, counters=outcome.counters, audited=True

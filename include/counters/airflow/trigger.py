@@ -8,10 +8,11 @@ what the run did into the task's log and ends the task:
 
 - a committed run: ``TaskSuccessEvent`` with the XCom ``summary`` and, when it committed
   something, the compact table's asset event, both written by the handler the triggerer
-  registers (:func:`register_success_handler`) as a worker's are; the family's failing streak
-  closes (``notify_recovery``), as on a worker;
-- a run that stopped (noop, idle) or a dry run: ``TaskSkippedEvent`` (the streak closes after
-  a noop or idle run, as on a worker);
+  registers (:func:`register_end_handler`) as a worker's are;
+- a run that stopped (noop, idle) or a dry run: ``TaskSkippedEvent``;
+- but a committed or stopped run of a family whose failing streak is open (its Variable
+  exists) goes to a worker (``FamilyRun.resume``), which ends it as the ``run`` task does and
+  sends the recovery notice: the handler finds the streak in its own transaction.
 - anything else goes back to a worker through the task's ``next_method``
   (``FamilyRun.resume``): a failed check or quarantined counters (audited in the pool: the
   worker fails the task as the step would have, so alerts and the fail-at-once rule hold), a
@@ -22,6 +23,13 @@ what the run did into the task's log and ends the task:
 
 ``FAILED`` is never an event of this trigger: Airflow's own end-from-trigger failure knows
 neither the retry policy nor the failure callbacks' audit row.
+
+The trigger makes no Execution API request after the pool answers (no Variable, XCom or
+Connection): each is served by the triggerer's main process through an in-process API
+whose first request builds Cadwyn's versioned routes (seconds of CPU), and the main process
+neither heartbeats nor hands events on meanwhile: the run's task would end that much later,
+and past ``[triggerer] runner_health_check_threshold`` the triggerer reports its runner
+deadlocked and loses its triggers.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +71,36 @@ BACKSTOP = timedelta(minutes=30)
 (``__fail__``) and is retried; the pool's timeout hands the run to a worker long before."""
 
 END_KEY = "counters_run_end"
-"""The key of a success event's ``xcoms`` that marks the end of a family's run and carries the
-compact table's asset event (None: nothing committed): the triggerer's success handler takes it
-out (no such XCom is written), writes the other XComs and records the event."""
+"""The key of a success or skipped event's ``xcoms`` that marks the end of a family's run and
+carries its :class:`RunEnd`: the triggerer's handler takes it out (no such XCom is written)."""
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How the trigger ended a family's run, for the triggerer's handler (``END_KEY``):
+    ``streak``: the Variable of the family's failing streak (open: a worker ends the run and
+    closes it); ``asset``: the compact table's asset event (None: nothing committed);
+    ``outcome``: the pool's outcome without its log, the event a worker resumes with."""
+
+    streak: str
+    asset: Mapping[str, Any] | None
+    outcome: PoolOutcome
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "streak": self.streak,
+            "asset": dict(self.asset) if self.asset is not None else None,
+            "outcome": replace(self.outcome, log=()).as_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunEnd:
+        streak, asset = data.get("streak"), data.get("asset")
+        if not isinstance(streak, str) or not streak:
+            raise ValueError(f"run end: field 'streak' is {streak!r}")
+        if asset is not None and not isinstance(asset, Mapping):
+            raise ValueError(f"run end: field 'asset' is {asset!r}")
+        return cls(streak, asset, PoolOutcome.from_dict(data.get("outcome") or {}))
 
 
 def pool_timeout(env: Mapping[str, str] | None = None) -> float:
@@ -115,20 +151,21 @@ def asset_event(family: Family, summary: Mapping[str, Any]) -> dict[str, Any] | 
     }
 
 
-def end_event(family: Family, outcome: PoolOutcome, context: Mapping[str, Any]) -> TriggerEvent:
-    """The event that ends (or hands back) the task after the pool's ``outcome``; closes the
-    family's failing streak where the ``run`` task on a worker would. Sync (Variables)."""
-    from .alerting import FAILING
-    from .notifiers import Channels, notify_recovery
+def end_event(family: Family, outcome: PoolOutcome) -> TriggerEvent:
+    """The event that ends (or hands back) the task after the pool's ``outcome`` (pure: no
+    Variable or other Execution API request, see the module)."""
+    from .alerting import FAILING, state_key
 
     if outcome.handed_back:
         return TriggerEvent(outcome.as_dict())
-    if outcome.outcome in ("success", "stopped"):
-        notify_recovery(family.name, Channels.for_family(family), FAILING, context)
-    if outcome.outcome != "success":
+    if outcome.outcome == "dry-run":
         return TaskSkippedEvent()
+    streak = state_key(family.name, FAILING)
+    if outcome.outcome != "success":  # stopped: noop or idle
+        return TaskSkippedEvent(xcoms={END_KEY: RunEnd(streak, None, outcome).as_dict()})
     summary = dict(outcome.summary or {})
-    return TaskSuccessEvent(xcoms={"summary": summary, END_KEY: asset_event(family, summary)})
+    end = RunEnd(streak, asset_event(family, summary), outcome)
+    return TaskSuccessEvent(xcoms={"summary": summary, END_KEY: end.as_dict()})
 
 
 class FamilyRunTrigger(BaseTrigger):
@@ -170,7 +207,7 @@ class FamilyRunTrigger(BaseTrigger):
             outcome.cpu_s,
             "; handed to a worker: " + outcome.message if outcome.handed_back else "",
         )
-        yield await asyncio.to_thread(end_event, family, outcome, context)
+        yield end_event(family, outcome)
 
     async def in_pool(
         self, request: PoolRun, timeout: float, pool: WarmPool | None = None
@@ -271,7 +308,9 @@ def write_xcoms(ti: Any, xcoms: Mapping[str, Any], session: Any) -> None:
         )
 
 
-def end_run(ti: Any, xcoms: Mapping[str, Any], asset: Any, session: Any) -> None:
+def end_run(
+    ti: Any, xcoms: Mapping[str, Any], asset: Mapping[str, Any] | None, session: Any
+) -> None:
     """End a family's run from the trigger as Airflow's handler ends a task from a
     ``TaskSuccessEvent`` (no more trigger, state ``success``), with two differences: the XComs
     are written as a worker's are (``write_xcoms``) and the asset event is recorded
@@ -283,18 +322,30 @@ def end_run(ti: Any, xcoms: Mapping[str, Any], asset: Any, session: Any) -> None
     ti.trigger_id = None
     ti.set_state(TaskInstanceState.SUCCESS, session=session)
     write_xcoms(ti, xcoms, session)
-    if isinstance(asset, dict):
+    if asset is not None:
         record_asset_event(ti, asset, session)
     session.flush()
 
 
-def register_success_handler() -> bool:
+def streak_open(key: str, session: Any) -> bool:
+    """Whether the failing streak's Variable exists, read in the handler's own transaction (the
+    streaks are written with ``Variable.set``: to the metadata DB)."""
+    from airflow.models.variable import Variable
+    from sqlalchemy import select
+
+    return session.scalar(select(Variable.id).where(Variable.key == key).limit(1)) is not None
+
+
+def register_end_handler() -> bool:
     """Teach this triggerer how a family's run ends from the trigger: Airflow ends a task from a
     ``TaskSuccessEvent`` (``models.trigger.handle_event_submit``, one handler per event type)
     without the task's outlet events, stores its XComs encoded twice and queues a success
-    callback that only costs a DAG-file parse. An event that carries ``END_KEY`` is ended by
-    ``end_run`` instead, in the same transaction; every other event is Airflow's, untouched.
-    Returns whether it registered now."""
+    callback that only costs a DAG-file parse. A success or skipped event that carries
+    ``END_KEY`` is ended here instead, in the same transaction: by ``end_run`` (a success) or
+    as Airflow ends a skipped task; or, when the family's failing streak is open, handed to a
+    worker with the pool's outcome (Airflow's handler of a plain event: the task's
+    ``next_method``), which closes the streak with its notice. Every other event is
+    Airflow's, untouched. Returns whether it registered now."""
     global _registered
     if _registered:
         return False
@@ -302,17 +353,26 @@ def register_success_handler() -> bool:
     from airflow.triggers.base import BaseTaskEndEvent
 
     end_task = handle_event_submit.dispatch(BaseTaskEndEvent)
-    missing = object()
+    resume = handle_event_submit.dispatch(TriggerEvent)
 
-    def success(event: TaskSuccessEvent, *, task_instance: Any, session: Any) -> None:
+    def ended(event: BaseTaskEndEvent, *, task_instance: Any, session: Any) -> None:
         xcoms = dict(event.xcoms or {})
-        asset = xcoms.pop(END_KEY, missing)
-        if asset is missing:
+        data = xcoms.pop(END_KEY, None)
+        if not isinstance(data, Mapping):  # not a family's run (or no such key)
             end_task(event, task_instance=task_instance, session=session)
+            return
+        end = RunEnd.from_dict(data)
+        if streak_open(end.streak, session):
+            resume(
+                TriggerEvent(end.outcome.as_dict()), task_instance=task_instance, session=session
+            )
+        elif isinstance(event, TaskSuccessEvent):
+            end_run(task_instance, xcoms, end.asset, session)
         else:
-            end_run(task_instance, xcoms, asset, session)
+            end_task(type(event)(xcoms=xcoms or None), task_instance=task_instance, session=session)
 
-    handle_event_submit.register(TaskSuccessEvent, success)
+    handle_event_submit.register(TaskSuccessEvent, ended)
+    handle_event_submit.register(TaskSkippedEvent, ended)
     _registered = True
     return True
 
@@ -324,13 +384,13 @@ def runs_triggers(argv: list[str]) -> bool:
 
 
 class TriggererListener:
-    """Airflow listener: registers the success handler when a triggerer's job starts."""
+    """Airflow listener: registers the end handler when a triggerer's job starts."""
 
     @hookimpl
     def on_starting(self, component: Any) -> None:
         if type(component).__module__ != "airflow.jobs.job" or not runs_triggers(sys.argv):
             return
         try:
-            register_success_handler()
+            register_end_handler()
         except Exception:
-            log.exception("counters: could not register the success handler of the triggerer")
+            log.exception("counters: could not register the end handler of the triggerer")
