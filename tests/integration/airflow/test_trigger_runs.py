@@ -15,7 +15,7 @@ drops before a run:
 3. a counter's copy overwritten in the pool: audited ``partial`` there, the worker fails the
    task at once (one try) with its alert (the streak opens), no second audit row;
 4. the triggerer is killed while the pool works: a new triggerer runs the trigger again, in
-   its pool, totals exact, and that run closes the streak.
+   its pool, totals exact; the streak being open, a worker ends that run and closes it.
 
 A pool process that dies after a commit, a pool that does not answer in time and a task marked
 failed while its run is in the pool are ``test_warm_pool``'s (the same trigger and pool, the
@@ -280,7 +280,7 @@ def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
         engine.release(store, ("IBM",))  # the operator's fix: the copy from the ledger
 
         # 4. the triggerer is killed while the pool works: another triggerer runs it again in
-        #    its pool, which closes the streak
+        #    its pool; the streak open, a worker ends the run and closes the streak
         write(21, {"IBM": 10000})
         airflow.fault("commit", "sleep 30")
         airflow.trigger(dag_id, "orphaned-4", base + timedelta(minutes=25))
@@ -288,12 +288,17 @@ def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
         airflow.kill("triggerer")
         airflow.start_triggerer("triggerer-2")
         assert airflow.ended(dag_id, "orphaned-4") == "success"
-        assert airflow.run_task(dag_id, "orphaned-4")["on_worker"] is False
+        # the streak was open: the triggerer's handler found it and a worker ended the run the
+        # pool did (no second audit row), its XCom, and closed the streak with its notice
+        assert airflow.run_task(dag_id, "orphaned-4")["on_worker"] is True
+        assert [a["run_id"] for a in store.audit.page(20)].count("orphaned-4") == 1
         assert airflow.variable(state_key(family.name, "failing")) is None
         exact()
 
         outcomes = {a["run_id"]: a["outcome"] for a in store.audit.page(20)}
         assert outcomes["orphaned-4"] in ("success", "noop"), outcomes
+        if outcomes["orphaned-4"] == "success":  # the worker pushed the pool's summary
+            assert (airflow.summary(dag_id, "orphaned-4") or {}).get("run_id") == "orphaned-4"
 
         # every run's metrics, from the worker and from the pool processes alike
         tag = {"family": family.name}

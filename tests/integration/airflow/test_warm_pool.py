@@ -215,30 +215,64 @@ def test_a_pool_outcome_survives_the_event_a_worker_resumes_with() -> None:
         PoolOutcome.from_dict({"outcome": "done"})
 
 
-def test_each_outcome_ends_the_task_or_hands_it_back(make_families) -> None:
-    """The event after the pool's outcome: a success ends the task with its one XCom and the
-    end marker (the asset event when it committed), a noop, idle or dry run skips it, and
-    every other outcome is the event a worker resumes with, the outcome whole."""
-    from airflow.triggers.base import TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
-    from counters.airflow.trigger import END_KEY, end_event
+class RecordedRequests:
+    """``SUPERVISOR_COMMS`` of a trigger runner that records each Execution API request (the
+    Task SDK's Variable, XCom and Connection calls all go through it) and answers none."""
 
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, msg: Any) -> None:
+        self.sent.append(type(msg).__name__)
+
+    async def asend(self, msg: Any) -> None:
+        self.send(msg)
+
+
+def test_each_outcome_ends_the_task_or_hands_it_back_without_an_api_request(
+    make_families, monkeypatch
+) -> None:
+    """The event after the pool's outcome: a success ends the task with its one XCom and the
+    end marker (the asset event when it committed), a noop or idle run skips it with the
+    marker, a dry run skips it, and every other outcome is the event a worker resumes with,
+    the outcome whole. None of them makes an Execution API request: in the triggerer each is
+    served by its main process, whose first one builds the in-process API, with no heartbeat
+    and no event handed on meanwhile (the task ended long after its run, and the triggerer
+    could report its runner deadlocked; docs/airflow.md). Mutation: the streak read put back
+    into ``end_event`` sends ``GetVariable``."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.triggers.base import TaskSkippedEvent, TaskSuccessEvent, TriggerEvent
+    from counters.airflow.alerting import FAILING, state_key
+    from counters.airflow.trigger import END_KEY, RunEnd, end_event
+
+    requests = RecordedRequests()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", requests, raising=False)
     family = make_families({}, shape="one-task").family_at(0)
-    context: dict[str, Any] = {}  # no streak to close here: notify_recovery finds none
+    streak = state_key(family.name, FAILING)
     summary = {"family": family.name, "run_id": "r", "counters_committed": 2, "rows_folded": 3}
-    done = end_event(family, PoolOutcome("success", summary=summary), context)
+    committed = PoolOutcome("success", summary=summary, log=("INFO counters: a line",))
+    done = end_event(family, committed)
     assert isinstance(done, TaskSuccessEvent) and done.xcoms is not None
     assert done.xcoms["summary"] == summary
-    assert done.xcoms[END_KEY]["alias"] == f"counters_compacted_{family.name}"
-    assert done.xcoms[END_KEY]["extra"]["rows_folded"] == 3
-    nothing = end_event(family, PoolOutcome("success", summary={"run_id": "r"}), context)
+    end = RunEnd.from_dict(json.loads(json.dumps(done.xcoms[END_KEY])))
+    assert (end.streak, end.outcome) == (streak, PoolOutcome("success", summary=summary))
+    assert end.asset is not None and end.asset["alias"] == f"counters_compacted_{family.name}"
+    assert end.asset["extra"]["rows_folded"] == 3
+    nothing = end_event(family, PoolOutcome("success", summary={"run_id": "r"}))
     assert isinstance(nothing, TaskSuccessEvent) and nothing.xcoms is not None
-    assert nothing.xcoms[END_KEY] is None  # committed nothing: no asset event
-    for stopped in ("stopped", "dry-run"):
-        assert isinstance(end_event(family, PoolOutcome(stopped), context), TaskSkippedEvent)
+    assert RunEnd.from_dict(nothing.xcoms[END_KEY]).asset is None  # no asset event
+    stopped = end_event(family, PoolOutcome("stopped", message="idle"))
+    assert isinstance(stopped, TaskSkippedEvent) and stopped.xcoms is not None
+    assert RunEnd.from_dict(stopped.xcoms[END_KEY]).outcome.message == "idle"
+    dry = end_event(family, PoolOutcome("dry-run"))
+    assert isinstance(dry, TaskSkippedEvent) and not dry.xcoms
     for back in ("failed", "large", "error", "timeout"):
         outcome = PoolOutcome(back, message=f"{back}!")
-        event = end_event(family, outcome, context)
+        event = end_event(family, outcome)
         assert type(event) is TriggerEvent and PoolOutcome.from_dict(event.payload) == outcome
+    assert requests.sent == []
+    with pytest.raises(ValueError, match="'streak' is None"):
+        RunEnd.from_dict({"outcome": {"outcome": "success"}})
 
 
 def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
