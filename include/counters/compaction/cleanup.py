@@ -19,6 +19,7 @@ from ..core import (
     lowest_floor,
     to_micros,
 )
+from ..core.codec import CodecError, versioned
 from ..rowkeys import CountedKeys
 from ..store import Store
 from .common import (
@@ -39,9 +40,18 @@ log = logging.getLogger(__name__)
 # --- cleanup -----------------------------------------------------------------------------
 
 
+def _cleanup_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A report a previous release returned to XCom (no ``v``, the same fields)."""
+    if version != 0:
+        raise CodecError(f"CleanupReport: field 'v' is {version!r}, expected 1")
+    return payload
+
+
+@versioned(1, _cleanup_upgrade)
 @dataclass
 class CleanupReport:
-    """One shard's cleanup: rows deleted, and what an independent count found left after."""
+    """One shard's cleanup: rows deleted, and what an independent count found left after
+    (across XCom: ``core.codec``)."""
 
     shard: int
     rows_deleted: int = 0
@@ -62,13 +72,6 @@ class CleanupReport:
     """Commits recorded before the family had an archive: their rows were left in place, for
     the next fold of their counters (which archives them before deleting them)."""
     archive_seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CleanupReport:
-        return cls(**data)
 
 
 @collector_relaxed()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .codec import CodecError, versioned
 from .folds import Fold, Key, format_key
 from .shards import BIGINT_MAX, BIGINT_MIN
 
@@ -30,6 +31,14 @@ _TALLY_SUMS = (
 NAMED_MAX = 20
 
 
+def _tally_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A tally a previous release wrote inside a report on XCom (no ``v``, the same fields)."""
+    if version != 0:
+        raise CodecError(f"Tally: field 'v' is {version!r}, expected 1")
+    return payload
+
+
+@versioned(1, _tally_upgrade)
 @dataclass
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards."""
@@ -99,15 +108,8 @@ class Tally:
         return merged
 
     def as_dict(self) -> dict[str, object]:
+        """Its figures by name (the run's JSON spreads them)."""
         return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Tally:
-        tally = cls()
-        for name, value in data.items():
-            if hasattr(tally, name):
-                setattr(tally, name, value)
-        return tally
 
 
 COMMITTED_FIGURES = (
