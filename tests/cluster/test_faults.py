@@ -54,7 +54,7 @@ def add(*totals: dict[str, int]) -> dict[str, int]:
 def run(store: Store, epoch, run_id: str, **kw) -> engine.RunOutcome:
     started = time.monotonic()
     summary = engine.run_family(store, epoch, run_id, now=epoch + timedelta(minutes=5), **kw)
-    phases = ", ".join(f"{k} {v:.1f}" for k, v in summary.phases.seconds.items() if v >= 0.5)
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in summary.seconds.items() if v >= 0.5)
     print(f"[cluster] run {run_id}: {time.monotonic() - started:.1f} s ({phases})", file=sys.stderr)
     return summary
 
