@@ -153,7 +153,7 @@ def _as_task() -> Iterator[None]:
     try:
         yield
     except engine.RunStopped as stop:
-        log.info("family %s run %s: %s", stop.plan.family, stop.plan.run_id, stop)
+        log.info("family %s run %s: %s", stop.ended.plan.family, stop.ended.plan.run_id, stop)
         raise AirflowSkipException(str(stop)) from None
     except engine.RunFailed as failed:
         raise CheckFailed(

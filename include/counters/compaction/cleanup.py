@@ -19,7 +19,7 @@ from ..core import (
     lowest_floor,
     to_micros,
 )
-from ..core.codec import CodecError, versioned
+from ..core.codec import fields_unchanged, versioned
 from ..rowkeys import CountedKeys
 from ..store import Store
 from .common import (
@@ -40,14 +40,7 @@ log = logging.getLogger(__name__)
 # --- cleanup -----------------------------------------------------------------------------
 
 
-def _cleanup_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A report a previous release returned to XCom (no ``v``, the same fields)."""
-    if version != 0:
-        raise CodecError(f"CleanupReport: field 'v' is {version!r}, expected 1")
-    return payload
-
-
-@versioned(1, _cleanup_upgrade)
+@versioned(1, fields_unchanged("CleanupReport"))  # as a previous release returned it to XCom
 @dataclass
 class CleanupReport:
     """One shard's cleanup: rows deleted, and what an independent count found left after

@@ -24,7 +24,7 @@ from cassandra import DriverException
 
 from ..audit import Provenance
 from ..core import CheckOutcome, Evidence, Tally, run_figures
-from ..core.codec import CodecError, versioned
+from ..core.codec import fields_unchanged, versioned
 from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
@@ -49,14 +49,7 @@ IDLE_MESSAGE = "nothing touched since the last run, no sweep due"
 # --- what the steps pass on ------------------------------------------------------------------
 
 
-def _legacy(name: str, version: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A value a previous release returned to XCom (no ``v``, the same fields)."""
-    if version != 0:
-        raise CodecError(f"{name}: field 'v' is {version!r}, expected 1")
-    return payload
-
-
-@versioned(1, lambda version, payload: _legacy("VerifiedRun", version, payload))
+@versioned(1, fields_unchanged("VerifiedRun"))  # as a previous release returned it to XCom
 @dataclass(frozen=True)
 class VerifiedRun:
     """What ``verify`` found, as the cleanup and the conclusion receive it: the run's tally and
@@ -92,18 +85,6 @@ class RunStopped(Exception):
     def __init__(self, ended: RunOutcome):
         super().__init__(f"{ended.outcome}: {ended.message}")
         self.ended = ended
-
-    @property
-    def plan(self) -> RunPlan:
-        return self.ended.plan
-
-    @property
-    def outcome(self) -> str:
-        return self.ended.outcome
-
-    @property
-    def message(self) -> str:
-        return self.ended.message
 
 
 class RunFailed(ChecksFailed):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .codec import CodecError, versioned
+from .codec import fields_unchanged, versioned
 from .folds import Fold, Key, format_key
 from .shards import BIGINT_MAX, BIGINT_MIN
 
@@ -31,14 +31,7 @@ _TALLY_SUMS = (
 NAMED_MAX = 20
 
 
-def _tally_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A tally a previous release wrote inside a report on XCom (no ``v``, the same fields)."""
-    if version != 0:
-        raise CodecError(f"Tally: field 'v' is {version!r}, expected 1")
-    return payload
-
-
-@versioned(1, _tally_upgrade)
+@versioned(1, fields_unchanged("Tally"))  # a previous release's tally inside a report on XCom
 @dataclass
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards."""

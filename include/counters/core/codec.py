@@ -64,9 +64,16 @@ def versioned(version: int, upgrade: Upgrade | None = None) -> Callable[[type[T]
     return register
 
 
-def version_of(cls: type) -> int | None:
-    layout = _layouts.get(cls)
-    return None if layout is None else layout.version
+def fields_unchanged(name: str, version: int = 1) -> Upgrade:
+    """The upgrade of a type whose form before versions (no ``v``, version 0) had the fields
+    it has now: a previous release's XCom reads as it is; any other version is refused."""
+
+    def upgrade(found: int, payload: dict[str, Any]) -> dict[str, Any]:
+        if found != 0:
+            raise CodecError(f"{name}: field 'v' is {found!r}, expected {version}")
+        return payload
+
+    return upgrade
 
 
 def encode(value: T) -> Encoded[T]:
