@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_peak_kb": max(
             _status_kb("VmHWM"), int((summary.peak_rss_mib if summary else 0) * 1024)
         ),
-        "summary": summary.as_dict() if summary is not None else None,
+        "summary": summary.summary() if summary is not None else None,
         "requests": summary.requests if summary is not None else {},
     }
     sys.stdout.write(json.dumps(result, default=str) + "\n")

@@ -24,7 +24,6 @@ from .compaction.common import (
 from .compaction.conclude import (
     AuditHook,
     Conclusion,
-    audit_record,
     conclude_run,
     conclusion,
     dry_run_message,
@@ -33,6 +32,7 @@ from .compaction.conclude import (
     quarantine_message,
     write_audit,
 )
+from .compaction.outcome import RunOutcome
 from .compaction.plan import RunPlan, decide_plan, plan_run
 from .compaction.pool import run_family
 from .compaction.sequence import (
@@ -40,11 +40,8 @@ from .compaction.sequence import (
     RunFailed,
     RunSteps,
     RunStopped,
-    RunSummary,
     ShardJob,
     VerifiedRun,
-    outcome_dict,
-    outcome_from_dict,
     plan_step,
     run_steps,
 )
@@ -95,15 +92,14 @@ __all__ = [
     "Phases",
     "ResetResult",
     "RunFailed",
+    "RunOutcome",
     "RunPlan",
     "RunSteps",
     "RunStopped",
-    "RunSummary",
     "ShardJob",
     "ShardReport",
     "Verification",
     "VerifiedRun",
-    "audit_record",
     "check_family",
     "cleanup_failure_message",
     "cleanup_shard",
@@ -118,8 +114,6 @@ __all__ = [
     "epoch_advanced",
     "hot_counter_outcomes",
     "new_run_id",
-    "outcome_dict",
-    "outcome_from_dict",
     "plan_reset",
     "plan_run",
     "plan_step",

@@ -18,12 +18,11 @@ from .compaction.common import (
     FOLD_KEY_BYTES,
     MAX_ATTEMPTS,
     MAX_FOLD_ROWS,
-    Phases,
     cluster_clock,
     cluster_micros,
     new_run_id,
 )
-from .compaction.conclude import audit_record
+from .compaction.outcome import RunOutcome
 from .compaction.plan import RunPlan
 from .compaction.shard import commit_folds, committed_checkpoint
 from .config import Family
@@ -368,16 +367,15 @@ def reset_counter(
             store.index.mark_touched([counter])
             left = "; its consumed rows are left for the next run, which archives them"
     plan = RunPlan(family.name, reset_id, at, None, ())
-    record = audit_record(
-        family,
+    record = RunOutcome(
         plan,
-        outcome="reset",
-        tally=Tally(counters_committed=1, rows_deleted=deleted),
-        phases=Phases(),
+        "reset",
+        started_at,
+        family.kind.value,
+        Tally(counters_committed=1, rows_deleted=deleted),
         message=f"counter {format_key(counter)} reset from {value_before} to 0 at "
         f"{to_text(at)} ({deleted} raw row(s) consumed{left})",
-        started_at=started_at,
-    )
+    ).audit_row()
     parameters = {"counter": format_key(counter), "at": to_text(at), "reset_id": reset_id}
     store.audit.write({**record, "action": Action.RESET, "parameters": parameters})
     return ResetResult(

@@ -123,7 +123,7 @@ def run_metrics(
     stale_after: timedelta | None = None,
     clock_offset: float | None = None,
 ) -> list[Metric]:
-    """A run's metrics from its audit record (``engine.audit_record``): the counts, the outcome
+    """A run's metrics from its audit row (``RunOutcome.audit_row``): the counts, the outcome
     and the duration, tagged with the family and the outcome; then the family's gauges after it
     (``quarantined``: the counters quarantined now, None when it could not be read;
     ``clock_offset``: the running host's, when measured)."""

@@ -51,10 +51,10 @@ def add(*totals: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def run(store: Store, epoch, run_id: str, **kw) -> engine.RunSummary:
+def run(store: Store, epoch, run_id: str, **kw) -> engine.RunOutcome:
     started = time.monotonic()
     summary = engine.run_family(store, epoch, run_id, now=epoch + timedelta(minutes=5), **kw)
-    phases = ", ".join(f"{k} {v:.1f}" for k, v in summary.phases.seconds.items() if v >= 0.5)
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in summary.seconds.items() if v >= 0.5)
     print(f"[cluster] run {run_id}: {time.monotonic() - started:.1f} s ({phases})", file=sys.stderr)
     return summary
 
@@ -231,7 +231,7 @@ def test_overlapping_runs_through_different_coordinators_stay_exact(
     settings = local_cluster.settings(COMPACTOR, compactor_password)
     conns = [pinned(settings, address) for address in local_cluster.addresses]
     stores = [Store(c, cf.family, cf.admin.layout) for c in conns]
-    summaries: dict[str, engine.RunSummary] = {}
+    summaries: dict[str, engine.RunOutcome] = {}
     errors: dict[str, BaseException] = {}
 
     def go(name: str, store: Store, minutes: int) -> None:
@@ -240,7 +240,7 @@ def test_overlapping_runs_through_different_coordinators_stay_exact(
         except Exception as exc:  # asserted on below, with the other runs' outcomes
             errors[name] = exc
 
-    def run_a(fault) -> engine.RunSummary:
+    def run_a(fault) -> engine.RunOutcome:
         return run(stores[0], t0 + timedelta(minutes=10), "A", use_lease=False, fault=fault)
 
     try:

@@ -37,7 +37,6 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, AssetAlias
@@ -149,22 +148,3 @@ def raw_asset(family: Family, cluster: str | None = None) -> Asset:
 def compacted_alias(family: Family) -> AssetAlias:
     """The alias a small run (done whole in ``run``) announces its compact-table event through."""
     return AssetAlias(f"counters_compacted_{family.name}")
-
-
-def committed(summary: Mapping[str, Any]) -> bool:
-    """Whether the run committed anything (a counter's compact value changed)."""
-    return int(summary.get("counters_committed") or 0) > 0
-
-
-def event_extra(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The asset event's ``extra``: which run, up to which epoch, how much it folded."""
-    return {
-        "family": summary.get("family"),
-        "run_id": summary.get("run_id"),
-        "epoch_before": summary.get("epoch_before"),
-        "epoch": summary.get("epoch"),
-        "counters": int(summary.get("counters_committed") or 0),
-        "rows_folded": int(summary.get("rows_folded") or 0),
-        "sum_folded": int(summary.get("sum_folded") or 0),
-        "rows_deleted": int(summary.get("rows_deleted") or 0),
-    }

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from airflow.sdk import (
     DAG,
@@ -42,16 +42,22 @@ from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
 from .pool import pool_name
 
+if TYPE_CHECKING:  # the engine's types: imported when a task runs (``_tasks``), not to parse
+    from ..compaction.outcome import RunSummaryJson
+    from ..core.codec import Encoded
+    from ..engine import CleanupReport, RunPlan, ShardReport, VerifiedRun
+
 log = logging.getLogger(__name__)
 
 FRESHNESS_DAG_ID = "counters_freshness"
 FRESHNESS_SCHEDULE = "*/5 * * * *"
 
-PlanPayload = dict[str, Any]
-"""The run's ``RunPlan`` as it crosses XCom (``RunPlan.as_dict``: pushed by ``run`` as XCom
-``run``); each later task reads it back with ``tasks.received_plan``. Airflow's own serde would
-need ``counters.*`` in ``allowed_deserialization_classes`` and writes naive datetimes in the
-host's local time: one explicit codec instead."""
+PlanPayload: TypeAlias = "Encoded[RunPlan]"
+"""The run's ``RunPlan`` as it crosses XCom (``core.codec``: pushed by ``run`` as XCom ``run``);
+each later task reads it back with ``tasks.received_plan``. Airflow's own serde would need
+``counters.*`` in ``allowed_deserialization_classes`` and writes naive datetimes in the host's
+local time: one explicit codec instead. Every step's value crosses the same way
+(``Encoded[T]``, read back with ``decode(T, ...)``)."""
 
 
 def _tasks() -> ModuleType:
@@ -375,39 +381,47 @@ def _shard_tasks(family: Family, channels: Channels) -> None:
     raw, compacted = assets.raw_asset(family), assets.compact_asset(family)
 
     @task(pool=pool(), map_index_template="shards {{ shard_label }}")
-    def compact(run: PlanPayload, shards: list[int]) -> list[dict[str, Any]]:
+    def compact(run: PlanPayload, shards: list[int]) -> list[Encoded[ShardReport]]:
         get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
-        return _tasks().compact(family, _tasks().received_plan(run), shards)
+        tasks = _tasks()
+        reports = tasks.compact(family, tasks.received_plan(run), shards)
+        return [tasks.encode(report) for report in reports]
 
-    @task
-    def verify(run: PlanPayload, reports: list[dict[str, Any]]) -> dict[str, Any]:
-        return _tasks().verify(family, _tasks().received_plan(run), _all(reports)).as_dict()
+    @task(multiple_outputs=False)
+    def verify(run: PlanPayload, reports: list[list[Encoded[ShardReport]]]) -> Encoded[VerifiedRun]:
+        tasks = _tasks()
+        found = [tasks.decode(tasks.ShardReport, report) for report in _all(reports)]
+        return tasks.encode(tasks.verify(family, tasks.received_plan(run), found))
 
     @task(pool=pool(), map_index_template="shards {{ shard_label }}")
     def cleanup(
-        run: PlanPayload, verified: dict[str, Any], shards: list[int]
-    ) -> list[dict[str, Any]]:
+        run: PlanPayload, verified: Encoded[VerifiedRun], shards: list[int]
+    ) -> list[Encoded[CleanupReport]]:
         get_current_context()["shard_label"] = _label(shards)  # type: ignore[typeddict-unknown-key]
         tasks = _tasks()
-        found = tasks.VerifiedRun.from_dict(verified)
-        return tasks.cleanup(family, tasks.received_plan(run), found, shards)
+        found = tasks.decode(tasks.VerifiedRun, verified)
+        reports = tasks.cleanup(family, tasks.received_plan(run), found, shards)
+        return [tasks.encode(report) for report in reports]
 
-    @task(inlets=[raw], outlets=[compacted])
+    @task(inlets=[raw], outlets=[compacted], multiple_outputs=False)
     def record_audit(
-        run: PlanPayload, verified: dict[str, Any], cleanups: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+        run: PlanPayload,
+        verified: Encoded[VerifiedRun],
+        cleanups: list[list[Encoded[CleanupReport]]],
+    ) -> RunSummaryJson:
         """Checks the cleanup, then audits the run (one task: a task instance costs the
         scheduler more than these reads); skipped (no asset event) when it committed
-        nothing."""
+        nothing. Returns the run's summary (``RunOutcome.summary``)."""
         context = get_current_context()
         tasks = _tasks()
-        found = tasks.VerifiedRun.from_dict(verified)
-        summary = tasks.finish(family, tasks.received_plan(run), found, _all(cleanups))
+        found = tasks.decode(tasks.VerifiedRun, verified)
+        reports = [tasks.decode(tasks.CleanupReport, report) for report in _all(cleanups)]
+        ended = tasks.finish(family, tasks.received_plan(run), found, reports)
         notify_recovery(family.name, channels, FAILING, context)
-        if not assets.committed(summary):
+        if not ended.committed:
             raise AirflowSkipException("the run committed nothing: no compact-table event")
-        context["outlet_events"][compacted].extra = assets.event_extra(summary)
-        return summary
+        context["outlet_events"][compacted].extra = ended.asset_extra()
+        return ended.summary()
 
     # The wiring passes XComArgs where the task functions take values; Airflow types a
     # TaskFlow call with the function's own parameters, so these references are Any.

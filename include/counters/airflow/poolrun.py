@@ -1,6 +1,6 @@
 """What crosses between the trigger, the warm pool and a worker: a family-run for the pool
 (:class:`PoolRun`, pickled into a pool process) and how it ended there (:class:`PoolOutcome`,
-pickled back, and the event a worker resumes the task with: ``as_dict``/``from_dict``).
+pickled back, and the event a worker resumes the task with: ``core.codec``).
 
 Light on purpose: the plugin (every Airflow process) imports the trigger, which imports these
 types; the Cassandra driver is imported only where a run is done.
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..audit import Provenance
 from ..config import Family
+from ..core.codec import versioned
 
 if TYPE_CHECKING:
     from ..connection import ConnectionSettings
@@ -44,16 +45,19 @@ class PoolRun:
     settings: ConnectionSettings
 
 
+@versioned(1)
 @dataclass(frozen=True)
 class PoolOutcome:
-    """What a run in the pool did. ``summary``: the run's XCom ``summary`` (a success);
-    ``message``, ``checks``, ``counters``: why it stopped, failed or went back; ``log``: the
-    run's log lines; ``cpu_s``: the pool process's CPU-seconds for the run. ``as_dict`` and
-    ``from_dict`` are its one encoding (the event a worker resumes with)."""
+    """What a run in the pool did. ``summary``: the run's XCom ``summary`` and ``asset``: its
+    asset event's ``extra`` (a success: ``RunOutcome.summary``, ``RunOutcome.asset_extra``;
+    no asset when it committed nothing); ``message``, ``checks``, ``counters``: why it stopped,
+    failed or went back; ``log``: the run's log lines; ``cpu_s``: the pool process's
+    CPU-seconds for the run. Crosses to a worker as ``core.codec`` writes it."""
 
     outcome: Outcome
     message: str = ""
     summary: Mapping[str, Any] | None = None
+    asset: Mapping[str, Any] | None = None
     checks: tuple[str, ...] = ()
     counters: tuple[str, ...] = ()
     error: str | None = None
@@ -65,33 +69,3 @@ class PoolOutcome:
     @property
     def handed_back(self) -> bool:
         return self.outcome in HANDED_BACK
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "message": self.message,
-            "summary": dict(self.summary) if self.summary is not None else None,
-            "checks": list(self.checks),
-            "counters": list(self.counters),
-            "error": self.error,
-            "log": list(self.log),
-            "cpu_s": self.cpu_s,
-            "pid": self.pid,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PoolOutcome:
-        outcome = data.get("outcome")
-        if outcome not in get_args(Outcome):
-            raise ValueError(f"pool outcome: field 'outcome' is {outcome!r}")
-        return cls(
-            outcome=cast(Outcome, outcome),
-            message=str(data.get("message") or ""),
-            summary=data.get("summary"),
-            checks=tuple(str(c) for c in data.get("checks") or ()),
-            counters=tuple(str(c) for c in data.get("counters") or ()),
-            error=data.get("error"),
-            log=tuple(str(line) for line in data.get("log") or ()),
-            cpu_s=float(data.get("cpu_s") or 0.0),
-            pid=int(data.get("pid") or 0),
-        )

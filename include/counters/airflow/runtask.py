@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ..config import Family
+from ..core.codec import decode, encode
 from . import assets
 from .alerting import FAILING
 from .errors import CheckFailed
@@ -50,27 +51,30 @@ def run_task(
         raise
     remember_plan(family, run, int(ti.try_number or 0))
     if not whole:
-        ti.xcom_push("run", run.as_dict())
+        ti.xcom_push("run", encode(run))
         if not run.small:
             return [list(group) for group in run.shard_groups]
-    summary = whole_run(family, run, any_size=whole)
-    run_done(family, channels, context, summary)
+    ended = whole_run(family, run, any_size=whole)
+    asset = ended.asset_extra() if ended.committed else None
+    run_done(family, channels, context, ended.summary(), asset)
     return None if whole else []
 
 
 def run_done(
-    family: Family, channels: Channels, context: Mapping[str, Any], summary: Mapping[str, Any]
+    family: Family,
+    channels: Channels,
+    context: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    asset: Mapping[str, Any] | None,
 ) -> None:
     """The end of a run that committed (here or in the warm pool): the XCom ``summary``, the
     failing streak closed and, when it committed something, the compact table's asset event
-    through the family's alias."""
+    (``asset``: its ``extra``, ``RunOutcome.asset_extra``) through the family's alias."""
     context["ti"].xcom_push("summary", dict(summary))
     notify_recovery(family.name, channels, FAILING, context)
-    if assets.committed(summary):
+    if asset is not None:
         alias = assets.compacted_alias(family)
-        context["outlet_events"][alias].add(
-            assets.compact_asset(family), extra=assets.event_extra(summary)
-        )
+        context["outlet_events"][alias].add(assets.compact_asset(family), extra=dict(asset))
 
 
 def resume_run(
@@ -85,7 +89,7 @@ def resume_run(
     audit row). Anything else (a large run, an error, no answer in time, a pool process that
     died) is done here, as the ``run`` task does a run: its retries, its failure callback's
     audit row and its alerts hold unchanged."""
-    outcome = PoolOutcome.from_dict(event)
+    outcome = decode(PoolOutcome, event)
     log.info(
         "family %s: run handed back by the trigger (%s): %s",
         family.name,
@@ -93,7 +97,7 @@ def resume_run(
         outcome.message,
     )
     if outcome.outcome == "success":
-        run_done(family, channels, context, outcome.summary or {})
+        run_done(family, channels, context, outcome.summary or {}, outcome.asset)
         return
     if outcome.outcome == "stopped":
         notify_recovery(family.name, channels, FAILING, context)

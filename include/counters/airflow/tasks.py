@@ -1,10 +1,12 @@
 """The bodies of a compaction DAG's tasks: thin adapters over the engine's one sequence of a
 run's steps (``engine.RunSteps``, ``engine.run_steps``: what ``counterctl compact`` runs).
 
-Each function takes the family, the run's ``RunPlan`` and what earlier tasks returned (plain
-JSON: XCom), calls one engine step (``whole_run``: all of them after the plan), and returns
-plain JSON or a typed value with one codec. The plan crosses XCom as ``RunPlan.as_dict()`` and
-is read back with ``received_plan``; ``verify``'s ``VerifiedRun`` as ``as_dict``/``from_dict``.
+Each function takes the family, the run's ``RunPlan`` and what earlier tasks returned, calls
+one engine step (``whole_run``: all of them after the plan), and returns the engine's typed
+value: ``ShardReport``, ``VerifiedRun``, ``CleanupReport``, ``CleanedRun``, and how the run
+ended, ``RunOutcome``. The DAG factory encodes them across XCom with the one codec
+(``core.codec``; the plan is read back with ``received_plan``) and pushes the outcome's
+``summary()``, the JSON ``counterctl compact --json`` prints.
 What stays here is Airflow's: a run that stopped (noop, idle, dry-run) skips the rest
 (``AirflowSkipException``), a failed check fails the task (``CheckFailed``, not retried), the
 logs, the metrics. The DAG factory wraps them in ``@task``; tests may call them directly.
@@ -32,7 +34,9 @@ from ..config import BrokenEntry, Family
 from ..connection import Connection
 from ..core import ClockOffset, Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
-from ..engine import CleanupReport, Phases, RunPlan, ShardReport
+from ..core.codec import decode
+from ..core.codec import encode as encode  # the DAG factory's, at the XCom boundary
+from ..engine import CleanupReport, Phases, RunOutcome, RunPlan, ShardReport
 from ..health import FamilyLag, Unconfigured
 from ..status import Freshness
 from ..store import Store
@@ -81,9 +85,9 @@ def run_epoch(family: Family, scheduled: datetime, override: str | None) -> date
 
 
 def received_plan(payload: Mapping[str, Any]) -> RunPlan:
-    """The plan as a later task receives it from XCom (``RunPlan.from_dict``: the one
-    decoding of ``RunPlan.as_dict``)."""
-    return RunPlan.from_dict(payload)
+    """The plan as a later task receives it from XCom (``core.codec``, strict; a plan a
+    previous release pushed still reads)."""
+    return decode(RunPlan, payload)
 
 
 def scheduled_time(dag_run: Any) -> datetime:
@@ -93,7 +97,7 @@ def scheduled_time(dag_run: Any) -> datetime:
 
 
 VerifiedRun = engine.VerifiedRun
-"""What ``verify`` returns (its XCom: ``as_dict``/``from_dict``), the engine's type."""
+"""What ``verify`` returns (its XCom: ``core.codec``), the engine's type."""
 
 
 def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -113,12 +117,12 @@ def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[st
 
 
 def _emit_metrics(family: Family) -> engine.AuditHook:
-    """The audit hook of a task's steps: the run's metrics, from its audit row."""
+    """The audit hook of a task's steps: the run's metrics, from how it ended."""
 
-    def emit(record: dict[str, Any], _tally: Tally) -> None:
+    def emit(ended: RunOutcome) -> None:
         store = store_for(family)
         metrics.emit_run(
-            record,
+            ended.audit_row(),
             quarantined=lambda: health.quarantined_now(store),
             stale_after=health.stale_after(family),
             clock_offset=lambda: health.clock_offset(store.conn),
@@ -146,7 +150,7 @@ def _as_task() -> Iterator[None]:
     try:
         yield
     except engine.RunStopped as stop:
-        log.info("family %s run %s: %s", stop.plan.family, stop.plan.run_id, stop)
+        log.info("family %s run %s: %s", stop.ended.plan.family, stop.ended.plan.run_id, stop)
         raise AirflowSkipException(str(stop)) from None
     except engine.RunFailed as failed:
         raise CheckFailed(
@@ -297,21 +301,19 @@ def _log_cleaned(report: CleanupReport) -> None:
         )
 
 
-def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[dict[str, Any]]:
+def compact(family: Family, run: RunPlan, shards: Sequence[int]) -> list[ShardReport]:
     """The engine's compact step over the given shards (token ranges), one after the other."""
     reports = _steps(family, run).compact(shards)
     for report in reports:
         _log_compacted(report)
-    return [report.as_dict() for report in reports]
+    return reports
 
 
-def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -> VerifiedRun:
+def verify(family: Family, run: RunPlan, reports: Iterable[ShardReport]) -> VerifiedRun:
     """The engine's verify step (its checks, then the GX suite) over the shards' reports; a
     dry run stops here, skipping the rest."""
     with _as_task():
-        verified = _steps(family, run).verify(
-            [ShardReport.from_dict(dict(report)) for report in reports]
-        )
+        verified = _steps(family, run).verify(list(reports))
     tally = verified.tally
     log.info(
         "verified: %d counter(s) committed, %d row(s) folded (sum %d), %d late row(s) (sum %d), "
@@ -328,60 +330,50 @@ def verify(family: Family, run: RunPlan, reports: Iterable[Mapping[str, Any]]) -
 
 def cleanup(
     family: Family, run: RunPlan, verified: VerifiedRun, shards: Sequence[int]
-) -> list[dict[str, Any]]:
+) -> list[CleanupReport]:
     """The engine's cleanup step over the given shards: exactly the rows of the compact
     attempts ``verify`` passed (a shard whose report did not reach it deletes nothing)."""
     reports = _steps(family, run).cleanup(verified, shards)
     for report in reports:
         _log_cleaned(report)
-    return [report.as_dict() for report in reports]
+    return reports
 
 
 def verify_cleanup(
     family: Family,
     run: RunPlan,
     verified: VerifiedRun,
-    cleanups: Iterable[Mapping[str, Any]],
-) -> dict[str, Any]:
+    cleanups: Iterable[CleanupReport],
+) -> engine.CleanedRun:
     """The engine's cleanup check: no row the run counted is left at or below its epoch."""
-    reports = [CleanupReport.from_dict(dict(c)) for c in cleanups]
     with _as_task():
-        cleaned = _steps(family, run).check_cleanup(verified, reports)
+        cleaned = _steps(family, run).check_cleanup(verified, list(cleanups))
     log.info("cleanup check: %s", cleaned.check.detail)
-    return cleaned.as_dict()
+    return cleaned
 
 
-def _summary(family: Family, run: RunPlan, summary: engine.RunSummary) -> dict[str, Any]:
-    """A finished run's XCom (and the asset event's source)."""
-    done = {
-        "family": family.name,
-        "run_id": run.run_id,
-        "epoch_before": to_text(run.epoch_before),
-        "epoch": to_text(run.epoch),
-        **{k: v for k, v in summary.tally.as_dict().items() if k != "quarantined"},
-        "gx_result": summary.gx_result,
-    }
-    log.info("run finished: %s", done)
-    return done
+def _finished(ended: RunOutcome) -> RunOutcome:
+    log.info("run finished: %s", ended.summary())
+    return ended
 
 
 def record_audit(
-    family: Family, run: RunPlan, verified: VerifiedRun, cleaned: Mapping[str, Any]
-) -> dict[str, Any]:
+    family: Family, run: RunPlan, verified: VerifiedRun, cleaned: engine.CleanedRun
+) -> RunOutcome:
     """The engine's conclude step: advance the family's compacted epoch, check it moved, and
     write the run's audit row: ``success``, or ``partial`` when counters were quarantined
     (then the task fails, so the run alerts; the rest of the family was compacted)."""
     with _as_task():
-        summary = _steps(family, run).conclude(verified, engine.CleanedRun.from_dict(cleaned))
-    return _summary(family, run, summary)
+        ended = _steps(family, run).conclude(verified, cleaned)
+    return _finished(ended)
 
 
 def finish(
     family: Family,
     run: RunPlan,
     verified: VerifiedRun,
-    cleanups: Iterable[Mapping[str, Any]],
-) -> dict[str, Any]:
+    cleanups: Iterable[CleanupReport],
+) -> RunOutcome:
     """A larger run's last task: ``verify_cleanup``, then ``record_audit``. One task instance
     instead of two: each costs the scheduler more than these reads, and a failed cleanup
     check still fails here, audited, before the epoch advances."""
@@ -389,10 +381,7 @@ def finish(
     return record_audit(family, run, verified, cleaned)
 
 
-CLEANUP_CHECK = "no_counted_rows_remain_after_cleanup"
-
-
-def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[str, Any]:
+def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> RunOutcome:
     """A small run's steps in the ``run`` task (one process instead of five): the engine's
     ``run_steps``, what ``counterctl compact`` runs after its plan. Each step raises and audits
     as in its own task, so a failure still deletes nothing; an engine or driver error is left
@@ -402,18 +391,10 @@ def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> dict[s
     if not (run.small or any_size):
         raise AirflowSkipException("not a small run: its phases run as mapped tasks")
     with _as_task():
-        summary = engine.run_steps(_steps(family, run), audit_errors=False)
-    if summary.outcome == "dry-run":  # a dry run ends after verify, as its tasks do
-        raise AirflowSkipException(f"dry-run: {summary.message}")
-    done = _summary(family, run, summary)
-    done["phases"] = {
-        "compact": "success",
-        "verify": "success",
-        "cleanup": "success",
-        "verify_cleanup": next((o.detail for o in summary.checks if o.name == CLEANUP_CHECK), ""),
-        "record_audit": "success",
-    }
-    return done
+        ended = engine.run_steps(_steps(family, run), audit_errors=False)
+    if ended.outcome == "dry-run":  # a dry run ends after verify, as its tasks do
+        raise AirflowSkipException(f"dry-run: {ended.message}")
+    return _finished(ended)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.listeners import hookimpl
 from airflow.triggers.base import (
@@ -55,6 +55,7 @@ from airflow.triggers.base import (
 
 from ..audit import Provenance
 from ..config import Family
+from ..core.codec import decode, encode, versioned
 from .poolrun import PoolOutcome, PoolRun
 
 if TYPE_CHECKING:
@@ -75,32 +76,18 @@ END_KEY = "counters_run_end"
 carries its :class:`RunEnd`: the triggerer's handler takes it out (no such XCom is written)."""
 
 
+@versioned(1)
 @dataclass(frozen=True)
 class RunEnd:
     """How the trigger ended a family's run, for the triggerer's handler (``END_KEY``):
     ``streak``: the Variable of the family's failing streak (open: a worker ends the run and
     closes it); ``asset``: the compact table's asset event (None: nothing committed);
-    ``outcome``: the pool's outcome without its log, the event a worker resumes with."""
+    ``outcome``: the pool's outcome without its log, the event a worker resumes with. Crosses
+    as ``core.codec`` writes it."""
 
     streak: str
     asset: Mapping[str, Any] | None
     outcome: PoolOutcome
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "streak": self.streak,
-            "asset": dict(self.asset) if self.asset is not None else None,
-            "outcome": replace(self.outcome, log=()).as_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunEnd:
-        streak, asset = data.get("streak"), data.get("asset")
-        if not isinstance(streak, str) or not streak:
-            raise ValueError(f"run end: field 'streak' is {streak!r}")
-        if asset is not None and not isinstance(asset, Mapping):
-            raise ValueError(f"run end: field 'asset' is {asset!r}")
-        return cls(streak, asset, PoolOutcome.from_dict(data.get("outcome") or {}))
 
 
 def pool_timeout(env: Mapping[str, str] | None = None) -> float:
@@ -135,19 +122,20 @@ def pool_run(family: Family, context: Mapping[str, Any]) -> PoolRun:
     )
 
 
-def asset_event(family: Family, summary: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The compact table's asset event of a run (its alias, the table, the ``extra``), as the
-    ``run`` task on a worker records it; None when the run committed nothing."""
+def asset_event(family: Family, extra: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The compact table's asset event of a run (its alias, the table, the ``extra``: the
+    run's ``RunOutcome.asset_extra``), as the ``run`` task on a worker records it; None when
+    the run committed nothing (no ``extra``)."""
     from . import assets
 
-    if not assets.committed(summary):
+    if extra is None:
         return None
     table = assets.compact_asset(family)
     return {
         "alias": assets.compacted_alias(family).name,
         "name": table.name,
         "uri": table.uri,
-        "extra": assets.event_extra(summary),
+        "extra": dict(extra),
     }
 
 
@@ -157,15 +145,21 @@ def end_event(family: Family, outcome: PoolOutcome) -> TriggerEvent:
     from .alerting import FAILING, state_key
 
     if outcome.handed_back:
-        return TriggerEvent(outcome.as_dict())
+        return TriggerEvent(encode(outcome))
     if outcome.outcome == "dry-run":
         return TaskSkippedEvent()
     streak = state_key(family.name, FAILING)
+    unlogged = replace(outcome, log=())
     if outcome.outcome != "success":  # stopped: noop or idle
-        return TaskSkippedEvent(xcoms={END_KEY: RunEnd(streak, None, outcome).as_dict()})
+        return TaskSkippedEvent(xcoms={END_KEY: _json(RunEnd(streak, None, unlogged))})
+    end = RunEnd(streak, asset_event(family, outcome.asset), unlogged)
     summary = dict(outcome.summary or {})
-    end = RunEnd(streak, asset_event(family, summary), outcome)
-    return TaskSuccessEvent(xcoms={"summary": summary, END_KEY: end.as_dict()})
+    return TaskSuccessEvent(xcoms={"summary": summary, END_KEY: _json(end)})
+
+
+def _json(end: RunEnd) -> dict[str, Any]:
+    """``end`` as an event's XCom value (Airflow types those as JSON values)."""
+    return cast("dict[str, Any]", encode(end))
 
 
 class FamilyRunTrigger(BaseTrigger):
@@ -361,11 +355,9 @@ def register_end_handler() -> bool:
         if not isinstance(data, Mapping):  # not a family's run (or no such key)
             end_task(event, task_instance=task_instance, session=session)
             return
-        end = RunEnd.from_dict(data)
+        end = decode(RunEnd, data)
         if streak_open(end.streak, session):
-            resume(
-                TriggerEvent(end.outcome.as_dict()), task_instance=task_instance, session=session
-            )
+            resume(TriggerEvent(encode(end.outcome)), task_instance=task_instance, session=session)
         elif isinstance(event, TaskSuccessEvent):
             end_run(task_instance, xcoms, end.asset, session)
         else:

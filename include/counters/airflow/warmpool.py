@@ -120,10 +120,11 @@ def run_in_pool(request: PoolRun) -> PoolOutcome:
                 why = "a sweep" if run.sweep else "many counters touched"
                 return ended("large", lines, message=f"not a small run ({why}): on a worker")
             try:
-                summary = tasks.whole_run(family, run)
+                done = tasks.whole_run(family, run)
             except AirflowSkipException as stop:  # a dry run, audited after verify
                 return ended("dry-run", lines, message=str(stop))
-            return ended("success", lines, summary=summary)
+            asset = done.asset_extra() if done.committed else None
+            return ended("success", lines, summary=done.summary(), asset=asset)
         except CheckFailed as failed:  # audited by the step that found it
             return ended(
                 "failed",

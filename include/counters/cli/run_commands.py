@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
 
 import click
 
@@ -73,11 +72,11 @@ def compact_command(
     started = datetime.now(UTC)
     audited: list[str] = []
 
-    def on_audit(record: dict[str, Any], tally: Tally) -> None:
+    def on_audit(ended: engine.RunOutcome) -> None:
         """The run's metrics, as the DAG sends them (whatever the outcome)."""
-        audited.append(record["outcome"])
+        audited.append(ended.outcome)
         metrics.emit_run(
-            record,
+            ended.audit_row(),
             quarantined=lambda: health.quarantined_now(store),
             stale_after=health.stale_after(family),
             clock_offset=lambda: health.clock_offset(store.conn),
@@ -86,7 +85,7 @@ def compact_command(
 
     try:
         with reported():
-            summary = engine.run_family(
+            ended = engine.run_family(
                 store,
                 at,
                 run_id,
@@ -95,20 +94,23 @@ def compact_command(
                 workers=workers,
                 on_audit=on_audit,
             )
-    except click.ClickException:
+    except click.ClickException as exc:
         if not audited:  # failed before (or while) writing its audit row: still count it
-            failed = {"family": family.name, "outcome": "failed", "started_at": started}
+            plan = engine.RunPlan(family.name, run_id or "", at, None, (), dry_run=dry_run)
+            failed = engine.RunOutcome(
+                plan, "failed", started, family.kind.value, Tally(), message=exc.format_message()
+            )
             metrics.emit_run(
-                failed,
+                failed.audit_row(),
                 quarantined=lambda: health.quarantined_now(store),
                 stale_after=health.stale_after(family),
             )
             obj.take_back_logging()
         raise
     if as_json:
-        echo_json(summary.as_dict())
+        echo_json(ended.summary())
     else:
-        _print_summary(summary)
+        _print_summary(ended)
 
 
 def _run_imports_airflow(family: Family) -> bool:
@@ -130,11 +132,11 @@ def _progress() -> Callable[[str], None]:
     return say
 
 
-def _print_summary(summary: engine.RunSummary) -> None:
-    data = summary.as_dict()
+def _print_summary(ended: engine.RunOutcome) -> None:
+    data = ended.summary()
     click.echo(f"{data['family']}: {data['outcome']} (run {data['run_id']})")
-    if summary.message:
-        click.echo(f"  {summary.message}")
+    if ended.message:
+        click.echo(f"  {ended.message}")
     click.echo(f"  epoch: {data['epoch_before']} -> {data['epoch']}")
     click.echo(
         f"  counters: {data['counters_committed']} committed, rows folded: {data['rows_folded']}, "

@@ -19,6 +19,7 @@ from ..core import (
     lowest_floor,
     to_micros,
 )
+from ..core.codec import fields_unchanged, versioned
 from ..rowkeys import CountedKeys
 from ..store import Store
 from .common import (
@@ -39,9 +40,11 @@ log = logging.getLogger(__name__)
 # --- cleanup -----------------------------------------------------------------------------
 
 
+@versioned(1, fields_unchanged("CleanupReport"))  # as a previous release returned it to XCom
 @dataclass
 class CleanupReport:
-    """One shard's cleanup: rows deleted, and what an independent count found left after."""
+    """One shard's cleanup: rows deleted, and what an independent count found left after
+    (across XCom: ``core.codec``)."""
 
     shard: int
     rows_deleted: int = 0
@@ -62,13 +65,6 @@ class CleanupReport:
     """Commits recorded before the family had an archive: their rows were left in place, for
     the next fold of their counters (which archives them before deleting them)."""
     archive_seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CleanupReport:
-        return cls(**data)
 
 
 @collector_relaxed()

@@ -22,6 +22,7 @@ from ..core import (
     clock_refusal,
     stamp,
 )
+from ..core.codec import CodecError, versioned
 from ..errors import ClockSkew
 from ..store import COMMIT_CHUNK, Store
 
@@ -139,8 +140,24 @@ class Phases:
         return out
 
 
+def _report_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A report a previous release returned to XCom (no ``v``: its phase times as
+    ``seconds``) as the current layout."""
+    if version != 0:
+        raise CodecError(f"ShardReport: field 'v' is {version!r}, expected {REPORT_VERSION}")
+    out = {k: v for k, v in payload.items() if k != "seconds"}
+    out["phases"] = {"seconds": payload.get("seconds", {})}
+    return out
+
+
+REPORT_VERSION = 1
+
+
+@versioned(REPORT_VERSION, _report_upgrade)
 @dataclass
 class ShardReport:
+    """One shard's compact step: what ``verify`` receives (across XCom: ``core.codec``)."""
+
     shard: int
     tally: Tally
     phases: Phases
@@ -152,33 +169,6 @@ class ShardReport:
     execution: str = field(default_factory=lambda: secrets.token_hex(8))
     """This attempt of the shard's compact step: its cleanup deletes only the commits it
     verified, never another attempt's (a zombie, a reused run id, a task marked successful)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "execution": self.execution,
-            "peak_rss_mib": self.peak_rss_mib,
-            "shard": self.shard,
-            "tally": self.tally.as_dict(),
-            "seconds": dict(self.phases.seconds),
-            "evidence": [e.as_dict() for e in self.evidence],
-            "failures": list(self.failures),
-            "requests": dict(self.requests),
-            "dry_run": self.dry_run,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ShardReport:
-        return cls(
-            data["shard"],
-            Tally.from_dict(dict(data["tally"])),
-            Phases(dict(data["seconds"])),
-            [Evidence(**e) for e in data.get("evidence", [])],
-            list(data.get("failures", [])),
-            dict(data.get("requests", {})),
-            bool(data.get("dry_run")),
-            float(data.get("peak_rss_mib", 0.0)),
-            str(data.get("execution", "")),
-        )
 
 
 # --- compact -----------------------------------------------------------------------------

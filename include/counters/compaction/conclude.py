@@ -20,12 +20,13 @@ from ..store import Store
 from .common import (
     Phases,
 )
+from .outcome import RunOutcome
 from .plan import RunPlan
 
 log = logging.getLogger(__name__)
 
-AuditHook = Callable[[dict[str, Any], Tally], None]
-"""Called with each audit row the run writes, and its tally (the run's metrics)."""
+AuditHook = Callable[[RunOutcome], None]
+"""Called with how the run ended, once its audit row is written (the run's metrics)."""
 
 
 def prune_archive(family: Family, now: datetime | None = None) -> int:
@@ -122,72 +123,6 @@ def dry_run_message(tally: Tally) -> str:
     )
 
 
-def audit_record(
-    family: Family,
-    plan: RunPlan,
-    *,
-    outcome: str,
-    tally: Tally,
-    phases: Phases,
-    checks: Sequence[CheckOutcome] = (),
-    dry_run: bool = False,
-    message: str = "",
-    started_at: datetime | None = None,
-    gx_suite: str | None = None,
-    gx_result: str | None = None,
-) -> dict[str, Any]:
-    """A run's audit row (``store.audit.write`` adds who ran it, the code version and the
-    configuration hash); ``gx_suite`` is the fingerprint of the GX suite that validated the
-    run's evidence and ``gx_result`` where its result is stored (None: GX did not validate)."""
-    notes = (message, _gone_note(tally), _capped_note(tally))
-    return {
-        "family": family.name,
-        "started_at": started_at or datetime.now(UTC),
-        "run_id": plan.run_id,
-        "kind": family.kind.value,
-        "outcome": outcome,
-        "dry_run": dry_run,
-        "sweep": plan.sweep,
-        "gx_suite": gx_suite,
-        "gx_result": gx_result,
-        "epoch_before": plan.epoch_before,
-        "epoch_after": plan.epoch
-        if outcome in ("success", "partial", "reset", "idle") and not dry_run
-        else plan.epoch_before,
-        "counters": tally.counters_committed,
-        "rows_folded": tally.rows_folded,
-        "sum_folded": tally.sum_folded,
-        "late_rows": tally.late_rows,
-        "late_sum": tally.late_sum,
-        "max_lateness_ms": tally.max_lateness_ms,
-        "conflicts": tally.conflicts,
-        "rows_deleted": tally.rows_deleted,
-        "checks": {o.name: ("pass" if o.success else f"FAIL: {o.detail}") for o in checks},
-        "durations": {k: round(v, 3) for k, v in phases.seconds.items()},
-        "message": "; ".join(m for m in notes if m)[:2000],
-    }
-
-
-def _gone_note(tally: Tally) -> str:
-    """A rows family's deletions found by the sweep (the audit row has no column for them)."""
-    if not tally.rows_gone:
-        return ""
-    return (
-        f"{tally.rows_gone} counted business row(s) found deleted (rows_gone): their counters' "
-        "values lowered to the rows that exist"
-    )
-
-
-def _capped_note(tally: Tally) -> str:
-    """Counters with more rows than one commit carries (the audit row has no column for them)."""
-    if not tally.capped_counters:
-        return ""
-    return (
-        f"{tally.capped_counters} counter(s) had more rows than one commit carries: their oldest "
-        "rows folded, the rest left for the next runs"
-    )
-
-
 def quarantine_message(
     family: str, run_id: str, tally: Tally, checks: Sequence[CheckOutcome]
 ) -> str:
@@ -228,27 +163,27 @@ def write_audit(
     message: str = "",
     gx: Mapping[str, Any] | None = None,
     on_audit: AuditHook | None = None,
-) -> dict[str, Any]:
-    """Write the run's audit row (who started it: the plan's provenance); ``gx``: the GX
-    suite's fingerprint and where its result is stored, when the suite validated the run."""
-    record = audit_record(
-        store.family,
+) -> RunOutcome:
+    """Build how the run ended (``RunOutcome``, once) and write its audit row (who started it:
+    the plan's provenance); ``gx``: the GX suite's fingerprint and where its result is stored,
+    when the suite validated the run. ``on_audit`` gets the same value (metrics)."""
+    ended = RunOutcome(
         plan,
-        outcome=outcome,
-        tally=tally,
-        phases=phases,
-        checks=checks,
-        dry_run=plan.dry_run,
-        message=message,
-        started_at=started_at,
+        outcome,
+        started_at,
+        store.family.kind.value,
+        tally,
+        dict(phases.seconds),
+        tuple(checks),
+        message,
         gx_suite=(gx or {}).get("gx_suite"),
         gx_result=(gx or {}).get("gx_result"),
     )
     store.audit.provenance = plan.provenance
-    store.audit.write(record)
+    store.audit.write(ended.audit_row())
     log.info(
         "audit row written: family %s run %s outcome %s", store.family.name, plan.run_id, outcome
     )
     if on_audit is not None:
-        on_audit(record, tally)
-    return record
+        on_audit(ended)
+    return ended

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,12 +11,12 @@ from ..audit import Provenance
 from ..config import Discovery, Family
 from ..core import (
     EARLIEST,
-    from_text,
     table_time,
     to_millis,
     to_text,
     utc_naive,
 )
+from ..core.codec import CodecError, versioned
 from ..errors import EpochInFuture
 from ..identity import check_family
 from ..store import Store
@@ -32,15 +31,28 @@ log = logging.getLogger(__name__)
 # --- plan --------------------------------------------------------------------------------
 
 
-PLAN_FORMAT = 1
-"""The version of ``RunPlan.as_dict``'s layout; ``from_dict`` refuses any other."""
+PLAN_VERSION = 2
+"""The version of ``RunPlan``'s encoded layout (``core.codec``). Version 1 was written as
+``{"format": 1, ...}`` (``as_dict``, before the codec): the same fields, still read."""
 
 
+def _plan_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A plan a previous release pushed to XCom (``"format": 1``, no ``v``) as the current
+    layout; no other form was ever stored."""
+    if version == 0 and payload.get("format") == 1:
+        return {k: v for k, v in payload.items() if k != "format"}
+    raise CodecError(
+        f"RunPlan: field 'v' is {version!r} (format {payload.get('format')!r}), "
+        f"expected {PLAN_VERSION}"
+    )
+
+
+@versioned(PLAN_VERSION, _plan_upgrade)
 @dataclass(frozen=True)
 class RunPlan:
     """What a run does, decided once by ``plan_run``; every later step (a shard in a worker
-    process, a DAG task after XCom) works from this one value. ``as_dict``/``from_dict`` are its
-    only encoding (plain JSON, times as ``core.to_text``)."""
+    process, a DAG task after XCom) works from this one value. ``core.codec`` is its only
+    encoding (plain JSON, times as ``core.to_text``)."""
 
     family: str
     run_id: str
@@ -74,55 +86,6 @@ class RunPlan:
     @property
     def epoch_ms(self) -> int:
         return to_millis(self.epoch)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON: what crosses XCom (``from_dict`` reads it back, every field)."""
-        return {
-            "format": PLAN_FORMAT,
-            "family": self.family,
-            "run_id": self.run_id,
-            "epoch": to_text(self.epoch),
-            "epoch_before": to_text(self.epoch_before),
-            "shards": list(self.shards),
-            "sweep": self.sweep,
-            "noop_reason": self.noop_reason,
-            "started_at": to_text(self.started_at),
-            "idle": self.idle,
-            "small": self.small,
-            "dry_run": self.dry_run,
-            "scheduled": to_text(self.scheduled),
-            "provenance": self.provenance.as_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunPlan:
-        """``as_dict``'s inverse; a payload of another format or with a field missing or
-        malformed is refused naming the field (a task never runs on a guessed plan)."""
-        if data.get("format") != PLAN_FORMAT:
-            raise ValueError(
-                f"run plan: field 'format' is {data.get('format')!r}, expected {PLAN_FORMAT}"
-            )
-        missing = [f.name for f in fields(cls) if f.name not in data]
-        if missing:
-            raise ValueError(f"run plan of run {data.get('run_id')!r}: fields missing: {missing}")
-        try:
-            return cls(
-                family=str(data["family"]),
-                run_id=str(data["run_id"]),
-                epoch=from_text(str(data["epoch"])),
-                epoch_before=from_text(data["epoch_before"]),
-                shards=tuple(int(s) for s in data["shards"]),
-                sweep=bool(data["sweep"]),
-                noop_reason=data["noop_reason"],
-                started_at=from_text(data["started_at"]),
-                idle=bool(data["idle"]),
-                small=bool(data["small"]),
-                dry_run=bool(data["dry_run"]),
-                scheduled=from_text(data["scheduled"]),
-                provenance=Provenance.from_dict(data["provenance"]),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"run plan of run {data.get('run_id')!r}: {exc}") from None
 
 
 def decide_plan(

@@ -9,6 +9,7 @@ import pickle
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from itertools import repeat
@@ -24,10 +25,10 @@ from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport
 from .common import Fault, Phases, ShardReport, new_run_id, no_fault
 from .conclude import AuditHook
+from .outcome import RunOutcome
 from .sequence import (
     RunSteps,
     RunStopped,
-    RunSummary,
     ShardJob,
     plan_step,
     run_shard_job,
@@ -100,12 +101,13 @@ def run_family(
     progress: Callable[[str], None] | None = None,
     now: datetime | None = None,
     on_audit: AuditHook | None = None,
-) -> RunSummary:
+) -> RunOutcome:
     """Every step of a run (what ``counterctl compact`` does): ``plan_step``, then
     ``run_steps``, the sequence the DAG runs too (GX suite included); ``workers`` > 1 runs the
     shards in that many processes (both cores: the client's CPU is the bound, not
     Cassandra's), while this one builds the GX suite (``checks.prepare``).
-    ``on_audit(record, tally)`` is called with the run's audit row once written (metrics). A
+    ``on_audit(outcome)`` is called with how the run ended once its audit row is written
+    (metrics). A
     failed check raises ``RunFailed`` after its ``failed`` audit row."""
     run_id = run_id or new_run_id()
     started = datetime.now(UTC)
@@ -123,15 +125,7 @@ def run_family(
             on_audit=on_audit,
         )
     except RunStopped as stop:
-        return RunSummary(
-            stop.plan,
-            stop.outcome,
-            stop.tally,
-            stop.phases,
-            [],
-            stop.message,
-            dict(store.statements.requests),
-        )
+        return replace(stop.ended, requests=dict(store.statements.requests))
     parallel = workers > 1 and fault is no_fault and len(plan.shards) > 1
     pool = (
         ProcessPoolExecutor(

@@ -9,21 +9,22 @@ step, with the same checks, conclusion and audit row.
 ``pool.run_family`` (``counterctl compact``) plans and then runs every other step in order
 (``run_steps``, its shards in a process pool); the DAG's ``run`` task plans and runs a small run
 with the same ``run_steps``; a larger run's mapped tasks each call one step of ``RunSteps``,
-passing what the steps return across XCom in their ``as_dict`` encodings.
+passing what the steps return across XCom in their one encoding (``core.codec``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cassandra import DriverException
 
 from ..audit import Provenance
-from ..core import CheckOutcome, Evidence, Tally, run_figures, to_text
+from ..core import CheckOutcome, Evidence, Tally, run_figures
+from ..core.codec import fields_unchanged, versioned
 from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
 from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
@@ -36,6 +37,7 @@ from .conclude import (
     prune_archive,
     write_audit,
 )
+from .outcome import RunOutcome
 from .plan import RunPlan, plan_run
 from .shard import compact_shard
 from .verify import verify_run
@@ -47,29 +49,13 @@ IDLE_MESSAGE = "nothing touched since the last run, no sweep due"
 # --- what the steps pass on ------------------------------------------------------------------
 
 
-def outcome_dict(outcome: CheckOutcome) -> dict[str, Any]:
-    """A check's outcome as plain JSON (XCom); ``outcome_from_dict`` reads it back."""
-    return {
-        "name": outcome.name,
-        "success": outcome.success,
-        "critical": outcome.critical,
-        "detail": outcome.detail,
-        "counters": list(outcome.counters),
-    }
-
-
-def outcome_from_dict(data: Mapping[str, Any]) -> CheckOutcome:
-    return CheckOutcome(
-        data["name"], data["success"], data["critical"], data["detail"], tuple(data["counters"])
-    )
-
-
+@versioned(1, fields_unchanged("VerifiedRun"))  # as a previous release returned it to XCom
 @dataclass(frozen=True)
 class VerifiedRun:
     """What ``verify`` found, as the cleanup and the conclusion receive it: the run's tally and
     phase times so far, the compact attempts whose reports passed, per shard (the only commits
     a cleanup deletes the rows of), every check's outcome, and the GX suite's fingerprint and
-    stored result. ``as_dict``/``from_dict``: its one encoding."""
+    stored result. Across XCom: ``core.codec``."""
 
     tally: Tally
     seconds: Mapping[str, float]
@@ -82,26 +68,6 @@ class VerifiedRun:
     def gx(self) -> dict[str, Any]:
         return {"gx_suite": self.gx_suite, "gx_result": self.gx_result}
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tally": self.tally.as_dict(),
-            "seconds": dict(self.seconds),
-            "executions": {str(k): list(v) for k, v in self.executions.items()},
-            "checks": [outcome_dict(o) for o in self.checks],
-            **self.gx,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VerifiedRun:
-        return cls(
-            Tally.from_dict(dict(data["tally"])),
-            {str(k): float(v) for k, v in data["seconds"].items()},
-            {int(k): tuple(v) for k, v in data["executions"].items()},
-            tuple(outcome_from_dict(c) for c in data["checks"]),
-            data["gx_suite"],
-            data["gx_result"],
-        )
-
 
 @dataclass(frozen=True)
 class CleanedRun:
@@ -111,65 +77,14 @@ class CleanedRun:
     rows_deleted: int
     seconds: Mapping[str, float]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "check": outcome_dict(self.check),
-            "rows_deleted": self.rows_deleted,
-            "seconds": dict(self.seconds),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CleanedRun:
-        return cls(
-            outcome_from_dict(data["check"]),
-            int(data["rows_deleted"]),
-            {str(k): float(v) for k, v in data["seconds"].items()},
-        )
-
-
-@dataclass
-class RunSummary:
-    plan: RunPlan
-    outcome: str
-    tally: Tally
-    phases: Phases
-    checks: list[CheckOutcome]
-    message: str = ""
-    requests: dict[str, int] = field(default_factory=dict)
-    peak_rss_mib: float = 0.0
-    """The largest peak resident memory of the processes that worked the shards."""
-    gx_result: str | None = None
-    """Where the GX suite's result of the run is stored (None: the run stopped before it)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "peak_rss_mib": round(self.peak_rss_mib, 1),
-            "family": self.plan.family,
-            "run_id": self.plan.run_id,
-            "outcome": self.outcome,
-            "epoch_before": to_text(self.plan.epoch_before),
-            "epoch": to_text(self.plan.epoch),
-            "sweep": self.plan.sweep,
-            "message": self.message,
-            **self.tally.as_dict(),
-            "checks": {o.name: o.success for o in self.checks},
-            "durations_s": {k: round(v, 3) for k, v in self.phases.seconds.items()},
-            "requests": dict(self.requests),
-            "gx_result": self.gx_result,
-        }
-
 
 class RunStopped(Exception):
     """The run ended at a step without failing (``noop``, ``idle``, ``dry-run``); that step
-    wrote its audit row. Not an ``EngineError``: nothing went wrong."""
+    wrote its audit row (``ended``). Not an ``EngineError``: nothing went wrong."""
 
-    def __init__(self, plan: RunPlan, outcome: str, message: str, tally: Tally, phases: Phases):
-        super().__init__(f"{outcome}: {message}")
-        self.plan = plan
-        self.outcome = outcome
-        self.message = message
-        self.tally = tally
-        self.phases = phases
+    def __init__(self, ended: RunOutcome):
+        super().__init__(f"{ended.outcome}: {ended.message}")
+        self.ended = ended
 
 
 class RunFailed(ChecksFailed):
@@ -227,7 +142,7 @@ def plan_step(
     if plan.noop or plan.idle:
         outcome = "noop" if plan.noop else "idle"
         reason = plan.noop_reason or IDLE_MESSAGE
-        write_audit(
+        ended = write_audit(
             store,
             plan,
             outcome,
@@ -237,7 +152,7 @@ def plan_step(
             message=reason,
             on_audit=on_audit,
         )
-        raise RunStopped(plan, outcome, reason, Tally(), phases)
+        raise RunStopped(ended)
     return plan
 
 
@@ -376,7 +291,7 @@ class RunSteps:
         message: str = "",
         gx: Mapping[str, Any] | None = None,
         durable: bool = False,
-    ) -> dict[str, Any]:
+    ) -> RunOutcome:
         """Write the run's audit row, its committed figures those of every commit of the run
         that applied (``run_tally``; ``durable``: ``tally`` has them already)."""
         return write_audit(
@@ -457,8 +372,7 @@ class RunSteps:
         tally = verification.tally
         if self.plan.dry_run:
             message = dry_run_message(tally)
-            self.audit("dry-run", tally=tally, phases=phases, message=message)
-            raise RunStopped(self.plan, "dry-run", message, tally, phases)
+            raise RunStopped(self.audit("dry-run", tally=tally, phases=phases, message=message))
         with phases.timed("verify_gx", self.store):
             suite = validate_with_suite(self.family, self.plan.run_id, verification.evidence)
         outcomes = [*verification.outcomes, *suite.outcomes]
@@ -516,7 +430,7 @@ class RunSteps:
             raise RunFailed(message, checks, failed=[outcome.name], counters=outcome.counters)
         return CleanedRun(outcome, rows_deleted, seconds)
 
-    def conclude(self, verified: VerifiedRun, cleaned: CleanedRun) -> RunSummary:
+    def conclude(self, verified: VerifiedRun, cleaned: CleanedRun) -> RunOutcome:
         """Advance the family's compacted epoch, check it moved, and write the run's audit
         row: ``success``, else (``partial``: counters quarantined, the rest compacted; or
         ``failed``) the row, then ``RunFailed``."""
@@ -527,7 +441,7 @@ class RunSteps:
             prune_archive(self.store.family)
         self.fault("finish")
         self.concluded = ended.outcome
-        self.audit(
+        audited = self.audit(
             ended.outcome,
             tally=tally,
             phases=phases,
@@ -544,15 +458,7 @@ class RunSteps:
                 counters=ended.counters,
                 outcome=ended.outcome,
             )
-        return RunSummary(
-            self.plan,
-            ended.outcome,
-            tally,
-            phases,
-            ended.checks,
-            ended.message,
-            gx_result=verified.gx_result,
-        )
+        return audited
 
 
 def _merge_requests(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -566,7 +472,7 @@ def run_steps(
     *,
     progress: Callable[[str], None] | None = None,
     audit_errors: bool = True,
-) -> RunSummary:
+) -> RunOutcome:
     """Every step after the plan, in order: compact every shard, verify, clean up, check the
     cleanup, conclude. A dry run ends after ``verify``, with its summary. A failed check raises
     ``RunFailed`` (audited by its step). ``audit_errors``: any other error before the run
@@ -600,9 +506,9 @@ def run_steps(
             if remote:
                 _merge_requests(requests, cleanup.requests)
         cleaned = steps.check_cleanup(verified, cleanups)
-        summary = steps.conclude(verified, cleaned)
+        ended = steps.conclude(verified, cleaned)
     except RunStopped as stop:
-        summary = RunSummary(plan, stop.outcome, stop.tally, stop.phases, [], stop.message)
+        ended = stop.ended
     except RunFailed:
         raise
     except Exception as exc:
@@ -625,6 +531,4 @@ def run_steps(
                 log.warning("could not write the audit row of run %s", plan.run_id, exc_info=True)
         raise
     _merge_requests(requests, store.statements.requests)
-    summary.requests = requests
-    summary.peak_rss_mib = peak
-    return summary
+    return replace(ended, requests=requests, peak_rss_mib=peak)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .codec import fields_unchanged, versioned
 from .folds import Fold, Key, format_key
 from .shards import BIGINT_MAX, BIGINT_MIN
 
@@ -30,6 +31,7 @@ _TALLY_SUMS = (
 NAMED_MAX = 20
 
 
+@versioned(1, fields_unchanged("Tally"))  # a previous release's tally inside a report on XCom
 @dataclass
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards."""
@@ -99,15 +101,8 @@ class Tally:
         return merged
 
     def as_dict(self) -> dict[str, object]:
+        """Its figures by name (the run's JSON spreads them)."""
         return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Tally:
-        tally = cls()
-        for name, value in data.items():
-            if hasattr(tally, name):
-                setattr(tally, name, value)
-        return tally
 
 
 COMMITTED_FIGURES = (

@@ -167,7 +167,7 @@ class AuditLog:
         return statement, [UNSET_VALUE if v is None else _encode(c, v) for c, v in row.items()]
 
     def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Write one row (``compaction.audit_record`` or ``audit.operator_record``), stamped
+        """Write one row (``RunOutcome.audit_row`` or ``audit.operator_record``), stamped
         with who wrote it (``provenance``), the code version and the configuration hash;
         returns it as written."""
         row = stamped(record, self.family, self.provenance, self.statements.conn.settings.username)

@@ -52,6 +52,11 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
         assert done.returncode == 0, done.stdout + done.stderr
         bad = counterctl(families.path, env, "compact", "--family", family.name, "--epoch", "soon")
         assert bad.returncode == 2  # refused before planning: no run, no metrics
+        ahead = (t0 + timedelta(days=400)).isoformat()  # past the cluster's now: the plan refuses
+        late = counterctl(families.path, env, "compact", "--family", family.name, "--epoch", ahead)
+        assert late.returncode != 0 and "later than now - lag" in late.stderr, (
+            late.stdout + late.stderr
+        )
         health = counterctl(families.path, env, "health", "--family", family.name)
         assert health.returncode == 8  # its epoch is a day old: stale
         tag = {"family": family.name}
@@ -60,20 +65,27 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
             return listener.values(f"airflow.counters.{what}", **tag, **tags)
 
         for _ in range(100):  # sent before the commands exited; the reader thread may lag
-            if values("runs", outcome="success") and len(values("lag_seconds")) == 2:
+            if (
+                values("runs", outcome="success")
+                and values("runs", outcome="failed")
+                and len(values("lag_seconds")) == 2
+            ):
                 break
             time.sleep(0.1)
         assert values("runs", outcome="success") == [(1.0, "c")]
         assert values("rows_folded", outcome="success") == [(12.0, "c")]
-        assert values("rows_deleted") == [(12.0, "c")]
+        assert values("rows_deleted", outcome="success") == [(12.0, "c")]
         lags = values("lag_seconds")
         assert len(lags) == 2 and all(kind == "g" and lag > 86_000 for lag, kind in lags)
         epoch = (t0 + timedelta(minutes=5)).replace(tzinfo=UTC).timestamp()
         assert values("compacted_epoch_seconds") == [(epoch, "g")] * 2
         limit = (family.lag + family.freshness).total_seconds()
-        assert values("stale_after_seconds") == [(limit, "g")] * 2
-        assert values("quarantined") == [(0.0, "g")] * 2  # a gauge: the count now
-        assert values("runs", outcome="failed") == []
+        # compact, the refused compact (no epoch: it moved nothing), health
+        assert values("stale_after_seconds") == [(limit, "g")] * 3
+        assert values("quarantined") == [(0.0, "g")] * 3  # a gauge: the count now
+        # the refused run wrote no audit row; its RunOutcome still counts it, with no figures
+        assert values("runs", outcome="failed") == [(1.0, "c")]
+        assert values("rows_folded", outcome="failed") == [(0.0, "c")]
         assert not any(f".{family.name}." in line for line in listener.lines)  # no legacy names
     finally:
         listener.close()

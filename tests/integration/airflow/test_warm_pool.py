@@ -27,6 +27,7 @@ from counters.airflow.warmpool import WarmPool
 from counters.audit import Provenance
 from counters.client import CounterClient
 from counters.connection import ConnectionSettings
+from counters.core.codec import CodecError, decode, encode
 from counters.store import Store
 
 from tests.integration.airflow.test_compaction_dag import (
@@ -210,9 +211,9 @@ def test_a_pool_outcome_survives_the_event_a_worker_resumes_with() -> None:
         cpu_s=0.25,
         pid=42,
     )
-    assert PoolOutcome.from_dict(json.loads(json.dumps(outcome.as_dict()))) == outcome
-    with pytest.raises(ValueError, match="'outcome' is 'done'"):
-        PoolOutcome.from_dict({"outcome": "done"})
+    assert decode(PoolOutcome, json.loads(json.dumps(encode(outcome)))) == outcome
+    with pytest.raises(CodecError, match=r"PoolOutcome.outcome: expected one of .*, got 'done'"):
+        decode(PoolOutcome, {**encode(outcome), "outcome": "done"})
 
 
 class RecordedRequests:
@@ -250,29 +251,31 @@ def test_each_outcome_ends_the_task_or_hands_it_back_without_an_api_request(
     family = make_families({}, shape="one-task").family_at(0)
     streak = state_key(family.name, FAILING)
     summary = {"family": family.name, "run_id": "r", "counters_committed": 2, "rows_folded": 3}
-    committed = PoolOutcome("success", summary=summary, log=("INFO counters: a line",))
+    extra = {"run_id": "r", "rows_folded": 3}
+    committed = PoolOutcome("success", summary=summary, asset=extra, log=("INFO counters: a line",))
     done = end_event(family, committed)
     assert isinstance(done, TaskSuccessEvent) and done.xcoms is not None
     assert done.xcoms["summary"] == summary
-    end = RunEnd.from_dict(json.loads(json.dumps(done.xcoms[END_KEY])))
-    assert (end.streak, end.outcome) == (streak, PoolOutcome("success", summary=summary))
+    end = decode(RunEnd, json.loads(json.dumps(done.xcoms[END_KEY])))
+    unlogged = PoolOutcome("success", summary=summary, asset=extra)
+    assert (end.streak, end.outcome) == (streak, unlogged)
     assert end.asset is not None and end.asset["alias"] == f"counters_compacted_{family.name}"
     assert end.asset["extra"]["rows_folded"] == 3
     nothing = end_event(family, PoolOutcome("success", summary={"run_id": "r"}))
     assert isinstance(nothing, TaskSuccessEvent) and nothing.xcoms is not None
-    assert RunEnd.from_dict(nothing.xcoms[END_KEY]).asset is None  # no asset event
+    assert decode(RunEnd, nothing.xcoms[END_KEY]).asset is None  # no asset event
     stopped = end_event(family, PoolOutcome("stopped", message="idle"))
     assert isinstance(stopped, TaskSkippedEvent) and stopped.xcoms is not None
-    assert RunEnd.from_dict(stopped.xcoms[END_KEY]).outcome.message == "idle"
+    assert decode(RunEnd, stopped.xcoms[END_KEY]).outcome.message == "idle"
     dry = end_event(family, PoolOutcome("dry-run"))
     assert isinstance(dry, TaskSkippedEvent) and not dry.xcoms
     for back in ("failed", "large", "error", "timeout"):
         outcome = PoolOutcome(back, message=f"{back}!")
         event = end_event(family, outcome)
-        assert type(event) is TriggerEvent and PoolOutcome.from_dict(event.payload) == outcome
+        assert type(event) is TriggerEvent and decode(PoolOutcome, event.payload) == outcome
     assert requests.sent == []
-    with pytest.raises(ValueError, match="'streak' is None"):
-        RunEnd.from_dict({"outcome": {"outcome": "success"}})
+    with pytest.raises(CodecError, match=r"RunEnd: field\(s\) missing: streak"):
+        decode(RunEnd, {"v": 1, "asset": None, "outcome": encode(PoolOutcome("success"))})
 
 
 def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
@@ -349,7 +352,7 @@ class InlineFamilyRunTrigger(FamilyRunTrigger):
         self.timeout_s = _deferred["timeout_s"]
         async for event in super().run():
             if not isinstance(event, TaskSuccessEvent) and event.payload:
-                HANDED.append(PoolOutcome.from_dict(event.payload))
+                HANDED.append(decode(PoolOutcome, event.payload))
             yield event
 
 

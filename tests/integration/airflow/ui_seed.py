@@ -91,7 +91,7 @@ def compact_as_the_dag_does(family: Family, run_id: str, scheduled: datetime, no
 
     try:
         planned = tasks.plan(family, run_id=run_id, scheduled=scheduled, now=now)
-        run = tasks.received_plan(planned.as_dict())  # as the DAG's later tasks get it
+        run = tasks.received_plan(tasks.encode(planned))  # as the DAG's later tasks get it
         if run.small:
             tasks.whole_run(family, run)
         else:

@@ -496,7 +496,7 @@ def test_a_run_whose_compact_step_is_cleared_after_it_ended_audits_both_passes(m
     started = datetime.now(UTC)
     plan = engine.plan_step(store, "cleared", epoch, now, started_at=started)
 
-    def one_pass() -> engine.RunSummary:
+    def one_pass() -> engine.RunOutcome:
         steps = engine.RunSteps(store, plan, started, now=now)
         verified = steps.verify(steps.compact(plan.shards))
         cleanups = steps.cleanup(verified, plan.shards)

@@ -87,7 +87,7 @@ def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
     read_copies = store_a.ledger.read_copies
-    raced: list[engine.RunSummary] = []
+    raced: list[engine.RunOutcome] = []
 
     def copies_after_a_rival_commit(*args, **kwargs):
         if not raced:  # once, between A's ledger read and its copies read

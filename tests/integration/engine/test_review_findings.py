@@ -34,7 +34,7 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
     read_copies, read_ledger = store_a.ledger.read_copies, store_a.ledger.read_ledger
-    raced: list[engine.RunSummary] = []
+    raced: list[engine.RunOutcome] = []
     started: list[bool] = []
     ledger_read: list[bool] = []
 
