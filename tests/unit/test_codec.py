@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from counters.audit import Provenance
@@ -144,6 +144,16 @@ def test_a_type_without_an_upgrade_refuses_a_payload_without_its_version():
     assert trip(value) == value
     with pytest.raises(CodecError, match=r"Probe: field 'v' is 0, expected 3"):
         decode(Probe, {"when": "2026-11-22T10:00:00.000Z", "named": []})
+
+
+def test_a_literal_field_takes_only_its_values():
+    @dataclass(frozen=True)
+    class Ended:
+        how: Literal["success", "failed"]
+
+    assert trip(Ended("failed")) == Ended("failed")
+    with pytest.raises(CodecError, match=r"Ended\.how: expected one of \['success', 'failed'\]"):
+        decode(Ended, {"how": "done"})
 
 
 # --- what the previous release stored in XCom (its ``as_dict``), literally ---------------------
