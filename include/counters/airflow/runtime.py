@@ -119,6 +119,17 @@ def store_for(family: Family) -> Store:
         return store
 
 
+def start_try() -> None:
+    """A try of a run starts in a process that outlives runs (the warm pool): each kept
+    ``Store`` forgets the family checks an earlier try passed. They are skipped within one
+    run by its run id, and a retry or a cleared task keeps its run id: without this, a retry
+    in the process of its first try would not see a table changed in between (a TTL set on
+    the compact table), where a worker's fresh process does."""
+    with _lock:
+        for store in _stores.values():
+            store.owners.checked_run = None
+
+
 def close() -> None:
     """Close the process's connection and forget its settings and stores (tests; a worker
     process just exits)."""

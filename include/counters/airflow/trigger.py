@@ -35,6 +35,7 @@ deadlocked and loses its triggers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -42,7 +43,7 @@ from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow.listeners import hookimpl
@@ -56,6 +57,7 @@ from airflow.triggers.base import (
 from ..audit import Provenance
 from ..config import Family
 from ..core.codec import decode, encode, versioned
+from ..core.moments import utc_naive
 from .poolrun import PoolOutcome, PoolRun
 
 if TYPE_CHECKING:
@@ -70,6 +72,11 @@ arrive together) before it goes back to a worker."""
 BACKSTOP = timedelta(minutes=30)
 """The trigger's own timeout in Airflow (``StartTriggerArgs.timeout``): past it the task fails
 (``__fail__``) and is retried; the pool's timeout hands the run to a worker long before."""
+BACKSTOP_MARGIN_S = 60.0
+"""How long before ``BACKSTOP`` a run's wait for the pool ends (time to stop the pool's
+processes and hand the run back)."""
+MIN_WAIT_S = 5.0
+"""A run with less time than this to wait for the pool is handed to a worker at once."""
 
 END_KEY = "counters_run_end"
 """The key of a success or skipped event's ``xcoms`` that marks the end of a family's run and
@@ -91,6 +98,8 @@ class RunEnd:
 
 
 def pool_timeout(env: Mapping[str, str] | None = None) -> float:
+    """``$COUNTERS_WARM_POOL_TIMEOUT_S``: seconds, under ``BACKSTOP`` (Airflow's own timeout
+    fails the task and cancels the trigger without stopping the pool's work)."""
     env = os.environ if env is None else env
     text = (env.get(TIMEOUT_ENV) or "").strip()
     if not text:
@@ -99,9 +108,24 @@ def pool_timeout(env: Mapping[str, str] | None = None) -> float:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if seconds <= 0:
-        raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {text!r}")
+    if not 0 < seconds < BACKSTOP.total_seconds() - BACKSTOP_MARGIN_S:
+        raise ValueError(
+            f"{TIMEOUT_ENV} must be a number of seconds > 0 and under "
+            f"{BACKSTOP.total_seconds() - BACKSTOP_MARGIN_S:g}, got {text!r}"
+        )
     return seconds
+
+
+def pool_wait(timeout: float, timeout_after: datetime | None, now: datetime) -> float:
+    """How long a run may wait for the pool: ``timeout``, but ending ``BACKSTOP_MARGIN_S``
+    before Airflow's own timeout of the trigger (``timeout_after``, naive as UTC: a trigger
+    that started late, after a triggerer was down). Past that one Airflow fails the task and
+    cancels the trigger without ``on_kill``, and the pool's run would go on beside the task's
+    next try. Pure."""
+    if timeout_after is None:
+        return timeout
+    left = (utc_naive(timeout_after) - utc_naive(now)).total_seconds() - BACKSTOP_MARGIN_S
+    return max(0.0, min(timeout, left))
 
 
 def pool_run(family: Family, context: Mapping[str, Any]) -> PoolRun:
@@ -184,10 +208,19 @@ class FamilyRunTrigger(BaseTrigger):
         family = Family.model_validate(self.family)
         ti: Any = self.task_instance
         context = ti.get_template_context()
-        timeout = self.timeout_s or pool_timeout()
+        timeout = pool_wait(
+            self.timeout_s or pool_timeout(),
+            getattr(self, "timeout_after", None),
+            datetime.now(UTC),
+        )
         try:
-            request = await asyncio.to_thread(pool_run, family, context)
-            outcome = await self.in_pool(request, timeout)
+            if timeout < MIN_WAIT_S:
+                outcome = PoolOutcome(
+                    "timeout", message=f"{timeout:.0f} s left before the trigger's timeout"
+                )
+            else:
+                request = await asyncio.to_thread(pool_run, family, context)
+                outcome = await self.in_pool(request, timeout)
         except Exception as exc:  # the run never reached the pool: a worker does it
             self.log.warning("family %s: run not handed to the pool", family.name, exc_info=True)
             outcome = PoolOutcome("error", message=f"{type(exc).__name__}: {exc}")
@@ -219,15 +252,34 @@ class FamilyRunTrigger(BaseTrigger):
         try:
             outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except TimeoutError:
-            message = f"no answer from the warm pool in {timeout} s"
-            if not future.cancel() and not future.done():  # at work: stop it first
-                stopped = await asyncio.to_thread(pool.stop)
-                message += f"; its processes {stopped} stopped"
-            outcome = PoolOutcome("timeout", message=message)
+            outcome = await self._late(pool, future, timeout)
         except BrokenProcessPool as exc:
             outcome = PoolOutcome("error", message=f"a warm pool process died: {exc}")
+        except asyncio.CancelledError:
+            future.cancel()  # a run still queued never starts; one at work is ``on_kill``'s
+            raise
         self._at_work = None  # not on a cancel: ``on_kill`` may follow it
         return outcome
+
+    @staticmethod
+    async def _late(pool: WarmPool, future: Future[PoolOutcome], timeout: float) -> PoolOutcome:
+        """The outcome of a run the pool did not answer in ``timeout``: its own when it ended
+        as the wait did (a committed run handed back would be redone as a ``noop`` and its
+        task skipped); else the run is cancelled, or stopped with the pool's processes when
+        it is at work, and handed back."""
+        if not future.cancel():
+            if future.done():
+                try:
+                    return future.result()
+                except BrokenProcessPool as exc:
+                    return PoolOutcome("error", message=f"a warm pool process died: {exc}")
+            stopped = await asyncio.to_thread(pool.stop)
+            if future.done() and not future.cancelled():
+                with contextlib.suppress(BrokenProcessPool):
+                    return future.result()  # it ended while its processes were stopped
+            message = f"no answer from the warm pool in {timeout} s"
+            return PoolOutcome("timeout", message=f"{message}; its processes {stopped} stopped")
+        return PoolOutcome("timeout", message=f"no answer from the warm pool in {timeout} s")
 
     async def on_kill(self) -> None:
         """The task instance was marked failed or succeeded, or cleared, while its run was in
@@ -330,6 +382,29 @@ def streak_open(key: str, session: Any) -> bool:
     return session.scalar(select(Variable.id).where(Variable.key == key).limit(1)) is not None
 
 
+def carry_triggering_user() -> None:
+    """Give a trigger's DAG run who triggered it: Airflow 3.3.2 builds it
+    (``DagRun.dag_run_data``, in the triggerer's main process) without
+    ``triggering_user_name``, a field of the very model it builds, so a manual run or a
+    backfill done in the pool would audit no Airflow user where a worker's audits theirs.
+    Wraps that property in this process (the triggerer's)."""
+    from airflow.models.dagrun import DagRun
+
+    built = DagRun.__dict__["dag_run_data"]
+    if getattr(built.fget, "carries_user", False):
+        return
+
+    def dag_run_data(run: Any) -> Any:
+        data = built.fget(run)
+        user = getattr(run, "triggering_user_name", None)
+        if user and getattr(data, "triggering_user_name", None) is None:
+            data = data.model_copy(update={"triggering_user_name": user})
+        return data
+
+    dag_run_data.carries_user = True  # type: ignore[attr-defined]
+    DagRun.dag_run_data = property(dag_run_data)  # type: ignore[method-assign,assignment]
+
+
 def register_end_handler() -> bool:
     """Teach this triggerer how a family's run ends from the trigger: Airflow ends a task from a
     ``TaskSuccessEvent`` (``models.trigger.handle_event_submit``, one handler per event type)
@@ -346,6 +421,7 @@ def register_end_handler() -> bool:
     from airflow.models.trigger import handle_event_submit
     from airflow.triggers.base import BaseTaskEndEvent
 
+    carry_triggering_user()
     end_task = handle_event_submit.dispatch(BaseTaskEndEvent)
     resume = handle_event_submit.dispatch(TriggerEvent)
 

@@ -105,6 +105,7 @@ def run_in_pool(request: PoolRun) -> PoolOutcome:
     with _captured() as lines:
         try:
             runtime.use_connection_settings(request.settings)
+            runtime.start_try()
             try:
                 run = tasks.plan(
                     family,

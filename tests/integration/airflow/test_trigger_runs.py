@@ -248,6 +248,13 @@ def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
         assert run("small-2", 10) == "success"
         assert airflow.run_task(dag_id, "small-2")["on_worker"] is False
         assert airflow.success_callbacks() == 0
+        (user,) = airflow.query(
+            "SELECT triggering_user_name FROM dag_run WHERE dag_id = ? AND run_id = ?",
+            dag_id,
+            "small-2",
+        )[0]
+        audited = [a for a in store.audit.page(10) if a["run_id"] == "small-2"]
+        assert user and [a["airflow_user"] for a in audited] == [user], (user, audited)
         summary = airflow.summary(dag_id, "small-2")
         assert summary is not None and summary["rows_folded"] == 1, summary
         events = airflow.events(uri)

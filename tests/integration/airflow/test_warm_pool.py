@@ -14,10 +14,11 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import suppress
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from counters.airflow import tasks, warmpool
@@ -108,7 +109,10 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(  # logger 
     is ``large`` (nothing done, nothing audited: a worker does it); a small run ``success``;
     a run whose epoch is not newer ``stopped`` (its ``noop`` row); a tampered counter
     ``failed``, audited ``partial`` in the pool and nothing of it deleted; an error ``error``,
-    not audited (the worker that gets it back does the run)."""
+    not audited (the worker that gets it back does the run), and its retry in the same process
+    checks the family's tables again (a worker's fresh process would: a kept ``Store`` skipped
+    the checks by the run id, and a TTL set on the compact table in between made readers lose
+    the folded value)."""
     families = make_families({}, shape="one-task")
     family = families.family(families.entries[0]["name"])
     store = Store(conn, family)
@@ -137,6 +141,19 @@ def test_each_ending_of_a_run_in_the_pool_is_an_outcome_audited_once(  # logger 
         error = warmpool.run_in_pool(pool_run(family, t0 + timedelta(minutes=9) + family.lag, "r4"))
     assert (error.outcome, error.error) == ("error", "RuntimeError"), error
     assert copy_value(store, "IBM") == 45  # r4 committed nothing: r5's commit makes it 55
+    # r4's retry (its run id kept) in the same process, after a TTL was set on the compact
+    # table: checked again as a worker's fresh process checks it, and refused
+    compact = f"{family.keyspace}.{family.compact_table}"
+    conn.session.execute(f"ALTER TABLE {compact} WITH default_time_to_live = 3")
+    try:
+        retried = warmpool.run_in_pool(
+            pool_run(family, t0 + timedelta(minutes=9) + family.lag, "r4")
+        )
+    finally:
+        conn.session.execute(f"ALTER TABLE {compact} WITH default_time_to_live = 0")
+    assert (retried.outcome, retried.error) == ("error", "SchemaError"), retried
+    assert "default_time_to_live" in retried.message, retried
+    assert copy_value(store, "IBM") == 45
     with tasks.fault_hook(overwrite_ibm_copy(store)):
         failed = warmpool.run_in_pool(
             pool_run(family, t0 + timedelta(minutes=10) + family.lag, "r5")
@@ -276,6 +293,89 @@ def test_each_outcome_ends_the_task_or_hands_it_back_without_an_api_request(
     assert requests.sent == []
     with pytest.raises(CodecError, match=r"RunEnd: field\(s\) missing: streak"):
         decode(RunEnd, {"v": 1, "asset": None, "outcome": encode(PoolOutcome("success"))})
+
+
+class AnswersAtTheTimeout(Future):  # type: ignore[type-arg]
+    """A pool's run whose answer lands as the trigger's wait for it ends."""
+
+    def cancel(self) -> bool:
+        if not self.done():
+            self.set_result(PoolOutcome("success", summary={"run_id": "r"}, asset={"e": 1}))
+        return False
+
+
+class FakePool:
+    """``WarmPool``'s face to the trigger: hands out ``future``s, counts ``stop``s."""
+
+    def __init__(self, future: Future) -> None:  # type: ignore[type-arg]
+        self.future, self.stops = future, 0
+
+    def submit(self, request: Any) -> Future:  # type: ignore[type-arg]
+        self.future.set_running_or_notify_cancel()
+        return self.future
+
+    def stop(self) -> list[int]:
+        self.stops += 1
+        return []
+
+
+def test_an_answer_at_the_timeout_is_the_runs_and_a_cancel_unqueues_the_run() -> None:
+    """The pool's answer that lands as the wait ends is the run's outcome (handed back as a
+    timeout, a committed run would be redone as a ``noop`` and its task skipped; a failed one
+    redone instead of failing at once), with no stop. A trigger cancelled while its run is
+    still queued (Airflow's own timeout, a triggerer's shutdown) cancels the run, so it never
+    starts beside the task's next try. Mutations: ``_late`` without its ``done`` branch hands
+    back ``timeout``; ``in_pool`` without its cancel leaves the run queued."""
+    trigger = FamilyRunTrigger({"name": "f"})
+    late = FakePool(AnswersAtTheTimeout())
+    outcome = asyncio.run(trigger.in_pool(cast(PoolRun, None), 0.05, pool=cast(Any, late)))
+    assert (outcome.outcome, outcome.asset, late.stops) == ("success", {"e": 1}, 0), outcome
+
+    queued: Future = Future()  # type: ignore[type-arg]
+    pool = FakePool(queued)
+    pool.submit = lambda request: queued  # type: ignore[method-assign]  # not started
+
+    async def cancelled() -> None:
+        waiting = asyncio.ensure_future(trigger.in_pool(cast(PoolRun, None), 60, cast(Any, pool)))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with suppress(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(cancelled())
+    assert queued.cancelled()
+
+
+def test_a_run_waits_for_the_pool_until_shortly_before_airflows_own_timeout() -> None:
+    """Airflow's timeout of the trigger fails the task and cancels the trigger without
+    ``on_kill``: the run's wait for the pool ends ``BACKSTOP_MARGIN_S`` before it, and a pool
+    timeout at or past it is refused where it is set."""
+    from counters.airflow.trigger import BACKSTOP_MARGIN_S, TIMEOUT_ENV, pool_timeout, pool_wait
+
+    now = datetime(2026, 11, 29, 15, 0)
+    assert pool_wait(300.0, None, now) == 300.0
+    assert pool_wait(300.0, now + timedelta(minutes=30), now) == 300.0
+    assert pool_wait(300.0, now + timedelta(minutes=3), now) == 180.0 - BACKSTOP_MARGIN_S
+    assert pool_wait(300.0, now + timedelta(seconds=30), now) == 0.0
+    assert pool_wait(300.0, (now + timedelta(minutes=3)).replace(tzinfo=UTC), now) == 120.0
+    assert pool_timeout({TIMEOUT_ENV: "600"}) == 600.0
+    for bad in ("1800", "1740", "0", "soon"):
+        with pytest.raises(ValueError, match=TIMEOUT_ENV):
+            pool_timeout({TIMEOUT_ENV: bad})
+
+
+def test_a_trigger_knows_who_triggered_its_dag_run() -> None:
+    """Airflow 3.3.2 builds a trigger's DAG run without ``triggering_user_name``: a manual run
+    done in the pool would audit no user. The triggerer's patch carries it (the whole path:
+    ``test_trigger_runs``). Mutation: without ``carry_triggering_user`` the user is None."""
+    from airflow.models.dagrun import DagRun
+    from counters.airflow.trigger import carry_triggering_user
+
+    run = DagRun(dag_id="d", run_id="manual-1", run_type="manual", triggering_user_name="alice")
+    carry_triggering_user()
+    carry_triggering_user()  # once: a second call wraps nothing again
+    assert run.dag_run_data.triggering_user_name == "alice"
+    assert DagRun(dag_id="d", run_id="s", run_type="scheduled").dag_run_data.run_id == "s"
 
 
 def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
