@@ -371,11 +371,21 @@ def test_a_trigger_knows_who_triggered_its_dag_run() -> None:
     from airflow.models.dagrun import DagRun
     from counters.airflow.trigger import carry_triggering_user
 
-    run = DagRun(dag_id="d", run_id="manual-1", run_type="manual", triggering_user_name="alice")
+    def dag_run(run_id: str, run_type: str, user: str | None) -> DagRun:
+        after = datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
+        return DagRun(
+            dag_id="d",
+            run_id=run_id,
+            run_type=run_type,
+            run_after=after,
+            state="queued",
+            triggering_user_name=user,
+        )
+
     carry_triggering_user()
     carry_triggering_user()  # once: a second call wraps nothing again
-    assert run.dag_run_data.triggering_user_name == "alice"
-    assert DagRun(dag_id="d", run_id="s", run_type="scheduled").dag_run_data.run_id == "s"
+    assert dag_run("manual-1", "manual", "alice").dag_run_data.triggering_user_name == "alice"
+    assert dag_run("s", "scheduled", None).dag_run_data.triggering_user_name is None
 
 
 def test_a_pool_that_does_not_answer_in_time_hands_the_run_back(
