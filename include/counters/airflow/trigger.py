@@ -255,11 +255,8 @@ class FamilyRunTrigger(BaseTrigger):
             outcome = await self._late(pool, future, timeout)
         except BrokenProcessPool as exc:
             outcome = PoolOutcome("error", message=f"a warm pool process died: {exc}")
-        except asyncio.CancelledError:
-            future.cancel()  # a run still queued never starts; one at work is ``on_kill``'s
-            raise
-        self._at_work = None  # not on a cancel: ``on_kill`` may follow it
-        return outcome
+        self._at_work = None  # not on a cancel: ``on_kill`` may follow it (a cancel of this
+        return outcome  # wait cancels a run still queued: ``wrap_future`` chains the cancel)
 
     @staticmethod
     async def _late(pool: WarmPool, future: Future[PoolOutcome], timeout: float) -> PoolOutcome:

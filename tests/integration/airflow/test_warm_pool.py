@@ -324,8 +324,8 @@ def test_an_answer_at_the_timeout_is_the_runs_and_a_cancel_unqueues_the_run() ->
     timeout, a committed run would be redone as a ``noop`` and its task skipped; a failed one
     redone instead of failing at once), with no stop. A trigger cancelled while its run is
     still queued (Airflow's own timeout, a triggerer's shutdown) cancels the run, so it never
-    starts beside the task's next try. Mutations: ``_late`` without its ``done`` branch hands
-    back ``timeout``; ``in_pool`` without its cancel leaves the run queued."""
+    starts beside the task's next try (``asyncio.wrap_future`` passes the cancel on). Mutation:
+    ``_late`` without its ``done`` branch stops the pool and hands back ``timeout``."""
     trigger = FamilyRunTrigger({"name": "f"})
     late = FakePool(AnswersAtTheTimeout())
     outcome = asyncio.run(trigger.in_pool(cast(PoolRun, None), 0.05, pool=cast(Any, late)))
