@@ -12,14 +12,18 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import metrics
 from .config import BrokenEntry, Family
 from .connection import Connection
 from .core import ClockOffset, clock_refusal, clock_tolerance, to_text
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import KnownFamily, Store, known_families
+
+if TYPE_CHECKING:
+    from .engine import RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -247,3 +251,16 @@ def read_unconfigured(
                 f"keyspace {keyspace}: families unreadable: {type(exc).__name__}: {exc}"
             )
     return unconfigured(known, families, broken, config), problems
+
+
+def emit_run_metrics(store: Store, ended: RunOutcome, *, clock: bool = True) -> None:
+    """A run's metrics (``metrics.emit_run``, from its audit row) with its family's health
+    beside them: the counters quarantined now, the lag past which it is stale and, with
+    ``clock``, this host's clock offset to the node (left out where the run failed before it
+    reached the node). The DAG's tasks and ``counterctl compact`` send them this one way."""
+    metrics.emit_run(
+        ended.audit_row(),
+        quarantined=lambda: quarantined_now(store),
+        stale_after=stale_after(store.family),
+        clock_offset=(lambda: clock_offset(store.conn)) if clock else None,
+    )

@@ -120,13 +120,7 @@ def _emit_metrics(family: Family) -> engine.AuditHook:
     """The audit hook of a task's steps: the run's metrics, from how it ended."""
 
     def emit(ended: RunOutcome) -> None:
-        store = store_for(family)
-        metrics.emit_run(
-            ended.audit_row(),
-            quarantined=lambda: health.quarantined_now(store),
-            stale_after=health.stale_after(family),
-            clock_offset=lambda: health.clock_offset(store.conn),
-        )
+        health.emit_run_metrics(store_for(family), ended)
 
     return emit
 

@@ -75,12 +75,7 @@ def compact_command(
     def on_audit(ended: engine.RunOutcome) -> None:
         """The run's metrics, as the DAG sends them (whatever the outcome)."""
         audited.append(ended.outcome)
-        metrics.emit_run(
-            ended.audit_row(),
-            quarantined=lambda: health.quarantined_now(store),
-            stale_after=health.stale_after(family),
-            clock_offset=lambda: health.clock_offset(store.conn),
-        )
+        health.emit_run_metrics(store, ended)
         obj.take_back_logging()  # importing Airflow's facade took over the logging
 
     try:
@@ -100,11 +95,7 @@ def compact_command(
             failed = engine.RunOutcome(
                 plan, "failed", started, family.kind.value, Tally(), message=exc.format_message()
             )
-            metrics.emit_run(
-                failed.audit_row(),
-                quarantined=lambda: health.quarantined_now(store),
-                stale_after=health.stale_after(family),
-            )
+            health.emit_run_metrics(store, failed, clock=False)
             obj.take_back_logging()
         raise
     if as_json:
