@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 
 from .harness import Bench
 from .ops import (
@@ -30,7 +31,7 @@ def limits(bench: Bench) -> None:
     t0 = (utc_now() - timedelta(hours=3)).replace(second=0, microsecond=0)
     for start in range(0, p.hot_rows, 20_000):
         client.record(
-            Increment(key, 1, t0 + timedelta(milliseconds=20 * j), ("hot", j))
+            Increment(key, 1, utc_aware(t0 + timedelta(milliseconds=20 * j)), ("hot", j))
             for j in range(start, min(p.hot_rows, start + 20_000))
         )
     epoch = t0 + timedelta(minutes=60)
@@ -38,7 +39,9 @@ def limits(bench: Bench) -> None:
     folds = []
     for n, at in enumerate((epoch, late)):
         if n == 1:
-            client.record([Increment(key, 5, at - timedelta(seconds=30), ("hot-new", 0))])
+            client.record(
+                [Increment(key, 5, utc_aware(at - timedelta(seconds=30)), ("hot-new", 0))]
+            )
         bench.say(f"limits: hot counter, fold {n + 1}")
         started = time.perf_counter()
         try:

@@ -31,7 +31,7 @@ from counters import compaction
 from counters.client import CounterClient, Increment
 from counters.config import Family
 from counters.connection import BULK_PROFILE, Connection
-from counters.core import shard_bounds, table_time, write_timestamp
+from counters.core import shard_bounds, table_time, utc_aware, write_timestamp
 from counters.schema import q
 
 # --- accounting ----------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class Dataset:
 
     def events(self, indexes: Sequence[int]) -> list[Increment]:
         return [
-            Increment(self.key(i), self.increment(i, j), self.time(i, j), ("bench", j))
+            Increment(self.key(i), self.increment(i, j), utc_aware(self.time(i, j)), ("bench", j))
             for i in indexes
             for j in range(self.rows)
         ]

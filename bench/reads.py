@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from counters import engine
 from counters.client import Increment
-from counters.core import table_time, write_timestamp
+from counters.core import table_time, utc_aware, write_timestamp
 
 from .harness import Bench
 from .ops import (
@@ -32,7 +32,8 @@ def reads(bench: Bench) -> None:
     }
     bench.say(f"read latency: {p.history_minutes} per-minute rows, compacted vs not vs fresh")
     client.record(
-        Increment(keys["compacted"], inc, at, ("lat", k)) for k, (at, inc) in enumerate(history)
+        Increment(keys["compacted"], inc, utc_aware(at), ("lat", k))
+        for k, (at, inc) in enumerate(history)
     )
     # Left uncompacted: written without an index mark, so no run ever finds it.
     store.raw.insert_raw(
@@ -42,7 +43,7 @@ def reads(bench: Bench) -> None:
         ]
     )
     fresh_at = table_time(utc_now())
-    client.record([Increment(keys["fresh"], 5, fresh_at, ("lat", 0))])
+    client.record([Increment(keys["fresh"], 5, utc_aware(fresh_at), ("lat", 0))])
     # Kept compact by the job: one run over the backlog, then per-minute runs.
     runs = []
     for back in range(11, 1, -1):

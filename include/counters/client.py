@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from .config import Discovery, Family
 from .connection import Connection
-from .core import Key, aware_utc, minute_ms, table_time, write_timestamp
+from .core import Key, aware_millis, from_millis, naive_refusal, write_timestamp
 from .store import Store
 
 
@@ -27,8 +27,9 @@ def as_key(counter: str | Sequence[object]) -> Key:
 
 @dataclass(frozen=True)
 class Increment:
-    """One event: ``identity`` fills the clustering columns after the time column
-    (``(actor, version)`` in the default layout) and makes a retry the same row."""
+    """One event: ``time`` is its own tz-aware time (``record`` refuses a naive one), and
+    ``identity`` fills the clustering columns after the time column (``(actor, version)`` in the
+    default layout) and makes a retry the same row."""
 
     counter: Key
     increment: int
@@ -40,13 +41,17 @@ def event_problem(event: Increment, identity_names: Sequence[str]) -> str | None
     """What makes an event unfit to record, or None: the rules ``increment`` enforces on its
     arguments, for events given whole. Its own time is required (the row's key is (time,
     identity): a retry is the same row only with the same time), and every part of its
-    identity (a missing one would merge two events, or fail the write half way)."""
+    identity (a missing one would merge two events, or fail the write half way). A naive
+    time is refused, as ``increment(at=)`` refuses one: it may be this host's local time."""
     if not isinstance(event.time, datetime):
         return (
             f"counter {event.counter}: time must be the event's own datetime, got "
             f"{event.time!r}: the row's key is (time, identity), and a retry is the same row "
             "only with the same time"
         )
+    naive = naive_refusal(event.time, f"counter {event.counter}: time")
+    if naive:
+        return naive
     if len(event.identity) != len(identity_names):
         return (
             f"counter {event.counter}: identity needs {len(identity_names)} value(s) for "
@@ -123,23 +128,31 @@ class CounterClient:
         event = Increment(
             counter=as_key(counter),
             increment=amount,
-            time=self._event_time(at),
+            time=from_millis(self._event_millis(at)).replace(tzinfo=UTC),
             identity=identity if identity is not None else self.store.keys.fresh_identity(),
         )
         self.record([event])
         return event
 
-    def _event_time(self, at: datetime | None) -> datetime:
-        """A write's time as the table holds it: ``at`` (tz-aware; a naive one is refused, it
-        may be this host's local time) or now."""
+    def _event_millis(self, at: datetime | None) -> int:
+        """A write's time in epoch ms, as the table holds it: ``at`` (tz-aware; a naive one is
+        refused, it may be this host's local time) or now."""
         if at is None:
-            return table_time(datetime.now(UTC))
-        return table_time(aware_utc(at, f"family {self.family.name!r}: at="))
+            return aware_millis(datetime.now(UTC))
+        if not isinstance(at, datetime):
+            raise TypeError(f"family {self.family.name!r}: at=: expected a datetime, got {at!r}")
+        refusal = naive_refusal(at, f"family {self.family.name!r}: at=")
+        if refusal:
+            raise ValueError(refusal)
+        return aware_millis(at)
 
     def record(self, events: Iterable[Increment]) -> None:
-        """Record many increments: marks first (one per counter), then the rows."""
-        events = list(events)
+        """Record many increments: marks first (one per counter), then the rows. Every event is
+        checked before any is written (``event_problem``: a naive time is refused), so a refused
+        call writes nothing. Each time is taken to the table's ms once, here."""
         names = [c.name for c in self.store.layout.clustering[1:]]
+        rows: list[tuple[Key, tuple[object, ...], int, int]] = []
+        minutes: dict[Key, set[int]] = {}
         for event in events:  # every event before any is written
             if isinstance(event.increment, bool) or not isinstance(event.increment, int):
                 raise TypeError(
@@ -149,17 +162,20 @@ class CounterClient:
             problem = event_problem(event, names)
             if problem:
                 raise ValueError(f"family {self.family.name!r}: {problem}")
+            millis = aware_millis(event.time)
+            rows.append(
+                (
+                    event.counter,
+                    (from_millis(millis), *event.identity),
+                    event.increment,
+                    millis * 1000,
+                )
+            )
+            # the minutes of the rows: a run reads each counter down to them
+            minutes.setdefault(event.counter, set()).add(millis // 60_000 * 60_000)
         if self.family.discovery is Discovery.INDEX:
-            minutes: dict[Key, set[int]] = {}
-            for e in events:  # the minutes of the rows: a run reads each counter down to them
-                minutes.setdefault(e.counter, set()).add(minute_ms(e.time))
             self.store.index.mark_touched(list(minutes), minutes)
-        self.store.raw.insert_raw(
-            [
-                (e.counter, (e.time, *e.identity), e.increment, write_timestamp(e.time))
-                for e in events
-            ]
-        )
+        self.store.raw.insert_raw(rows)
 
     def add_member(
         self, counter: str | Sequence[object], member: object, *, at: datetime | None = None
@@ -184,7 +200,7 @@ class CounterClient:
                 f"{self.family.rules.counts}, not members; add_member is for a unique family"
             )
         pairs = [(as_key(counter), member) for counter, member in items]
-        now = self._event_time(at)
+        now = from_millis(self._event_millis(at))
         if self.family.discovery is Discovery.INDEX:
             self.store.index.mark_touched(key for key, _member in pairs)
         outcomes = self.store.raw.add_members(pairs, now)

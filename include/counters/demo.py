@@ -13,7 +13,6 @@ from typing import Any
 from .client import CounterClient, Increment
 from .config import Family
 from .connection import Connection
-from .core import table_time
 from .kinds import DemoWriter
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ def write_forever(
         if duration is not None and time.monotonic() - started >= duration:
             break
         begin = time.monotonic()
-        now = table_time(datetime.now(UTC).replace(tzinfo=None))
+        now = datetime.now(UTC)
         for client in clients:
             batch = []
             for _ in range(max(1, int(rate * tick))):

@@ -20,6 +20,7 @@ from cassandra import ConsistencyLevel, DriverException, Unauthorized, Unavailab
 from cassandra.cluster import NoHostAvailable
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from tests.integration.engine.helpers import StalledRun
@@ -36,7 +37,7 @@ def load(cf: ClusterFamily, t0, counters, minute: int = 0, version: int = 0) -> 
     """``ROWS`` increments (1, 2, 3) per counter, within the minute after t0 + ``minute``."""
     at = t0 + timedelta(minutes=minute)
     cf.client.record(
-        Increment((c,), i + 1, at + timedelta(seconds=i), ("w", version + i))
+        Increment((c,), i + 1, utc_aware(at + timedelta(seconds=i)), ("w", version + i))
         for c in counters
         for i in range(ROWS)
     )

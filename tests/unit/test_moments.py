@@ -13,6 +13,7 @@ from counters.airflow.alerting import Streak
 from counters.core import (
     EARLIEST,
     ClockOffset,
+    aware_millis,
     aware_utc,
     clock_refusal,
     clock_tolerance,
@@ -26,6 +27,7 @@ from counters.core import (
     to_micros,
     to_millis,
     to_text,
+    utc_aware,
 )
 
 pytestmark = pytest.mark.unit
@@ -103,6 +105,37 @@ def test_the_write_api_takes_the_instant_a_times_own_offset_says(local):
     wall time in the zone's name moved these by an hour (a retry in UTC: a second row)."""
     assert aware_utc(local, "at=") == local.astimezone(UTC)
     assert table_time(aware_utc(local, "at=")) == table_time(local)
+
+
+@pytest.mark.parametrize(
+    "local",
+    [
+        pytz.timezone("Europe/Paris").localize(datetime(2026, 10, 25, 2, 30), is_dst=False),
+        datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Paris"), fold=1),
+        datetime(2026, 3, 29, 2, 30, 0, 999_999, tzinfo=ZoneInfo("Europe/Paris")),
+        datetime(2026, 11, 22, 11, 0, 0, 123_999, tzinfo=pytz.FixedOffset(60)),
+        pendulum.datetime(2026, 11, 22, 10, 0, 59, 1_500, tz="America/New_York"),
+        datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=UTC),
+    ],
+    ids=[
+        "pytz_autumn",
+        "zoneinfo_fold",
+        "zoneinfo_gap_us",
+        "pytz_fixed_us",
+        "pendulum",
+        "pre_1970",
+    ],
+)
+def test_an_aware_time_is_stored_at_the_ms_its_naive_utc_form_was(local):
+    """``record()`` takes an event's time to the table's ms with ``aware_millis`` (one
+    subtraction, no pendulum): the very ms ``table_time`` gives its naive UTC form (what a naive
+    ``Increment.time`` was stored at), floored, the instant its own ``utcoffset()`` says."""
+    naive_utc = local.astimezone(UTC).replace(tzinfo=None)
+    assert aware_millis(local) == to_millis(naive_utc) == to_millis(local)
+    assert EARLIEST + timedelta(milliseconds=aware_millis(local)) == table_time(naive_utc)
+    assert utc_aware(naive_utc) == local.astimezone(UTC) and utc_aware(local) == utc_aware(
+        naive_utc
+    )
 
 
 def test_a_persons_time_is_tz_aware_utc_to_the_millisecond():

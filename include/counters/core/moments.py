@@ -15,6 +15,9 @@ import pendulum
 
 EARLIEST = datetime(1970, 1, 1)
 """The Unix epoch, naive UTC: the earliest time a table holds, and the zero of every ms and µs."""
+EPOCH_UTC = EARLIEST.replace(tzinfo=UTC)
+"""The Unix epoch, tz-aware: the zero a tz-aware time's ms are counted from (``aware_millis``)."""
+_MILLI = timedelta(milliseconds=1)
 
 TEXT_FORMAT_EXAMPLE = "2026-11-22T10:00:00.000Z"
 STAMP_SECONDS = "%Y%m%dT%H%M%SZ"
@@ -39,22 +42,48 @@ def utc_naive(moment: datetime) -> datetime:
     return moment
 
 
+def naive_refusal(moment: datetime, what: str) -> str | None:
+    """Why ``moment`` may not be handed to the write API (``what`` names the family, the
+    counter or the argument), or None: a naive time may be UTC or this host's local time
+    (``datetime.now()``), and a wrong guess moves a row by hours."""
+    if moment.tzinfo is not None and moment.utcoffset() is not None:
+        return None
+    return (
+        f"{what}: {moment!r} is a naive datetime (no tzinfo), which may be UTC or this "
+        "host's local time; pass a tz-aware time, e.g. pendulum.datetime(2026, 11, 25, 14, 30, "
+        "tz='UTC'), datetime(2026, 11, 25, 14, 30, tzinfo=UTC), datetime.now(UTC) or "
+        "pendulum.now('UTC')"
+    )
+
+
 def aware_utc(moment: datetime, what: str) -> pendulum.DateTime:
     """A time handed to the write API (``what`` names the family and the argument), as a
-    tz-aware UTC time; a naive one is refused: nothing says whether it is UTC or the caller's
-    local time (``datetime.now()``), and a wrong guess moves a row by hours."""
+    tz-aware UTC time; a naive one is refused (``naive_refusal``)."""
     if not isinstance(moment, datetime):
         raise TypeError(f"{what}: expected a datetime, got {moment!r}")
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(
-            f"{what}: {moment!r} is a naive datetime (no tzinfo), which may be UTC or this "
-            "host's local time; pass a tz-aware time, e.g. datetime(2026, 11, 25, 14, 30, "
-            "tzinfo=UTC), datetime.now(UTC) or pendulum.now('UTC')"
-        )
+    refusal = naive_refusal(moment, what)
+    if refusal:
+        raise ValueError(refusal)
     # the instant its own utcoffset() says (as ``utc_naive`` reads it), made UTC before pendulum
     # sees it: ``pendulum.instance`` re-reads the wall time in the zone's name, an hour off for
     # a pytz-localised time in the autumn's repeated hour or a zoneinfo time in the spring gap
     return pendulum.instance(moment.astimezone(UTC)).in_timezone("UTC")
+
+
+def aware_millis(moment: datetime) -> int:
+    """A tz-aware time (``naive_refusal`` said None) in ms since the Unix epoch, floored: the
+    instant its own ``utcoffset()`` says, as the driver stores it. One subtraction, on the write
+    API's hot path (no pendulum, no naive copy): ``datetime.__sub__`` also serves pendulum's
+    and Airflow's times, whose own ``-`` gives an interval that ``//`` refuses."""
+    return datetime.__sub__(moment, EPOCH_UTC) // _MILLI
+
+
+def utc_aware(moment: datetime) -> datetime:
+    """``utc_naive``'s inverse: a time as the tables and the engine hold it (naive UTC: an epoch,
+    a test's virtual clock) as the tz-aware UTC time the write API takes."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def to_millis(moment: datetime) -> int:

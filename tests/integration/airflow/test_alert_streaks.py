@@ -17,6 +17,7 @@ from counters import engine
 from counters.airflow import tasks
 from counters.airflow.alerting import Streak, state_key
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -85,7 +86,7 @@ def test_a_failing_family_alerts_once_reminds_after_the_interval_and_recovers(
     assert kinds(receivers.json_posts("/hook")) == ["failing", "still_failing"]
 
     # a run that folds rows succeeds: the recovery notice, and the streak is closed
-    client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=1), ("w", 1))])
+    client.record([Increment(("IBM",), 7, utc_aware(t0 + timedelta(minutes=1)), ("w", 1))])
     ok = run(dag, t0 + timedelta(minutes=5) + family.lag)
     assert ok.state == "success"
     posts = receivers.json_posts("/hook")
@@ -113,7 +114,7 @@ def test_two_failing_tasks_of_one_run_alert_once(conn, make_families, dagbag, re
     families = make_families({"shards": 2, "alerts": {"webhook_url": hook}}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     client = CounterClient(conn, family, Store(conn, family))
-    client.record([Increment((f"C{i}",), 1, t0, ("w", i)) for i in range(40)])
+    client.record([Increment((f"C{i}",), 1, utc_aware(t0), ("w", i)) for i in range(40)])
     dag = dagbag().dags[family.dag_id]
 
     def blow_up(point: str) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from .conftest import DAGS, answers, free_port
@@ -186,7 +187,10 @@ def test_backfill_create_runs_in_order_and_compacted_epochs_are_noops(
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
     client.record(
-        [Increment(("IBM",), i + 1, base + timedelta(minutes=i), ("w", i)) for i in range(10)]
+        [
+            Increment(("IBM",), i + 1, utc_aware(base + timedelta(minutes=i)), ("w", i))
+            for i in range(10)
+        ]
     )
     # compacted up to 12:02 already (e.g. by counterctl): the 12:03 run's epoch is not newer
     engine.run_family(store, base + timedelta(minutes=2), "cli-before-backfill")

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from .conftest import DAGS, PROJECT, answers, api_request, free_port
@@ -218,7 +219,7 @@ def test_dags_run_unchanged_under_the_celery_executor(
     client = CounterClient(conn, family, store)
     keys = [f"C{i:04d}" for i in range(COUNTERS)]
     first = [
-        Increment((key,), i % 7 + m + 1, base + timedelta(minutes=m), ("w", i * 10 + m))
+        Increment((key,), i % 7 + m + 1, utc_aware(base + timedelta(minutes=m)), ("w", i * 10 + m))
         for i, key in enumerate(keys)
         for m in range(3)
     ]
@@ -269,10 +270,12 @@ def test_dags_run_unchanged_under_the_celery_executor(
 
     # 2. a small run: the run task does it whole, the rest is skipped
     second = [
-        Increment((key,), 1000 + i, base + timedelta(minutes=7), ("w2", i))
+        Increment((key,), 1000 + i, utc_aware(base + timedelta(minutes=7)), ("w2", i))
         for i, key in enumerate(keys[:5])
     ]
-    late = Increment((keys[0],), 5, base + timedelta(minutes=30), ("w2", 99))  # after epoch2
+    late = Increment(
+        (keys[0],), 5, utc_aware(base + timedelta(minutes=30)), ("w2", 99)
+    )  # after epoch2
     client.record([*second, late])
     epoch2 = base + timedelta(minutes=10)
     run2_s = airflow.trigger_and_wait(family.dag_id, "celery-small", epoch2)

@@ -12,6 +12,7 @@ import pytest
 from counters import engine
 from counters.airflow import tasks
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.recount import recount
 from counters.store import Store
 
@@ -43,7 +44,7 @@ def test_a_cleared_cleanup_after_a_release_keeps_the_rows_its_archive_left_out(
     client = CounterClient(conn, family, store)
     client.record(
         [
-            Increment((c,), i + 1, t0 + timedelta(minutes=i), ("w", i))
+            Increment((c,), i + 1, utc_aware(t0 + timedelta(minutes=i)), ("w", i))
             for c in ("IBM", "AAPL")
             for i in range(10)
         ]

@@ -14,6 +14,7 @@ import pytest
 from counters.airflow import tasks
 from counters.audit import config_fingerprint
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.gx import checks
 from counters.schema import SchemaError
 from counters.store import Store
@@ -26,7 +27,7 @@ def aware(moment: datetime) -> datetime:
 
 
 def inc(counter: str, amount: int, at: Any, version: int) -> Increment:
-    return Increment((counter,), amount, at, ("w", version))
+    return Increment((counter,), amount, utc_aware(at), ("w", version))
 
 
 def load(client: CounterClient, t0: Any, counters=("IBM", "AAPL")) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from .test_scheduler_assets_metrics import StatsdListener
@@ -35,7 +36,7 @@ def test_counterctl_sends_a_runs_metrics_and_the_lag_through_airflows_statsd(
     families = make_families({}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     client = CounterClient(conn, family, Store(conn, family))
-    client.record([Increment((f"K{i}",), i + 1, t0, ("w", i)) for i in range(12)])
+    client.record([Increment((f"K{i}",), i + 1, utc_aware(t0), ("w", i)) for i in range(12)])
     listener = StatsdListener()
     try:
         env = {
@@ -103,7 +104,7 @@ def test_without_tags_each_family_gets_its_own_names_and_a_warning_says_so(
     families = make_families({}, {}, shape="mapped")
     one, two = (families.family(e["name"]) for e in families.entries)
     store = Store(conn, one)
-    CounterClient(conn, one, store).record([Increment(("K",), 5, t0, ("w", 0))])
+    CounterClient(conn, one, store).record([Increment(("K",), 5, utc_aware(t0), ("w", 0))])
     engine.run_family(store, t0 + timedelta(minutes=5))  # in-process: no metrics here
     listener = StatsdListener()
     try:

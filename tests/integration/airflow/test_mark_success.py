@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from . import test_backfill_scheduler as backfill
@@ -90,7 +91,9 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
     store = Store(conn, family)
     client = CounterClient(conn, family, store)
     counters = [f"m{i}" for i in range(40)]
-    client.record([Increment((c,), 9, base + timedelta(seconds=20), ("w", 1)) for c in counters])
+    client.record(
+        [Increment((c,), 9, utc_aware(base + timedelta(seconds=20)), ("w", 1)) for c in counters]
+    )
     table = f"{family.keyspace}.{family.compact_table}"
     conn.session.execute(f"ALTER TABLE {table} DROP run_id")  # every copy fails: after commits
     private_airflow.run(

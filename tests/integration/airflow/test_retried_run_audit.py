@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from counters.airflow import factory, tasks
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -42,7 +43,7 @@ def test_a_retried_compact_tasks_earlier_commits_are_in_the_runs_audit_row(
     counters = [f"k{i}" for i in range(40)]
     client.record(
         [
-            Increment((c,), i + 1, t0 + timedelta(minutes=1, seconds=i), ("w", i))
+            Increment((c,), i + 1, utc_aware(t0 + timedelta(minutes=1, seconds=i)), ("w", i))
             for c in counters
             for i in range(3)
         ]

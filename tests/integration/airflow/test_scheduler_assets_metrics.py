@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from .conftest import DAGS, PROJECT, answers, api_request, free_port
@@ -243,7 +244,7 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
         store = Store(conn, family)
         client = CounterClient(conn, family, store)
         first = [
-            Increment((f"K{i}",), i + 1, base + timedelta(minutes=i % 3), ("w", i))
+            Increment((f"K{i}",), i + 1, utc_aware(base + timedelta(minutes=i % 3)), ("w", i))
             for i in range(30)
         ]
         client.record(first)
@@ -294,7 +295,7 @@ def test_assets_drive_the_downstream_dag_and_metrics_reach_statsd(
         assert [e["run_id"] for e in airflow.asset_events(compact_uri)] == ["fold-1"]
 
         # 3. a small run that folds rows: done whole in `run`, the event through the alias
-        second = [Increment(("K1",), 100, base + timedelta(minutes=12), ("w", 99))]
+        second = [Increment(("K1",), 100, utc_aware(base + timedelta(minutes=12)), ("w", 99))]
         client.record(second)
         airflow.trigger_and_wait(family.dag_id, "fold-3", base + timedelta(minutes=15))
         states = airflow.task_states(family.dag_id, "fold-3")

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.schema import q
 from counters.store import Store
 
@@ -85,8 +86,8 @@ def history(conn: Any, family: Any, t0: datetime, runs: int = 5) -> tuple[Store,
         at = t0 + timedelta(minutes=i)
         client.record(
             [
-                Increment(("IBM",), i + 1, at, ("w", i)),
-                Increment(("AAPL",), 10, at, ("w", 100 + i)),
+                Increment(("IBM",), i + 1, utc_aware(at), ("w", i)),
+                Increment(("AAPL",), 10, utc_aware(at), ("w", 100 + i)),
             ]
         )
         engine.run_family(store, at + timedelta(seconds=30), f"run-{i}")
@@ -130,7 +131,7 @@ def test_expect_the_overview_to_show_each_familys_health_and_last_hour(
     families = make_families({"shards": 2}, {"shards": 1}, shape="mapped")
     busy, empty = (families.family(e["name"]) for e in families.entries)
     store, client = history(conn, busy, t0)
-    client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=1), ("late", 1))])
+    client.record([Increment(("IBM",), 7, utc_aware(t0 + timedelta(minutes=1)), ("late", 1))])
     engine.run_family(store, t0 + timedelta(minutes=5, seconds=30), "run-5")
 
     answer = ui.get(f"{PREFIX}/api/families")
@@ -171,7 +172,7 @@ def test_expect_the_family_page_to_page_through_the_audit_newest_first(
     )
     family = families.family(families.entries[0]["name"])
     store, client = history(conn, family, t0)
-    client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=1), ("late", 1))])
+    client.record([Increment(("IBM",), 7, utc_aware(t0 + timedelta(minutes=1)), ("late", 1))])
     engine.run_family(store, t0 + timedelta(minutes=5, seconds=30), "run-5")
 
     first = ui.get(f"{PREFIX}/api/families/{family.name}", params={"limit": 4}).json()
@@ -210,7 +211,9 @@ def test_expect_a_counter_look_up_to_read_what_the_client_reads(
     families = make_families({"shards": 2}, shape="mapped")
     family = families.family(families.entries[0]["name"])
     store, client = history(conn, family, t0, runs=3)
-    client.record([Increment(("IBM",), 100, t0 + timedelta(hours=1), ("newer", 1))])  # unfolded
+    client.record(
+        [Increment(("IBM",), 100, utc_aware(t0 + timedelta(hours=1)), ("newer", 1))]
+    )  # unfolded
 
     found = ui.get(f"{PREFIX}/api/families/{family.name}/counters/IBM").json()
 
@@ -379,7 +382,7 @@ def test_expect_data_docs_served_with_every_asset_local(
     none_yet = ui.get(f"{PREFIX}/family/{family.name}/datadocs/latest", follow_redirects=False)
     assert none_yet.status_code == 404 and "has no Data Docs yet" in none_yet.text
     client = CounterClient(conn, family)
-    client.record([Increment(("IBM",), 5, t0, ("w", 1))])
+    client.record([Increment(("IBM",), 5, utc_aware(t0), ("w", 1))])
     at = t0 + timedelta(minutes=2)
     assert compact_as_the_dag_does(family, "manual__docs", at, at) == "success"
 
@@ -444,7 +447,11 @@ def test_expect_the_ui_to_read_the_results_every_worker_stored(
     done = []
     for worker, minute in (("a", 2), ("b", 4)):
         client.record(
-            [Increment(("IBM",), minute, t0 + timedelta(minutes=minute - 1), ("w", minute))]
+            [
+                Increment(
+                    ("IBM",), minute, utc_aware(t0 + timedelta(minutes=minute - 1)), ("w", minute)
+                )
+            ]
         )
         at = t0 + timedelta(minutes=minute)
         out = subprocess.run(

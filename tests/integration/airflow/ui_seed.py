@@ -14,6 +14,7 @@ from typing import Any
 from cassandra.util import uuid_from_time
 from counters.client import CounterClient, Increment
 from counters.config import Family, Kind
+from counters.core import utc_aware
 from counters.demo import demo_counter
 from counters.schema import q
 
@@ -46,7 +47,7 @@ def _write(conn: Any, family: Family, at: datetime, rng: random.Random, seeded: 
         for _ in range(rng.randint(5, 20)):
             key = (demo_counter(rng.randrange(12)),)
             amount = rng.randint(1, 100)
-            events.append(Increment(key, amount, at, ("seed", rng.randrange(2**40))))
+            events.append(Increment(key, amount, utc_aware(at), ("seed", rng.randrange(2**40))))
             values[key] = values.get(key, 0) + amount
         client.record(events)
     elif family.kind is Kind.UNIQUE:
@@ -123,7 +124,7 @@ def seed(conn: Any, families: list[Family], now: datetime, rng_seed: int = 7) ->
                 # a late writer: a row of a counter the first run folded, behind its epoch
                 key = next(iter(seeded.expected[family.name]))
                 at = minutes[0] - family.lag - timedelta(seconds=10)
-                CounterClient(conn, family).record([Increment(key, 3, at, ("late", i))])
+                CounterClient(conn, family).record([Increment(key, 3, utc_aware(at), ("late", i))])
                 seeded.expected[family.name][key] += 3
             if i == RUNS - 1 and family.name == "trades":
                 _null_increment(conn, family, "BROKEN", epoch - timedelta(seconds=3))

@@ -44,6 +44,7 @@ import yaml
 from counters.client import CounterClient, Increment
 from counters.config import load_catalog
 from counters.connection import Connection, ConnectionSettings
+from counters.core import utc_aware
 from counters.store import Store
 
 from .conftest import DEPLOY_PYTHON
@@ -379,7 +380,8 @@ def test_the_installed_package_runs_the_dag_files_of_a_bundle_folder(
         now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
         t0 = now - timedelta(minutes=30)
         written = [
-            Increment(("IBM",), i + 1, t0 + timedelta(minutes=i), ("w", i)) for i in range(10)
+            Increment(("IBM",), i + 1, utc_aware(t0 + timedelta(minutes=i)), ("w", i))
+            for i in range(10)
         ]
         client.record(written)
         logical = (now - timedelta(minutes=1)).replace(tzinfo=UTC).isoformat()

@@ -21,6 +21,7 @@ from counters.archive import Manifest
 from counters.cli import cli
 from counters.client import Increment
 from counters.compaction.conclude import finish_run
+from counters.core import utc_aware
 from counters.recount import recount
 
 from .conftest import Crash
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 
 def inc(counter, amount, at, version, actor="w"):
-    return Increment((counter,), amount, at, (actor, version))
+    return Increment((counter,), amount, utc_aware(at), (actor, version))
 
 
 def run(store, epoch, **kw):

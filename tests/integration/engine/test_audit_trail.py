@@ -23,6 +23,7 @@ from counters import audit, engine, status
 from counters.cli import cli
 from counters.client import Increment
 from counters.connection import Connection
+from counters.core import utc_aware
 from counters.schema import AUDIT_TABLE, AUDIT_UPGRADE_TABLE, LEGACY_AUDIT_TABLE
 from counters.store import Store
 from counters.store.auditlog import LEGACY_COLUMNS
@@ -277,7 +278,12 @@ def test_expect_every_change_through_counterctl_audited_with_who_did_it(
     from counters.client import CounterClient
 
     client = CounterClient(conn, trades, store)
-    client.record([Increment(("IBM",), 5, t0, ("w", 1)), Increment(("AAPL",), 7, t0, ("w", 2))])
+    client.record(
+        [
+            Increment(("IBM",), 5, utc_aware(t0), ("w", 1)),
+            Increment(("AAPL",), 7, utc_aware(t0), ("w", 2)),
+        ]
+    )
     epoch = (t0 + timedelta(minutes=5)).isoformat()
     assert (
         invoke("--config", path, "compact", "--family", trades.name, "--epoch", epoch).exit_code
@@ -424,7 +430,7 @@ def test_a_family_total_past_a_bigint_still_leaves_the_runs_audit_row(make_famil
     _family, store, client = make_family()
     big = 2**62 + 2**61  # each fits a bigint; the two together do not
     at = t0 + timedelta(seconds=10)
-    client.record([Increment((f"c{i}",), big, at, ("w", i)) for i in (1, 2)])
+    client.record([Increment((f"c{i}",), big, utc_aware(at), ("w", i)) for i in (1, 2)])
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, run_id="big-sums", now=epoch + timedelta(minutes=2))
     [row] = [r for r in store.audit.page(5) if r["run_id"] == "big-sums"]
@@ -445,7 +451,7 @@ def test_a_retried_compact_steps_earlier_commits_are_in_the_runs_audit_row(make_
     counters = [f"k{i}" for i in range(24)]
     client.record(
         [
-            Increment((c,), i + 1, t0 + timedelta(minutes=1, seconds=i), ("w", i))
+            Increment((c,), i + 1, utc_aware(t0 + timedelta(minutes=1, seconds=i)), ("w", i))
             for c in counters
             for i in range(3)
         ]
@@ -486,7 +492,7 @@ def test_a_run_whose_compact_step_is_cleared_after_it_ended_audits_both_passes(m
     _family, store, client = make_family(shards=1)
     counters = [f"k{i}" for i in range(24)]
     rows = [
-        Increment((c,), i + 1, t0 + timedelta(minutes=1, seconds=i), ("w", i))
+        Increment((c,), i + 1, utc_aware(t0 + timedelta(minutes=1, seconds=i)), ("w", i))
         for c in counters
         for i in range(3)
     ]
@@ -504,7 +510,10 @@ def test_a_run_whose_compact_step_is_cleared_after_it_ended_audits_both_passes(m
 
     assert one_pass().tally.rows_deleted == 72
     client.record(
-        [Increment((c,), 10, t0 + timedelta(minutes=2), ("late", 1)) for c in counters[:4]]
+        [
+            Increment((c,), 10, utc_aware(t0 + timedelta(minutes=2)), ("late", 1))
+            for c in counters[:4]
+        ]
     )
     second = one_pass()
     [row] = [a for a in store.audit.page(5) if a["run_id"] == "cleared"]

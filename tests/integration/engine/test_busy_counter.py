@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from counters.cli import cli
 from counters.client import CounterClient, Increment
 from counters.config import load_catalog
-from counters.core import to_millis, to_text
+from counters.core import to_millis, to_text, utc_aware
 from counters.store import Store
 
 pytestmark = pytest.mark.integration
@@ -75,8 +75,11 @@ def test_every_command_works_on_a_counter_with_more_folded_rows_than_the_node_re
     hot = ("hot",)
     base = real_now().replace(second=0, microsecond=0) - timedelta(minutes=30)
     client.record(
-        [Increment(hot, 1, base + timedelta(milliseconds=i), ("w", i)) for i in range(DELETED)]
-        + [Increment(("cold",), 2, base, ("w", 0))]
+        [
+            Increment(hot, 1, utc_aware(base + timedelta(milliseconds=i)), ("w", i))
+            for i in range(DELETED)
+        ]
+        + [Increment(("cold",), 2, utc_aware(base), ("w", 0))]
     )
     epochs = iter(base + timedelta(minutes=25, seconds=k) for k in range(60))
 
@@ -100,9 +103,11 @@ def test_every_command_works_on_a_counter_with_more_folded_rows_than_the_node_re
     # late rows among and below the tombstones (present, uncounted: only a run that reads the
     # partition whole, or a reset, reaches them), and a row after every epoch and reset point
     # of the test (a writer's clock ahead: it stays newer)
-    late_among = Increment(hot, 100, base + timedelta(seconds=50, microseconds=500), ("l", 1))
-    late_below = Increment(hot, 1000, base - timedelta(minutes=5), ("l", 2))
-    newer = Increment(hot, 7, real_now() + timedelta(minutes=10), ("w", -1))
+    late_among = Increment(
+        hot, 100, utc_aware(base + timedelta(seconds=50, microseconds=500)), ("l", 1)
+    )
+    late_below = Increment(hot, 1000, utc_aware(base - timedelta(minutes=5)), ("l", 2))
+    newer = Increment(hot, 7, utc_aware(real_now() + timedelta(minutes=10)), ("w", -1))
     client.record([late_among, late_below, newer])
 
     read = invoke("--config", path, "read", "--family", name, "hot")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner
 from counters.cli import cli
+from counters.core import utc_aware
 
 from .helpers import aware
 
@@ -213,13 +214,16 @@ def compacted(families_file, conn):
     client = CounterClient(conn, fam)
     past = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=30)
     client.record(
-        [Increment((f"c{i}",), i + 1, past, ("w", i)) for i in range(40)]
-        + [Increment(("IBM",), 10, past, ("w", 100))]
+        [Increment((f"c{i}",), i + 1, utc_aware(past), ("w", i)) for i in range(40)]
+        + [Increment(("IBM",), 10, utc_aware(past), ("w", 100))]
     )
     epoch = (past + timedelta(minutes=1)).isoformat()
     assert invoke("--config", path, "compact", "--family", family, "--epoch", epoch).exit_code == 0
     client.record(
-        [Increment(("IBM",), 5, past + timedelta(minutes=2 + i), ("w", 200 + i)) for i in range(3)]
+        [
+            Increment(("IBM",), 5, utc_aware(past + timedelta(minutes=2 + i)), ("w", 200 + i))
+            for i in range(3)
+        ]
     )
     return path, family, Store(conn, fam), client
 

@@ -20,7 +20,7 @@ from cassandra import ConsistencyLevel, OperationTimedOut, WriteTimeout
 from cassandra.policies import WriteType
 from counters import engine
 from counters.client import Increment
-from counters.core import EMPTY_CHECKPOINT, fold_counter, to_millis
+from counters.core import EMPTY_CHECKPOINT, fold_counter, to_millis, utc_aware
 from counters.store import Store
 
 from .helpers import raw_rows, rows_at_or_below
@@ -31,14 +31,16 @@ pytestmark = pytest.mark.integration
 def test_a_fold_on_a_stale_checkpoint_is_refused_under_the_current_head(make_family, t0):
     _family, store, client = make_family()
     counter = ("X",)
-    client.record([Increment(counter, n, t0 + timedelta(minutes=n), ("w", n)) for n in (1, 2)])
+    client.record(
+        [Increment(counter, n, utc_aware(t0 + timedelta(minutes=n)), ("w", n)) for n in (1, 2)]
+    )
     shard, bucket = store.keys.bucket(counter)
     stale = store.ledger.read_ledger(shard, bucket, [counter])  # before any commit: no row
     assert counter not in stale.checkpoints
 
     first = engine.run_family(store, t0 + timedelta(minutes=5), now=t0 + timedelta(minutes=7))
     assert first.outcome == "success" and client.read("X") == 3
-    client.record([Increment(counter, 4, t0 + timedelta(minutes=6), ("w", 6))])
+    client.record([Increment(counter, 4, utc_aware(t0 + timedelta(minutes=6)), ("w", 6))])
 
     # the head as a read that met the first run's commit saw it, the row as one that did not
     head = store.ledger.read_ledger(shard, bucket, [counter]).head
@@ -78,11 +80,17 @@ def test_a_commit_between_the_ledger_read_and_the_copies_read_is_no_tampering(
     again on B's checkpoints."""
     family, store, client = make_family(shards=1)
     counters = [(f"k{i}",) for i in range(20)]
-    client.record([Increment(c, 1, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
+    client.record(
+        [Increment(c, 1, utc_aware(t0 + timedelta(minutes=1)), ("w", 1)) for c in counters]
+    )
     first = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert first.outcome == "success"
-    client.record([Increment(c, 2, t0 + timedelta(minutes=3), ("w", 3)) for c in counters])
-    client.record([Increment(c, 4, t0 + timedelta(minutes=5), ("w", 5)) for c in counters])
+    client.record(
+        [Increment(c, 2, utc_aware(t0 + timedelta(minutes=3)), ("w", 3)) for c in counters]
+    )
+    client.record(
+        [Increment(c, 4, utc_aware(t0 + timedelta(minutes=5)), ("w", 5)) for c in counters]
+    )
 
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
@@ -136,8 +144,12 @@ def test_a_commit_whose_outcome_is_unknown_is_settled_and_the_run_stays_exact(
     not-applied cases (checked): their rows would be deleted uncounted."""
     _family, store, client = make_family(shards=1)
     counters = [(f"k{i}",) for i in range(10)]
-    client.record([Increment(c, 3, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
-    client.record([Increment(c, 5, t0 + timedelta(minutes=4), ("w", 4)) for c in counters])
+    client.record(
+        [Increment(c, 3, utc_aware(t0 + timedelta(minutes=1)), ("w", 1)) for c in counters]
+    )
+    client.record(
+        [Increment(c, 5, utc_aware(t0 + timedelta(minutes=4)), ("w", 4)) for c in counters]
+    )
     commit_bucket = store.ledger.commit_bucket
     timeouts: list[tuple[bool, int]] = []  # (applied, counters) of the commit that timed out
 
@@ -167,7 +179,9 @@ def test_a_write_error_that_is_not_a_timeout_fails_the_run_and_deletes_nothing(m
     failed run deletes nothing."""
     _family, store, client = make_family(shards=1)
     counters = [(f"k{i}",) for i in range(5)]
-    client.record([Increment(c, 3, t0 + timedelta(minutes=1), ("w", 1)) for c in counters])
+    client.record(
+        [Increment(c, 3, utc_aware(t0 + timedelta(minutes=1)), ("w", 1)) for c in counters]
+    )
 
     def refuse(*_args, **_kwargs):
         raise WriteTimeout("batch log", write_type=WriteType.BATCH_LOG)

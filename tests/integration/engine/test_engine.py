@@ -10,7 +10,7 @@ from counters import engine
 from counters.client import Increment
 from counters.compaction.plan import sweep_due
 from counters.config import Discovery
-from counters.core import state_commit, to_millis
+from counters.core import state_commit, to_millis, utc_aware
 from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def inc(counter, amount, at, actor="w", version=0):
-    return Increment((counter,), amount, at, (actor, version))
+    return Increment((counter,), amount, utc_aware(at), (actor, version))
 
 
 def load(client, t0, counters=("IBM", "AAPL"), before=10, after=2, epoch_offset=10):

@@ -17,6 +17,7 @@ from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.connection import Connection, ConnectionSettings
+from counters.core import utc_aware
 from counters.identity import written_shards
 from counters.schema import SchemaError
 from counters.store import Store
@@ -67,10 +68,10 @@ def test_record_keeps_the_rules_of_increment_and_writes_nothing_when_one_event_b
     own time, an identity with a missing part), naming the family, the field and the value,
     before it writes any event of the call."""
     _family, store, client = make_family()
-    good = Increment(("r",), 7, t0, ("P0", 1))
+    good = Increment(("r",), 7, utc_aware(t0), ("P0", 1))
+    field = "identity" if bad.time == "t0" else "time"
     if bad.time == "t0":
-        bad = Increment(bad.counter, bad.increment, t0, bad.identity)
-    field = "identity" if bad.time is t0 else "time"
+        bad = Increment(bad.counter, bad.increment, utc_aware(t0), bad.identity)
     with pytest.raises(ValueError, match=rf"family '{_family.name}'.*{field}"):
         client.record([good, bad])
     assert rows_at_or_below(store, ("r",), t0 + timedelta(minutes=1)) == 0
@@ -103,6 +104,37 @@ def test_a_naive_time_is_refused_at_the_write_api_and_nothing_is_written(make_fa
     assert client.read("r") == 5 and raw_rows(store, ("r",)) == [(naive, 5)]
 
 
+def test_record_refuses_a_naive_event_time_and_writes_nothing_of_its_batch(make_family, t0):
+    """Issue #51 item 2: ``record()`` refuses a naive ``Increment.time`` (it may be this host's
+    local time), naming the family, the counter and the value and saying what to pass, before
+    any event of the call is written (no row, no touched mark). The same events with tz-aware
+    times, in any zone, land at the very ms and write timestamp a naive UTC time was stored at
+    (the table's ms, floored)."""
+    family, store, client = make_family()
+    at = t0 + timedelta(seconds=1, microseconds=234_567)
+    good = [Increment(("r",), 7, utc_aware(at), ("P0", i)) for i in range(3)]
+    with pytest.raises(ValueError) as refused:
+        client.record([*good, Increment(("s",), 5, at, ("P1", 1))])
+    said = str(refused.value)
+    assert f"family {family.name!r}: counter ('s',): time: {at!r} is a naive datetime" in said
+    assert "pass a tz-aware time" in said and "tzinfo=UTC" in said
+    assert raw_rows(store, ("r",)) == [] and raw_rows(store, ("s",)) == []
+    assert store.index.touched_count(100) == 0
+    kolkata = utc_aware(at).astimezone(ZoneInfo("Asia/Kolkata"))
+    client.record([*good, Increment(("s",), 5, kolkata, ("P1", 1))])
+    stored = at.replace(microsecond=234_000)
+    assert raw_rows(store, ("r",)) == [(stored, 7)] * 3 and raw_rows(store, ("s",)) == [(stored, 5)]
+    cols = family.columns
+    written = store.statements.session.execute(
+        f'SELECT WRITETIME("{cols.increment}") FROM {family.keyspace}.{family.raw_table} '
+        f'WHERE "{cols.key[0]}" = %s',
+        ("s",),
+    ).one()[0]
+    assert written == (stored - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+    assert store.index.touched_count(100) == 2
+    assert client.read("r") == 21 and client.read("s") == 5
+
+
 @pytest.mark.parametrize(
     "local",
     [
@@ -129,7 +161,7 @@ def test_a_retry_of_the_same_instant_in_another_tz_form_is_the_same_row(make_fam
 
 
 def _events(counters, at, amount=15):
-    return [Increment((c,), amount, at, ("w", 1)) for c in counters]
+    return [Increment((c,), amount, utc_aware(at), ("w", 1)) for c in counters]
 
 
 @pytest.mark.parametrize("reader", ["cold", "warm"])
@@ -762,7 +794,7 @@ def test_a_commit_superseded_and_cleaned_by_a_rival_during_its_verify_is_no_fail
     names = [f"s{i}" for i in range(4)]
     client.record(
         [
-            Increment((c,), i + 1, t0 + timedelta(seconds=10 * i), ("w", i))
+            Increment((c,), i + 1, utc_aware(t0 + timedelta(seconds=10 * i)), ("w", i))
             for c in names
             for i in range(4)
         ]
@@ -879,12 +911,15 @@ def test_a_pending_sum_past_a_bigint_quarantines_its_counter_not_the_family(make
     of the family is compacted."""
     _family, store, client = make_family(shards=1)
     half = 2**62
-    client.record([Increment(("big",), -half, t0 + timedelta(seconds=1), ("w", 1))])
+    client.record([Increment(("big",), -half, utc_aware(t0 + timedelta(seconds=1)), ("w", 1))])
     client.record(_events(["other"], t0 + timedelta(seconds=1)))
     epoch = t0 + timedelta(minutes=1)
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     client.record(
-        [Increment(("big",), half, epoch + timedelta(seconds=s), ("w", s)) for s in (1, 2)]
+        [
+            Increment(("big",), half, utc_aware(epoch + timedelta(seconds=s)), ("w", s))
+            for s in (1, 2)
+        ]
         + _events(["other"], epoch + timedelta(seconds=1), 5)
     )
     later = epoch + timedelta(minutes=1)

@@ -12,6 +12,7 @@ from cassandra.query import ValueSequence
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.connection import Connection
+from counters.core import utc_aware
 from counters.schema import AUDIT_MONTHS_TABLE, LEASE_TABLE, STATE_TABLE, TABLES_TABLE
 from counters.store import Store
 
@@ -55,10 +56,14 @@ def test_a_reused_set_holds_nothing_of_the_family_before(
     assert tables is not None and pool.created == 1
     store = Store(conn, first, layout)
     client = CounterClient(conn, first, store)
-    client.record([Increment(("IBM",), 5, t0 + timedelta(seconds=i), ("w", i)) for i in range(4)])
+    client.record(
+        [Increment(("IBM",), 5, utc_aware(t0 + timedelta(seconds=i)), ("w", i)) for i in range(4)]
+    )
     epoch = t0 + timedelta(minutes=1)
     assert engine.run_family(store, epoch, now=epoch + timedelta(minutes=5)).outcome == "success"
-    client.record([Increment(("IBM",), 7, epoch + timedelta(seconds=1), ("w", 9))])  # left raw
+    client.record(
+        [Increment(("IBM",), 7, utc_aware(epoch + timedelta(seconds=1)), ("w", 9))]
+    )  # left raw
     store.quarantine.add("r-test", [(("AAPL",), "test", "held by the first family")])
     assert store.lease.acquire_lease(0, "crashed-owner", ttl_s=600) is None
     assert store.owners.table_owners() and store.audit.page(5)
@@ -84,7 +89,7 @@ def test_a_reused_set_holds_nothing_of_the_family_before(
 
     store2 = Store(conn, second, layout2)
     client2 = CounterClient(conn, second, store2)
-    client2.record([Increment(("IBM",), 1, t0 + timedelta(seconds=1), ("w", 1))])
+    client2.record([Increment(("IBM",), 1, utc_aware(t0 + timedelta(seconds=1)), ("w", 1))])
     summary = engine.run_family(store2, epoch, now=epoch + timedelta(minutes=5))
     assert summary.outcome == "success", summary.message
     assert summary.plan.sweep and summary.tally.rows_folded == 1  # the family's first run
@@ -115,7 +120,7 @@ def test_a_failed_tests_set_is_kept_as_it_was(
     pool = TablePool(conn.session)
     family, layout, tables = pool.family(_fields(engine_keyspace, t0))
     CounterClient(conn, family, Store(conn, family, layout)).record(
-        [Increment(("IBM",), 3, t0, ("w", 0))]
+        [Increment(("IBM",), 3, utc_aware(t0), ("w", 0))]
     )
     release_families(pool, [(family, tables)], failed=True)
     assert not pool.free.get(tables.shape) and pool.kept == 1

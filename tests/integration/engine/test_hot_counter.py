@@ -15,6 +15,7 @@ import pytest
 from cassandra import ReadFailure
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,11 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     _family, store, client = make_family()
     hot, cold = ("hot",), ("cold",)
     client.record(
-        [Increment(hot, 1, t0 + timedelta(milliseconds=i), ("w", i)) for i in range(HOT_ROWS)]
-        + [Increment(cold, 2, t0 + timedelta(seconds=i), ("w", i)) for i in range(10)]
+        [
+            Increment(hot, 1, utc_aware(t0 + timedelta(milliseconds=i)), ("w", i))
+            for i in range(HOT_ROWS)
+        ]
+        + [Increment(cold, 2, utc_aware(t0 + timedelta(seconds=i)), ("w", i)) for i in range(10)]
     )
     epoch1 = t0 + timedelta(minutes=30)  # the tombstones will lie outside the late window
     first = engine.run_family(store, epoch1, now=epoch1 + timedelta(minutes=2))
@@ -37,10 +41,10 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     with pytest.raises(ReadFailure):  # the partition is past the threshold now
         store.raw.read_rows([hot])
 
-    late_recent = Increment(hot, 100, epoch1 - timedelta(minutes=3), ("late", 1))
-    late_deep = Increment(hot, 1000, t0 - timedelta(minutes=5), ("late", 2))
-    newer = Increment(hot, 7, epoch1 + timedelta(minutes=2), ("w", -1))
-    client.record([late_recent, late_deep, newer, Increment(cold, 5, epoch1, ("w", -1))])
+    late_recent = Increment(hot, 100, utc_aware(epoch1 - timedelta(minutes=3)), ("late", 1))
+    late_deep = Increment(hot, 1000, utc_aware(t0 - timedelta(minutes=5)), ("late", 2))
+    newer = Increment(hot, 7, utc_aware(epoch1 + timedelta(minutes=2)), ("w", -1))
+    client.record([late_recent, late_deep, newer, Increment(cold, 5, utc_aware(epoch1), ("w", -1))])
     epoch2 = epoch1 + timedelta(minutes=5)
     second = engine.run_family(store, epoch2, now=epoch2 + timedelta(minutes=2))
     assert second.outcome == "success", second.message
@@ -76,12 +80,14 @@ def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, mak
         "increment bigint, PRIMARY KEY ((type), modify_time))"
     )
     _family, store, client = make_family(raw_table=table)
-    client.record([Increment(("a",), i + 1, t0 + timedelta(seconds=i), ()) for i in range(5)])
+    client.record(
+        [Increment(("a",), i + 1, utc_aware(t0 + timedelta(seconds=i)), ()) for i in range(5)]
+    )
     summary = engine.run_family(store, t0 + timedelta(minutes=1), now=t0 + timedelta(minutes=3))
     assert summary.outcome == "success", summary.message
     assert (summary.tally.rows_folded, summary.tally.rows_deleted) == (5, 5)
     assert client.read("a") == 15
     kept = t0 + timedelta(minutes=5)
-    client.record([Increment(("a",), 100, kept, ())])
+    client.record([Increment(("a",), 100, utc_aware(kept), ())])
     keys = [store.keys.pack_clustering((kept,)), store.keys.pack_clustering((t0,))]
     assert [r[2] for r in store.raw.read_rows_at(("a",), keys)] == [100]

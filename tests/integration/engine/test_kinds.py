@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pytest
 from cassandra.util import uuid_from_time
 from counters import engine
-from counters.core import EMPTY_CHECKPOINT, fold_slice, to_millis
+from counters.core import EMPTY_CHECKPOINT, fold_slice, to_millis, utc_aware
 from counters.schema import SchemaError
 from counters.store import Store
 
@@ -313,7 +313,9 @@ def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
     from counters.client import Increment
 
     _family, store, client = make_family()
-    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(6)])
+    client.record(
+        [Increment(("IBM",), 10, utc_aware(t0 + timedelta(minutes=i)), ("w", i)) for i in range(6)]
+    )
     engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=3))
     at = t0 + timedelta(minutes=4)
     result = engine.reset_counter(store, ("IBM",), aware(at), now=t0 + timedelta(minutes=10))
@@ -322,7 +324,7 @@ def test_reset_is_idempotent_and_later_increments_count(make_family, t0):
     assert client.read("IBM") == 10  # minute 5 came after the reset point
     again = engine.reset_counter(store, ("IBM",), aware(at), now=t0 + timedelta(minutes=10))
     assert again.already_done and client.read("IBM") == 10
-    client.record([Increment(("IBM",), 7, t0 + timedelta(minutes=6), ("w", 99))])
+    client.record([Increment(("IBM",), 7, utc_aware(t0 + timedelta(minutes=6)), ("w", 99))])
     engine.run_family(store, t0 + timedelta(minutes=8), now=t0 + timedelta(minutes=10))
     assert client.read("IBM") == 17
     assert store.audit.page(5)[1]["outcome"] == "reset"
@@ -390,11 +392,13 @@ def test_a_reset_repeated_without_a_point_is_one_reset(make_family, t0):
 
     _family, store, client = make_family()
     now = t0 + timedelta(minutes=10)
-    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(3)])
+    client.record(
+        [Increment(("IBM",), 10, utc_aware(t0 + timedelta(minutes=i)), ("w", i)) for i in range(3)]
+    )
     first = engine.reset_counter(store, ("IBM",), now=now)
     point = now - timedelta(minutes=1)  # now less the lag, truncated as an epoch is
     assert (first.value_before, first.already_done, first.at) == (30, False, point)
-    client.record([Increment(("IBM",), 3, point + timedelta(seconds=30), ("w", 9))])
+    client.record([Increment(("IBM",), 3, utc_aware(point + timedelta(seconds=30)), ("w", 9))])
     later = now + timedelta(minutes=5)
     again = engine.reset_counter(store, ("IBM",), now=later)  # the operator repeats it
     assert again.already_done and again.at == point
@@ -412,16 +416,18 @@ def test_a_reset_with_a_new_id_inside_the_window_resets_again_and_its_retry_once
 
     _family, store, client = make_family()
     now = t0 + timedelta(minutes=10)
-    client.record([Increment(("IBM",), 10, t0 + timedelta(minutes=i), ("w", i)) for i in range(3)])
+    client.record(
+        [Increment(("IBM",), 10, utc_aware(t0 + timedelta(minutes=i)), ("w", i)) for i in range(3)]
+    )
     engine.reset_counter(store, ("IBM",), now=now, reset_id="first")
-    client.record([Increment(("IBM",), 7, now + timedelta(seconds=1), ("w", 7))])
+    client.record([Increment(("IBM",), 7, utc_aware(now + timedelta(seconds=1)), ("w", 7))])
     later = now + timedelta(minutes=5)
     assert client.read("IBM") == 7
     second = engine.reset_counter(store, ("IBM",), now=later, reset_id="second")
     assert (second.already_done, second.value_before) == (False, 7)
     assert client.read("IBM") == 0
     assert second.at == later - timedelta(minutes=1)  # a point every retry computes alike
-    client.record([Increment(("IBM",), 5, later + timedelta(seconds=1), ("w", 5))])
+    client.record([Increment(("IBM",), 5, utc_aware(later + timedelta(seconds=1)), ("w", 5))])
     run_at = later + timedelta(minutes=2)
     engine.run_family(store, run_at, now=run_at + timedelta(minutes=1))  # the ledger moves on
     retry = engine.reset_counter(
@@ -438,9 +444,11 @@ def test_a_reset_without_a_point_leaves_a_write_just_before_now_to_the_new_era(m
 
     _family, store, client = make_family()
     now = t0 + timedelta(minutes=10, seconds=30)
-    client.record([Increment(("IBM",), 10, t0, ("w", 1))])
+    client.record([Increment(("IBM",), 10, utc_aware(t0), ("w", 1))])
     engine.reset_counter(store, ("IBM",), now=now)
-    client.record([Increment(("IBM",), 4, now - timedelta(seconds=5), ("w", 2))])  # in flight
+    client.record(
+        [Increment(("IBM",), 4, utc_aware(now - timedelta(seconds=5)), ("w", 2))]
+    )  # in flight
     assert client.read("IBM") == 4
 
 
@@ -448,7 +456,7 @@ def test_a_reset_point_in_the_future_is_refused(make_family, t0):
     from counters.client import Increment
 
     _family, store, client = make_family()
-    client.record([Increment(("IBM",), 10, t0, ("w", 1))])
+    client.record([Increment(("IBM",), 10, utc_aware(t0), ("w", 1))])
     now = t0 + timedelta(minutes=5)
     with pytest.raises(engine.EngineError, match="is in the future"):
         engine.reset_counter(store, ("IBM",), aware(now + timedelta(hours=1)), now=now)

@@ -16,6 +16,7 @@ import pytest
 from counters import engine
 from counters.client import Increment
 from counters.compaction import shard as shard_module
+from counters.core import utc_aware
 from counters.store import Store
 
 from .conftest import Crash
@@ -37,7 +38,7 @@ def long_identity(rng: random.Random) -> str:
 
 
 def inc(counter: str, amount: int, at: datetime, actor: str = "w", version: int = 0) -> Increment:
-    return Increment((counter,), amount, at, (actor, version))
+    return Increment((counter,), amount, utc_aware(at), (actor, version))
 
 
 def another_bucket(store: Store, than: str, prefix: str) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.errors import EngineError
 from counters.store import Store
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def inc(counter: str, amount: int, at: datetime, actor: str, version: int = 0) -> Increment:
-    return Increment((counter,), amount, at, (actor, version))
+    return Increment((counter,), amount, utc_aware(at), (actor, version))
 
 
 def run(store: Store, epoch: datetime) -> str:

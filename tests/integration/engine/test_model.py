@@ -15,7 +15,7 @@ import pytest
 from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import CounterClient, Increment
-from counters.core import epoch_for
+from counters.core import epoch_for, utc_aware
 from counters.reshard import reshard
 from counters.store import Store
 from hypothesis import HealthCheck, Phase, event, note, settings
@@ -71,7 +71,7 @@ class Increments:
         return (counter,)
 
     def write(self, machine, counter, amount, at, ident):
-        event = Increment((counter,), amount, at, ("w", ident))
+        event = Increment((counter,), amount, utc_aware(at), ("w", ident))
         machine.client.record([event])
         machine.oracle[counter] += amount
         return event

@@ -11,7 +11,7 @@ import pytest
 from counters import engine
 from counters.client import CounterClient, Increment
 from counters.compaction import fold as fold_module
-from counters.core import to_millis
+from counters.core import to_millis, utc_aware
 from counters.reshard import reshard
 from counters.store import Store
 
@@ -36,12 +36,12 @@ def _wrong_base(monkeypatch: pytest.MonkeyPatch, victim: tuple) -> None:
 def _x_with_history(make_family, t0):
     """Counter X: +100 compacted (its rows deleted), then +7 newer; Y: +5 then +1."""
     family, store, client = make_family(shards=1)
-    client.record([Increment(("X",), 100, t0 + timedelta(seconds=10), ("w", 1))])
-    client.record([Increment(("Y",), 5, t0 + timedelta(seconds=10), ("w", 1))])
+    client.record([Increment(("X",), 100, utc_aware(t0 + timedelta(seconds=10)), ("w", 1))])
+    client.record([Increment(("Y",), 5, utc_aware(t0 + timedelta(seconds=10)), ("w", 1))])
     first = t0 + timedelta(minutes=1)
     engine.run_family(store, first, now=first + timedelta(minutes=5))
-    client.record([Increment(("X",), 7, first + timedelta(seconds=10), ("w", 2))])
-    client.record([Increment(("Y",), 1, first + timedelta(seconds=10), ("w", 2))])
+    client.record([Increment(("X",), 7, utc_aware(first + timedelta(seconds=10)), ("w", 2))])
+    client.record([Increment(("Y",), 1, utc_aware(first + timedelta(seconds=10)), ("w", 2))])
     return family, store, client, first + timedelta(minutes=1)
 
 
@@ -109,7 +109,7 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     checkpoint; nothing is lost and nothing quarantined. No run after the first sweeps (a
     sweep would fold X's row without its mark): the moved mark alone gets X's row folded."""
     family, store, client = make_family(shards=2, sweep_interval="1d")
-    client.record([Increment(("X",), 100, t0 + timedelta(seconds=10), ("w", 1))])
+    client.record([Increment(("X",), 100, utc_aware(t0 + timedelta(seconds=10)), ("w", 1))])
     first = t0 + timedelta(minutes=1)
     engine.run_family(store, first, now=first + timedelta(minutes=5))
     reshard(store, 8)
@@ -120,14 +120,18 @@ def test_a_writer_with_the_old_shard_count_after_a_reshard_loses_nothing(conn, m
     near = [c for c in (f"n{i}" for i in range(12000)) if eight.keys.bucket((c,)) == filed][:40]
     assert len(near) == 40
     reader = CounterClient(conn, eight.family, eight)
-    reader.record([Increment((c,), 1, first + timedelta(seconds=10), ("w", 1)) for c in near])
+    reader.record(
+        [Increment((c,), 1, utc_aware(first + timedelta(seconds=10)), ("w", 1)) for c in near]
+    )
     second = first + timedelta(minutes=15)
     for shard in range(8):  # a sweep counts every bucket: the next run may read one whole
         engine.compact_shard(eight, shard, second, "sweep-after-reshard", sweep=True)
     # no mark of X where it belongs (the marks of the first writes may still be there: the
     # runs here come seconds after them, within the forget margin)
     conn.session.execute(f'TRUNCATE {family.keyspace}."{family.raw_table}_touched"')
-    reader.record([Increment((c,), 1, second + timedelta(seconds=10), ("w", 2)) for c in near])
+    reader.record(
+        [Increment((c,), 1, utc_aware(second + timedelta(seconds=10)), ("w", 2)) for c in near]
+    )
     stale.increment(
         "X", 7, at=aware(first + timedelta(seconds=20)), identity=("w", 2)
     )  # read by name

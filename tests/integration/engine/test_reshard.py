@@ -10,6 +10,7 @@ import pytest
 from cassandra.util import uuid_from_time
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 from counters.reshard import reshard
 from counters.store import Store
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def _events(counters, at, amount):
-    return [Increment((c,), amount, at, ("w", amount)) for c in counters]
+    return [Increment((c,), amount, utc_aware(at), ("w", amount)) for c in counters]
 
 
 def _values(client, counters):

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from .helpers import aware, rows_at_or_below
@@ -25,11 +26,11 @@ def test_a_rival_commit_between_the_ledger_and_the_copies_read_quarantines_nothi
     the fold would have lost its compare-and-set and been folded again on C2)."""
     family, store, client = make_family(shards=1)
     x = ("X",)
-    client.record([Increment(x, 1, t0 + timedelta(minutes=1), ("w", 1))])
+    client.record([Increment(x, 1, utc_aware(t0 + timedelta(minutes=1)), ("w", 1))])
     first = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert first.outcome == "success"
-    client.record([Increment(x, 2, t0 + timedelta(minutes=3), ("w", 3))])
-    client.record([Increment(x, 4, t0 + timedelta(minutes=5), ("w", 5))])
+    client.record([Increment(x, 2, utc_aware(t0 + timedelta(minutes=3)), ("w", 3))])
+    client.record([Increment(x, 4, utc_aware(t0 + timedelta(minutes=5)), ("w", 5))])
 
     racing = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)
@@ -84,7 +85,7 @@ def test_a_dry_run_after_a_crash_before_the_first_copy_reports_no_quarantine(mak
     dry run reports X quarantined (``check_failed``), which the real run never does."""
     _family, store, client = make_family(shards=1)
     x = ("X",)
-    client.record([Increment(x, 1, t0 + timedelta(minutes=1), ("w", 1))])
+    client.record([Increment(x, 1, utc_aware(t0 + timedelta(minutes=1)), ("w", 1))])
 
     def crash(point):
         if point == "commit":
@@ -93,7 +94,7 @@ def test_a_dry_run_after_a_crash_before_the_first_copy_reports_no_quarantine(mak
     epoch = t0 + timedelta(minutes=2)
     with pytest.raises(Crash):
         engine.run_family(store, epoch, fault=crash, now=epoch + timedelta(minutes=2))
-    client.record([Increment(x, 2, t0 + timedelta(minutes=3), ("w", 3))])
+    client.record([Increment(x, 2, utc_aware(t0 + timedelta(minutes=3)), ("w", 3))])
     assert client.read("X") == 3
     later = t0 + timedelta(minutes=4)
     dry = engine.run_family(store, later, dry_run=True, now=later + timedelta(minutes=2))
@@ -110,11 +111,11 @@ def test_a_reset_between_a_runs_ledger_and_copies_read_quarantines_nothing(conn,
     quarantined, though the fold would lose its compare-and-set and be refolded on the reset."""
     family, store, client = make_family(shards=1)
     x = ("X",)
-    client.record([Increment(x, 1, t0 + timedelta(minutes=1), ("w", 1))])
+    client.record([Increment(x, 1, utc_aware(t0 + timedelta(minutes=1)), ("w", 1))])
     first = engine.run_family(store, t0 + timedelta(minutes=2), now=t0 + timedelta(minutes=4))
     assert first.outcome == "success"
-    client.record([Increment(x, 2, t0 + timedelta(minutes=3), ("w", 3))])
-    client.record([Increment(x, 4, t0 + timedelta(minutes=5), ("w", 5))])
+    client.record([Increment(x, 2, utc_aware(t0 + timedelta(minutes=3)), ("w", 3))])
+    client.record([Increment(x, 4, utc_aware(t0 + timedelta(minutes=5)), ("w", 5))])
 
     operator = Store(conn, family, store.layout, concurrency=8)
     store_a = Store(conn, family, store.layout, concurrency=8)

@@ -17,6 +17,7 @@ import pytest
 from counters.client import CounterClient, Increment
 from counters.config import Family, load_catalog
 from counters.connection import Connection
+from counters.core import utc_aware
 from counters.schema import STATE_TABLE, ledger_table
 from counters.store import Store
 
@@ -50,7 +51,7 @@ def test_sigkill_at_random_moments_then_retry_is_exact(conn, engine_keyspace, tm
     base = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0) - timedelta(hours=1)
     counters = [f"k{i}" for i in range(4000)]  # several seconds of commits: kills land mid-run
     client.record(
-        Increment((c,), i + 1, base + timedelta(seconds=i), ("w", i))
+        Increment((c,), i + 1, utc_aware(base + timedelta(seconds=i)), ("w", i))
         for c in counters
         for i in range(3)
     )

@@ -43,6 +43,7 @@ from counters.cli import cli
 from counters.client import CounterClient, Increment
 from counters.config import Catalog, load_catalog
 from counters.connection import Connection
+from counters.core import utc_aware
 from counters.schema import LEGACY_AUDIT_TABLE
 from counters.store import Store
 
@@ -375,7 +376,8 @@ def test_an_increments_family_carries_on_from_an_earlier_version(
     assert not readers.wrong, readers.wrong[:10]
     new_events = [("a", 1_000_000, 21), ("n", 9, 22), ("r", 50, 29), ("b", -2, 25)]
     client.record(
-        Increment((c,), n, t0 + timedelta(minutes=m), ("new", m)) for c, n, m in new_events
+        Increment((c,), n, utc_aware(t0 + timedelta(minutes=m)), ("new", m))
+        for c, n, m in new_events
     )
     for c, n, _m in new_events:
         truth[c] += n

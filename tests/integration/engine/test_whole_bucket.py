@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from counters import engine
 from counters.client import Increment
+from counters.core import utc_aware
 from counters.schema import ledger_table
 from counters.store import Store
 
@@ -31,7 +32,7 @@ def _population(store: Store, shard: int, bucket: int) -> int | None:
 
 
 def _record(client, names, amount, at) -> None:
-    client.record([Increment((n,), amount, at, ("w", amount)) for n in names])
+    client.record([Increment((n,), amount, utc_aware(at), ("w", amount)) for n in names])
 
 
 def _reads_of_copies(store: Store) -> list[str]:
