@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -217,6 +218,29 @@ def test_expect_nothing_outside_the_stored_files_served(tmp_path: Path) -> None:
         (stored.day, stored.folder, "page.html"),  # no page was rendered for this one
     ):
         assert evidence.open_file("fam", day, folder, name, location=store) is None
+
+
+def test_a_naive_now_prunes_evidence_by_its_utc_day_not_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prune(now=)`` with a naive time reads it as UTC (as ``keep`` names the day folder),
+    whatever this host's zone: read as local time (+14:00 here) the cutoff fell a day early
+    and a folder past the kept age stayed."""
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    time.tzset()
+    try:
+        store = tmp_path / "store"
+        now = datetime(2026, 11, 25, 5, tzinfo=UTC)
+        for days_ago, run in ((90, "kept-last"), (91, "old")):
+            evidence.keep(
+                "fam", run, suite_report(), now=now - timedelta(days=days_ago), location=store
+            )
+        naive = now.replace(tzinfo=None)
+        assert evidence.prune("fam", now=naive, days_kept=90, location=store) == 1
+        assert [r.run_name for r in evidence.runs("fam", location=store)] == ["kept-last"]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_expect_results_kept_by_age_and_listed_newest_first(tmp_path: Path) -> None:

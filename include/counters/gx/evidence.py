@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_DEV_ENV, ConfigError, local_folder
-from ..core import day_text, from_text, stamp
+from ..core import day_text, from_text, stamp, utc_naive
 from . import checks
 
 if TYPE_CHECKING:
@@ -172,9 +172,11 @@ def prune(
     location: str | os.PathLike[str] | None = None,
 ) -> int:
     """Delete the family's day folders older than ``days_kept`` (``$COUNTERS_GX_KEEP_DAYS``,
-    90) before ``now``; returns how many. One listing of the family's folder."""
+    90) before ``now``; returns how many. One listing of the family's folder. A naive ``now``
+    is UTC, as ``keep`` names its day folder and the archive's ``prune`` reads one (never this
+    host's local time: a day's folders kept or deleted a day early)."""
     days_kept = days_kept if days_kept is not None else keep_days()
-    cutoff = ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=days_kept)).date()
+    cutoff = (utc_naive(now or datetime.now(UTC)) - timedelta(days=days_kept)).date()
     root = family_root(family, location)
     removed = 0
     for day in days(family, location):
