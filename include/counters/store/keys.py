@@ -17,7 +17,7 @@ from cassandra.util import Date as CassandraDate
 from cassandra.util import max_uuid_from_time
 
 from .. import schema
-from ..core import Key, Packed, Row, bucket_of, from_millis, shard_of, to_millis
+from ..core import Key, Packed, Row, bucket_of, from_millis, parse_epoch, shard_of, to_millis
 from ..rowkeys import KeyCodec
 from ..schema import q
 from .records import epoch_ms_of
@@ -47,12 +47,14 @@ def _parse_value(cql_type: str, column: str, text: str) -> Any:
             return text.lower() in ("true", "1", "yes")
         if cql_type == "date":
             return dt.date.fromisoformat(text)
-        if cql_type == "timestamp":
-            return dt.datetime.fromisoformat(text)
+        if cql_type == "timestamp":  # as the table holds it: naive UTC to the ms, offset read
+            return parse_epoch(text)
         if cql_type in ("uuid", "timeuuid"):
             return uuid.UUID(text)
     except ValueError as exc:
-        raise ValueError(f"key column {column!r} ({cql_type}): cannot parse {text!r}") from exc
+        raise ValueError(
+            f"key column {column!r} ({cql_type}): cannot parse {text!r}: {exc}"
+        ) from exc
     return text
 
 

@@ -330,3 +330,60 @@ def test_a_compaction_whose_gx_suite_fails_deletes_nothing_and_audits_failed(
     assert failing in row["message"] and "nothing was deleted" in row["message"]
     assert row["gx_suite"] and (tmp_path / "gx-results" / name).is_dir()
     assert row["gx_result"].removeprefix("file://").startswith(str(tmp_path / "gx-results"))
+
+
+def test_a_timestamp_key_given_with_an_offset_or_micros_names_its_utc_counter(
+    tmp_path, conn, engine_keyspace
+):
+    """A timestamp key column's value given to the CLI is read as the table holds it (naive UTC
+    to the ms; an offset honoured, no offset UTC): every form of one instant names the one
+    counter, so the second reset below is the first one again. Before, an offset form reset
+    under its own text (its own reset id) and a microsecond form was refused with a message
+    about a commit the ledger did not hold. A value that is no time names the column and says
+    what form to pass."""
+    from counters.client import CounterClient
+    from counters.config import load_catalog
+
+    suffix = secrets.token_hex(3)
+    conn.session.execute(
+        f"CREATE TABLE {engine_keyspace}.raw_{suffix} (day timestamp, modify_time timestamp, "
+        "actor text, version bigint, increment bigint, "
+        "PRIMARY KEY ((day), modify_time, actor, version))"
+    )
+    path = tmp_path / "families.yaml"
+    family = f"ts_{suffix}"
+    path.write_text(
+        f"""families:
+  - name: {family}
+    keyspace: {engine_keyspace}
+    raw_table: raw_{suffix}
+    compact_table: compact_{suffix}
+    lag: 1m
+    shards: 2
+    columns:
+      key: [day]
+"""
+    )
+    assert invoke("--config", path, "init").exit_code == 0
+    client = CounterClient(conn, load_catalog(path).get(family))
+    day = datetime(2026, 11, 25, 9, 0, tzinfo=UTC)
+    client.increment((day,), 5, at=datetime.now(UTC) - timedelta(minutes=30))
+    at = (datetime.now(UTC) - timedelta(minutes=5)).replace(second=0, microsecond=0)
+    reset = ["--config", path, "reset", "--family", family, "--yes", "--json", "--at"]
+    first = invoke(*reset, at.isoformat(), "2026-11-25T10:00:00+01:00")
+    assert first.exit_code == 0, first.output
+    done = json.loads(first.output)
+    assert (done["counter"], done["value_before"], done["already_done"]) == (
+        "2026-11-25 09:00:00",
+        5,
+        False,
+    )
+    again = invoke(*reset, at.isoformat(), "2026-11-25T09:00:00.000400Z")
+    assert again.exit_code == 0, again.output
+    repeated = json.loads(again.output)
+    assert repeated["already_done"] is True and repeated["reset_id"] == done["reset_id"]
+    assert client.read((day,)) == 0
+    wrong = invoke(*reset, at.isoformat(), "2026-11-25T25:00")
+    assert wrong.exit_code == 2
+    assert "key column 'day' (timestamp): cannot parse '2026-11-25T25:00'" in wrong.output
+    assert "e.g. 2026-11-22T10:00:00.000Z" in wrong.output
