@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from counters.compaction.common import cluster_micros
 from counters.config import parse_catalog
+from counters.core import utc_aware
 
 from bench import dags as bench_dags
 from bench import params as bench_params
@@ -49,7 +50,7 @@ def test_dataset_rows_are_at_or_below_epoch_and_totals_match_events():
     data = Dataset("c", counters=7, rows=4, t0=datetime(2026, 1, 1))
     events = data.events(list(data.indexes()))
     assert len(events) == data.row_count == 28
-    assert all(e.time <= data.epoch for e in events)
+    assert all(e.time <= utc_aware(data.epoch) for e in events)  # the write API's aware form
     totals: dict[tuple, int] = {}
     for e in events:
         totals[e.counter] = totals.get(e.counter, 0) + e.increment
