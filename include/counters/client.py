@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from .config import Discovery, Family
 from .connection import Connection
-from .core import Key, aware_millis, from_millis, naive_refusal, write_timestamp
+from .core import Key, aware_millis, checked_aware, from_millis, naive_refusal, write_timestamp
 from .store import Store
 
 
@@ -139,12 +139,7 @@ class CounterClient:
         refused, it may be this host's local time) or now."""
         if at is None:
             return aware_millis(datetime.now(UTC))
-        if not isinstance(at, datetime):
-            raise TypeError(f"family {self.family.name!r}: at=: expected a datetime, got {at!r}")
-        refusal = naive_refusal(at, f"family {self.family.name!r}: at=")
-        if refusal:
-            raise ValueError(refusal)
-        return aware_millis(at)
+        return aware_millis(checked_aware(at, f"family {self.family.name!r}: at="))
 
     def record(self, events: Iterable[Increment]) -> None:
         """Record many increments: marks first (one per counter), then the rows. Every event is

@@ -56,14 +56,22 @@ def naive_refusal(moment: datetime, what: str) -> str | None:
     )
 
 
-def aware_utc(moment: datetime, what: str) -> pendulum.DateTime:
-    """A time handed to the write API (``what`` names the family and the argument), as a
-    tz-aware UTC time; a naive one is refused (``naive_refusal``)."""
+def checked_aware(moment: object, what: str) -> datetime:
+    """``moment``, a time handed to the write API (``what`` names the family and the argument),
+    when it is a tz-aware datetime; ``TypeError`` when it is no datetime, ``ValueError``
+    (``naive_refusal``) when it is naive."""
     if not isinstance(moment, datetime):
         raise TypeError(f"{what}: expected a datetime, got {moment!r}")
     refusal = naive_refusal(moment, what)
     if refusal:
         raise ValueError(refusal)
+    return moment
+
+
+def aware_utc(moment: datetime, what: str) -> pendulum.DateTime:
+    """A time handed to the write API (``what`` names the family and the argument), as a
+    tz-aware UTC time; a naive one is refused (``checked_aware``)."""
+    moment = checked_aware(moment, what)
     # the instant its own utcoffset() says (as ``utc_naive`` reads it), made UTC before pendulum
     # sees it: ``pendulum.instance`` re-reads the wall time in the zone's name, an hour off for
     # a pytz-localised time in the autumn's repeated hour or a zoneinfo time in the spring gap
