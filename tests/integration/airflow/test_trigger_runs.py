@@ -40,6 +40,7 @@ import pytest
 from counters import engine
 from counters.airflow.alerting import state_key
 from counters.client import CounterClient, Increment
+from counters.core import utc_aware
 from counters.store import Store
 
 from tests.pool_faults import FAULTS_ENV, SETUP
@@ -200,7 +201,7 @@ def test_runs_from_the_trigger_in_the_warm_pool_and_back_to_a_worker(
         at = base + timedelta(minutes=minute, seconds=1)
         client.record(
             [
-                Increment((c,), n, at, ("w", minute * 100 + i))
+                Increment((c,), n, utc_aware(at), ("w", minute * 100 + i))
                 for i, (c, n) in enumerate(sorted(amounts.items()))
             ]
         )
