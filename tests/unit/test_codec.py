@@ -6,7 +6,7 @@ XCom (literal payloads below, as it wrote them) still decodes."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import FrozenInstanceError, dataclass, fields
 from datetime import datetime
 from typing import Any, Literal
 
@@ -46,10 +46,8 @@ def full_plan() -> RunPlan:
 
 
 def full_tally() -> Tally:
-    tally = Tally(**{f.name: i + 1 for i, f in enumerate(fields(Tally)) if f.type == "int"})
-    tally.quarantined.append("IBM")
-    tally.windowed_counters.append("AAPL")
-    return tally
+    figures = {f.name: i + 1 for i, f in enumerate(fields(Tally)) if f.type == "int"}
+    return Tally(**figures, quarantined=("IBM",), windowed_counters=("AAPL",))
 
 
 def test_a_run_plan_round_trips_every_field_with_times_in_the_one_format():
@@ -71,8 +69,8 @@ def test_every_step_value_round_trips_every_field():
         3,
         full_tally(),
         Phases({"fold": 0.5}),
-        [Evidence(3, 1, 2, 5, 42, 42, 0, 0, 5, 42, 0, 0, 1, 43)],
-        ["x"],
+        (Evidence(3, 1, 2, 5, 42, 42, 0, 0, 5, 42, 0, 0, 1, 43),),
+        ("x",),
         {"compact": 4},
         True,
         81.5,
@@ -80,9 +78,12 @@ def test_every_step_value_round_trips_every_field():
     )
     assert trip(report) == report
     cleanup = CleanupReport(
-        3, 5, ["left"], 1, 2, 3, 4, 5, 0.25, {"c": 3}, 80.0, 6, 7, ["f"], 8, 1.5
+        3, 5, ("left",), 1, 2, 3, 4, 5, 0.25, {"c": 3}, 80.0, 6, 7, ("f",), 8, 1.5
     )
     assert trip(cleanup) == cleanup
+    for value, name in ((report, "tally"), (cleanup, "rows_deleted")):  # frozen, as read back
+        with pytest.raises(FrozenInstanceError):
+            setattr(trip(value), name, None)
     verified = VerifiedRun(
         full_tally(),
         {"verify": 0.5, "compact.fold": 1.25},
@@ -273,7 +274,7 @@ def test_what_the_previous_release_stored_in_xcom_still_decodes():
     }
     report = decode(ShardReport, OLD_REPORT)
     assert report.phases == Phases({"fold": 0.5}) and report.execution == "0a1b2c3d4e5f6071"
-    assert report.tally.sum_folded == 42 and report.tally.quarantined == ["IBM"]
+    assert report.tally.sum_folded == 42 and report.tally.quarantined == ("IBM",)
     assert report.evidence[0].readers_after == 43
     cleanup = decode(CleanupReport, OLD_CLEANUP)
     assert cleanup.rows_deleted == 5 and cleanup.requests == {"cleanup": 3}

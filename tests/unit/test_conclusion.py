@@ -40,7 +40,7 @@ def test_a_run_whose_epoch_did_not_move_fails_and_says_where_it_stands():
 
 
 def test_quarantined_counters_make_the_run_partial_and_are_named():
-    tally = Tally(counters_quarantined=2, quarantined=["a", "b"])
+    tally = Tally(counters_quarantined=2, quarantined=("a", "b"))
     quarantine = CheckOutcome("no_counter_quarantined", False, False, "2 quarantined", ("a", "b"))
     ended = engine.conclusion(
         "trades", PLAN, tally, [*PASSED, quarantine, engine.epoch_advanced(PLAN, EPOCH)]
@@ -54,7 +54,7 @@ def test_quarantined_counters_make_the_run_partial_and_are_named():
 
 
 def test_a_failed_critical_check_wins_over_a_quarantine():
-    tally = Tally(counters_quarantined=1, quarantined=["a"])
+    tally = Tally(counters_quarantined=1, quarantined=("a",))
     broken = CheckOutcome("sum_conserved", False, True, "off by 3", ("c",))
     ended = engine.conclusion("trades", PLAN, tally, [broken, engine.epoch_advanced(PLAN, EPOCH)])
     assert (ended.outcome, ended.failed, ended.counters) == ("failed", ["sum_conserved"], ["c"])

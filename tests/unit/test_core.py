@@ -1,7 +1,7 @@
 """The functional core: epochs, shards, fold plans, checks (no services)."""
 
 import itertools
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,9 +12,11 @@ from counters.core import (
     EMPTY_CHECKPOINT,
     MAX_TOKEN,
     MIN_TOKEN,
+    NAMED_MAX,
     Checkpoint,
     Committed,
     Evidence,
+    RunningTally,
     Tally,
     bucket_bounds,
     bucket_of,
@@ -218,9 +220,10 @@ class TestFold:
         assert (mixed.value, mixed.gone_rows, mixed.late_rows, mixed.folded_rows) == (5, 1, 0, 1)
         late = fold_recount(("x",), base, 1, 7, ms(10))  # 1 late, 1 new
         assert (late.value, late.gone_rows, late.late_rows, late.folded_rows) == (7, 0, 1, 2)
-        tally = Tally()
+        running = RunningTally()
         for fold in (gone, mixed, late):
-            tally.add_fold(fold)
+            running.add_fold(fold)
+        tally = running.tally()
         assert (tally.rows_gone, tally.late_rows) == (6, 1)
         assert tally.merge(Tally(rows_gone=1)).rows_gone == 7
 
@@ -229,6 +232,43 @@ class TestFold:
         shortfall is no deletion."""
         fold = fold_recount(("x",), Checkpoint(3, ms(20), "c0"), 0, 1, ms(10))
         assert (fold.value, fold.gone_rows, fold.commit) == (3, 0, False)
+
+
+class TestTally:
+    def test_a_running_tally_counts_what_a_tally_holds_and_freezes_to_it(self):
+        """A step counts into a ``RunningTally`` and takes its ``Tally`` once: the two have
+        the same fields, the tally is frozen, and counting on does not change a tally taken."""
+        assert [f.name for f in fields(RunningTally)] == [f.name for f in fields(Tally)]
+        running = RunningTally()
+        committed = fold_counter(("x",), Checkpoint(1, ms(1), "c0"), [(ms(2), ("k",), 5)], ms(3))
+        running.add_fold(committed)
+        running.add_quarantined(("q",), rows_left=4)
+        running.add_windowed([("w",)])
+        running.rows_read += 3
+        tally = running.tally()
+        assert tally == Tally(
+            rows_read=3,
+            counters_seen=1,
+            counters_committed=1,
+            counters_quarantined=1,
+            rows_folded=1,
+            sum_folded=5,
+            windowed_reads=1,
+            rows_left=4,
+            quarantined=("q",),
+            windowed_counters=("w",),
+        )
+        running.add_quarantined(("r",))
+        assert tally.quarantined == ("q",) and running.tally().quarantined == ("q", "r")
+        with pytest.raises(FrozenInstanceError):
+            tally.rows_read = 4  # type: ignore[misc]
+        assert (tally + tally).sum_folded == 10 and (tally + tally).quarantined == ("q", "q")
+
+    def test_a_merged_tally_names_at_most_twenty_counters(self):
+        many = Tally(quarantined=tuple(str(i) for i in range(NAMED_MAX)), counters_quarantined=20)
+        merged = many.merge(Tally(quarantined=("late",), counters_quarantined=1))
+        assert merged.counters_quarantined == 21 and len(merged.quarantined) == NAMED_MAX
+        assert merged.as_dict()["quarantined"] == list(many.quarantined)  # JSON's form
 
 
 class TestCommitChecks:

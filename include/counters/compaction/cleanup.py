@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cassandra import ReadFailure, ReadTimeout
 
@@ -34,6 +34,9 @@ from .common import (
 )
 from .reads import each_bucket, recount_tolerant
 
+if TYPE_CHECKING:  # imported where it runs: it brings the archive's file libraries
+    from .archive import Archived
+
 log = logging.getLogger(__name__)
 
 
@@ -41,12 +44,37 @@ log = logging.getLogger(__name__)
 
 
 @versioned(1, fields_unchanged("CleanupReport"))  # as a previous release returned it to XCom
-@dataclass
+@dataclass(frozen=True, slots=True)
 class CleanupReport:
     """One shard's cleanup: rows deleted, and what an independent count found left after
     (across XCom: ``core.codec``)."""
 
     shard: int
+    rows_deleted: int = 0
+    leftovers: tuple[str, ...] = ()
+    late_rows: int = 0
+    late_sum: int = 0
+    windowed: int = 0
+    counters_cleaned: int = 0
+    counters_checked: int = 0
+    seconds: float = 0.0
+    requests: Mapping[str, int] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    archived_rows: int = 0
+    archived_sum: int = 0
+    archive_files: tuple[str, ...] = ()
+    """The archive files this cleanup wrote (their manifests are in the run's audit row)."""
+    archive_deferred: int = 0
+    """Commits recorded before the family had an archive: their rows were left in place, for
+    the next fold of their counters (which archives them before deleting them)."""
+    archive_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class CleanedBucket:
+    """What one bucket's cleanup counts as it goes; the shard's ``CleanupReport`` sums them
+    once, at the end."""
+
     rows_deleted: int = 0
     leftovers: list[str] = field(default_factory=list)
     late_rows: int = 0
@@ -54,17 +82,6 @@ class CleanupReport:
     windowed: int = 0
     counters_cleaned: int = 0
     counters_checked: int = 0
-    seconds: float = 0.0
-    requests: dict[str, int] = field(default_factory=dict)
-    peak_rss_mib: float = 0.0
-    archived_rows: int = 0
-    archived_sum: int = 0
-    archive_files: list[str] = field(default_factory=list)
-    """The archive files this cleanup wrote (their manifests are in the run's audit row)."""
-    archive_deferred: int = 0
-    """Commits recorded before the family had an archive: their rows were left in place, for
-    the next fold of their counters (which archives them before deleting them)."""
-    archive_seconds: float = 0.0
 
 
 @collector_relaxed()
@@ -101,18 +118,17 @@ def _cleanup_shard(
     started_at: datetime | None,
 ) -> CleanupReport:
     started = time.perf_counter()
-    report = CleanupReport(shard)
     cluster_clock(store)  # a host whose clock is off writes no archive and no tombstone
     runs = store.runs.read_run_commits(run_id, shard, executions)
     fault("cleanup_read_log")
     if store.family.folds_by_slice or not runs:  # a kept family's runs delete nothing
-        report.seconds = time.perf_counter() - started
-        return report
+        return CleanupReport(shard, seconds=time.perf_counter() - started)
     quarantined = set(
         store.quarantine.read_quarantine_anywhere(shard)
     )  # wherever a reshard moved it
     deferred: set[Any] = set()
     left_out: dict[Any, set[Key]] = {}
+    archived: Archived | None = None
     if store.family.archive is not None:
         from .archive import archive_commits
 
@@ -122,17 +138,13 @@ def _cleanup_shard(
             )
         deferred, left_out = archived.deferred, archived.left_out
         _log_left_out(store, left_out, quarantined)
-        report.archived_rows, report.archived_sum = archived.rows, archived.sum
-        report.archive_files = [m.url for m in archived.manifests]
-        report.archive_deferred = len(deferred)
-        report.archive_seconds = archived.seconds
     # tombstones newer than any write so far (the cluster's clock, whatever ``now`` the run
     # was planned with) and than the epoch: retries of the deleted rows stay deleted
     now_us = cluster_micros(store) if now is None else max(cluster_micros(store), to_micros(now))
 
     deleted_by_commit: list[tuple[int, Any, int]] = []  # (bucket, commit id, rows deleted)
 
-    def one(bucket: int) -> CleanupReport:
+    def one(bucket: int) -> CleanedBucket:
         with store.statements.phase("cleanup"):  # this thread's requests
             part, mine = delete(bucket)
         if mine:
@@ -140,8 +152,8 @@ def _cleanup_shard(
                 _check_left(store, shard, bucket, mine, part)
         return part
 
-    def delete(bucket: int) -> tuple[CleanupReport, dict[Key, tuple[int, CountedKeys]]]:
-        part = CleanupReport(shard)
+    def delete(bucket: int) -> tuple[CleanedBucket, dict[Key, tuple[int, CountedKeys]]]:
+        part = CleanedBucket()
         # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
         mine: dict[Key, tuple[int, CountedKeys]] = {}
@@ -180,20 +192,34 @@ def _cleanup_shard(
             deleted_by_commit.extend((bucket, c, rows) for c, rows in shares.items() if rows)
         return part, mine
 
-    for part in each_bucket(one, sorted(runs)):
-        report.rows_deleted += part.rows_deleted
-        report.leftovers += part.leftovers
-        report.late_rows += part.late_rows
-        report.late_sum += part.late_sum
-        report.windowed += part.windowed
-        report.counters_cleaned += part.counters_cleaned
-        report.counters_checked += part.counters_checked
+    parts = list(each_bucket(one, sorted(runs)))
     fault("cleanup_delete")
     store.runs.mark_deleted(run_id, shard, deleted_by_commit)  # what the run's audit row sums
-    report.requests = dict(store.statements.requests)
-    report.seconds = time.perf_counter() - started
-    report.peak_rss_mib = peak_rss_mib()
-    return report
+    return CleanupReport(
+        shard,
+        rows_deleted=sum(p.rows_deleted for p in parts),
+        leftovers=tuple(x for p in parts for x in p.leftovers),
+        late_rows=sum(p.late_rows for p in parts),
+        late_sum=sum(p.late_sum for p in parts),
+        windowed=sum(p.windowed for p in parts),
+        counters_cleaned=sum(p.counters_cleaned for p in parts),
+        counters_checked=sum(p.counters_checked for p in parts),
+        seconds=time.perf_counter() - started,
+        requests=dict(store.statements.requests),
+        peak_rss_mib=peak_rss_mib(),
+        **({} if archived is None else _archive_figures(archived)),
+    )
+
+
+def _archive_figures(archived: Archived) -> dict[str, Any]:
+    """A cleanup report's archive fields, from what its archive wrote."""
+    return {
+        "archived_rows": archived.rows,
+        "archived_sum": archived.sum,
+        "archive_files": tuple(m.url for m in archived.manifests),
+        "archive_deferred": len(archived.deferred),
+        "archive_seconds": archived.seconds,
+    }
 
 
 def _log_left_out(store: Store, left_out: dict[Any, set[Key]], quarantined: set[Key]) -> None:
@@ -217,7 +243,7 @@ def _check_left(
     shard: int,
     bucket: int,
     mine: dict[Key, tuple[int, CountedKeys]],
-    report: CleanupReport,
+    report: CleanedBucket,
 ) -> None:
     """Count, on the server, what is left at or below the epoch of a sample of the bucket's
     cleaned counters (all of them up to ``CLEANUP_CHECK_SAMPLE``). A whole-bucket count would

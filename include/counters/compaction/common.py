@@ -8,7 +8,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -18,6 +18,7 @@ from ..connection import ClusterClock
 from ..core import (
     Evidence,
     Key,
+    RunningTally,
     Tally,
     clock_refusal,
     stamp,
@@ -101,6 +102,11 @@ def new_run_id(prefix: str = "cli") -> str:
     return f"{prefix}-{stamp(datetime.now(UTC))}-{secrets.token_hex(3)}"
 
 
+def new_execution() -> str:
+    """An id for one attempt of a shard's compact step (``ShardReport.execution``)."""
+    return secrets.token_hex(8)
+
+
 def cluster_clock(store: Store) -> ClusterClock:
     """The cluster's clock for a step of ``store``'s family (measured once a minute per
     process); a host whose clock is off by more than the family's tolerance
@@ -154,19 +160,20 @@ REPORT_VERSION = 1
 
 
 @versioned(REPORT_VERSION, _report_upgrade)
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ShardReport:
-    """One shard's compact step: what ``verify`` receives (across XCom: ``core.codec``)."""
+    """One shard's compact step: what ``verify`` receives (across XCom: ``core.codec``). Built
+    once when the step ends, from what its buckets counted (``ShardContext``)."""
 
     shard: int
     tally: Tally
     phases: Phases
-    evidence: list[Evidence] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    requests: dict[str, int] = field(default_factory=dict)
+    evidence: tuple[Evidence, ...] = ()
+    failures: tuple[str, ...] = ()
+    requests: Mapping[str, int] = field(default_factory=dict)
     dry_run: bool = False
     peak_rss_mib: float = 0.0
-    execution: str = field(default_factory=lambda: secrets.token_hex(8))
+    execution: str = field(default_factory=new_execution)
     """This attempt of the shard's compact step: its cleanup deletes only the commits it
     verified, never another attempt's (a zombie, a reused run id, a task marked successful)."""
 
@@ -176,16 +183,21 @@ class ShardReport:
 
 @dataclass
 class ShardContext:
+    """A bucket's work in a shard's compact step: what it reads from, and what it counts as it
+    goes (``tally``, ``phases``, ``evidence``, ``failures``: the step adds its buckets' up into
+    its ``ShardReport``)."""
+
     store: Store
     shard: int
     epoch_ms: int
     run_id: str
     dry_run: bool
     fault: Fault
-    tally: Tally
+    tally: RunningTally
     phases: Phases
     quarantined: set[Key]
-    report: ShardReport
+    evidence: list[Evidence] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
     commit_chunk: int = COMMIT_CHUNK
     index_read_at: int = 0
     """When the shard's index marks were read (µs): the base of the forget horizon."""

@@ -228,7 +228,7 @@ def quarantine_counters(
         ctx.quarantined.add(counter)
         below = sum(1 for r in rows.get(counter, ()) if r[0] <= ctx.epoch_ms)
         ctx.tally.add_quarantined(counter, below)
-        ctx.report.failures.append(detail)
+        ctx.failures.append(detail)
         log.warning("quarantined %s (%s): %s", format_key(counter), reason, detail)
 
 

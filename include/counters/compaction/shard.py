@@ -17,10 +17,11 @@ from ..core import (
     BUCKETS,
     WHOLE_BUCKET_SHARE,
     Checkpoint,
+    Evidence,
     Fold,
     Key,
     Row,
-    Tally,
+    RunningTally,
     chunks,
     commit_figures,
     format_key,
@@ -60,6 +61,7 @@ from .common import (
     cluster_clock,
     cluster_micros,
     collector_relaxed,
+    new_execution,
     no_fault,
     peak_rss_mib,
 )
@@ -102,7 +104,8 @@ def compact_shard(
     """Fold, commit, copy and verify every counter of the shard with rows at or below
     ``epoch``: the touched counters, or every counter when the run sweeps."""
     epoch_ms = to_millis(epoch)
-    report = ShardReport(shard, Tally(), Phases(), dry_run=dry_run)
+    execution = new_execution()
+    phases = Phases()
     cluster_clock(store)  # a host whose clock is off is refused before any write
     check_family(  # before any write
         store, record=not dry_run, run_id=run_id, once_per_run=True
@@ -115,7 +118,7 @@ def compact_shard(
         holding = True
         fault("lease")
     try:
-        with report.phases.timed("discover", store):
+        with phases.timed("discover", store):
             quarantine = store.quarantine.read_quarantine(shard)
             index_read_at = cluster_micros(store)
             marks = _placed(store, shard, store.index.touched(shard), dry_run)
@@ -127,26 +130,23 @@ def compact_shard(
             run_id,
             dry_run,
             fault,
-            report.tally,
-            report.phases,
+            RunningTally(),
+            phases,
             set(quarantine),
-            report,
-            commit_chunk,
+            commit_chunk=commit_chunk,
             index_read_at=index_read_at,
             sweep=sweep,
-            execution=report.execution,
+            execution=execution,
         )
         for counter in quarantine:
             ctx.tally.add_quarantined(counter)
+        tally = ctx.tally.tally()
+        evidence: list[Evidence] = []
+        failures: list[str] = []
         work = [b for b in range(BUCKETS) if sweep or marks.get(b)]
 
         def one(bucket: int) -> ShardContext:
-            local = replace(
-                ctx,
-                tally=Tally(),
-                phases=Phases(),
-                report=ShardReport(shard, Tally(), Phases()),
-            )
+            local = replace(ctx, tally=RunningTally(), phases=Phases(), evidence=[], failures=[])
             touched = marks.get(bucket, [])
             scan = sweep or len(touched) >= SCAN_THRESHOLD
             _compact_bucket(local, bucket, touched, sweep=sweep, scan=scan)
@@ -154,10 +154,10 @@ def compact_shard(
 
         last_renewal = time.monotonic()
         for local in each_bucket(one, work):
-            report.tally = ctx.tally = report.tally.merge(local.tally)
-            report.phases = ctx.phases = report.phases.merge(local.phases)
-            report.evidence.extend(local.report.evidence)
-            report.failures.extend(local.report.failures)
+            tally = tally.merge(local.tally.tally())
+            phases = phases.merge(local.phases)
+            evidence.extend(local.evidence)
+            failures.extend(local.failures)
             if holding and time.monotonic() - last_renewal > LEASE_TTL_S / 3:
                 if not store.lease.renew_lease(shard, run_id, LEASE_TTL_S):
                     raise LeaseHeld(f"lost the lease of shard {shard} to another run")
@@ -168,9 +168,17 @@ def compact_shard(
         raise
     if holding:
         store.lease.release_lease(shard, run_id)
-    report.requests = dict(store.statements.requests)
-    report.peak_rss_mib = peak_rss_mib()
-    return report
+    return ShardReport(
+        shard,
+        tally,
+        phases,
+        tuple(evidence),
+        tuple(failures),
+        dict(store.statements.requests),
+        dry_run,
+        peak_rss_mib(),
+        execution,
+    )
 
 
 def _placed(

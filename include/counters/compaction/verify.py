@@ -153,7 +153,7 @@ def verify_bucket(
             or again.checkpoints[c].commit_id == committed[c][1].commit_id
         ]
     quarantine_counters(ctx, failures, {})
-    ctx.report.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
+    ctx.evidence.append(Evidence(ctx.shard, bucket, quarantined=len(failures), **evidence))
 
 
 def _in_phase(store: Store, phase: str, work: Callable[..., Any], *args: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .codec import fields_unchanged, versioned
@@ -32,9 +32,10 @@ NAMED_MAX = 20
 
 
 @versioned(1, fields_unchanged("Tally"))  # a previous release's tally inside a report on XCom
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Tally:
-    """Totals of a run (or a shard of it); adds up across shards."""
+    """Totals of a run (or a shard of it); adds up across shards (``merge``). Built once from a
+    ``RunningTally`` where a step counts as it goes."""
 
     rows_read: int = 0
     """Raw rows the run read (a sweep's size, with ``counters_seen``)."""
@@ -61,11 +62,57 @@ class Tally:
     """A rows family's sweep: business rows it had counted that were deleted since (their
     counters' values lowered by them; net of late rows in the same counters, see
     ``fold_recount``)."""
-    quarantined: list[str] = field(default_factory=list)
+    quarantined: tuple[str, ...] = ()
     """Counters kept out of the run (bad rows, failed checks, tampered copies); at most 20."""
-    windowed_counters: list[str] = field(default_factory=list)
+    windowed_counters: tuple[str, ...] = ()
     """Hot counters whose whole partition could not be read (tombstone overload), folded from
     a recent window only; at most 20 named."""
+
+    def merge(self, other: Tally) -> Tally:
+        sums = {name: getattr(self, name) + getattr(other, name) for name in _TALLY_SUMS}
+        return Tally(
+            **sums,
+            max_lateness_ms=max(self.max_lateness_ms, other.max_lateness_ms),
+            quarantined=(self.quarantined + other.quarantined)[:NAMED_MAX],
+            windowed_counters=(self.windowed_counters + other.windowed_counters)[:NAMED_MAX],
+        )
+
+    __add__ = merge
+
+    def as_dict(self) -> dict[str, object]:
+        """Its figures by name (the run's JSON spreads them; its names as lists, as JSON has
+        them)."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in fields(self)
+        }
+
+
+@dataclass(slots=True)
+class RunningTally:
+    """A ``Tally`` being counted: a step adds each fold, quarantined counter and windowed read
+    to it as it goes (one attribute add each, on the run's hot path), then takes its ``Tally``
+    once (``tally()``). Its fields are ``Tally``'s (a unit test holds them equal)."""
+
+    rows_read: int = 0
+    counters_seen: int = 0
+    counters_committed: int = 0
+    counters_refused: int = 0
+    counters_quarantined: int = 0
+    conflicts: int = 0
+    rows_folded: int = 0
+    sum_folded: int = 0
+    late_rows: int = 0
+    late_sum: int = 0
+    max_lateness_ms: int = 0
+    rows_deleted: int = 0
+    windowed_reads: int = 0
+    capped_counters: int = 0
+    rows_left: int = 0
+    counted_present: int = 0
+    rows_gone: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    windowed_counters: list[str] = field(default_factory=list)
 
     def add_fold(self, fold: Fold) -> None:
         self.counters_seen += 1
@@ -91,18 +138,14 @@ class Tally:
         room = NAMED_MAX - len(self.windowed_counters)
         self.windowed_counters.extend(format_key(c) for c in counters[: max(room, 0)])
 
-    def merge(self, other: Tally) -> Tally:
-        merged = Tally()
-        for name in _TALLY_SUMS:
-            setattr(merged, name, getattr(self, name) + getattr(other, name))
-        merged.max_lateness_ms = max(self.max_lateness_ms, other.max_lateness_ms)
-        merged.quarantined = (self.quarantined + other.quarantined)[:NAMED_MAX]
-        merged.windowed_counters = (self.windowed_counters + other.windowed_counters)[:NAMED_MAX]
-        return merged
-
-    def as_dict(self) -> dict[str, object]:
-        """Its figures by name (the run's JSON spreads them)."""
-        return dict(self.__dict__)
+    def tally(self) -> Tally:
+        """What it counted, frozen."""
+        return Tally(
+            **{name: getattr(self, name) for name in _TALLY_SUMS},
+            max_lateness_ms=self.max_lateness_ms,
+            quarantined=tuple(self.quarantined),
+            windowed_counters=tuple(self.windowed_counters),
+        )
 
 
 COMMITTED_FIGURES = (
@@ -126,7 +169,7 @@ def commit_figures(folds: Sequence[Fold], run_id: str) -> dict[str, int]:
     a counter, and the rows it carries, only when its base is another run's commit. A retry's
     fold on a commit of its own run (the earlier attempt committed, then failed) carries that
     commit's rows: they were folded once, by that commit, and are counted there."""
-    tally = Tally()
+    tally = RunningTally()
     for fold in folds:
         own = fold.base.run_id == run_id and fold.base.commit_id is not None
         tally.add_fold(fold)
@@ -145,15 +188,14 @@ def run_figures(
     reported figures are kept); ``deleted`` the rows every cleanup of the run recorded (None:
     none did, then the reported count is kept). The rest (conflicts, quarantined, ...) stays
     what the steps reported."""
-    durable = replace(memory)
-    if deleted is not None:
-        durable.rows_deleted = deleted
+    durable = memory if deleted is None else replace(memory, rows_deleted=deleted)
     if not commits or any(c is None for c in commits):
         return durable
+    figures: dict[str, Any] = {}
     for name in COMMITTED_FIGURES:
         values = [int((c or {}).get(name, 0)) for c in commits]
-        setattr(durable, name, max(values) if name == "max_lateness_ms" else sum(values))
-    return durable
+        figures[name] = max(values) if name == "max_lateness_ms" else sum(values)
+    return replace(durable, **figures)
 
 
 @dataclass(frozen=True)
