@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from counters import store as store_package
 from counters.store import catalog
+from counters.store.statements import Cql, Statements, declare
 
 pytestmark = pytest.mark.unit
 
@@ -133,3 +134,75 @@ def test_a_declared_text_names_its_parts_in_single_braces() -> None:
     not one) reaches the node as ``{key}``: a syntax error on the first run that prepares it."""
     doubled = [name for _t, name, cql in catalog.declared() if "{{" in cql.text or "}}" in cql.text]
     assert doubled == []
+
+
+def test_a_by_partition_statement_declares_its_in_twin() -> None:
+    """One declaration gives both forms, so a second copy cannot drift: the ``_in`` text is
+    generated (its key leading its rows, ``{key_in}``, an aggregate grouped by partition)."""
+    declared = declare(
+        rows=Cql(
+            "SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ?", by_partition=True
+        ),
+        sums=Cql("SELECT count(*), sum(x) FROM {raw} WHERE {key_where}", by_partition=True),
+        other=Cql("SELECT 1 FROM {raw} WHERE {key_where}"),
+    )
+    assert list(declared) == ["rows", "rows_in", "sums", "sums_in", "other"]
+    assert declared["rows_in"].text == (
+        "SELECT {key}, {row_columns} FROM {raw} WHERE {key_in} AND {time} > ?"
+    )
+    assert declared["sums_in"].text == (
+        "SELECT {key}, count(*), sum(x) FROM {raw} WHERE {key_in} GROUP BY {key}"
+    )
+    with pytest.raises(ValueError, match=r"statement 'bad': by_partition needs a SELECT of one"):
+        declare(bad=Cql("DELETE FROM {raw} WHERE {key_where}", by_partition=True))
+    with pytest.raises(ValueError, match=r"statement 'rows': rows_in is declared by by_partition"):
+        declare(rows=declared["rows"], rows_in=declared["rows_in"])
+
+
+def test_a_familys_parts_are_filled_once_and_a_call_after_the_first_is_a_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``prepared`` fills a text's family parts from its table's ``statement_parts``, once:
+    every later call for the name finds the prepared statement without building any part."""
+
+    class Table:
+        STATEMENTS = declare(read=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where}"))
+        built = 0
+
+        @property
+        def statement_parts(self) -> dict[str, str]:
+            Table.built += 1
+            return {"row_columns": "a, b"}
+
+    statements = Statements.__new__(Statements)
+    statements._prepared = {}
+    sent: list[tuple[str, str]] = []
+
+    def prepare(name: str, cql: str, serial: bool = False) -> str:
+        sent.append((name, cql))
+        statements._prepared[name] = cql
+        return cql
+
+    monkeypatch.setattr(statements, "prepare", prepare)
+    table = Table()
+    for _ in range(3):
+        assert statements.prepared(table, "read") == "SELECT a, b FROM {raw} WHERE {key_where}"
+    assert sent == [("read", "SELECT a, b FROM {raw} WHERE {key_where}")] and Table.built == 1
+
+
+def test_a_store_table_passes_only_parts_that_vary() -> None:
+    """A part of a statement's text that is the family's (a select list, a relation, a
+    measure) is its table's ``statement_parts``, computed once, not built again on every call:
+    only a row's own columns (a reshard's moves, an audit row) are passed to ``prepared``."""
+    varying = {"ledger_rows", "ledger_row_insert", "audit_write"}
+    passed = set()
+    for path in STORE_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("prepared", "rows_by_partition")
+                and any(k.arg not in (None, "params") for k in node.keywords)
+            ):
+                passed.add(ast.literal_eval(node.args[1]))
+    assert passed == varying

@@ -97,8 +97,9 @@ class LedgerTable:
         compact_scan=Cql(
             "SELECT {key}, {copy_columns} FROM {compact} WHERE {token} > ? AND {token} <= ?"
         ),
-        compact_read=Cql("SELECT {copy_columns} FROM {compact} WHERE {key_where} "),
-        compact_read_in=Cql("SELECT {key}, {copy_columns} FROM {compact} WHERE {key_in} "),
+        compact_read=Cql(
+            "SELECT {copy_columns} FROM {compact} WHERE {key_where} ", by_partition=True
+        ),
         ledger_rows=Cql("SELECT {key}, {row_columns} FROM {ledger} WHERE shard = ? AND bucket = ?"),
         ledger_row_insert=Cql(
             "INSERT INTO {ledger} (shard, bucket, {key}, {row_columns}) "
@@ -151,6 +152,23 @@ class LedgerTable:
         self.statements = statements
         self.family = statements.family
         self.keys = keys
+
+    @cached_property
+    def statement_parts(self) -> dict[str, str]:
+        """The family's parts of its statements' texts, computed once (``Statements.prepared``
+        fills them): a unique family's copy also lists the counted keys (``pending``); a
+        copy's columns as read (a timestamp epoch as epoch ms from the server: no datetime
+        built and taken apart)."""
+        pending = ", pending" if not self.family.folds_by_slice else ""
+        epoch = (
+            "toUnixTimestamp({epoch})"
+            if schema.epoch_type(self.family, self.statements.layout) == "timestamp"
+            else "{epoch}"
+        )
+        return {
+            "pending": ", pending = ?" if self.family.rules.members else "",
+            "copy_columns": f"{{value}}, {epoch}, commit_id, writetime({{value}}){pending}",
+        }
 
     # --- the ledger: checkpoints committed a bucket at a time -----------------------------
 
@@ -348,8 +366,7 @@ class LedgerTable:
         of its commit (``version``): a late copy of an older commit never overwrites a newer
         one. Unlogged batches of many partitions (one bucket's, so one token range)."""
         unique = self.family.rules.members
-        pending = ", pending = ?" if unique else ""
-        statement = self.statements.prepared(self, "compact_copy", pending=pending)
+        statement = self.statements.prepared(self, "compact_copy")
         now_ms = now_micros // 1000
         params = []
         for counter, cp in commits:
@@ -370,15 +387,8 @@ class LedgerTable:
         self, shard: int, bucket: int, counters: Sequence[Key] | None
     ) -> dict[Key, Copy]:
         """The compact rows of ``counters`` (all of the bucket's token range when None)."""
-        pending = ", pending" if not self.family.folds_by_slice else ""
-        epoch = (  # a timestamp as epoch ms from the server: no datetime built and taken apart
-            "toUnixTimestamp({epoch})"
-            if schema.epoch_type(self.family, self.statements.layout) == "timestamp"
-            else "{epoch}"
-        )
-        columns = f"{{value}}, {epoch}, commit_id, writetime({{value}}){pending}"
         if counters is None:
-            statement = self.statements.prepared(self, "compact_scan", copy_columns=columns)
+            statement = self.statements.prepared(self, "compact_scan")
             width = len(self.statements.layout.key)
             rows = self.statements.execute(
                 statement,
@@ -386,9 +396,7 @@ class LedgerTable:
                 profile=BULK_PROFILE,
             )
             return {tuple(r[:width]): self._copy(r[width:]) for r in rows}
-        found = self.statements.rows_by_partition(
-            self, "compact_read", counters, copy_columns=columns
-        )
+        found = self.statements.rows_by_partition(self, "compact_read", counters)
         return {c: self._copy(rows[0]) for c, rows in found.items() if rows}
 
     def _copy(self, row: Sequence[Any]) -> Copy:

@@ -7,6 +7,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
 from cassandra import (
@@ -72,11 +73,9 @@ class RawTable:
             "SELECT {key}, {row_columns} FROM {raw} "
             "WHERE {token} > ? AND {token} <= ? AND {time} > ? ALLOW FILTERING"
         ),
-        raw_read=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} "),
-        raw_read_in=Cql("SELECT {key}, {row_columns} FROM {raw} WHERE {key_in} "),
-        raw_read_after_all=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ?"),
-        raw_read_after_all_in=Cql(
-            "SELECT {key}, {row_columns} FROM {raw} WHERE {key_in} AND {time} > ?"
+        raw_read=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} ", by_partition=True),
+        raw_read_after_all=Cql(
+            "SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ?", by_partition=True
         ),
         raw_read_upto=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} <= ?"),
         raw_read_slice=Cql(
@@ -85,11 +84,8 @@ class RawTable:
         raw_read_at=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {relation}"),
         raw_recount_below=Cql(
             "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
-            "WHERE {key_where} AND {time} <= ?"
-        ),
-        raw_recount_below_in=Cql(
-            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
-            "WHERE {key_in} AND {time} <= ? GROUP BY {key}"
+            "WHERE {key_where} AND {time} <= ?",
+            by_partition=True,
         ),
         raw_recount_below_range=Cql(
             "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
@@ -97,11 +93,8 @@ class RawTable:
         ),
         raw_recount_between=Cql(
             "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
-            "WHERE {key_where} AND {time} > ? AND {time} <= ?"
-        ),
-        raw_recount_between_in=Cql(
-            "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
-            "WHERE {key_in} AND {time} > ? AND {time} <= ? GROUP BY {key}"
+            "WHERE {key_where} AND {time} > ? AND {time} <= ?",
+            by_partition=True,
         ),
         raw_recount_between_range=Cql(
             "SELECT {key}, count(*), sum(CAST({increment} AS varint)) FROM {raw} "
@@ -110,21 +103,16 @@ class RawTable:
         ),
         raw_delete_in=Cql("DELETE FROM {raw} USING TIMESTAMP ? WHERE {key_where} AND {relation}"),
         raw_slice_all=Cql(
-            "SELECT count(*), {measure} FROM {raw} WHERE {key_where} AND {time} <= ?"
-        ),
-        raw_slice_all_in=Cql(
-            "SELECT {key}, count(*), {measure} FROM {raw} "
-            "WHERE {key_in} AND {time} <= ? GROUP BY {key}"
+            "SELECT count(*), {measure} FROM {raw} WHERE {key_where} AND {time} <= ?",
+            by_partition=True,
         ),
         raw_slice=Cql(
-            "SELECT count(*), {measure} FROM {raw} WHERE {key_where} AND {time} > ? AND {time} <= ?"
+            "SELECT count(*), {measure} FROM {raw} "
+            "WHERE {key_where} AND {time} > ? AND {time} <= ?",
+            by_partition=True,
         ),
-        raw_slice_in=Cql(
-            "SELECT {key}, count(*), {measure} FROM {raw} "
-            "WHERE {key_in} AND {time} > ? AND {time} <= ? GROUP BY {key}"
-        ),
-        raw_newer=Cql("SELECT {measure} FROM {raw} WHERE {key_where} AND {time} > ?"),
-        raw_all=Cql("SELECT {measure} FROM {raw} WHERE {key_where}"),
+        raw_newer=Cql("SELECT {newer} FROM {raw} WHERE {key_where} AND {time} > ?"),
+        raw_all=Cql("SELECT {newer} FROM {raw} WHERE {key_where}"),
     )
 
     def __init__(self, statements: Statements, keys: Keys):
@@ -132,14 +120,29 @@ class RawTable:
         self.family = statements.family
         self.keys = keys
 
+    @cached_property
+    def statement_parts(self) -> dict[str, str]:
+        """The family's parts of its statements' texts, computed once (``Statements.prepared``
+        fills them): the select list of raw rows, an insert's bind markers, the relation naming
+        rows by their clustering keys, what a counter's rows add up to, and what its newer
+        rows add (a unique family's members, counted distinct: a clock-behind winner leaves
+        two rows)."""
+        lay = self.statements.layout
+        measure = self._measure()
+        return {
+            "row_columns": self.keys.row_columns(),
+            "marks": ", ".join("?" for _ in range(len(lay.key) + len(lay.clustering) + 1)),
+            "relation": self._rows_in()[0],
+            "measure": measure,
+            "newer": "{member}" if self.family.rules.members else measure,
+        }
+
     # --- write API ------------------------------------------------------------------------
 
     def insert_raw(self, rows: Sequence[tuple[Key, Key, int, int]]) -> None:
         """Insert raw rows ``(counter, clustering, increment, write_ts_micros)``, batched per
         counter (one mutation per partition)."""
-        lay = self.statements.layout
-        marks = ", ".join("?" for _ in range(len(lay.key) + len(lay.clustering) + 1))
-        statement = self.statements.prepared(self, "raw_insert", marks=marks)
+        statement = self.statements.prepared(self, "raw_insert")
         by_counter: dict[Key, list[tuple]] = defaultdict(list)
         for counter, clustering, increment, ts in rows:
             by_counter[counter].append((*counter, *clustering, increment, ts))
@@ -202,12 +205,11 @@ class RawTable:
         """Every raw row of one bucket's token range, grouped by counter (one paged query); only
         those after ``after_ms`` if given (a clustering slice: the node never reaches the
         tombstones of earlier folds behind it)."""
-        columns = self.keys.row_columns()
         params: tuple[Any, ...] = bucket_bounds(self.family.shards, shard, bucket)
         if after_ms is None:
-            statement = self.statements.prepared(self, "raw_scan", row_columns=columns)
+            statement = self.statements.prepared(self, "raw_scan")
         else:
-            statement = self.statements.prepared(self, "raw_scan_after", row_columns=columns)
+            statement = self.statements.prepared(self, "raw_scan_after")
             params = (*params, self.keys.time_bound(after_ms))
         result = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(result, len(self.statements.layout.key))
@@ -219,16 +221,13 @@ class RawTable:
         given (a clustering slice, as ``scan_rows``: past a hot counter's epoch it meets no
         tombstone of ours, every folded row being at or before the epoch it was folded at)."""
         if after_ms is None:
-            found = self.statements.rows_by_partition(
-                self, "raw_read", counters, row_columns=self.keys.row_columns()
-            )
+            found = self.statements.rows_by_partition(self, "raw_read", counters)
         else:
             found = self.statements.rows_by_partition(
                 self,
                 "raw_read_after_all",
                 counters,
                 params=(self.keys.time_bound(after_ms),),
-                row_columns=self.keys.row_columns(),
             )
         out: dict[Key, list[Row]] = {}
         for counter in counters:
@@ -236,7 +235,7 @@ class RawTable:
         return out
 
     def _read_counter_rows(self, name: str, params: Sequence[Any]) -> list[Row]:
-        statement = self.statements.prepared(self, name, row_columns=self.keys.row_columns())
+        statement = self.statements.prepared(self, name)
         rows = self.statements.execute(statement, params, profile=BULK_PROFILE)
         return self.keys.parse_rows(rows, 0).get((), [])
 
@@ -322,19 +321,15 @@ class RawTable:
     def _count_in_slice(self, counter: Key, start: int | None, top: int) -> tuple[int, int]:
         bounds = self._slice_bounds(start, top)
         statement = self.statements.prepared(
-            self,
-            "raw_slice_all" if start is None else "raw_slice",
-            measure=self._measure(),
+            self, "raw_slice_all" if start is None else "raw_slice"
         )
         row = self.statements.execute(statement, (*counter, *bounds), profile=BULK_PROFILE).one()
         return (row[0] or 0, row[1] or 0) if row else (0, 0)
 
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
         """Those of the given rows of a counter that are present: point reads, no range."""
-        relation, bind = self._rows_in()
-        statement = self.statements.prepared(
-            self, "raw_read_at", row_columns=self.keys.row_columns(), relation=relation
-        )
+        bind = self._rows_in()[1]
+        statement = self.statements.prepared(self, "raw_read_at")
         params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
         results = self.statements.concurrent(statement, params)
         return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
@@ -389,8 +384,7 @@ class RawTable:
         ``IN`` delete per counter, in unlogged batches of up to ``DELETE_BATCH_ROWS`` rows of
         many counters (the caller passes one bucket: one token range). Keys from the run log
         are bound as the bytes they are stored in."""
-        relation = self._rows_in()[0]
-        statement = self.statements.prepared(self, "raw_delete_in", relation=relation)
+        statement = self.statements.prepared(self, "raw_delete_in")
         entries: list[tuple[int, tuple]] = []
         deleted = 0
         for counter, keys in deletions:
@@ -453,7 +447,6 @@ class RawTable:
         """Server-side aggregate of each counter's slice (checkpoint, epoch]: (rows, total).
         The total is the row count for a rows family, the sum of increments otherwise;
         counters sharing a checkpoint are aggregated together (``IN`` + ``GROUP BY``)."""
-        measure = self._measure()
         upper = self.keys.time_bound(epoch_ms)
         by_base: dict[int | None, list[Key]] = defaultdict(list)
         for counter in counters:
@@ -463,7 +456,7 @@ class RawTable:
             try:
                 if base is None:
                     found = self.statements.rows_by_partition(
-                        self, "raw_slice_all", group, params=(upper,), measure=measure
+                        self, "raw_slice_all", group, params=(upper,)
                     )
                 else:
                     found = self.statements.rows_by_partition(
@@ -471,7 +464,6 @@ class RawTable:
                         "raw_slice",
                         group,
                         params=(self.keys.time_bound(base), upper),
-                        measure=measure,
                     )
             except (ReadFailure, ReadTimeout):  # a partition of tombstones (a rows family's
                 # deleted business rows): each counter by itself, in slices the node reads
@@ -506,10 +498,8 @@ class RawTable:
         """What each counter's rows after its base's epoch add: their sum (varint: an int column
         cannot wrap), their count for a rows family, their members for a unique family."""
         unique = self.family.rules.members
-        # a unique family's members, counted distinct: a clock-behind winner leaves two rows
-        measure = "{member}" if unique else self._measure()
-        newer = self.statements.prepared(self, "raw_newer", measure=measure)
-        everything = self.statements.prepared(self, "raw_all", measure=measure)
+        newer = self.statements.prepared(self, "raw_newer")
+        everything = self.statements.prepared(self, "raw_all")
         requests = [
             (newer, (*c, bounds[c])) if bounds[c] is not None else (everything, c) for c in counters
         ]

@@ -7,6 +7,7 @@ shard and epoch arithmetic over it."""
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import threading
 from collections import defaultdict
@@ -255,19 +256,47 @@ def millis_timestamps(cqltype: Any) -> Any:
 @dataclass(frozen=True)
 class Cql:
     """A statement as its table declares it: CQL text whose braces name the family's quoted
-    tables and columns (``Statements.names``) or the parts its table fills where it prepares
-    it (``Statements.prepared``), and whether it is conditional (prepared with the serial
-    consistency too)."""
+    tables and columns (``Statements.names``) or the parts its table fills (its
+    ``statement_parts``, or those given to ``Statements.prepared``), and whether it is
+    conditional (prepared with the serial consistency too). ``by_partition``: a one-partition
+    ``SELECT ... WHERE {key_where}`` that ``declare`` also declares over many partitions, as
+    ``<name>_in`` (``Statements.rows_by_partition``)."""
 
     text: str
     serial: bool = False
+    by_partition: bool = False
+
+    def over_partitions(self, name: str) -> Cql:
+        """The same statement over the partitions an ``IN ?`` names (``{key_in}``), its rows
+        led by their key, an aggregate grouped by partition (one row each)."""
+        head, _, rest = self.text.partition("SELECT ")
+        if head or not rest or self.text.count("{key_where}") != 1:
+            raise ValueError(
+                f"statement {name!r}: by_partition needs a SELECT of one partition "
+                f"('WHERE {{key_where}}' once), got {self.text!r}"
+            )
+        text = "SELECT {key}, " + rest.replace("{key_where}", "{key_in}")
+        if _AGGREGATE.search(rest):
+            text += " GROUP BY {key}"
+        return Cql(text, self.serial)
+
+
+_AGGREGATE = re.compile(r"\b(count|sum|min|max|avg)\(", re.IGNORECASE)
 
 
 def declare(**statements: Cql) -> Mapping[str, Cql]:
     """A table's statements by name, for its class's ``STATEMENTS``: each written once (a name
-    given twice does not compile), prepared by ``Statements.prepared``, listed in
-    docs/data-model.md (``counters.store.catalog``)."""
-    return MappingProxyType(statements)
+    given twice does not compile), a ``by_partition`` one followed by its ``<name>_in``,
+    prepared by ``Statements.prepared``, listed in docs/data-model.md
+    (``counters.store.catalog``)."""
+    out: dict[str, Cql] = {}
+    for name, cql in statements.items():
+        out[name] = cql
+        if cql.by_partition:
+            if f"{name}_in" in statements:
+                raise ValueError(f"statement {name!r}: {name}_in is declared by by_partition")
+            out[f"{name}_in"] = cql.over_partitions(name)
+    return MappingProxyType(out)
 
 
 class Statements:
@@ -393,13 +422,16 @@ class Statements:
         }
 
     def prepared(self, table: object, name: str, **parts: str) -> PreparedStatement:
-        """The statement ``name`` of ``table``'s class's ``STATEMENTS``, prepared once;
-        ``parts`` fill the braces of its text that ``names`` does not (a select list, a
-        relation: the family's, chosen by the table), each set of them its own statement."""
+        """The statement ``name`` of ``table``'s class's ``STATEMENTS``, prepared once; the
+        braces of its text that ``names`` does not fill are filled from the table's
+        ``statement_parts`` (a select list, a relation: the family's, computed once), so a call
+        costs a dict lookup. ``parts`` fill those that vary (a row's columns), each set of them
+        its own statement."""
         if not parts and (statement := self._prepared.get(name)) is not None:
             return statement  # prepared already (``Keys.token`` asks for one per counter)
         declared = type(table).STATEMENTS[name]  # type: ignore[attr-defined]
-        text = declared.text
+        fixed: Mapping[str, str] = getattr(table, "statement_parts", {})
+        text = declared.text.format_map(_Partial(fixed)) if fixed else declared.text
         if parts:
             name = f"{name}:{':'.join(parts.values())}"
             text = text.format_map(_Partial(parts))
