@@ -36,6 +36,8 @@ audit rows carry. Without it: the package version and ``git describe`` of the ch
 ANONYMOUS_ROLE = "anonymous"
 """What Cassandra calls a client without authentication (``AllowAllAuthenticator``)."""
 
+MESSAGE_MAX = 2000
+"""An audit row's message is cut here (a run's notes included, an operator's action's)."""
 MAP_COLUMNS = frozenset({"archive"})
 """Columns written as CQL maps; every other dict or list is written as JSON text."""
 
@@ -244,5 +246,5 @@ def operator_record(
         "counters": counters,
         "sum_folded": sum_folded,
         "parameters": dict(parameters),
-        "message": message[:2000],
+        "message": message[:MESSAGE_MAX],
     }

@@ -295,3 +295,23 @@ def test_integers_past_their_audit_column_are_left_out_and_kept_in_the_message()
         "sum_folded": 2**63 - 1,
         "message": "m",
     }
+
+
+def test_a_runs_and_an_operators_audit_message_are_cut_at_one_length():
+    """``audit.MESSAGE_MAX`` is the one cut of an audit row's message: a run's (its notes
+    included) and an operator action's."""
+    from dataclasses import replace
+
+    from counters.audit import MESSAGE_MAX, operator_record
+    from counters.compaction.outcome import RunOutcome
+    from counters.compaction.plan import RunPlan
+    from counters.core import Tally
+
+    long = "x" * (MESSAGE_MAX + 10)
+    at = datetime(2026, 11, 22, 10, 0)
+    run = RunOutcome(RunPlan("trades", "r1", at, None, (0,)), "failed", at, "increments", Tally())
+    assert len(replace(run, message=long).audit_row()["message"]) == MESSAGE_MAX
+    record = operator_record(
+        family(), action="release", outcome="success", run_id="r", message=long, parameters={}
+    )
+    assert len(record["message"]) == MESSAGE_MAX

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NewType
 
+from ..audit import MESSAGE_MAX
 from ..core import CheckOutcome, Tally, to_text
 from ..core.codec import versioned
 from .plan import RunPlan
@@ -19,9 +20,6 @@ RunSummaryJson = NewType("RunSummaryJson", dict[str, Any])
 
 ADVANCING = ("success", "partial", "reset", "idle")
 """The outcomes after which the family's compacted epoch is the run's (its ``epoch_after``)."""
-
-MESSAGE_MAX = 2000
-"""The audit row's message is cut here (notes included)."""
 
 
 @versioned(1)
