@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from counters.config import Family
-from counters.core import table_time, to_millis
+from counters.core import to_millis
 from counters.engine import BUCKET_THREADS
 from counters.store import Store
 
@@ -100,7 +100,7 @@ def required(bench: Bench) -> None:
     figures = required_work(
         bench.main_store,
         store,
-        to_millis(table_time(data.epoch)),
+        to_millis(data.epoch),
         bench.server,
         BUCKET_THREADS * bench.p.workers,
     )

@@ -583,8 +583,7 @@ def write_folded_compact_rows(
     store = Store(conn, family)
     epoch_ms = to_millis(epoch)
     pending = tuple(
-        (to_millis(table_time(epoch - timedelta(seconds=6 * j + 1))), "bench", j)
-        for j in range(pending_rows)
+        (to_millis(epoch - timedelta(seconds=6 * j + 1)), "bench", j) for j in range(pending_rows)
     )
     by_bucket: dict[tuple[int, int], list[tuple[tuple, int]]] = {}
     for key, value in rows:
