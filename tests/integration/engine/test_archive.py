@@ -536,7 +536,7 @@ def test_commits_from_before_the_archive_are_archived_by_the_next_fold_of_their_
     cleanup = engine.cleanup_shard(
         store2, 0, "old", [report.execution], started_at=datetime.now(UTC)
     )
-    assert (cleanup.rows_deleted, cleanup.leftovers) == (0, [])
+    assert (cleanup.rows_deleted, cleanup.leftovers) == (0, ())
     assert cleanup.archive_deferred >= 1  # a commit per bucket the two counters fell in
     assert engine.verify_cleanup([cleanup]).success
     finish_run(store2, plan)

@@ -48,7 +48,7 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     epoch2 = epoch1 + timedelta(minutes=5)
     second = engine.run_family(store, epoch2, now=epoch2 + timedelta(minutes=2))
     assert second.outcome == "success", second.message
-    assert (second.tally.windowed_reads, second.tally.windowed_counters) == (1, ["hot"])
+    assert (second.tally.windowed_reads, second.tally.windowed_counters) == (1, ("hot",))
     warning = {c.name: c for c in second.checks}["hot_counters_read_whole"]
     assert not warning.success and not warning.critical and warning.counters == ("hot",)
     # folded: the recent late row, the newer row and the cold counter's; not the deep late row
