@@ -7,7 +7,7 @@ reset or repair a run's commit: whichever commits second re-reads and re-plans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -197,27 +197,41 @@ def plan_reset(
     )
 
 
+def latest_resets(
+    family: str,
+    resets: Iterable[tuple[str, datetime]],
+    parse_key: Callable[[Sequence[str]], Key],
+) -> dict[Key, datetime]:
+    """Each counter's latest reset point of an earlier version's ``(counter text, point)``
+    resets, by the key the text names, not the text: earlier versions wrote a timestamp key in
+    more than one text form (with an offset or without), and the older of two resets taken
+    as the point would count the rows between them again. Pure."""
+    latest: dict[Key, datetime] = {}
+    for text, point in resets:
+        try:
+            counter = parse_key(text.split("/"))
+        except ValueError as exc:
+            raise EngineError(
+                f"family {family!r}: a reset in counters_audit names counter {text!r}, which "
+                f"is not a key of the family ({exc}); set its reset point by hand "
+                "(docs/operations.md, Upgrading)"
+            ) from exc
+        latest[counter] = max(point, latest.get(counter, point))
+    return latest
+
+
 def recover_reset_points(store: Store) -> list[Key]:
     """The counters whose reset an earlier version made, given back their reset point
     (``origin_ms``), which those versions did not keep in the ledger: a rows family's sweep
     and ``reconcile`` recount a counter from it, and with none from its first row, which
     would count the rows before the reset again. The point comes from the reset's audit row
     (``counters_audit``, before ``counterctl init`` moves it; the latest reset of each
-    counter); set only where the ledger has none, and the counter's epoch is at or after it.
-    Run by ``counterctl init`` before it moves the audit rows."""
-    latest: dict[str, datetime] = {}
-    for text, point in store.audit.legacy_resets():
-        latest[text] = max(point, latest.get(text, point))
+    counter, whatever text form each reset named it in); set only where the ledger has none,
+    and the counter's epoch is at or after it. Run by ``counterctl init`` before it moves the
+    audit rows."""
     recovered: list[Key] = []
-    for text, point in latest.items():
-        try:
-            counter = store.keys.parse_key(text.split("/"))
-        except ValueError as exc:
-            raise EngineError(
-                f"family {store.family.name!r}: a reset in counters_audit names counter "
-                f"{text!r}, which is not a key of the family ({exc}); set its reset point "
-                "by hand (docs/operations.md, Upgrading)"
-            ) from exc
+    latest = latest_resets(store.family.name, store.audit.legacy_resets(), store.keys.parse_key)
+    for counter, point in latest.items():
         shard, bucket, _head, base = _base(store, counter)
         point_ms = to_millis(point)
         if base.origin_ms is not None or base.commit_id is None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 from counters.config import Family
 from counters.core import Checkpoint, to_millis
 from counters.errors import EngineError
-from counters.maintenance import RESET_REPEAT_WINDOW, ResetPoint, decide_reset
+from counters.maintenance import RESET_REPEAT_WINDOW, ResetPoint, decide_reset, latest_resets
+from counters.store.keys import parse_epoch
 
 pytestmark = pytest.mark.unit
 
@@ -94,3 +96,23 @@ def test_a_reset_an_earlier_version_made_is_found_done_by_its_old_id() -> None:
     assert not decide(old, at=at, reset_id="ticket-10").already_done  # a given id: its own
     other = Checkpoint(value=0, epoch_ms=to_millis(at), run_id="reset:IBM@2026-11-26T11:59:00")
     assert not decide(other, at=at).already_done
+
+
+def test_an_earlier_versions_resets_are_taken_latest_per_key_whatever_its_text():
+    """Earlier versions wrote a timestamp key in more than one text form: two resets of one
+    counter, the older without an offset and the latest with one, are the one counter, and
+    its point is the latest (the older would count the rows between them again). Mutation:
+    grouping by the text gives the older point."""
+
+    def parse(parts: Sequence[str]) -> tuple[datetime]:
+        return (parse_epoch(parts[0]),)
+
+    older, latest = datetime(2026, 11, 1, 0, 0), datetime(2026, 11, 20, 0, 0)
+    found = latest_resets(
+        "f",
+        [("2026-11-25 09:00:00", older), ("2026-11-25 10:00:00+01:00", latest)],
+        parse,
+    )
+    assert found == {(datetime(2026, 11, 25, 9, 0),): latest}
+    with pytest.raises(EngineError, match=r"family 'f': a reset in counters_audit names"):
+        latest_resets("f", [("not a time", older)], parse)
