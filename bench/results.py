@@ -290,12 +290,14 @@ def headline(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
         return f"{_at(r, 'results.compaction.seconds'):.0f} s{times}"
 
     cpus = _at(latest, "machine.cpus") or "?"
+    done = _at(flow, "active.family_runs_finished")  # older results counted runs started only
+    done = _at(flow, "active.family_runs") if done is None else done
     families, minutes = flow.get("families") or 0, _at(flow, "active.window.minutes") or 0
     return (
         f"On one {cpus}-core machine, node included, a family's first run folds, checks and "
         f"deletes 1M raw rows of {_number(_at(best, 'results.compaction.counters'))} counters in "
         f"{run(best)} at best, and {run(latest)} in the latest kept run. "
-        f"{families} minute-families: {_at(flow, 'active.family_runs')} of {families * minutes} "
+        f"{families} minute-families: {done} of {families * minutes} "
         f"family-runs done in a {minutes}-minute window, Airflow spending "
         f"{_number(_at(flow, 'active.airflow_cpu_s_per_family_run'))} CPU-s per family-run "
         f"(the machine {_number(100 * _at(flow, 'active.machine_busy_fraction'), 0)} % busy).\n"
