@@ -29,7 +29,7 @@ from counters.connection import CONTROL_CONNECTION_TIMEOUT, ConnectionSettings
 from tests.background import MYPY, Background
 from tests.family_pool import TEST_FAILED
 from tests.lanes import TIMES_ENV
-from tests.timing import TestTime, per_test, summary
+from tests.timing import TestTime, failure_line, per_test, summary
 
 DEFAULT_HOST = "127.0.0.1"
 EXAMPLE_FAMILIES = Path(__file__).resolve().parents[1] / "include/examples/counter_families.yaml"
@@ -78,6 +78,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[SESSION_START] = time.monotonic()
 
 
+def _error_of(report: pytest.TestReport) -> str:
+    """A failed report's error (``assert 16 == 17``), or its whole text when it has none."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return str(getattr(crash, "message", "")) or report.longreprtext
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The time budget: the session's time, each tier's share, the slowest tests
     (tests/timing.py)."""
@@ -98,8 +104,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line)
     times = os.environ.get(TIMES_ENV)
     if times:  # a lane of the whole suite: tests/lanes.py sums both sessions' times
+        failed = [
+            failure_line(r.nodeid, r.when, _error_of(r))
+            for key in ("failed", "error")
+            for r in terminalreporter.stats.get(key, [])
+            if isinstance(r, pytest.TestReport)
+        ]
         Path(times).write_text(
-            json.dumps({"wall_s": wall, "tests": [dataclasses.asdict(t) for t in tests]})
+            json.dumps(
+                {"wall_s": wall, "tests": [dataclasses.asdict(t) for t in tests], "failed": failed}
+            )
         )
 
 

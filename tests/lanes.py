@@ -190,6 +190,20 @@ def combined_budget(wall_s: float, results: Sequence[LaneResult], times_dir: Pat
     return [f"{len(results)} lanes side by side: {lanes}", *summary(wall_s, tests)]
 
 
+def closing_lines(results: Sequence[LaneResult], times_dir: Path) -> list[str]:
+    """The suite's last lines: each failed lane and the tests that failed in it, so a log's
+    tail (all CI keeps of a long run) names them."""
+    lines: list[str] = []
+    for result in results:
+        if result.returncode == 0:
+            continue
+        lines.append(f"lane {result.lane}: pytest exited {result.returncode}")
+        path = times_dir / f"{result.lane}.json"
+        failed = json.loads(path.read_text()).get("failed", []) if path.exists() else []
+        lines += [f"  FAILED {line}" for line in failed]
+    return lines
+
+
 def main(argv: Sequence[str]) -> int:
     """``python -m tests.lanes [pytest options]``: the whole suite in its lanes."""
     times_dir = ROOT / "var" / "test-lanes"
@@ -203,9 +217,8 @@ def main(argv: Sequence[str]) -> int:
     print("=" * 30 + " time budget, all lanes " + "=" * 30)
     for line in combined_budget(wall, results, times_dir):
         print(line)
-    for result in results:
-        if result.returncode != 0:
-            print(f"lane {result.lane}: pytest exited {result.returncode}")
+    for line in closing_lines(results, times_dir):
+        print(line)
     return verdict(results)
 
 

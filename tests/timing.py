@@ -36,6 +36,18 @@ class TestTime:
     documented: bool
 
 
+FAILURE_CHARS = 300
+"""How much of a failure's last line the lanes' closing lines show."""
+
+
+def failure_line(nodeid: str, when: str, message: str) -> str:
+    """One line for a failed test: its id, the phase that failed (setup, call, teardown) and
+    the first line of its error, so the tail of a log names what failed without the report
+    above it."""
+    first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
+    return f"{nodeid} ({when}): {first[:FAILURE_CHARS]}"
+
+
 def tier_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     return next((t for t in TIERS if path.startswith(t + "/")), "other")

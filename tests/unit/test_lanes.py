@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.lanes import LANES, LaneResult, combined_budget, lane_of, prefixed, run, verdict
+from tests.lanes import (
+    LANES,
+    LaneResult,
+    closing_lines,
+    combined_budget,
+    lane_of,
+    prefixed,
+    run,
+    verdict,
+)
+from tests.timing import failure_line
 
 pytestmark = pytest.mark.unit
 
@@ -83,6 +93,24 @@ def test_the_budget_sums_both_lanes_tests_and_shows_the_wall_time(tmp_path):
     assert "  tests/integration/engine              1    2.0" in lines
     assert "  tests/cluster                         1    1.5" in lines
     assert lines[-1] == "     90.0  tests/cluster/test_b.py::t"  # over 30 s, no docstring
+
+
+def test_the_last_lines_name_each_failed_test_of_a_failed_lane(tmp_path):
+    """CI keeps a long log's tail only: the failed tests are named after the budget."""
+    line = failure_line("tests/cluster/test_b.py::t", "call", "\nassert 16 == 17\n +  where 16")
+    assert line == "tests/cluster/test_b.py::t (call): assert 16 == 17"
+    (tmp_path / "services.json").write_text(
+        json.dumps({"wall_s": 1.0, "tests": [], "failed": [line]})
+    )
+    results = [LaneResult("engine", 0, 1.0), LaneResult("services", 1, 2.0)]
+    assert closing_lines(results, tmp_path) == [
+        "lane services: pytest exited 1",
+        "  FAILED tests/cluster/test_b.py::t (call): assert 16 == 17",
+    ]
+    # a lane stopped before its end wrote no times: its exit code is still named
+    assert closing_lines([LaneResult("engine", 2, 1.0)], tmp_path) == [
+        "lane engine: pytest exited 2"
+    ]
 
 
 def test_lanes_run_side_by_side_and_relay_each_line_tagged(tmp_path, capsys, monkeypatch):
