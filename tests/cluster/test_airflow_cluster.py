@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from counters.airflow import tasks
 from counters.airflow.ui import datadocs
+from counters.core import utc_aware as aware
 from counters.gx import evidence
 
 from tests.integration.airflow.conftest import DAGS, airflow_ready
@@ -78,10 +79,6 @@ def dag_for(family_name: str) -> Any:
     bag = DagBag(dag_folder=str(DAGS))
     assert not bag.import_errors, bag.import_errors
     return bag, bag.dags[f"compact_{family_name}"]
-
-
-def aware(moment):
-    return moment.replace(tzinfo=UTC)
 
 
 def texts_under(folder: Path, since: float = 0.0) -> dict[str, str]:

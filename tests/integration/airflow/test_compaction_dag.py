@@ -22,10 +22,6 @@ from counters.store import Store
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 
-def aware(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC)
-
-
 def inc(counter: str, amount: int, at: Any, version: int) -> Increment:
     return Increment((counter,), amount, utc_aware(at), ("w", version))
 
@@ -93,7 +89,7 @@ def test_run_folds_increments_deletes_raw_rows_and_records_audit(
     epoch = t0 + timedelta(minutes=10)
 
     dag = dagbag().dags[family.dag_id]
-    run = dag.test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
+    run = dag.test(logical_date=utc_aware(epoch + family.lag + timedelta(seconds=30)))
 
     assert run.state == "success", states(run)
     got = states(run)  # a first run sweeps: every phase in its own (mapped) task
@@ -157,7 +153,7 @@ def test_tampered_counter_is_quarantined_the_rest_compacted_and_the_run_alerts(
     tamper = overwrite_ibm_copy(store)
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
-        run = dag.test(logical_date=aware(epoch + family.lag))
+        run = dag.test(logical_date=utc_aware(epoch + family.lag))
 
     assert run.state == "failed"
     got = states(run)
@@ -213,7 +209,7 @@ def test_task_failing_for_good_on_an_unaudited_error_still_leaves_the_audit_row(
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(schema_changed):
-        run = dag.test(logical_date=aware(epoch + family.lag))
+        run = dag.test(logical_date=utc_aware(epoch + family.lag))
 
     assert run.state == "failed"
     got = states(run)
@@ -239,7 +235,7 @@ def test_dry_run_with_epoch_param_writes_nothing_but_its_audit_row(conn, make_fa
 
     dag = dagbag().dags[family.dag_id]
     run = dag.test(
-        logical_date=aware(t0 + timedelta(minutes=30)),
+        logical_date=utc_aware(t0 + timedelta(minutes=30)),
         run_conf={"dry_run": True, "epoch": epoch.isoformat()},
     )
 
@@ -267,13 +263,13 @@ def test_backfill_runs_advance_the_epoch_in_order_and_older_ones_are_noops(
 
     for minutes, expected in ((3, 1 + 2 + 3 + 4), (6, 28), (9, 55)):
         epoch = t0 + timedelta(minutes=minutes)
-        run = dag.test(logical_date=aware(epoch + family.lag))
+        run = dag.test(logical_date=utc_aware(epoch + family.lag))
         assert run.state == "success", states(run)
         value = client.read_many(["IBM"])[0]
         assert (value.compact_value, value.epoch, value.value) == (expected, epoch, 255)
         assert store.state.family_epoch() == epoch
 
-    older = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    older = dag.test(logical_date=utc_aware(t0 + timedelta(minutes=5) + family.lag))
     assert older.state == "success"
     got = states(older)
     assert got["run"] == "skipped" and got["compact"] == "skipped", got
@@ -294,7 +290,7 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     load(client, t0)
     dag = dagbag().dags[family.dag_id]
 
-    first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    first = dag.test(logical_date=utc_aware(t0 + timedelta(minutes=5) + family.lag))
     assert first.state == "success", states(first)
     got = states(first)  # the family's first run sweeps: the phases are mapped over shards
     assert {got["run"], got["compact[0]"], got["compact[1]"], got["record_audit"]} == {"success"}, (
@@ -302,7 +298,7 @@ def test_small_run_does_every_phase_in_one_task_and_a_sweep_maps_them(
     )
 
     epoch = t0 + timedelta(minutes=10)
-    second = dag.test(logical_date=aware(epoch + family.lag))
+    second = dag.test(logical_date=utc_aware(epoch + family.lag))
     assert second.state == "success", states(second)
     got = states(second)  # few counters touched, no sweep due: one task does it all
     assert got.pop("run") == "success", got
@@ -344,11 +340,11 @@ def test_a_family_without_shard_tasks_does_every_run_whole_in_one_task_instance(
     dag = dagbag().dags[family.dag_id]
     assert [t.task_id for t in dag.tasks] == ["run"]
 
-    first = dag.test(logical_date=aware(t0 + timedelta(minutes=5) + family.lag))
+    first = dag.test(logical_date=utc_aware(t0 + timedelta(minutes=5) + family.lag))
     assert first.state == "success" and states(first) == {"run": "success"}, states(first)
     epoch = t0 + timedelta(minutes=10)
     api_requests.clear()
-    second = dag.test(logical_date=aware(epoch + family.lag))
+    second = dag.test(logical_date=utc_aware(epoch + family.lag))
     assert second.state == "success" and states(second) == {"run": "success"}, states(second)
     assert [what for task, what in api_requests if task == "run"] == [
         "ValidateInletsAndOutlets",
@@ -385,7 +381,7 @@ def test_a_failed_check_in_the_one_task_dag_deletes_nothing_of_that_counter(
     tamper = overwrite_ibm_copy(store)
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):
-        run = dag.test(logical_date=aware(epoch + family.lag))
+        run = dag.test(logical_date=utc_aware(epoch + family.lag))
 
     assert run.state == "failed" and states(run) == {"run": "failed"}, states(run)
     assert len([t for t in raw_times(store, "IBM") if t <= epoch]) == 10  # nothing of it deleted
@@ -419,7 +415,7 @@ def test_a_run_archives_the_rows_it_deletes_and_its_one_audit_row_holds_the_mani
     run = (
         dagbag()
         .dags[family.dag_id]
-        .test(logical_date=aware(epoch + family.lag + timedelta(seconds=30)))
+        .test(logical_date=utc_aware(epoch + family.lag + timedelta(seconds=30)))
     )
     assert run.state == "success", states(run)
     [row] = store.audit.page(5)  # one row: the manifests and the run's outcome together
@@ -466,7 +462,7 @@ def test_a_counted_row_left_after_cleanup_fails_record_audit_before_the_epoch_ad
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(outlive_the_delete):
-        run = dag.test(logical_date=aware(epoch + family.lag))
+        run = dag.test(logical_date=utc_aware(epoch + family.lag))
 
     assert rewritten and run.state == "failed"
     got = states(run)  # the first run sweeps: the mapped shape

@@ -7,20 +7,18 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from cassandra.query import ValueSequence
 from counters.config import Family
-from counters.core import LEDGER_STATE, STATE_FIELDS
+from counters.core import LEDGER_STATE, STATE_FIELDS, utc_aware
 from counters.schema import TABLES_TABLE
 from counters.store import Store
 
-
-def aware(moment: datetime) -> datetime:
-    """A test's time (naive UTC, as the tables hold it) as the write API takes it: tz-aware
-    UTC (``CounterClient`` and a reset refuse a naive one)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+aware = utc_aware
+"""A test's time (naive UTC, as the tables hold it) as the write API takes it: tz-aware UTC
+(``CounterClient`` and a reset refuse a naive one)."""
 
 
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:
