@@ -106,6 +106,22 @@ def test_expect_amounts_past_a_bigint_to_fail_the_integer_check() -> None:
     assert "sum_folded_is_integer" in failed(report)
 
 
+def test_expect_a_missing_or_fractional_amount_to_fail_its_integer_check() -> None:
+    """One expectation per amount column: a null (which GX's column-map expectations skip)
+    and a float are held as their text, never an ``int64``. Mutation: the frame keeping None
+    as a null passes the suite."""
+    clean = evidence(0, 5)
+    missing = Evidence(**{**clean.as_dict(), "bucket": 1, "pending_sum": None})  # type: ignore[arg-type]
+    fractional = Evidence(**{**clean.as_dict(), "bucket": 2, "readers_after": 5.5})  # type: ignore[arg-type]
+    report = checks.validate_evidence("fam", "run-none", [clean, missing, fractional])
+    lines = failed(report)
+    assert not report.success
+    # an object column fails as a whole (GX checks its values' types): every row is named
+    assert "shard 0 bucket 1: pending_sum = None" in lines["pending_sum_is_integer"]
+    assert "shard 0 bucket 2: readers_after = 5.5" in lines["readers_after_is_integer"]
+    assert set(lines) >= {"pending_sum_is_integer", "readers_after_is_integer"}
+
+
 def test_expect_no_evidence_to_pass() -> None:
     assert checks.validate_evidence("fam", "empty", []).success
 
