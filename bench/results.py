@@ -147,15 +147,18 @@ FIGURES: list[Figure] = [
         lambda r: _number(_at(r, "active.airflow_cpu_s_per_family_run")),
     ),
     (
-        "... task processes / scheduler / API server",
-        lambda r: _per_run(r, "task processes", "scheduler", "api server"),
+        "... the runs' work / scheduler / API server",
+        lambda r: _pair(
+            _number(_ratio(_work_cpu_s(r), _at(r, "active.family_runs"))),
+            _per_run(r, "scheduler", "api server"),
+        ),
     ),
     (
         "Cassandra CPU-s per family-run",
         lambda r: _number(_ratio(_at(r, "active.cassandra_cpu_s"), _at(r, "active.family_runs"))),
     ),
     (
-        "minute-families per core at 70 % busy: task processes / scheduler / Cassandra",
+        "minute-families per core at 70 % busy: the runs' work / scheduler / Cassandra",
         lambda r: _families_per_core(r),
     ),
     (
@@ -223,8 +226,22 @@ def _families_per_core(r: dict[str, Any]) -> str | None:
         per_run = _ratio(cpu_s, runs)
         return f"{CORE_BUSY * 60 / per_run:.0f}" if per_run else NONE
 
-    kinds = (by_kind.get("task processes"), by_kind.get("scheduler"), node)
+    kinds = (_work_cpu_s(r), by_kind.get("scheduler"), node)
     return " / ".join(per_core(cpu_s) for cpu_s in kinds)
+
+
+RUN_WORK_KINDS = ("task processes", "executor workers", "warm pool", "triggerer")
+"""The processes that do the runs themselves, in either shape: the executor's task processes
+and workers (a run on a worker), or the triggerer and its warm pool (a run from the trigger).
+One sum, so the shapes compare: per shape, one of the two pairs is about zero."""
+
+
+def _work_cpu_s(r: dict[str, Any]) -> float | None:
+    """The CPU-seconds of the processes that did the runs (``RUN_WORK_KINDS``)."""
+    by_kind = _at(r, "active.airflow_cpu_by_kind_s")
+    if not isinstance(by_kind, dict) or not any(k in by_kind for k in RUN_WORK_KINDS):
+        return None
+    return sum(by_kind.get(k, 0.0) for k in RUN_WORK_KINDS)
 
 
 def _mb(value: Any) -> float | None:

@@ -122,3 +122,20 @@ def test_families_per_core_divide_a_busy_core_by_each_kinds_cost_per_run():
     result["active"]["airflow_cpu_by_kind_s"] = {"task processes": 84.0}
     assert results._families_per_core(result) == "50 / \N{EN DASH} / 200"
     assert results._families_per_core({"active": {}}) is None
+
+
+def test_the_runs_work_is_the_task_processes_or_the_warm_pool_and_triggerer():
+    """The two shapes compare: a run from the trigger is done by the warm pool and the
+    triggerer, one on a worker by the task processes; the row sums both pairs."""
+    trigger_shape = {
+        "active": {
+            "family_runs": 100,
+            "airflow_cpu_by_kind_s": {"warm pool": 40.0, "triggerer": 12.0, "scheduler": 9.0},
+            "cassandra_cpu_s": 42.0,
+        }
+    }
+    assert results._work_cpu_s(trigger_shape) == 52.0
+    assert results._families_per_core(trigger_shape) == "81 / 467 / 100"
+    worker_shape = {"active": {"airflow_cpu_by_kind_s": {"task processes": 84.0}}}
+    assert results._work_cpu_s(worker_shape) == 84.0
+    assert results._work_cpu_s({"active": {"airflow_cpu_by_kind_s": {"scheduler": 1.0}}}) is None
