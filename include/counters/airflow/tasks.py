@@ -235,7 +235,7 @@ def plan(
     try:
         with _as_task():
             run = engine.plan_step(
-                store_for(family),
+                store_for(family, new_run=True),
                 run_id,
                 at,
                 now,

@@ -199,6 +199,8 @@ def test_a_small_run_in_a_pool_process_and_on_a_worker_leave_the_same_audit_row_
     again = later.result(timeout=300)
     assert again.outcome == "success" and again.pid == done.pid, (done, again)
     assert again.summary is not None and again.summary["rows_folded"] == 6  # 4 loaded + 2
+    # the run's requests, each step's (not those after the last ``store_for``: the metrics')
+    assert {"commit", "verify", "cleanup"} <= set(again.summary["requests"]), again.summary
 
     worker_row = Store(conn, on_worker).audit.page(5)[0]
     pool_rows = {r["run_id"]: r for r in Store(conn, in_pool).audit.page(5)}
