@@ -10,9 +10,10 @@ from counters import engine
 from counters.client import CounterClient, Increment
 from counters.compaction import fold as fold_module
 from counters.core import utc_aware
+from counters.core import utc_aware as aware
 from counters.store import Store
 
-from .test_compaction_dag import alert_channels, aware, load, mail_text, raw_times, states
+from .test_compaction_dag import alert_channels, load, mail_text, raw_times, states
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

@@ -14,10 +14,11 @@ import pytest
 from click.testing import CliRunner
 from counters.cli import cli
 from counters.client import CounterClient
+from counters.core import utc_aware as aware
 from counters.store import Store
 
 from tests.gx_rules import add_failing_rule
-from tests.integration.airflow.test_compaction_dag import aware, load, states
+from tests.integration.airflow.test_compaction_dag import load, states
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 

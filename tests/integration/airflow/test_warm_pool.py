@@ -28,11 +28,11 @@ from counters.airflow.warmpool import WarmPool
 from counters.audit import Provenance
 from counters.client import CounterClient
 from counters.connection import ConnectionSettings
+from counters.core import utc_aware as aware
 from counters.core.codec import CodecError, decode, encode
 from counters.store import Store
 
 from tests.integration.airflow.test_compaction_dag import (
-    aware,
     load,
     overwrite_ibm_copy,
     raw_times,
