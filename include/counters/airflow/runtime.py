@@ -103,21 +103,20 @@ def quiet_driver_logs(logger: logging.Logger | None = None) -> None:
         logger.setLevel(logging.WARNING)
 
 
-def store_for(family: Family, *, new_run: bool = False) -> Store:
+def store_for(family: Family, *, reset: bool = True) -> Store:
     """The process's ``Store`` of the family: its layout is read and its statements prepared
     once per process, not per phase; a changed family (another YAML) or a new connection gets
-    a new Store. ``new_run`` (the plan: a run starts in this process) resets what a Store keeps
-    about a run (the request counts its summary reports, who started the changes); a later
-    call of the same run (its steps, its metrics) keeps them: a process that outlives runs
-    (the warm pool) or does a whole run (the one-task shape) reports the run's requests, not
-    those after its last call here."""
+    a new Store. What a Store keeps about a run (the request counts a phase reports, who started
+    the changes) is reset here, so it does not leak into the next phase or run; ``reset=False``
+    keeps it, for a call in the middle of a run: the metrics sent after a run's audit, while
+    its summary still counts the run's requests (the warm pool, the one-task shape)."""
     conn = connection()
     with _lock:
         store = _stores.get(family.name)
         if store is None or store.conn is not conn or store.family != family:
             store = Store(conn, family)
             _stores[family.name] = store
-        if new_run:
+        if reset:
             store.statements.requests.clear()
             store.audit.provenance = None
         return store

@@ -120,7 +120,7 @@ def _emit_metrics(family: Family) -> engine.AuditHook:
     """The audit hook of a task's steps: the run's metrics, from how it ended."""
 
     def emit(ended: RunOutcome) -> None:
-        health.emit_run_metrics(store_for(family), ended)
+        health.emit_run_metrics(store_for(family, reset=False), ended)
 
     return emit
 
@@ -235,7 +235,7 @@ def plan(
     try:
         with _as_task():
             run = engine.plan_step(
-                store_for(family, new_run=True),
+                store_for(family),
                 run_id,
                 at,
                 now,

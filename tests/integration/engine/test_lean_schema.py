@@ -112,6 +112,9 @@ def test_a_task_process_keeps_one_store_per_family_and_resets_its_run_state(
     again = runtime.store_for(family)
     assert again is store
     assert not again.statements.requests and again.audit.provenance is None
+    again.quarantine.read_quarantine(0)  # within a run (its metrics after its audit): kept
+    kept = runtime.store_for(family, reset=False)
+    assert kept is store and sum(kept.statements.requests.values()) > 0
     assert runtime.store_for(other) is not store
     assert runtime.store_for(other).family == other
     changed = family.model_copy(update={"lag": family.lag * 2})
