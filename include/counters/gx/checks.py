@@ -153,11 +153,10 @@ def rules() -> list[Rule]:
             rule(
                 f"{column}_is_integer",
                 f"{column} is a non-null integer",
-                expectation,
+                gxe.ExpectColumnValuesToBeOfType(column=column, type_="int64"),
                 "{where}: " + column + " = {" + column + "}",
             )
             for column in AMOUNT_COLUMNS
-            for expectation in (gxe.ExpectColumnValuesToBeOfType(column=column, type_="int64"),)
         ),
         rule(
             "family_total_conserved",
