@@ -16,6 +16,8 @@ from counters.core import utc_aware
 from counters.recount import recount
 from counters.store import Store
 
+from tests.copies import change_copy
+
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 
@@ -55,7 +57,7 @@ def test_a_cleared_cleanup_after_a_release_keeps_the_rows_its_archive_left_out(
     def tamper(point: str) -> None:
         row = conn.session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
         if point == "copy" and row is not None and row.value == 55:
-            conn.session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+            change_copy(conn.session, compact, "IBM", 999)
 
     dag = dagbag().dags[family.dag_id]
     with tasks.fault_hook(tamper):

@@ -24,6 +24,8 @@ from counters.compaction.conclude import finish_run
 from counters.core import utc_aware
 from counters.recount import recount
 
+from tests.copies import change_copy
+
 from .conftest import Crash
 from .helpers import aware, rows_at_or_below
 
@@ -780,7 +782,7 @@ def test_a_cleanup_run_again_after_a_release_deletes_no_row_it_did_not_archive(a
         session = store.statements.session
         row = session.execute(f"SELECT value FROM {compact} WHERE type = 'IBM'").one()
         if point == "copy" and row is not None and row.value == 55:
-            session.execute(f"UPDATE {compact} SET value = 999 WHERE type = 'IBM'")
+            change_copy(session, compact, "IBM", 999)
 
     started = datetime.now(UTC)
     now = epoch + timedelta(minutes=5)

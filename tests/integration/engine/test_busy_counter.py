@@ -23,6 +23,8 @@ from counters.config import load_catalog
 from counters.core import to_millis, to_text, utc_aware
 from counters.store import Store
 
+from tests.copies import change_copy
+
 pytestmark = pytest.mark.integration
 
 DELETED = 101_000
@@ -115,9 +117,7 @@ def test_every_command_works_on_a_counter_with_more_folded_rows_than_the_node_re
 
     # quarantine: a copy changed outside the engine is found by the next run (a sweep, which
     # reads the hot counter by parts), listed, then released with its copy restored
-    conn.session.execute(
-        f"UPDATE {engine_keyspace}.compact_{name} SET value = 5 WHERE type = 'hot'"
-    )
+    change_copy(conn.session, f"{engine_keyspace}.compact_{name}", "hot", 5)
     tampered = compact()
     assert tampered.exit_code != 0 and "quarantined" in tampered.output, tampered.output
     held = invoke("--config", path, "quarantine", "--family", name, "--json")

@@ -14,6 +14,8 @@ from counters.core import state_commit, to_millis, utc_aware
 from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
+from tests.copies import change_copy
+
 from .conftest import Crash
 from .helpers import StalledRun, aware, compact_row, raw_rows, rows_at_or_below, state_with
 
@@ -368,9 +370,8 @@ def test_tampered_compact_row_is_quarantined_and_nothing_of_it_deleted(make_fami
     def tamper(point):
         committed = compact_row(store, ("IBM",))
         if point == "copy" and committed is not None and committed.value == 55:
-            store.statements.session.execute(
-                f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 "
-                "WHERE type = 'IBM'"
+            change_copy(
+                store.statements.session, f"{family.keyspace}.{family.compact_table}", "IBM", 999
             )
 
     with pytest.raises(engine.ChecksFailed) as info:
@@ -402,10 +403,14 @@ def test_a_released_copy_is_written_after_the_ledgers_version_whatever_the_clock
     run(store, epoch)
     hour_us = 3600 * 10**6
     now_us = to_micros(datetime.now(UTC))
-    stamp = f" USING TIMESTAMP {now_us + hour_us}" if skew != "operator_clock_ahead" else ""
-    store.statements.session.execute(
-        f"UPDATE {family.keyspace}.{family.compact_table}{stamp} SET value = 7 WHERE type = 'IBM'"
-    )
+    compact = f"{family.keyspace}.{family.compact_table}"
+    session = store.statements.session
+    if skew == "operator_clock_ahead":
+        change_copy(session, compact, "IBM", 7)
+    else:
+        session.execute(
+            f"UPDATE {compact} USING TIMESTAMP {now_us + hour_us} SET value = 7 WHERE type = 'IBM'"
+        )
     later = epoch + timedelta(minutes=1)
     with pytest.raises(engine.ChecksFailed, match="quarantined"):
         run(store, later)
@@ -430,9 +435,7 @@ def test_compact_row_changed_between_runs_is_detected_at_the_next_run(make_famil
     load(client, t0)
     epoch = t0 + timedelta(minutes=10)
     run(store, epoch)
-    store.statements.session.execute(
-        f"UPDATE {family.keyspace}.{family.compact_table} SET value = 7 WHERE type = 'IBM'"
-    )
+    change_copy(store.statements.session, f"{family.keyspace}.{family.compact_table}", "IBM", 7)
     client.record([inc("IBM", 1, t0 + timedelta(minutes=10, seconds=30), "w", 99)])
     with pytest.raises(engine.ChecksFailed, match="IBM: compact value 7"):
         run(store, epoch + timedelta(minutes=1))

@@ -22,6 +22,8 @@ from counters.identity import written_shards
 from counters.schema import SchemaError
 from counters.store import Store
 
+from tests.copies import after_copy
+
 from .conftest import Crash
 from .helpers import (
     StalledRun,
@@ -680,13 +682,17 @@ def test_a_removed_copy_is_restored_at_once_quarantined_and_alerted(make_family,
     engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
     f = family
     if how == "deleted":
+        table = f"{f.keyspace}.{f.compact_table}"
+        stamp = after_copy(store.statements.session, table, "v")
         store.statements.session.execute(
-            f"DELETE FROM {f.keyspace}.{f.compact_table} WHERE type = 'v'"
+            f"DELETE FROM {table} USING TIMESTAMP {stamp} WHERE type = 'v'"
         )
     else:
         row = compact_row(store, ("v",))
+        stamp = after_copy(store.statements.session, f"{f.keyspace}.{f.compact_table}", "v")
         store.statements.session.execute(
-            f"UPDATE {f.keyspace}.{f.compact_table} USING TTL 1 SET value = %s, epoch = %s, "
+            f"UPDATE {f.keyspace}.{f.compact_table} USING TTL 1 AND TIMESTAMP {stamp} "
+            "SET value = %s, epoch = %s, "
             "commit_id = %s, run_id = %s WHERE type = 'v'",
             (row.value, row.epoch, row.commit_id, row.run_id),
         )

@@ -15,6 +15,8 @@ from counters.core import utc_aware
 from counters.schema import ledger_table
 from counters.store import Store
 
+from tests.copies import change_copy
+
 from .helpers import rows_at_or_below
 from .test_engine import same_bucket
 
@@ -120,9 +122,8 @@ def test_a_whole_read_touches_only_the_touched_counters(make_family, t0):
     names = same_bucket(store, 40)
     _record(client, names, 1, t0 + timedelta(minutes=1))
     _run(store, t0, 2, names)
-    store.statements.session.execute(
-        f"UPDATE {family.keyspace}.{family.compact_table} SET value = 999 WHERE type = %s",
-        (names[-1],),
+    change_copy(
+        store.statements.session, f"{family.keyspace}.{family.compact_table}", names[-1], 999
     )
     seen = _reads_of_copies(store)
     _record(client, names[:-1], 2, t0 + timedelta(minutes=3))
