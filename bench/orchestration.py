@@ -485,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         "preload": not args.no_preload,
         "shard_tasks": args.mapped,
         "warm_pool": os.environ.get("COUNTERS_WARM_POOL", "on"),
+        # the scheduler's settings given from the environment: a run that tries one says so
+        "scheduler_settings": {
+            k: v for k, v in sorted(os.environ.items()) if k.startswith("AIRFLOW__SCHEDULER__")
+        },
         "rate_per_family": args.rate,
         "cores": os.cpu_count(),
         "started": datetime.now(UTC).isoformat(),
