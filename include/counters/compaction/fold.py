@@ -208,8 +208,8 @@ def against_readers(
             None if copy is None else copy.commit_id,
             copy is not None and (copy.writetime or 0) < (fold.base.version or 0),
         )
-        if problem is None:
-            kept.append(replace(fold, readers_before=before))
+        if problem is None:  # None stands for the base's value: no copy of the fold per counter
+            kept.append(fold if before == fold.base.value else replace(fold, readers_before=before))
         else:
             refused.append((fold.counter, "check_failed", f"{problem}: not committed"))
     quarantine_counters(ctx, refused, rows)

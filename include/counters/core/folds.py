@@ -242,7 +242,8 @@ class Fold:
     the rows keeps: the run log holds only their keys otherwise)."""
     readers_before: int | None = None
     """What the readers' copy held before this run's commit, read from the compact table by
-    the counter's key (``readers_base``): the independent side of the conservation check."""
+    the counter's key (``readers_base``): the independent side of the conservation check.
+    None when it equals ``base.value`` (the usual case: a fold is not copied to say so)."""
     kinds: bytes = b""
     """With ``keep_values``: each ``pending`` row's ``FOLD_*`` kind, in order."""
 
