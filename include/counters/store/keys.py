@@ -249,7 +249,7 @@ class Keys:
         timeuuid ``counted_until``)."""
         if epoch_ms is None:
             return None
-        if self.family.folds_by_slice and self.statements.layout.time.cql_type == "timeuuid":
+        if self.statements.layout.time.cql_type == "timeuuid" and self.family.folds_by_slice:
             return max_uuid_from_time(epoch_ms / 1000)
         return epoch_ms
 
