@@ -74,6 +74,13 @@ FIGURES: list[Figure] = [
     ),
     ("first run / scan floor", lambda r: _number(_at(r, "ratios.compaction_over_scan_floor"), 1)),
     (
+        "the design's floor (required steps alone) / scan floor: wall / CPU",
+        lambda r: _pair(
+            _number(_at(r, "ratios.required_over_scan_floor"), 1),
+            _number(_at(r, "ratios.required_cpu_over_scan_floor_cpu"), 1),
+        ),
+    ),
+    (
         "next run over the first's rows (s)",
         lambda r: _number(_at(r, "results.compaction.next_run.seconds"), 1),
     ),
