@@ -1,24 +1,32 @@
-"""Changing a readers' copy the way a writer outside the engine would, in tests that check the
-engine notices."""
+"""Changing the engine's rows the way a writer outside the engine would, in tests that check
+the engine notices."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 
-def after_copy(session: Any, table: str, counter: str, column: str = "type") -> int:
-    """A write timestamp (µs) strictly after every write of ``counter``'s row in ``table``.
+def after_write(
+    session: Any, table: str, column: str, where: str, params: Sequence[Any] = ()
+) -> int:
+    """A write timestamp (µs) strictly after every write of ``column`` in the rows ``where``
+    selects, and not before this host's clock.
 
-    The engine writes a copy at its commit's version, taken from the cluster's clock as this
-    host measured it (within half a round trip), so it can sit some milliseconds ahead of this
-    host's clock; a plain UPDATE or DELETE issued right after the copy can then carry an older
-    timestamp and lose to it, and the change the test means to make never happens."""
-    row = session.execute(
-        f'SELECT WRITETIME(value) FROM {table} WHERE "{column}" = %s', (counter,)
-    ).one()
-    written = row[0] if row is not None and row[0] is not None else 0
+    The engine writes at the cluster's time: a ledger commit at its Paxos ballot (the
+    coordinator's clock), a copy at its commit's version, tombstones at the cluster's clock as
+    this host measured it (within half a round trip). Any of those can sit some milliseconds
+    ahead of the timestamp a test's plain UPDATE or DELETE gets from this host, which then
+    loses, and the change the test means to make never happens."""
+    rows = session.execute(f'SELECT WRITETIME("{column}") FROM {table} WHERE {where}', params)
+    written = max((r[0] for r in rows if r[0] is not None), default=0)
     return max(written + 1, time.time_ns() // 1000)
+
+
+def after_copy(session: Any, table: str, counter: str, column: str = "type") -> int:
+    """A write timestamp strictly after every write of ``counter``'s copy in ``table``."""
+    return after_write(session, table, "value", f'"{column}" = %s', (counter,))
 
 
 def change_copy(session: Any, table: str, counter: str, value: int, column: str = "type") -> None:

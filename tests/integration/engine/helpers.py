@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -59,17 +60,20 @@ def ledger_as_older_versions_wrote_it(
     key_list = ", ".join(f'"{k}"' for k in keys)
     key_where = " AND ".join(f'"{k}" = %s' for k in keys)
     rows = list(
-        store.statements.session.execute(f"SELECT shard, bucket, {key_list}, state FROM {table}")
+        store.statements.session.execute(
+            f"SELECT shard, bucket, {key_list}, state, WRITETIME(state) FROM {table}"
+        )
     )
     for row in rows:
-        state = row[-1]
+        state, written = row[-2], row[-1]
         if state is None:
             continue
         cp = state_fields(state)
+        stamp = max(written + 1, time.time_ns() // 1000)  # after the commit's Paxos ballot
         store.statements.session.execute(
-            f"UPDATE {table} SET value = %s, epoch_ms = %s, run_id = %s, pending = '', "
-            "pending_sum = %s, pending_rows = %s, pending_low_ms = %s, base_value = %s, "
-            "folded_sum = %s, version = %s, updated_at = %s, state = %s "
+            f"UPDATE {table} USING TIMESTAMP {stamp} SET value = %s, epoch_ms = %s, run_id = %s, "
+            "pending = '', pending_sum = %s, pending_rows = %s, pending_low_ms = %s, "
+            "base_value = %s, folded_sum = %s, version = %s, updated_at = %s, state = %s "
             f"WHERE shard = %s AND bucket = %s AND {key_where}",
             (
                 cp["value"],
@@ -87,7 +91,7 @@ def ledger_as_older_versions_wrote_it(
                 else None,
                 row[0],
                 row[1],
-                *row[2:-1],
+                *row[2:-2],
             ),
         )
     return len(rows)

@@ -14,7 +14,7 @@ from counters.core import state_commit, to_millis, utc_aware
 from counters.schema import SchemaError
 from counters.store import BATCH_BYTES, Store
 
-from tests.copies import change_copy
+from tests.copies import after_write, change_copy
 
 from .conftest import Crash
 from .helpers import StalledRun, aware, compact_row, raw_rows, rows_at_or_below, state_with
@@ -132,9 +132,11 @@ def test_int_increments_are_summed_without_wrapping_and_overflow_is_quarantined(
         (shard, bucket),
     ).one()[0]
     # a counter close to the bigint limit, as the engine would leave it
+    ledger = f"{engine_keyspace}.{store.family.compact_table}_ledger"
+    where = "shard = %s AND bucket = %s AND type = 'wide'"
+    stamp = after_write(store.statements.session, ledger, "state", where, (shard, bucket))
     store.statements.session.execute(
-        f"UPDATE {engine_keyspace}.{store.family.compact_table}_ledger SET state = %s "
-        "WHERE shard = %s AND bucket = %s AND type = 'wide'",
+        f"UPDATE {ledger} USING TIMESTAMP {stamp} SET state = %s WHERE {where}",
         (state_with(state, value=2**63 - 10), shard, bucket),
     )
     store.statements.session.execute(

@@ -15,7 +15,7 @@ from counters.core import utc_aware
 from counters.schema import ledger_table
 from counters.store import Store
 
-from tests.copies import change_copy
+from tests.copies import after_write, change_copy
 
 from .helpers import rows_at_or_below
 from .test_engine import same_bucket
@@ -142,9 +142,11 @@ def test_a_ledger_from_before_the_population_is_read_by_name_and_stays_exact(mak
     shard, bucket = store.keys.bucket((names[0],))
     _record(client, names, 1, t0 + timedelta(minutes=1))
     _run(store, t0, 2, names)
+    ledger = f'{family.keyspace}."{ledger_table(family)}"'
+    where = "shard = %s AND bucket = %s"
+    stamp = after_write(store.statements.session, ledger, "population", where, (shard, bucket))
     store.statements.session.execute(
-        f'DELETE population FROM {family.keyspace}."{ledger_table(family)}" '
-        "WHERE shard = %s AND bucket = %s",
+        f"DELETE population FROM {ledger} USING TIMESTAMP {stamp} WHERE {where}",
         (shard, bucket),
     )
     seen = _reads_of_copies(store)
