@@ -1,0 +1,221 @@
+"""Writers whose clocks are off, and rows stamped with a write timestamp of their own.
+
+The write API stamps each raw row with its own time (``USING TIMESTAMP`` = ``modify_time``),
+so a writer's clock moves only where its rows land (after the epoch, or late), never whether a
+cleanup's tombstone shadows them. A writer outside it that stamps a row ahead of the cluster
+(a driver's client timestamp from a clock ahead, an explicit ``USING TIMESTAMP``) outlives the
+tombstone of the run that counted it: the row stays counted (carried in the checkpoint's
+``pending``), each run's cleanup check fails naming it, and the first cleanup whose tombstone is
+newer deletes it; it is never counted twice or lost. The clocks are compressed: a writer's
+clock is ``time_machine`` around its own calls (or the time it would read, for a write made
+while a run is under way), and a run later than the cluster passes the engine's ``now=``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from counters import engine
+from counters.client import CounterClient
+from counters.compaction.sequence import RunFailed
+from counters.connection import Connection
+from counters.core import to_micros
+
+from .helpers import aware, raw_rows, rows_at_or_below
+
+pytestmark = pytest.mark.integration
+
+HOUR = timedelta(hours=1)
+
+
+def real_now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+@pytest.fixture(autouse=True)
+def marks_forgotten_at_once(monkeypatch):
+    """Time compressed: a run forgets every index mark written before it read the index (not
+    only those ``FORGET_MARGIN``, 2 minutes, older), as runs minutes apart do; so the runs
+    after it read a counter only from its newer marks' minutes (``core.read_floor``)."""
+    monkeypatch.setattr("counters.compaction.verify.FORGET_MARGIN", timedelta(0))
+
+
+def writer_clock(by: timedelta):
+    """This process's clock ``by`` off the cluster's, ticking: a writer's host."""
+    return time_machine.travel(datetime.now(UTC) + by, tick=True)
+
+
+def plain_insert(store, counter: str, at: datetime, actor: str, amount: int, stamp_us: int) -> None:
+    """A writer outside the write API: a plain INSERT stamped ``stamp_us``, no index mark."""
+    f = store.family
+    store.statements.session.execute(
+        f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, increment) "
+        f"VALUES (%s, %s, %s, 1, %s) USING TIMESTAMP {stamp_us}",
+        (counter, at, actor, amount),
+    )
+
+
+@pytest.fixture
+def writer_conn(conn) -> Iterator[Connection]:
+    """The skewed writers' own connection (their own hosts): the driver's timestamp generator
+    never goes back, so one that wrote under a clock an hour ahead stamps every later write of
+    its process an hour ahead (the test session's connection would carry that into later
+    tests)."""
+    writer = Connection(conn.settings)
+    yield writer
+    writer.close()
+
+
+def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_family, writer_conn):
+    """A writer an hour ahead and ones 10 and 40 minutes behind the cluster (lag 1 min) write
+    through the write API before, during and after runs at the cluster's epochs, and retry their
+    events after runs deleted them. A row written behind the epoch during a run is a late row,
+    in the value from the next run (its mark names its minute, which that run reads down to);
+    the ahead writer's are after every epoch until a run an hour later (the engine's ``now=``)
+    folds them. Every row is counted once and deleted once folded."""
+    family, store, client = make_family(lag="1m", shards=1, sweep_interval="1d")
+    skewed = CounterClient(writer_conn, family)
+    start = real_now().replace(second=0, microsecond=0)
+    epoch1, epoch2 = start - timedelta(minutes=2), start - timedelta(minutes=1)
+    written: list = []
+
+    def write(amount: int, skew: timedelta, *, version: int, replay_of: timedelta | None = None):
+        """One event of the writer ``skew`` off: at its clock's now, or (``replay_of``) an
+        event that long before it, given with its own time and identity (a queue's replay)."""
+        with writer_clock(skew):
+            at = None if replay_of is None else datetime.now(UTC) - replay_of
+            event = skewed.increment(
+                "IBM", amount, **({} if at is None else {"at": at, "identity": ("q", version)})
+            )
+        written.append(event)
+        return event
+
+    ahead = write(1, HOUR, version=1)
+    behind = write(2, -timedelta(minutes=10), version=2)
+    replayed = write(4, HOUR, version=3, replay_of=HOUR + timedelta(minutes=15))
+    assert client.read("IBM") == 7
+
+    during: list = []
+    once = threading.Lock()
+
+    def write_during(point: str) -> None:
+        """Once the fold is committed, a writer 40 minutes behind writes a late row (its clock's
+        now is before the epoch, and before every row the fold counted). Fault points are met
+        by the buckets' threads: one write."""
+        with once:
+            if not during and store.ledger.committed_by(("IBM",)) is not None:
+                at = aware(real_now() - timedelta(minutes=40))
+                during.append(client.increment("IBM", 8, at=at, identity=("late", 4)))
+
+    first = engine.run_family(store, epoch1, fault=write_during)
+    assert first.outcome == "success" and during, first.message
+    assert (first.tally.rows_folded, first.tally.rows_deleted) == (2, 2)  # behind, replayed
+    assert client.read("IBM") == 7  # the late row waits for the next run (documented)
+    # retries of the folded and deleted events stay deleted, whatever the writer's clock
+    with writer_clock(HOUR):
+        skewed.record([replayed])
+    with writer_clock(-timedelta(minutes=10)):
+        skewed.record([behind])
+    second = engine.run_family(store, epoch2)
+    assert second.outcome == "success", second.message
+    assert (second.tally.late_rows, second.tally.late_sum) == (1, 8)
+    assert client.read("IBM") == 15
+    assert rows_at_or_below(store, ("IBM",), epoch2) == 0
+    write(16, HOUR, version=5)  # after the runs, ahead again
+    assert client.read("IBM") == 31
+    # a run an hour later (the cluster's clock compressed): the ahead writer's rows are folded
+    later = real_now() + HOUR + timedelta(minutes=2)
+    third = engine.run_family(store, later - timedelta(minutes=1), now=later)
+    assert third.outcome == "success", third.message
+    assert (third.tally.rows_folded, third.tally.rows_deleted) == (2, 2)
+    assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 31
+    with writer_clock(HOUR):
+        skewed.record([ahead, *during])  # retried once more after their deletion
+    fourth = engine.run_family(store, later, now=later + timedelta(minutes=1))
+    assert fourth.outcome in ("success", "idle"), fourth.message
+    assert fourth.tally.rows_folded == 0
+    assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 31 == sum(
+        e.increment for e in [*written, *during]
+    )
+
+
+@pytest.mark.parametrize("ahead", [HOUR, timedelta(days=365 * 100)], ids=["hour", "century"])
+def test_a_row_stamped_ahead_of_the_cluster_stays_counted_once_until_a_tombstone_shadows_it(
+    make_family, t0, ahead
+):
+    """A writer outside the write API stamps a row an hour (or a century: a bug's timestamp)
+    ahead of the cluster. The run that counts it cannot delete it: its cleanup check fails
+    naming the counter, and the row stays counted in the checkpoint (``pending``). A later run
+    that reads the counter only from its mark's minute still reads it (the checkpoint's
+    ``low_ms``) and fails again, counting nothing twice; the first run whose tombstone is
+    newer than the stamp (an hour on: the engine's ``now=``; a sweep) counts it as counted
+    and deletes it. With a century's stamp no run deletes it and every run fails
+    naming it, its total exact."""
+    _family, store, client = make_family(shards=1, sweep_interval="10m")
+    client.increment("IBM", 5, at=aware(t0 + timedelta(minutes=1)), identity=("w", 1))
+    stamp = to_micros(real_now() + ahead)
+    plain_insert(store, "IBM", t0 + timedelta(minutes=2), "p", 40, stamp)
+    epoch = t0 + timedelta(minutes=10)
+    with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
+        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))  # sweeps: first run
+    assert client.read("IBM") == 45
+    assert len(raw_rows(store, ("IBM",))) == 1
+    client.increment("IBM", 3, at=aware(epoch + timedelta(seconds=30)), identity=("w", 2))
+    with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
+        engine.run_family(store, epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2))
+    assert client.read("IBM") == 48
+    assert len(raw_rows(store, ("IBM",))) == 1
+    # an hour on, by the cluster's clock (compressed: the run's now=, its tombstones' time);
+    # a sweep too (a day after t0): it reads the counter whole
+    later = real_now() + HOUR + timedelta(minutes=5)
+    if ahead == HOUR:
+        third = engine.run_family(store, epoch + timedelta(minutes=2), now=later)
+        assert third.outcome == "success" and third.plan.sweep, third.message
+        assert (third.tally.counted_present, third.tally.rows_folded) == (1, 0)
+        assert raw_rows(store, ("IBM",)) == []
+    else:
+        with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
+            engine.run_family(store, epoch + timedelta(minutes=2), now=later)
+        assert len(raw_rows(store, ("IBM",))) == 1
+        # no run succeeded, so none recorded its sweep: every next run sweeps the family again
+        assert store.state.family_state().last_sweep is None
+    assert client.read("IBM") == 48
+    assert engine.quarantined(store) == []
+
+
+def test_a_row_stamped_ahead_that_the_cleanup_check_does_not_sample_stays_counted(
+    make_family, t0, monkeypatch
+):
+    """The same row when its counter is not in the cleanup check's sample (a bucket of more
+    counters than ``CLEANUP_CHECK_SAMPLE``; 0 here): the run succeeds and leaves it, counted.
+    The next run is no sweep and reads the counter only from its new mark's minute, above the
+    row: the checkpoint's ``low_ms`` still takes it down to the row, which it carries (counted,
+    not again); the run an hour later deletes it, and a sweep then has nothing to count again.
+    A fold that forgot it would leave it uncounted in its checkpoint, and the sweep would
+    count it a second time (88 where 48 is right)."""
+    monkeypatch.setattr("counters.compaction.cleanup.CLEANUP_CHECK_SAMPLE", 0)
+    _family, store, client = make_family(shards=1, sweep_interval="10m")
+    client.increment("IBM", 5, at=aware(t0 + timedelta(minutes=1)), identity=("w", 1))
+    plain_insert(store, "IBM", t0 + timedelta(minutes=2), "p", 40, to_micros(real_now() + HOUR))
+    epoch = t0 + timedelta(minutes=10)
+    first = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    assert first.outcome == "success" and first.plan.sweep, first.message
+    assert len(raw_rows(store, ("IBM",))) == 1 and client.read("IBM") == 45  # left, counted
+    client.increment("IBM", 3, at=aware(epoch + timedelta(minutes=3)), identity=("w", 2))
+    second = engine.run_family(
+        store, epoch + timedelta(minutes=4), now=epoch + timedelta(minutes=5, seconds=30)
+    )
+    assert second.outcome == "success" and not second.plan.sweep, second.message
+    assert (second.tally.counted_present, second.tally.rows_folded) == (1, 1)
+    assert len(raw_rows(store, ("IBM",))) == 1 and client.read("IBM") == 48
+    later = real_now() + HOUR + timedelta(minutes=5)  # a sweep too: a day after t0
+    third = engine.run_family(store, epoch + timedelta(minutes=5), now=later)
+    assert third.outcome == "success" and third.plan.sweep, third.message
+    assert (third.tally.counted_present, third.tally.rows_folded) == (1, 0)
+    assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 48
+    swept = engine.run_family(store, epoch + timedelta(minutes=20), now=later + HOUR)
+    assert swept.plan.sweep and swept.tally.rows_folded == 0 and client.read("IBM") == 48
