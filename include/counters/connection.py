@@ -69,6 +69,7 @@ class _ExpectedWarnings(logging.Filter):
 
 
 logging.getLogger("cassandra.protocol").addFilter(_ExpectedWarnings())
+log = logging.getLogger(__name__)
 
 CONTROL_CONNECTION_TIMEOUT = 10.0
 """Seconds for the control connection's queries, the full schema read on connect among them
@@ -110,14 +111,42 @@ class ClusterClock:
 
 class ClusterTimestamps(MonotonicTimestampGenerator):
     """The driver's client-side write timestamps (every write without ``USING TIMESTAMP``) from
-    the cluster's clock: this host's, less the offset its connection last measured
-    (``Connection.cluster_clock``; none before the first measurement)."""
+    the cluster's clock: the cluster's time its connection last measured
+    (``Connection.cluster_clock``) plus the monotonic time since, so a step of this host's wall
+    clock (NTP, an operator) does not move them; this host's clock before the first measurement.
 
-    offset_us = 0
+    The driver's generator never goes back: one write stamped an hour ahead (the host's clock
+    stepped, or it was ahead before the first measurement) would hold every later timestamp of
+    the process an hour ahead, and each of its deletes (a release's, a lease's) would shadow
+    the cells written after it for that hour. A measurement that finds the last timestamp ahead
+    of the cluster's time by more than ``CLOCK_STEP_US`` starts again from the cluster's time."""
+
+    last: int  # the driver's: the last timestamp given
+    cluster_us: int | None = None
+    monotonic_us = 0
+
+    def measured(self, clock: ClusterClock) -> None:
+        """Take the cluster's time from ``clock`` (just measured) from now on."""
+        with self.lock:
+            self.cluster_us = clock.host_us - clock.offset.offset_us
+            self.monotonic_us = clock.monotonic_us
+            ahead = self.last - self._now()
+            if ahead > CLOCK_STEP_US:
+                log.warning(
+                    "write timestamps were %.3f s ahead of the cluster's time (this host's "
+                    "clock was ahead of it, or stepped back); they follow the cluster's again",
+                    ahead / 1e6,
+                )
+                self.last = 0
+
+    def _now(self) -> int:
+        if self.cluster_us is None:
+            return time.time_ns() // 1000
+        return self.cluster_us + time.monotonic_ns() // 1000 - self.monotonic_us
 
     def __call__(self) -> int:
         with self.lock:
-            return int(self._next_timestamp(time.time_ns() // 1000 - self.offset_us, self.last))
+            return int(self._next_timestamp(self._now(), self.last))
 
 
 class CassandraUnavailable(RuntimeError):
@@ -337,7 +366,7 @@ class Connection:
             self._clock = clock
         stamps = self.cluster.timestamp_generator
         if isinstance(stamps, ClusterTimestamps):
-            stamps.offset_us = offset.offset_us
+            stamps.measured(clock)
         return clock
 
     def prepare(

@@ -171,3 +171,34 @@ def test_the_drivers_client_timestamps_follow_the_clusters_clock(conn, engine_ke
     written = conn.session.execute(f"SELECT writetime(v) FROM {table} WHERE k = 1").one()[0]
     real_us = int(datetime.now(UTC).timestamp() * 1e6)
     assert abs(written - real_us) < 2_000_000  # the offset is measured to a round trip
+
+
+def test_a_host_clock_stepped_ahead_and_back_leaves_no_write_timestamp_ahead(conn, engine_keyspace):
+    """A process that wrote once with its host's clock an hour ahead (before it measured the
+    cluster's clock), then measured it, then had its clock stepped back: its later writes carry
+    the cluster's time, not the hour ahead the driver's never-going-back generator would hold
+    them at (a release's or a lease's delete stamped then would shadow what is written after
+    it for that hour)."""
+    from counters.connection import Connection
+
+    table = f"{engine_keyspace}.steps_{secrets.token_hex(3)}"
+    conn.session.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
+    host = Connection(conn.settings)
+    try:
+        with skewed(timedelta(hours=1)):
+            host.session.execute(f"INSERT INTO {table} (k, v) VALUES (1, 1)")  # unmeasured
+            assert 3599 < host.cluster_clock().offset.seconds < 3601
+            host.session.execute(f"INSERT INTO {table} (k, v) VALUES (2, 2)")
+        host.session.execute(f"INSERT INTO {table} (k, v) VALUES (3, 3)")  # stepped back
+        host.cluster_clock()  # measured again: the step is seen
+        host.session.execute(f"INSERT INTO {table} (k, v) VALUES (4, 4)")
+    finally:
+        host.close()
+    real_us = int(datetime.now(UTC).timestamp() * 1e6)
+    stamps = dict(conn.session.execute(f"SELECT k, writetime(v) FROM {table}").all())
+    assert stamps[1] - real_us > 3_500_000_000  # the host's own clock, an hour ahead
+    assert {k: abs(stamps[k] - real_us) < 2_000_000 for k in (2, 3, 4)} == {
+        2: True,
+        3: True,
+        4: True,
+    }, {k: (stamps[k] - real_us) / 1e6 for k in stamps}
