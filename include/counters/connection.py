@@ -109,11 +109,21 @@ class ClusterClock:
         return steady < CLOCK_REUSE_S * 1e6 and abs(wall - steady) < CLOCK_STEP_US
 
 
+def _elapsed_us() -> int:
+    """A clock for time elapsed: no wall-clock step moves it, and it counts a suspended host's
+    sleep (the monotonic clock stops then), where the platform has one."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.monotonic_ns() // 1000
+    return time.clock_gettime_ns(boottime) // 1000
+
+
 class ClusterTimestamps(MonotonicTimestampGenerator):
     """The driver's client-side write timestamps (every write without ``USING TIMESTAMP``) from
     the cluster's clock: the cluster's time its connection last measured
-    (``Connection.cluster_clock``) plus the monotonic time since, so a step of this host's wall
-    clock (NTP, an operator) does not move them; this host's clock before the first measurement.
+    (``Connection.cluster_clock``) plus the time elapsed since on a clock no wall-clock step
+    moves (NTP, an operator) and that counts a suspended host's sleep (``CLOCK_BOOTTIME`` on
+    Linux, else the monotonic clock); this host's clock before the first measurement.
 
     The driver's generator never goes back: one write stamped an hour ahead (the host's clock
     stepped, or it was ahead before the first measurement) would hold every later timestamp of
@@ -123,13 +133,14 @@ class ClusterTimestamps(MonotonicTimestampGenerator):
 
     last: int  # the driver's: the last timestamp given
     cluster_us: int | None = None
-    monotonic_us = 0
+    elapsed_us = 0
 
     def measured(self, clock: ClusterClock) -> None:
         """Take the cluster's time from ``clock`` (just measured) from now on."""
         with self.lock:
             self.cluster_us = clock.host_us - clock.offset.offset_us
-            self.monotonic_us = clock.monotonic_us
+            # the measurement's midpoint on the elapsed clock (its monotonic one, moved across)
+            self.elapsed_us = _elapsed_us() - (time.monotonic_ns() // 1000 - clock.monotonic_us)
             ahead = self.last - self._now()
             if ahead > CLOCK_STEP_US:
                 log.warning(
@@ -142,7 +153,7 @@ class ClusterTimestamps(MonotonicTimestampGenerator):
     def _now(self) -> int:
         if self.cluster_us is None:
             return time.time_ns() // 1000
-        return self.cluster_us + time.monotonic_ns() // 1000 - self.monotonic_us
+        return self.cluster_us + _elapsed_us() - self.elapsed_us
 
     def __call__(self) -> int:
         with self.lock:
