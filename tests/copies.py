@@ -20,8 +20,13 @@ def after_write(
     ahead of the timestamp a test's plain UPDATE or DELETE gets from this host, which then
     loses, and the change the test means to make never happens."""
     rows = session.execute(f'SELECT WRITETIME("{column}") FROM {table} WHERE {where}', params)
-    written = max((r[0] for r in rows if r[0] is not None), default=0)
-    return max(written + 1, time.time_ns() // 1000)
+    return stamp_after(max((r[0] for r in rows if r[0] is not None), default=None))
+
+
+def stamp_after(written: int | None) -> int:
+    """A write timestamp (µs) after ``written`` (a cell's WRITETIME, None for none) and not
+    before this host's clock (``after_write``)."""
+    return max((written or 0) + 1, time.time_ns() // 1000)
 
 
 def after_copy(session: Any, table: str, counter: str, column: str = "type") -> int:

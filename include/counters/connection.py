@@ -138,9 +138,7 @@ class ClusterTimestamps(MonotonicTimestampGenerator):
     def measured(self, clock: ClusterClock) -> None:
         """Take the cluster's time from ``clock`` (just measured) from now on."""
         with self.lock:
-            self.cluster_us = clock.host_us - clock.offset.offset_us
-            # the measurement's midpoint on the elapsed clock (its monotonic one, moved across)
-            self.elapsed_us = _elapsed_us() - (time.monotonic_ns() // 1000 - clock.monotonic_us)
+            self.cluster_us, self.elapsed_us = clock.micros(), _elapsed_us()
             ahead = self.last - self._now()
             if ahead > CLOCK_STEP_US:
                 log.warning(

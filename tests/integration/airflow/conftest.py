@@ -163,6 +163,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def fernet_key() -> str:
+    """A private Airflow's Fernet key, given to every one of its services: a service started
+    before another wrote airflow.cfg would make its own, and a triggerer then could not read
+    the kwargs a scheduler wrote."""
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
 # --- receivers ----------------------------------------------------------------------------
 
 

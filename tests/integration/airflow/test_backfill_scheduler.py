@@ -26,9 +26,8 @@ from counters import engine
 from counters.client import CounterClient, Increment
 from counters.core import utc_aware
 from counters.store import Store
-from cryptography.fernet import Fernet
 
-from .conftest import DAGS, answers, free_port
+from .conftest import DAGS, answers, fernet_key, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -110,9 +109,7 @@ class Airflow:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(16),
-            # one key for every service: a service started before another wrote airflow.cfg
-            # would make its own, and a triggerer then cannot read the kwargs a scheduler wrote
-            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+            "AIRFLOW__CORE__FERNET_KEY": fernet_key(),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "PYTHONWARNINGS": "ignore",
         }

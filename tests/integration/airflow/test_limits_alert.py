@@ -10,7 +10,6 @@ from counters import engine
 from counters.client import CounterClient, Increment
 from counters.compaction import fold as fold_module
 from counters.core import utc_aware
-from counters.core import utc_aware as aware
 from counters.store import Store
 
 from .test_compaction_dag import alert_channels, load, mail_text, raw_times, states
@@ -34,7 +33,7 @@ def test_a_counter_too_large_to_fold_is_quarantined_and_the_run_alerts_naming_th
     at = t0 + timedelta(minutes=3)
     client.record([Increment(("IBM",), 1, utc_aware(at), ("x" * 500, v)) for v in range(20)])
     epoch = t0 + timedelta(minutes=10)
-    run = dagbag().dags[family.dag_id].test(logical_date=aware(epoch + family.lag))
+    run = dagbag().dags[family.dag_id].test(logical_date=utc_aware(epoch + family.lag))
 
     assert run.state == "failed"
     assert states(run)["record_audit"] == "failed"

@@ -32,9 +32,8 @@ import pytest
 from counters.client import CounterClient, Increment
 from counters.core import utc_aware
 from counters.store import Store
-from cryptography.fernet import Fernet
 
-from .conftest import DAGS, PROJECT, answers, api_request, free_port
+from .conftest import DAGS, PROJECT, answers, api_request, fernet_key, free_port
 from .test_backfill_scheduler import Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -103,9 +102,7 @@ class LocalAirflow:
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{self.port}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-            # one key for every service: a service started before another wrote airflow.cfg
-            # would make its own, and a triggerer then cannot read the kwargs a scheduler wrote
-            "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+            "AIRFLOW__CORE__FERNET_KEY": fernet_key(),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__METRICS__STATSD_ON": "True",

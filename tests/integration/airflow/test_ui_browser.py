@@ -29,9 +29,8 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from cryptography.fernet import Fernet
 
-from .conftest import DAGS, PROJECT, answers, free_port
+from .conftest import DAGS, PROJECT, answers, fernet_key, free_port
 from .ui_seed import Seeded, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.browser]
@@ -169,9 +168,7 @@ def standalone(
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48),
-        # one key for every service: a service started before another wrote airflow.cfg
-        # would make its own, and a triggerer then cannot read the kwargs a scheduler wrote
-        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW__CORE__FERNET_KEY": fernet_key(),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PYTHONWARNINGS": "ignore",

@@ -5,21 +5,34 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import time_machine
 from cassandra.query import ValueSequence
 from counters.config import Family
 from counters.core import LEDGER_STATE, STATE_FIELDS, utc_aware
 from counters.schema import TABLES_TABLE
 from counters.store import Store
 
+from tests.copies import stamp_after
+
 aware = utc_aware
 """A test's time (naive UTC, as the tables hold it) as the write API takes it: tz-aware UTC
 (``CounterClient`` and a reset refuse a naive one)."""
+
+
+def real_now() -> datetime:
+    """The real time now, naive UTC, as the tables hold times."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def skewed(by: timedelta) -> time_machine.travel:
+    """This process's clock, ``by`` off the real one (and the node's), ticking: a skewed
+    host's, the driver's threads included."""
+    return time_machine.travel(datetime.now(UTC) + by, tick=True)
 
 
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:
@@ -69,7 +82,7 @@ def ledger_as_older_versions_wrote_it(
         if state is None:
             continue
         cp = state_fields(state)
-        stamp = max(written + 1, time.time_ns() // 1000)  # after the commit's Paxos ballot
+        stamp = stamp_after(written)  # after the commit's Paxos ballot
         store.statements.session.execute(
             f"UPDATE {table} USING TIMESTAMP {stamp} SET value = %s, epoch_ms = %s, run_id = %s, "
             "pending = '', pending_sum = %s, pending_rows = %s, pending_low_ms = %s, "

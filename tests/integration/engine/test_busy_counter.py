@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pytest
 from cassandra import ReadFailure
@@ -25,6 +25,8 @@ from counters.store import Store
 
 from tests.copies import change_copy
 
+from .helpers import real_now
+
 pytestmark = pytest.mark.integration
 
 DELETED = 101_000
@@ -34,10 +36,6 @@ DAY = date(2026, 3, 29)
 
 def invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def real_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def family_yaml(path, text: str):

@@ -12,14 +12,13 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import time_machine
 from click.testing import CliRunner
 from counters import engine
 from counters.client import CounterClient
 from counters.config import load_catalog
 from counters.store import Store
 
-from .helpers import aware
+from .helpers import aware, real_now, skewed
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +31,6 @@ def cli():
     from counters.cli import cli as counterctl
 
     return counterctl
-
-
-def skewed(by: timedelta):
-    """This process's clock, ``by`` off the real one (and the node's), ticking."""
-    return time_machine.travel(datetime.now(UTC) + by, tick=True)
 
 
 @pytest.fixture
@@ -58,10 +52,6 @@ def family_file(tmp_path, engine_keyspace, conn):
     assert invoke("--config", path, "init").exit_code == 0
     family = load_catalog(path).get(f"clock_{suffix}")
     return path, family, CounterClient(conn, family)
-
-
-def real_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def test_a_compacting_host_an_hour_ahead_is_refused_and_a_writer_on_time_is_read(family_file, conn):

@@ -18,22 +18,17 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import time_machine
 from counters import engine
 from counters.client import CounterClient
 from counters.compaction.sequence import RunFailed
 from counters.connection import Connection
 from counters.core import to_micros
 
-from .helpers import aware, raw_rows, rows_at_or_below
+from .helpers import aware, raw_rows, real_now, rows_at_or_below, skewed
 
 pytestmark = pytest.mark.integration
 
 HOUR = timedelta(hours=1)
-
-
-def real_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @pytest.fixture(autouse=True)
@@ -42,11 +37,6 @@ def marks_forgotten_at_once(monkeypatch):
     only those ``FORGET_MARGIN``, 2 minutes, older), as runs minutes apart do; so the runs
     after it read a counter only from its newer marks' minutes (``core.read_floor``)."""
     monkeypatch.setattr("counters.compaction.verify.FORGET_MARGIN", timedelta(0))
-
-
-def writer_clock(by: timedelta):
-    """This process's clock ``by`` off the cluster's, ticking: a writer's host."""
-    return time_machine.travel(datetime.now(UTC) + by, tick=True)
 
 
 def plain_insert(store, counter: str, at: datetime, actor: str, amount: int, stamp_us: int) -> None:
@@ -61,10 +51,9 @@ def plain_insert(store, counter: str, at: datetime, actor: str, amount: int, sta
 
 @pytest.fixture
 def writer_conn(conn) -> Iterator[Connection]:
-    """The skewed writers' own connection (their own hosts): the driver's timestamp generator
-    never goes back, so one that wrote under a clock an hour ahead stamps every later write of
-    its process an hour ahead (the test session's connection would carry that into later
-    tests)."""
+    """The skewed writers' own connection (their own hosts): a write a connection makes under
+    a skewed clock before it measures the cluster's carries that clock's time, which the test
+    session's connection should not."""
     writer = Connection(conn.settings)
     yield writer
     writer.close()
@@ -78,7 +67,7 @@ def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_famil
     the ahead writer's are after every epoch until a run an hour later (the engine's ``now=``)
     folds them. Every row is counted once and deleted once folded."""
     family, store, client = make_family(lag="1m", shards=1, sweep_interval="1d")
-    skewed = CounterClient(writer_conn, family)
+    writer = CounterClient(writer_conn, family)
     start = real_now().replace(second=0, microsecond=0)
     epoch1, epoch2 = start - timedelta(minutes=2), start - timedelta(minutes=1)
     written: list = []
@@ -86,9 +75,9 @@ def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_famil
     def write(amount: int, skew: timedelta, *, version: int, replay_of: timedelta | None = None):
         """One event of the writer ``skew`` off: at its clock's now, or (``replay_of``) an
         event that long before it, given with its own time and identity (a queue's replay)."""
-        with writer_clock(skew):
+        with skewed(skew):
             at = None if replay_of is None else datetime.now(UTC) - replay_of
-            event = skewed.increment(
+            event = writer.increment(
                 "IBM", amount, **({} if at is None else {"at": at, "identity": ("q", version)})
             )
         written.append(event)
@@ -116,10 +105,10 @@ def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_famil
     assert (first.tally.rows_folded, first.tally.rows_deleted) == (2, 2)  # behind, replayed
     assert client.read("IBM") == 7  # the late row waits for the next run (documented)
     # retries of the folded and deleted events stay deleted, whatever the writer's clock
-    with writer_clock(HOUR):
-        skewed.record([replayed])
-    with writer_clock(-timedelta(minutes=10)):
-        skewed.record([behind])
+    with skewed(HOUR):
+        writer.record([replayed])
+    with skewed(-timedelta(minutes=10)):
+        writer.record([behind])
     second = engine.run_family(store, epoch2)
     assert second.outcome == "success", second.message
     assert (second.tally.late_rows, second.tally.late_sum) == (1, 8)
@@ -133,8 +122,8 @@ def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_famil
     assert third.outcome == "success", third.message
     assert (third.tally.rows_folded, third.tally.rows_deleted) == (2, 2)
     assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 31
-    with writer_clock(HOUR):
-        skewed.record([ahead, *during])  # retried once more after their deletion
+    with skewed(HOUR):
+        writer.record([ahead, *during])  # retried once more after their deletion
     fourth = engine.run_family(store, later, now=later + timedelta(minutes=1))
     assert fourth.outcome in ("success", "idle"), fourth.message
     assert fourth.tally.rows_folded == 0
