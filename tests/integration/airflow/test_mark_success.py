@@ -143,9 +143,10 @@ def test_a_failed_compact_task_marked_successful_deletes_nothing_unverified(
                 ),
                 timeout_s=60,
             )
-            break
         except AssertionError:
             continue
+        if states.get("verify") != ["upstream_failed"]:
+            break  # else the clear met compact still failed (the same race): clear again
     else:
         raise AssertionError(
             f"the tasks after compact never ran: {_task_states(private_airflow, family.dag_id)}"
