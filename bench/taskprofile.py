@@ -103,6 +103,7 @@ def _child(family: Any, scheduled: datetime, out: Path, profiled: bool) -> None:
     try:
         from airflow.sdk.exceptions import AirflowSkipException
         from counters.airflow import tasks
+        from counters.audit import Provenance
 
         phases: dict[str, float] = {}
         if not profiled:
@@ -118,7 +119,7 @@ def _child(family: Any, scheduled: datetime, out: Path, profiled: bool) -> None:
                 family,
                 run_id=f"prof__{scheduled:%Y%m%dT%H%M}",
                 scheduled=scheduled,
-                started_by={"triggered_by": "scheduled"},
+                started_by=Provenance("scheduled"),
             )
             if run.small:
                 tasks.whole_run(family, run)

@@ -99,24 +99,6 @@ class Provenance:
     airflow_user: str | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON (a DAG run carries it from task to task in XCom)."""
-        return {
-            "triggered_by": self.triggered_by,
-            "airflow_user": self.airflow_user,
-            "parameters": dict(self.parameters),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Provenance:
-        if not data:
-            return cls()
-        return cls(
-            str(data.get("triggered_by") or "library"),
-            data.get("airflow_user"),
-            dict(data.get("parameters") or {}),
-        )
-
 
 def config_fingerprint(family: Family) -> str:
     """``sha256:<hex>`` of the family's configuration as loaded (every field, defaults

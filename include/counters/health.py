@@ -18,6 +18,7 @@ from . import metrics
 from .config import BrokenEntry, Family
 from .connection import Connection
 from .core import ClockOffset, clock_refusal, clock_tolerance, to_text
+from .core.codec import encode
 from .schema import SchemaError
 from .status import Freshness, freshness
 from .store import KnownFamily, Store, known_families
@@ -29,6 +30,24 @@ log = logging.getLogger(__name__)
 
 HEALTHY = (Freshness.FRESH, Freshness.LATE)
 """Within the limit (a family more than half way to it is ``late``, still healthy)."""
+
+
+@dataclass(frozen=True)
+class LagSummary:
+    """One family's freshness in plain values: a line of ``counterctl health --json`` and an
+    entry of the freshness task's XCom (both through ``core.codec``)."""
+
+    family: str
+    state: str
+    healthy: bool
+    epoch: datetime | None
+    behind_s: float | None
+    limit_s: float
+    dag_id: str
+    problem: str | None
+    clock_offset_s: float | None
+    clock_tolerance_s: float
+    clock_refused: str | None
 
 
 @dataclass(frozen=True)
@@ -58,20 +77,24 @@ class FamilyLag:
         deployment whose runs never started (a new family is so until its first run)."""
         return self.problem is None and self.state in HEALTHY
 
+    def summary(self) -> LagSummary:
+        return LagSummary(
+            family=self.family.name,
+            state=self.state.value,
+            healthy=self.healthy,
+            epoch=self.epoch,
+            behind_s=self.behind.total_seconds() if self.behind is not None else None,
+            limit_s=self.limit.total_seconds(),
+            dag_id=self.family.dag_id,
+            problem=self.problem,
+            clock_offset_s=self.clock.seconds if self.clock is not None else None,
+            clock_tolerance_s=clock_tolerance(self.family.lag).total_seconds(),
+            clock_refused=self.clock_refused,
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "family": self.family.name,
-            "state": self.state.value,
-            "healthy": self.healthy,
-            "epoch": to_text(self.epoch),
-            "behind_s": self.behind.total_seconds() if self.behind is not None else None,
-            "limit_s": self.limit.total_seconds(),
-            "dag_id": self.family.dag_id,
-            "problem": self.problem,
-            "clock_offset_s": self.clock.seconds if self.clock is not None else None,
-            "clock_tolerance_s": clock_tolerance(self.family.lag).total_seconds(),
-            "clock_refused": self.clock_refused,
-        }
+        """``counterctl health --json``'s line (``core.codec``'s form of ``summary()``)."""
+        return dict(encode(self.summary()))
 
     def line(self) -> str:
         if self.problem:

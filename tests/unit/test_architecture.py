@@ -393,3 +393,31 @@ def test_every_path_in_the_where_to_start_table_exists() -> None:
             missing.append(path)
     assert len(rows) >= 7 and paths, "the table has a row per change"
     assert not missing, f"CONTRIBUTING.md's Where to start names what is not there: {missing}"
+
+
+def task_returns(tree: ast.AST) -> Iterator[tuple[str, int, str]]:
+    """Every TaskFlow function (``@task`` or ``@task(...)``): ``(name, line, its return
+    annotation as written)``."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            if isinstance(target, ast.Name) and target.id == "task":
+                returns = ast.unparse(node.returns) if node.returns is not None else "(none)"
+                yield node.name, node.lineno, returns
+
+
+def test_every_task_names_the_type_its_xcom_holds() -> None:
+    """A task's return value crosses XCom through the one codec (``Encoded[T]``) or as a
+    plain value; ``dict[str, Any]`` says nothing of what it holds (and Airflow would push
+    each of its keys as an XCom too)."""
+    files = [*(ROOT / "include" / "counters").rglob("*.py"), *(ROOT / "dags").glob("*.py")]
+    found = [
+        (f"{path.relative_to(ROOT)}:{line}", name, returns)
+        for path in files
+        for name, line, returns in task_returns(ast.parse(path.read_text()))
+    ]
+    assert len(found) >= 7, found  # the run's steps, the freshness and maintenance tasks
+    untyped = [f for f in found if "Any" in f[2] or f[2].startswith("dict") or f[2] == "(none)"]
+    assert not untyped, untyped

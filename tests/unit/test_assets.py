@@ -3,16 +3,20 @@ alone (a DAG file is parsed without I/O), one spelling per table."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from counters.airflow.assets import (
     CONN_ENV,
     AssetClusterError,
+    CompactedRuns,
     cluster_address,
     configured_cluster,
     openlineage_dataset,
     table_uri,
 )
 from counters.airflow.runtime import CASSANDRA_CONN_ID
+from counters.core.codec import decode, encode
 
 pytestmark = pytest.mark.unit
 
@@ -73,3 +77,29 @@ def test_expect_a_bad_cluster_refused_naming_the_setting_and_the_value(value: st
         configured_cluster({"COUNTERS_ASSET_CLUSTER": value})
     assert "COUNTERS_ASSET_CLUSTER" in str(refused.value)
     assert repr(value) in str(refused.value)
+
+
+def test_expect_the_example_consumer_to_sum_its_events_and_keep_the_latest_epoch() -> None:
+    extras = [
+        {
+            "run_id": "a",
+            "epoch": "2026-11-22T10:01:00.000Z",
+            "counters": 2,
+            "rows_folded": 5,
+            "sum_folded": 50,
+        },
+        {
+            "run_id": "b",
+            "epoch": "2026-11-22T10:03:00.000Z",
+            "counters": 1,
+            "rows_folded": 1,
+            "sum_folded": -3,
+        },
+        {},  # an event without an extra (another writer's) counts as nothing
+    ]
+    runs = CompactedRuns.of("trades", extras)
+    assert runs == CompactedRuns("trades", ("a", "b"), datetime(2026, 11, 22, 10, 3), 3, 6, 47)
+    encoded = encode(runs)
+    assert encoded["epoch"] == "2026-11-22T10:03:00.000Z" and encoded["runs"] == ["a", "b"]  # type: ignore[typeddict-item]
+    assert decode(CompactedRuns, encoded) == runs
+    assert CompactedRuns.of("trades", []).epoch is None

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from counters import audit
 from counters.config import Family
+from counters.core.codec import decode, encode
 from counters.gx import checks, evidence
 
 pytestmark = pytest.mark.unit
@@ -111,9 +112,9 @@ def test_expect_the_code_version_from_the_environment_first(monkeypatch) -> None
 
 
 def test_expect_provenance_to_survive_xcom() -> None:
+    """It crosses XCom inside the run's plan, through the one codec."""
     started_by = audit.Provenance("backfill", "bob", {"epoch": "2026-11-22T09:00:00"})
-    assert audit.Provenance.from_dict(json.loads(json.dumps(started_by.as_dict()))) == started_by
-    assert audit.Provenance.from_dict(None) == audit.Provenance()
+    assert decode(audit.Provenance, json.loads(json.dumps(encode(started_by)))) == started_by
 
 
 # --- the GX results store ------------------------------------------------------------------

@@ -3,12 +3,14 @@ unreadable, and the failure that names them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-from counters.airflow.tasks import FreshnessVerdict, stale_message
+from counters.airflow.tasks import FreshnessSummary, FreshnessVerdict, stale_message
 from counters.config import Family
+from counters.core.codec import decode, encode
 from counters.health import family_lag
 
 pytestmark = pytest.mark.unit
@@ -38,9 +40,10 @@ def test_verdict_names_each_stale_and_unreadable_family_and_keeps_every_family()
     assert verdict.fresh == ["a", "b"]
     assert verdict.never_compacted == ["d"]
     assert verdict.unreadable == {"e": "OperationTimedOut: boom"}
-    summary = verdict.as_dict()
-    assert set(summary["families"]) == {"a", "b", "c", "d", "e", "f"}
-    assert summary["families"]["c"]["behind_s"] == 660.0
+    summary = verdict.summary()
+    assert set(summary.families) == {"a", "b", "c", "d", "e", "f"}
+    assert summary.families["c"].behind_s == 660.0
+    assert decode(FreshnessSummary, json.loads(json.dumps(encode(summary)))) == summary
     assert verdict.failure() == (
         "6 families checked, 2 stale: c, f; 1 unreadable: e (OperationTimedOut: boom)"
     )
@@ -63,9 +66,9 @@ def test_stale_message_names_family_epoch_lag_and_limit() -> None:
 
 
 def test_the_xcom_and_health_json_write_every_time_in_the_one_format() -> None:
-    """The freshness XCom (``FreshnessVerdict.as_dict``, which ``counterctl health --json``
-    prints too): every time in it, a retired family's included, is ``to_text``'s (UTC, ms, Z)."""
-    import json
+    """The freshness XCom (``FreshnessSummary`` through the codec; its families' lines are
+    what ``counterctl health --json`` prints): every time in it, a retired family's included,
+    is ``to_text``'s (UTC, ms, Z)."""
     import re
 
     from counters.health import unconfigured
@@ -76,8 +79,9 @@ def test_the_xcom_and_health_json_write_every_time_in_the_one_format() -> None:
     broken = unconfigured([KnownFamily("y", "ks", AT)], [], [], "f.yaml")
     lags = (family_lag(family("a"), AT - timedelta(minutes=2, microseconds=7), NOW),)
     verdict = FreshnessVerdict(lags, NOW, unconfigured=(*gone, *broken))
-    text = json.dumps([verdict.as_dict(), [u.as_dict() for u in (*gone, *broken)]])
+    text = json.dumps([encode(verdict.summary()), [u.as_dict() for u in (*gone, *broken)]])
     times = re.findall(r"\d{4}-\d\d-\d\d[T ][\d:.+Z-]*", text)
     assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", t) for t in times)
     assert "retired 2026-11-20T08:30:15.250Z by ops@host" in text
-    assert verdict.as_dict()["checked_at"] == "2026-11-22T10:00:00.000Z"
+    assert encode(verdict.summary())["checked_at"] == "2026-11-22T10:00:00.000Z"  # type: ignore[typeddict-item]
+    assert encode(verdict.summary()).keys() >= {"v", "families", "stale", "unalerted"}

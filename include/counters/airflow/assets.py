@@ -36,12 +36,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, AssetAlias
 
 from ..config import LOCAL_DEV_ENV, Family
+from ..core import from_text
 
 SCHEME = "cassandra"
 CLUSTER_ENV = "COUNTERS_ASSET_CLUSTER"
@@ -148,3 +152,31 @@ def raw_asset(family: Family, cluster: str | None = None) -> Asset:
 def compacted_alias(family: Family) -> AssetAlias:
     """The alias a small run (done whole in ``run``) announces its compact-table event through."""
     return AssetAlias(f"counters_compacted_{family.name}")
+
+
+@dataclass(frozen=True)
+class CompactedRuns:
+    """What the family's runs behind a consumer's asset events folded, summed (the example
+    consumer's XCom, through ``core.codec``)."""
+
+    family: str
+    runs: tuple[str, ...]
+    epoch: datetime | None
+    """The latest epoch among them."""
+    counters: int
+    rows_folded: int
+    sum_folded: int
+
+    @classmethod
+    def of(cls, family: str, extras: Iterable[Mapping[str, Any]]) -> CompactedRuns:
+        """Pure: summed from the events' ``extra`` (any field missing counts as none)."""
+        found = [dict(extra or {}) for extra in extras]
+        epochs = [from_text(e["epoch"]) for e in found if e.get("epoch")]
+        return cls(
+            family,
+            tuple(str(e["run_id"]) for e in found if e.get("run_id")),
+            max(epochs, default=None),
+            sum(int(e.get("counters") or 0) for e in found),
+            sum(int(e.get("rows_folded") or 0) for e in found),
+            sum(int(e.get("sum_folded") or 0) for e in found),
+        )

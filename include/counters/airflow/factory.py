@@ -37,6 +37,7 @@ from ..config import (
     config_path,
     load_families_leniently,
 )
+from ..core.codec import encode
 from . import assets, metadata
 from .alerting import FAILING
 from .notifiers import Channels, CountersAlertNotifier, notify_recovery
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # the engine's types: imported when a task runs (``_tasks``),
     from ..compaction.outcome import RunSummaryJson
     from ..core.codec import Encoded
     from ..engine import CleanupReport, RunPlan, ShardReport, VerifiedRun
+    from .tasks import FreshnessSummary
 
 log = logging.getLogger(__name__)
 
@@ -502,15 +504,19 @@ def build_freshness_dag(
             task_id=FRESHNESS_TASK,
             retry_policy=RETRY_POLICY,
             execution_timeout=timedelta(minutes=4),
+            multiple_outputs=False,
         )
-        def check_freshness() -> dict[str, Any]:
-            return _tasks().check_freshness(
-                families,
-                channels,
-                get_current_context(),
-                broken=broken,
-                config=config,
-                config_problem=config_problem,
+        def check_freshness() -> Encoded[FreshnessSummary]:
+            tasks = _tasks()
+            return tasks.encode(
+                tasks.check_freshness(
+                    families,
+                    channels,
+                    get_current_context(),
+                    broken=broken,
+                    config=config,
+                    config_problem=config_problem,
+                )
             )
 
         check_freshness()
@@ -548,9 +554,9 @@ def build_metadata_cleanup_dag() -> DAG:
         default_args={"owner": "counters", "retries": 0},
     ) as dag:
 
-        @task
-        def clean_metadata() -> dict[str, Any]:
-            return metadata.clean_metadata()
+        @task(multiple_outputs=False)
+        def clean_metadata() -> Encoded[metadata.MetadataCleaned]:
+            return encode(metadata.clean_metadata())
 
         clean_metadata()
     return dag
@@ -596,21 +602,13 @@ asset with `schedule=[Asset("{compacted.uri}")]`.
         default_args={"owner": family.owner, "retries": RETRIES, "retry_delay": RETRY_DELAY},
     ) as dag:
 
-        @task
-        def report_compaction() -> dict[str, Any]:
+        @task(multiple_outputs=False)
+        def report_compaction() -> Encoded[assets.CompactedRuns]:
             """Sum what the triggering runs folded (from the asset events' ``extra``)."""
             events = get_current_context()["triggering_asset_events"][compacted]
-            runs = [dict(event.extra or {}) for event in events]
-            summary = {
-                "family": family.name,
-                "runs": [run.get("run_id") for run in runs],
-                "epoch": max((run.get("epoch") or "" for run in runs), default=None),
-                "counters": sum(int(run.get("counters") or 0) for run in runs),
-                "rows_folded": sum(int(run.get("rows_folded") or 0) for run in runs),
-                "sum_folded": sum(int(run.get("sum_folded") or 0) for run in runs),
-            }
+            summary = assets.CompactedRuns.of(family.name, (event.extra for event in events))
             log.info("%s compacted: %s", family.name, summary)
-            return summary
+            return encode(summary)
 
         report_compaction()
     return dag

@@ -12,8 +12,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from ..core import to_text
 
@@ -71,7 +71,15 @@ def db_clean_env(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MetadataCleaned:
+    """What the daily cleanup deleted up to (its XCom, through ``core.codec``)."""
+
+    clean_before: datetime
+    retention_days: int
+
+
+def clean_metadata(*, now: datetime | None = None) -> MetadataCleaned:
     """Delete Airflow metadata older than the retention, through ``airflow db clean`` (the CLI:
     Airflow has no public Python or REST API for it). Fails, naming the CLI's error, when the
     command does."""
@@ -96,4 +104,4 @@ def clean_metadata(*, now: datetime | None = None) -> dict[str, Any]:
             f"{METADATA_RETENTION_ENV}={retention.days}) exited {done.returncode}: "
             + " | ".join(tail)
         )
-    return {"clean_before": to_text(before), "retention_days": retention.days}
+    return MetadataCleaned(before, retention.days)

@@ -34,10 +34,10 @@ from ..config import BrokenEntry, Family
 from ..connection import Connection
 from ..core import ClockOffset, Tally, to_text, utc_naive
 from ..core import run_epoch as core_run_epoch
-from ..core.codec import decode
+from ..core.codec import decode, versioned
 from ..core.codec import encode as encode  # the DAG factory's, at the XCom boundary
 from ..engine import CleanupReport, Phases, RunOutcome, RunPlan, ShardReport
-from ..health import FamilyLag, Unconfigured
+from ..health import FamilyLag, LagSummary, Unconfigured
 from ..status import Freshness
 from ..store import Store
 from .alerting import STALE
@@ -100,7 +100,7 @@ VerifiedRun = engine.VerifiedRun
 """What ``verify`` returns (its XCom: ``core.codec``), the engine's type."""
 
 
-def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> Provenance:
     """Who started a DAG run, as its audit rows record it: the run's type (``scheduled``,
     ``manual`` for a run triggered in the UI or the REST API, ``backfill``, ...), the Airflow
     user who triggered it (None for the scheduler's), and its params."""
@@ -113,7 +113,7 @@ def provenance(dag_run: Any, params: Mapping[str, Any] | None = None) -> dict[st
             "dag_run_id": getattr(dag_run, "run_id", None),
             **{k: v for k, v in (params or {}).items() if v is not None},
         },
-    ).as_dict()
+    )
 
 
 def _emit_metrics(family: Family) -> engine.AuditHook:
@@ -188,7 +188,7 @@ def _failed_run_plan(family: Family, context: Mapping[str, Any]) -> RunPlan:
         started_at=utc_naive(datetime.now(UTC)),
         dry_run=bool(params.get("dry_run")),
         scheduled=utc_naive(scheduled),
-        provenance=Provenance.from_dict(provenance(dag_run, params)),
+        provenance=provenance(dag_run, params),
     )
 
 
@@ -223,7 +223,7 @@ def plan(
     epoch: str | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
-    started_by: Mapping[str, Any] | None = None,
+    started_by: Provenance | None = None,
 ) -> RunPlan:
     """Decide the run's epoch and whether it sweeps (``engine.plan_step``); a run with nothing
     to do (epoch not newer, or nothing touched and no sweep due) records its audit row there
@@ -231,7 +231,7 @@ def plan(
     audit row. ``now``: the cluster's time unless given (the epoch is checked against it, not
     against this worker's clock)."""
     at = run_epoch(family, scheduled, epoch)
-    started = Provenance.from_dict(started_by) if started_by else Provenance("airflow")
+    started = started_by or Provenance("airflow")
     try:
         with _as_task():
             run = engine.plan_step(
@@ -391,6 +391,29 @@ def whole_run(family: Family, run: RunPlan, *, any_size: bool = False) -> RunOut
     return _finished(ended)
 
 
+@versioned(1)
+@dataclass(frozen=True)
+class FreshnessSummary:
+    """What the freshness task returns (its XCom, and XCom ``freshness`` when it fails),
+    through ``core.codec``: every family's state, by name."""
+
+    checked_at: datetime
+    """The cluster's time the families were checked at."""
+    clock_offset_s: float | None
+    """The checking worker's clock against the cluster's; None when it was not read."""
+    clock_refused: tuple[str, ...]
+    stale: tuple[str, ...]
+    unreadable: Mapping[str, str]
+    never_compacted: tuple[str, ...]
+    fresh: tuple[str, ...]
+    families: Mapping[str, LagSummary]
+    unconfigured: Mapping[str, str]
+    retired: Mapping[str, str]
+    problems: tuple[str, ...]
+    unalerted: tuple[str, ...]
+    """The families whose alert could not be sent (each fails the task)."""
+
+
 @dataclass(frozen=True)
 class FreshnessVerdict:
     """What one freshness check found, family by family (pure: from the families' lags, and
@@ -430,21 +453,27 @@ class FreshnessVerdict:
     def unreadable(self) -> dict[str, str]:
         return {lag.family.name: lag.problem for lag in self.lags if lag.problem is not None}
 
-    def as_dict(self) -> dict[str, Any]:
+    @property
+    def clock_refused(self) -> list[str]:
+        """The families this worker's clock would be refused for compacting."""
+        return [lag.family.name for lag in self.lags if lag.clock_refused]
+
+    def summary(self, unalerted: Sequence[str] = ()) -> FreshnessSummary:
         """The task's return value (and XCom ``freshness`` when it fails): every family."""
-        return {
-            "checked_at": to_text(self.now),
-            "clock_offset_s": None if self.clock is None else self.clock.seconds,
-            "clock_refused": [lag.family.name for lag in self.lags if lag.clock_refused],
-            "stale": self.stale,
-            "unreadable": self.unreadable,
-            "never_compacted": self.never_compacted,
-            "fresh": self.fresh,
-            "families": {lag.family.name: lag.as_dict() for lag in self.lags},
-            "unconfigured": {u.name: u.problem for u in self.not_compacted},
-            "retired": {u.name: u.retired for u in self.unconfigured if u.retired},
-            "problems": list(self.problems),
-        }
+        return FreshnessSummary(
+            checked_at=self.now,
+            clock_offset_s=None if self.clock is None else self.clock.seconds,
+            clock_refused=tuple(self.clock_refused),
+            stale=tuple(self.stale),
+            unreadable=self.unreadable,
+            never_compacted=tuple(self.never_compacted),
+            fresh=tuple(self.fresh),
+            families={lag.family.name: lag.summary() for lag in self.lags},
+            unconfigured={u.name: u.problem for u in self.not_compacted},
+            retired={u.name: u.retired for u in self.unconfigured if u.retired},
+            problems=self.problems,
+            unalerted=tuple(unalerted),
+        )
 
     def failure(self) -> str | None:
         """Why the check fails (naming every stale and unreadable family), or None."""
@@ -522,7 +551,7 @@ def check_freshness(
     config: str = "the families YAML",
     config_problem: str | None = None,
     now: datetime | None = None,
-) -> dict[str, Any]:
+) -> FreshnessSummary:
     """Check every family in one task (one process per 5 minutes, not one per family), each
     through its own channels and ``stale`` streak, as its own task did: a stale family alerts
     (once, then reminders), a fresh or late one closes its streak; a family never compacted is
@@ -557,7 +586,7 @@ def check_freshness(
         found = tuple(listed)
         problems += unread
     verdict = FreshnessVerdict(lags, now, clock, found, tuple(problems))
-    refused = verdict.as_dict()["clock_refused"]
+    refused = verdict.clock_refused
     if refused and clock is not None:
         log.warning(
             "this worker's clock, %s, would be refused for compacting %s",
@@ -596,17 +625,16 @@ def check_freshness(
         except Exception:
             log.exception("the families YAML's alert could not be sent")
             unalerted.append(FRESHNESS_ALERT_NAME)
-    summary = verdict.as_dict()
+    summary = verdict.summary(unalerted)
     failure = verdict.failure()
     if unalerted:
-        summary["unalerted"] = unalerted
         failure = f"{failure or 'no family stale'}; alerts not sent for: {', '.join(unalerted)}"
     if failure is None:
         log.info("every family is fresh (or never compacted): %s", summary)
         return summary
     ti = context.get("ti")
     if ti is not None:
-        ti.xcom_push(key="freshness", value=summary)
+        ti.xcom_push(key="freshness", value=encode(summary))
     if (verdict.unreadable or len(problems) > (config_problem is not None)) and not final:
         raise FreshnessUnreadable(f"{failure}; retrying")
     raise FamilyStale(failure, checks=["freshness"])

@@ -54,7 +54,6 @@ from airflow.triggers.base import (
     TriggerEvent,
 )
 
-from ..audit import Provenance
 from ..config import Family
 from ..core.codec import decode, encode, versioned
 from ..core.moments import utc_naive
@@ -141,7 +140,7 @@ def pool_run(family: Family, context: Mapping[str, Any]) -> PoolRun:
         scheduled=tasks.scheduled_time(dag_run),
         epoch=params.get("epoch"),
         dry_run=bool(params.get("dry_run")),
-        provenance=Provenance.from_dict(tasks.provenance(dag_run, params)),
+        provenance=tasks.provenance(dag_run, params),
         settings=runtime.fetch_connection_settings(),
     )
 

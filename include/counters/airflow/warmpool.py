@@ -113,7 +113,7 @@ def run_in_pool(request: PoolRun) -> PoolOutcome:
                     scheduled=request.scheduled,
                     epoch=request.epoch,
                     dry_run=request.dry_run,
-                    started_by=request.provenance.as_dict(),
+                    started_by=request.provenance,
                 )
             except AirflowSkipException as stop:  # noop or idle, audited by the plan
                 return ended("stopped", lines, message=str(stop))
