@@ -78,7 +78,7 @@ def test_every_step_value_round_trips_every_field():
     )
     assert trip(report) == report
     cleanup = CleanupReport(
-        3, 5, ("left",), 1, 2, 3, 4, 5, 0.25, {"c": 3}, 80.0, 6, 7, ("f",), 8, 1.5
+        3, 5, ("left",), 1, 2, 3, 4, 5, 0.25, {"c": 3}, 80.0, 6, 7, ("f",), 8, 1.5, ("a @ 1",)
     )
     assert trip(cleanup) == cleanup
     for value, name in ((report, "tally"), (cleanup, "rows_deleted")):  # frozen, as read back
@@ -278,6 +278,11 @@ def test_what_the_previous_release_stored_in_xcom_still_decodes():
     assert report.evidence[0].readers_after == 43
     cleanup = decode(CleanupReport, OLD_CLEANUP)
     assert cleanup.rows_deleted == 5 and cleanup.requests == {"cleanup": 3}
+    assert cleanup.stamped_ahead == ()
+    cleanup_v1 = decode(CleanupReport, {**OLD_CLEANUP, "v": 1})  # the last release's form
+    assert cleanup_v1 == cleanup and encode(cleanup_v1)["v"] == 2  # type: ignore[typeddict-item]
+    with pytest.raises(CodecError, match=r"CleanupReport: field 'v' is 3, expected 2"):
+        decode(CleanupReport, {**OLD_CLEANUP, "v": 3})
     verified = decode(VerifiedRun, OLD_VERIFIED)
     assert verified.executions == {3: ("0a1b2c3d4e5f6071",)}
     assert verified.checks == (CheckOutcome("family_total_conserved", True, True, "ok"),)

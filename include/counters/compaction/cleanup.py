@@ -19,7 +19,7 @@ from ..core import (
     lowest_floor,
     to_micros,
 )
-from ..core.codec import fields_unchanged, versioned
+from ..core.codec import CodecError, versioned
 from ..rowkeys import CountedKeys
 from ..store import Store
 from .common import (
@@ -43,7 +43,14 @@ log = logging.getLogger(__name__)
 # --- cleanup -----------------------------------------------------------------------------
 
 
-@versioned(1, fields_unchanged("CleanupReport"))  # as a previous release returned it to XCom
+def _cleanup_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A report a previous release returned to XCom (no ``v``, or 1: no ``stamped_ahead``)."""
+    if version not in (0, 1):
+        raise CodecError(f"CleanupReport: field 'v' is {version!r}, expected 2")
+    return {**payload, "stamped_ahead": []}
+
+
+@versioned(2, _cleanup_upgrade)
 @dataclass(frozen=True, slots=True)
 class CleanupReport:
     """One shard's cleanup: rows deleted, and what an independent count found left after
@@ -68,6 +75,10 @@ class CleanupReport:
     """Commits recorded before the family had an archive: their rows were left in place, for
     the next fold of their counters (which archives them before deleting them)."""
     archive_seconds: float = 0.0
+    stamped_ahead: tuple[str, ...] = ()
+    """Counted rows a writer stamped ahead of the run's tombstones (its clock ahead of the
+    cluster's), found by the check and deleted again at their own write time: ``counter @
+    time ms, N s ahead``."""
 
 
 @dataclass(slots=True)
@@ -82,6 +93,7 @@ class CleanedBucket:
     windowed: int = 0
     counters_cleaned: int = 0
     counters_checked: int = 0
+    stamped_ahead: list[str] = field(default_factory=list)
 
 
 @collector_relaxed()
@@ -146,13 +158,13 @@ def _cleanup_shard(
 
     def one(bucket: int) -> CleanedBucket:
         with store.statements.phase("cleanup"):  # this thread's requests
-            part, mine = delete(bucket)
+            part, mine, tombstone_ts = delete(bucket)
         if mine:
             with store.statements.phase("verify_cleanup"):
-                _check_left(store, shard, bucket, mine, part)
+                _check_left(store, shard, bucket, mine, part, tombstone_ts)
         return part
 
-    def delete(bucket: int) -> tuple[CleanedBucket, dict[Key, tuple[int, CountedKeys]]]:
+    def delete(bucket: int) -> tuple[CleanedBucket, dict[Key, tuple[int, CountedKeys]], int]:
         part = CleanedBucket()
         # every verified commit's keys are counted for good (a later commit builds on it, a
         # reset consumes them): deleting them is safe whatever committed since
@@ -175,8 +187,9 @@ def _cleanup_shard(
                     added = len(keys)
                     mine[counter] = (epoch_ms, keys)
                 shares[record.commit_id] = shares.get(record.commit_id, 0) + added
+        tombstone_ts = now_us
         if not mine:
-            return part, mine
+            return part, mine, tombstone_ts
         deletions = [(c, keys) for c, (_epoch, keys) in mine.items() if len(keys)]
         if deletions:
             newest = max(mine[c][0] for c, _keys in deletions)
@@ -190,7 +203,7 @@ def _cleanup_shard(
                 fault("cleanup_mark")
             part.rows_deleted += store.raw.delete_rows(deletions, tombstone_ts)
             deleted_by_commit.extend((bucket, c, rows) for c, rows in shares.items() if rows)
-        return part, mine
+        return part, mine, tombstone_ts
 
     parts = list(each_bucket(one, sorted(runs)))
     fault("cleanup_delete")
@@ -204,6 +217,7 @@ def _cleanup_shard(
         windowed=sum(p.windowed for p in parts),
         counters_cleaned=sum(p.counters_cleaned for p in parts),
         counters_checked=sum(p.counters_checked for p in parts),
+        stamped_ahead=tuple(x for p in parts for x in p.stamped_ahead),
         seconds=time.perf_counter() - started,
         requests=dict(store.statements.requests),
         peak_rss_mib=peak_rss_mib(),
@@ -244,18 +258,49 @@ def _check_left(
     bucket: int,
     mine: dict[Key, tuple[int, CountedKeys]],
     report: CleanedBucket,
+    tombstone_ts: int,
 ) -> None:
     """Count, on the server, what is left at or below the epoch of a sample of the bucket's
     cleaned counters (all of them up to ``CLEANUP_CHECK_SAMPLE``). A whole-bucket count would
     read every tombstone just written; a systematic failure (a wrong key, a tombstone older than
     the row) shows in any sample, and every counted row left anywhere is counted again by the
-    next run that reads its counter (``counted_present``), deleted and reported."""
+    next run that reads its counter (``counted_present``), deleted and reported. A counted row
+    a writer stamped ahead of the tombstones is deleted again at its own write time
+    (``_delete_stamped_ahead``); when the sample finds one, the rest of the bucket's counters
+    are checked too (the same writer's other rows are likely ahead as well)."""
     report.counters_cleaned += len(mine)
     chosen = list(mine)
+    rest: list[Key] = []
     if len(chosen) > CLEANUP_CHECK_SAMPLE:
         chosen = random.Random(f"{shard}:{bucket}").sample(
             sorted(chosen, key=repr), CLEANUP_CHECK_SAMPLE
         )
+        sampled = set(chosen)
+        rest = [c for c in mine if c not in sampled]
+    ahead_before = len(report.stamped_ahead)
+    _check_counters(store, shard, bucket, mine, chosen, report, tombstone_ts)
+    if rest and len(report.stamped_ahead) > ahead_before:
+        _check_counters(store, shard, bucket, mine, rest, report, tombstone_ts)
+    if len(report.stamped_ahead) > ahead_before:
+        log.warning(
+            "family %s: %d counted row(s) were stamped ahead of this run's tombstones (a "
+            "writer's clock ahead of the cluster's): deleted again at their own write time: %s",
+            store.family.name,
+            len(report.stamped_ahead) - ahead_before,
+            "; ".join(report.stamped_ahead[ahead_before : ahead_before + 5]),
+        )
+
+
+def _check_counters(
+    store: Store,
+    shard: int,
+    bucket: int,
+    mine: dict[Key, tuple[int, CountedKeys]],
+    chosen: Sequence[Key],
+    report: CleanedBucket,
+    tombstone_ts: int,
+) -> None:
+    """``_check_left`` over the ``chosen`` counters."""
     report.counters_checked += len(chosen)
     counted = {c: frozenset(mine[c][1].keys) for c in chosen}
     by_epoch: dict[int, list[Key]] = {}
@@ -274,14 +319,47 @@ def _check_left(
             except (ReadFailure, ReadTimeout):  # a hot counter: its counted rows only
                 present = store.raw.read_rows_at(counter, list(counted[counter]))
                 report.windowed += 1
+            stuck: list[tuple[int, Any]] = []
             for time_ms, key, increment in present:
                 if time_ms > epoch_ms:
                     continue
                 if key in counted[counter]:
-                    report.leftovers.append(f"{format_key(counter)} @ {time_ms}")
+                    stuck.append((time_ms, key))
                 else:
                     report.late_rows += 1
                     report.late_sum += increment or 0
+            if stuck:
+                _delete_stamped_ahead(store, counter, stuck, tombstone_ts, report)
+
+
+def _delete_stamped_ahead(
+    store: Store,
+    counter: Key,
+    stuck: Sequence[tuple[int, Any]],
+    tombstone_ts: int,
+    report: CleanedBucket,
+) -> None:
+    """Counted rows still present after their delete: those written at or after the
+    tombstone's timestamp (a writer's clock ahead of the cluster's, an explicit ``USING
+    TIMESTAMP``) outlived it; delete them again with a tombstone just after their own write
+    time (it also shadows a retry of the same rows, already counted) and report them. Any
+    other, or one that survives that too, is a leftover: the check fails."""
+    written = store.raw.written_at(counter, [key for _t, key in stuck])
+    if written is None:  # no write time to read: each is a leftover
+        written = {key: 0 for _t, key in stuck}
+    ahead = {key: ts for key, ts in written.items() if ts >= tombstone_ts}
+    still: set[Any] = set()
+    if ahead:
+        store.raw.delete_rows([(counter, list(ahead))], max(ahead.values()) + 1)
+        still = {key for _t, key, _i in store.raw.read_rows_at(counter, list(ahead))}
+    for time_ms, key in stuck:
+        if key not in written:  # gone since it was read
+            continue
+        if key in ahead and key not in still:
+            seconds = (ahead[key] - tombstone_ts) / 1e6
+            report.stamped_ahead.append(f"{format_key(counter)} @ {time_ms}, {seconds:.0f} s ahead")
+        else:
+            report.leftovers.append(f"{format_key(counter)} @ {time_ms}")
 
 
 def _key_floor(keys: Sequence[Any]) -> int | None:
@@ -313,6 +391,13 @@ def verify_cleanup(reports: Sequence[CleanupReport]) -> CheckOutcome:
     )
     if windowed:
         detail += f"; {windowed} hot counter(s) checked by parts (late rows: recent ones only)"
+    ahead = [x for r in reports for x in r.stamped_ahead]
+    if ahead:
+        detail += (
+            f"; {len(ahead)} counted row(s) were stamped ahead of the run's tombstones (a "
+            "writer's clock ahead of the cluster's, or USING TIMESTAMP): deleted again at "
+            f"their own write time: {'; '.join(ahead[:5])}"
+        )
     return CheckOutcome(
         "no_counted_rows_remain_after_cleanup",
         not leftovers,

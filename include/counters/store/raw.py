@@ -82,6 +82,10 @@ class RawTable:
             "SELECT {row_columns} FROM {raw} WHERE {key_where} AND {time} > ? AND {time} <= ?"
         ),
         raw_read_at=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {relation}"),
+        raw_written_at=Cql(
+            "SELECT {row_columns}, WRITETIME({increment}) FROM {raw} "
+            "WHERE {key_where} AND {relation}"
+        ),
         raw_recount_below=Cql(
             "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
             "WHERE {key_where} AND {time} <= ?",
@@ -333,6 +337,21 @@ class RawTable:
         params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
         results = self.statements.concurrent(statement, params)
         return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
+
+    def written_at(self, counter: Key, keys: Sequence[Packed]) -> dict[Packed, int] | None:
+        """The write timestamps (µs) of those of the given rows of a counter that are present
+        (point reads; their increment's ``WRITETIME``); None for a table without an increment
+        column (nothing to read a write time from)."""
+        if self.statements.layout.increment is None:
+            return None
+        if not keys:
+            return {}
+        bind = self._rows_in()[1]
+        statement = self.statements.prepared(self, "raw_written_at")
+        params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
+        found = [r for result in self.statements.concurrent(statement, params) for r in result]
+        rows = self.keys.parse_rows((r[:-1] for r in found), 0).get((), [])
+        return {key: int(r[-1]) for (_t, key, _i), r in zip(rows, found, strict=True)}
 
     def _rows_in(self) -> tuple[str, Callable[[Sequence[Packed]], list[Any]]]:
         """The relation naming many rows of one partition by their clustering keys, and how to

@@ -4,10 +4,11 @@ The write API stamps each raw row with its own time (``USING TIMESTAMP`` = ``mod
 so a writer's clock moves only where its rows land (after the epoch, or late), never whether a
 cleanup's tombstone shadows them. A writer outside it that stamps a row ahead of the cluster
 (a driver's client timestamp from a clock ahead, an explicit ``USING TIMESTAMP``) outlives the
-tombstone of the run that counted it: the row stays counted (carried in the checkpoint's
-``pending``), each run's cleanup check fails naming it, and the first cleanup whose tombstone is
-newer deletes it; it is never counted twice or lost. The clocks are compressed: a writer's
-clock is ``time_machine`` around its own calls (or the time it would read, for a write made
+tombstone of the run that counted it: the cleanup check that finds it deletes it again at its
+own write time and says so (the run succeeds); one the check does not sample stays counted
+(carried in the checkpoint's ``pending``) until a cleanup whose tombstone is newer, or a check
+that samples it, deletes it; it is never counted twice or lost. The clocks are compressed: a
+writer's clock is ``time_machine`` around its own calls (or the time it would read, for a write made
 while a run is under way), and a run later than the cluster passes the engine's ``now=``.
 """
 
@@ -20,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from counters import engine
 from counters.client import CounterClient
-from counters.compaction.sequence import RunFailed
 from counters.connection import Connection
 from counters.core import to_micros
 
@@ -132,48 +132,67 @@ def test_skewed_writers_rows_are_counted_once_and_deleted_once_folded(make_famil
     )
 
 
+def stamped_ahead_note(outcome) -> str:
+    (check,) = [c for c in outcome.checks if c.name == "no_counted_rows_remain_after_cleanup"]
+    assert check.success, check.detail
+    return check.detail
+
+
 @pytest.mark.parametrize("ahead", [HOUR, timedelta(days=365 * 100)], ids=["hour", "century"])
-def test_a_row_stamped_ahead_of_the_cluster_stays_counted_once_until_a_tombstone_shadows_it(
+def test_a_row_stamped_ahead_of_the_cluster_is_counted_once_and_deleted_at_its_own_stamp(
     make_family, t0, ahead
 ):
     """A writer outside the write API stamps a row an hour (or a century: a bug's timestamp)
-    ahead of the cluster. The run that counts it cannot delete it: its cleanup check fails
-    naming the counter, and the row stays counted in the checkpoint (``pending``). A later run
-    that reads the counter only from its mark's minute still reads it (the checkpoint's
-    ``low_ms``) and fails again, counting nothing twice; the first run whose tombstone is
-    newer than the stamp (an hour on: the engine's ``now=``; a sweep) counts it as counted
-    and deletes it. With a century's stamp no run deletes it and every run fails
-    naming it, its total exact."""
+    ahead of the cluster. The run that counts it outlives its own tombstone for it; its
+    cleanup check finds it, deletes it again just after its own write time and names it (the
+    cause: a writer's clock ahead), and the run succeeds. A retry of the same row (the same
+    stamp) stays deleted; nothing is counted twice or lost."""
     _family, store, client = make_family(shards=1, sweep_interval="10m")
     client.increment("IBM", 5, at=aware(t0 + timedelta(minutes=1)), identity=("w", 1))
     stamp = to_micros(real_now() + ahead)
     plain_insert(store, "IBM", t0 + timedelta(minutes=2), "p", 40, stamp)
     epoch = t0 + timedelta(minutes=10)
-    with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
-        engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))  # sweeps: first run
-    assert client.read("IBM") == 45
-    assert len(raw_rows(store, ("IBM",))) == 1
+    first = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))  # sweeps
+    assert first.outcome == "success", first.message
+    note = stamped_ahead_note(first)
+    assert "1 counted row(s) were stamped ahead of the run's tombstones" in note
+    assert "IBM @ " in note and "s ahead" in note
+    assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 45
+    plain_insert(store, "IBM", t0 + timedelta(minutes=2), "p", 40, stamp)  # a retry: shadowed
+    assert raw_rows(store, ("IBM",)) == []
     client.increment("IBM", 3, at=aware(epoch + timedelta(seconds=30)), identity=("w", 2))
-    with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
-        engine.run_family(store, epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2))
-    assert client.read("IBM") == 48
-    assert len(raw_rows(store, ("IBM",))) == 1
-    # an hour on, by the cluster's clock (compressed: the run's now=, its tombstones' time);
-    # a sweep too (a day after t0): it reads the counter whole
-    later = real_now() + HOUR + timedelta(minutes=5)
-    if ahead == HOUR:
-        third = engine.run_family(store, epoch + timedelta(minutes=2), now=later)
-        assert third.outcome == "success" and third.plan.sweep, third.message
-        assert (third.tally.counted_present, third.tally.rows_folded) == (1, 0)
-        assert raw_rows(store, ("IBM",)) == []
-    else:
-        with pytest.raises(RunFailed, match=r"1 counted row\(s\) still present.*IBM"):
-            engine.run_family(store, epoch + timedelta(minutes=2), now=later)
-        assert len(raw_rows(store, ("IBM",))) == 1
-        # no run succeeded, so none recorded its sweep: every next run sweeps the family again
-        assert store.state.family_state().last_sweep is None
-    assert client.read("IBM") == 48
+    second = engine.run_family(
+        store, epoch + timedelta(minutes=1), now=epoch + timedelta(minutes=2)
+    )
+    assert second.outcome == "success" and "stamped ahead" not in stamped_ahead_note(second)
+    assert raw_rows(store, ("IBM",)) == [] and client.read("IBM") == 48
+    swept = engine.run_family(store, epoch + timedelta(minutes=20), now=epoch + HOUR * 25)
+    assert swept.plan.sweep and swept.tally.rows_folded == 0 and client.read("IBM") == 48
     assert engine.quarantined(store) == []
+
+
+def test_one_row_found_stamped_ahead_has_the_check_look_at_its_whole_bucket(
+    make_family, t0, monkeypatch
+):
+    """The check samples one counter of a bucket (``CLEANUP_CHECK_SAMPLE`` 1 here); when it
+    finds a row stamped ahead there, it checks the bucket's other cleaned counters too: the
+    same writer's other rows are ahead as well, and each is deleted again in the same run."""
+    monkeypatch.setattr("counters.compaction.cleanup.CLEANUP_CHECK_SAMPLE", 1)
+    _family, store, client = make_family(shards=1, sweep_interval="10m")
+    by_bucket: dict[tuple[int, int], list[str]] = {}
+    for n in range(500):
+        by_bucket.setdefault(store.keys.bucket((f"C{n}",)), []).append(f"C{n}")
+    names = next(group for group in by_bucket.values() if len(group) >= 3)[:3]
+    stamp = to_micros(real_now() + HOUR)
+    for n, name in enumerate(names):
+        client.increment(name, 1, at=aware(t0 + timedelta(minutes=1)), identity=("w", n))
+        plain_insert(store, name, t0 + timedelta(minutes=2), "p", 10 + n, stamp + n)
+    epoch = t0 + timedelta(minutes=10)
+    run = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+    assert run.outcome == "success", run.message
+    assert "3 counted row(s) were stamped ahead" in stamped_ahead_note(run)
+    assert all(raw_rows(store, (name,)) == [] for name in names)
+    assert [client.read(name) for name in names] == [11, 12, 13]
 
 
 def test_a_row_stamped_ahead_that_the_cleanup_check_does_not_sample_stays_counted(
