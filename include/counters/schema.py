@@ -88,6 +88,9 @@ class RawLayout:
     clustering: tuple[Column, ...]
     time: Column
     increment: Column | None
+    written: tuple[str, ...] = ()
+    """The row's own columns whose write time CQL reads (``WRITETIME``): not key, static or
+    non-frozen collection columns; a row outlives its delete while any of them is newer."""
 
     @property
     def clustering_tuple_type(self) -> str:
@@ -446,15 +449,23 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
             "milliseconds while the server orders timeuuids within one, and its readers bind a "
             "timestamp epoch. Use a timestamp time column. Nothing was read or changed."
         )
+    keyed = {c.name for c in (*meta.partition_key, *meta.clustering_key)}
+    written = tuple(
+        c.name
+        for c in meta.columns.values()
+        if c.name not in keyed
+        and not getattr(c, "is_static", False)
+        and not c.cql_type.startswith(("list<", "set<", "map<"))
+    )
     if not summed:
-        return RawLayout(key=partition, clustering=clustering, time=time, increment=None)
+        return RawLayout(partition, clustering, time, None, written)
     increment = Column(cols.increment, columns[cols.increment].cql_type)
     if increment.cql_type not in INTEGER_TYPES:
         raise SchemaError(
             f"{where}: columns.increment {cols.increment!r} has type {increment.cql_type}; "
             f"it must be an integer type ({', '.join(sorted(INTEGER_TYPES))})"
         )
-    return RawLayout(key=partition, clustering=clustering, time=time, increment=increment)
+    return RawLayout(partition, clustering, time, increment, written)
 
 
 def check_compact_table(session: Session, family: Family, layout: RawLayout) -> list[str]:

@@ -332,6 +332,10 @@ def _check_counters(
                 _delete_stamped_ahead(store, counter, stuck, tombstone_ts, report)
 
 
+LATEST_TIMESTAMP = 2**63 - 1
+"""The largest write timestamp Cassandra takes (a tombstone there still wins a tie)."""
+
+
 def _delete_stamped_ahead(
     store: Store,
     counter: Key,
@@ -339,18 +343,20 @@ def _delete_stamped_ahead(
     tombstone_ts: int,
     report: CleanedBucket,
 ) -> None:
-    """Counted rows still present after their delete: those written at or after the
-    tombstone's timestamp (a writer's clock ahead of the cluster's, an explicit ``USING
-    TIMESTAMP``) outlived it; delete them again with a tombstone just after their own write
-    time (it also shadows a retry of the same rows, already counted) and report them. Any
-    other, or one that survives that too, is a leftover: the check fails."""
+    """Counted rows still present after their delete: those whose own columns were written at
+    or after the tombstone's timestamp (a writer's clock ahead of the cluster's, an explicit
+    ``USING TIMESTAMP``) outlived it; delete them again with a tombstone just after their
+    newest write time (it also shadows a retry of the same rows stamped no later) and report
+    them. Any other, one whose write time CQL cannot read, or one that survives that too, is
+    a leftover: the check fails naming it."""
     written = store.raw.written_at(counter, [key for _t, key in stuck])
-    if written is None:  # no write time to read: each is a leftover
-        written = {key: 0 for _t, key in stuck}
-    ahead = {key: ts for key, ts in written.items() if ts >= tombstone_ts}
+    if written is None:  # no column to read a write time from: each is a leftover
+        written = dict.fromkeys((key for _t, key in stuck), None)
+    ahead = {key: ts for key, ts in written.items() if ts is not None and ts >= tombstone_ts}
     still: set[Any] = set()
     if ahead:
-        store.raw.delete_rows([(counter, list(ahead))], max(ahead.values()) + 1)
+        stamp = min(max(ahead.values()) + 1, LATEST_TIMESTAMP)
+        store.raw.delete_rows([(counter, list(ahead))], stamp)
         still = {key for _t, key, _i in store.raw.read_rows_at(counter, list(ahead))}
     for time_ms, key in stuck:
         if key not in written:  # gone since it was read

@@ -28,6 +28,7 @@ from ..core import (
 )
 from ..errors import EngineError
 from ..rowkeys import CountedKeys
+from ..schema import q
 from .keys import Keys
 from .statements import (
     DELETE_BATCH_ROWS,
@@ -83,8 +84,7 @@ class RawTable:
         ),
         raw_read_at=Cql("SELECT {row_columns} FROM {raw} WHERE {key_where} AND {relation}"),
         raw_written_at=Cql(
-            "SELECT {row_columns}, WRITETIME({increment}) FROM {raw} "
-            "WHERE {key_where} AND {relation}"
+            "SELECT {row_columns}, {write_times} FROM {raw} WHERE {key_where} AND {relation}"
         ),
         raw_recount_below=Cql(
             "SELECT count(*), sum(CAST({increment} AS varint)) FROM {raw} "
@@ -139,6 +139,7 @@ class RawTable:
             "relation": self._rows_in()[0],
             "measure": measure,
             "newer": "{member}" if self.family.rules.members else measure,
+            "write_times": ", ".join(f"WRITETIME({q(c)})" for c in lay.written),
         }
 
     # --- write API ------------------------------------------------------------------------
@@ -338,11 +339,13 @@ class RawTable:
         results = self.statements.concurrent(statement, params)
         return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
 
-    def written_at(self, counter: Key, keys: Sequence[Packed]) -> dict[Packed, int] | None:
-        """The write timestamps (µs) of those of the given rows of a counter that are present
-        (point reads; their increment's ``WRITETIME``); None for a table without an increment
-        column (nothing to read a write time from)."""
-        if self.statements.layout.increment is None:
+    def written_at(self, counter: Key, keys: Sequence[Packed]) -> dict[Packed, int | None] | None:
+        """When each of the given rows of a counter that are present was last written (µs):
+        the newest ``WRITETIME`` of its own columns (point reads), None when none of them
+        holds a value (what keeps the row is its key's own timestamp, which CQL does not
+        read). None for a table with no such column."""
+        width = len(self.statements.layout.written)
+        if not width:
             return None
         if not keys:
             return {}
@@ -350,8 +353,11 @@ class RawTable:
         statement = self.statements.prepared(self, "raw_written_at")
         params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
         found = [r for result in self.statements.concurrent(statement, params) for r in result]
-        rows = self.keys.parse_rows((r[:-1] for r in found), 0).get((), [])
-        return {key: int(r[-1]) for (_t, key, _i), r in zip(rows, found, strict=True)}
+        rows = self.keys.parse_rows((r[:-width] for r in found), 0).get((), [])
+        return {
+            key: max((t for t in r[-width:] if t is not None), default=None)
+            for (_t, key, _i), r in zip(rows, found, strict=True)
+        }
 
     def _rows_in(self) -> tuple[str, Callable[[Sequence[Packed]], list[Any]]]:
         """The relation naming many rows of one partition by their clustering keys, and how to
