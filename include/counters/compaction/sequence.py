@@ -27,7 +27,13 @@ from ..core import CheckOutcome, Evidence, Tally, run_figures
 from ..core.codec import fields_unchanged, versioned
 from ..errors import ChecksFailed, EngineError
 from ..store import COMMIT_CHUNK, Store
-from .cleanup import CleanupReport, cleanup_failure_message, cleanup_shard, verify_cleanup
+from .cleanup import (
+    CleanupReport,
+    cleanup_failure_message,
+    cleanup_shard,
+    stamped_ahead_check,
+    verify_cleanup,
+)
 from .common import Fault, Phases, ShardReport, no_fault
 from .conclude import (
     AuditHook,
@@ -76,6 +82,8 @@ class CleanedRun:
     check: CheckOutcome
     rows_deleted: int
     seconds: Mapping[str, float]
+    warnings: tuple[CheckOutcome, ...] = ()
+    """Checks that failed without failing the run (``no_row_stamped_ahead``)."""
 
 
 class RunStopped(Exception):
@@ -428,7 +436,8 @@ class RunSteps:
                 gx=verified.gx,
             )
             raise RunFailed(message, checks, failed=[outcome.name], counters=outcome.counters)
-        return CleanedRun(outcome, rows_deleted, seconds)
+        warned = stamped_ahead_check(cleanups)
+        return CleanedRun(outcome, rows_deleted, seconds, () if warned is None else (warned,))
 
     def conclude(self, verified: VerifiedRun, cleaned: CleanedRun) -> RunOutcome:
         """Advance the family's compacted epoch, check it moved, and write the run's audit
@@ -437,7 +446,8 @@ class RunSteps:
         phases = Phases(dict(verified.seconds)).merge(Phases(dict(cleaned.seconds)))
         tally = self.run_tally(replace(verified.tally, rows_deleted=cleaned.rows_deleted))
         with phases.timed("finish", self.store):
-            ended = conclude_run(self.store, self.plan, tally, [*verified.checks, cleaned.check])
+            checks = [*verified.checks, *cleaned.warnings, cleaned.check]
+            ended = conclude_run(self.store, self.plan, tally, checks)
             prune_archive(self.store.family)
         self.fault("finish")
         self.concluded = ended.outcome
