@@ -454,7 +454,7 @@ def read_raw_layout(session: Session, family: Family) -> RawLayout:
         c.name
         for c in meta.columns.values()
         if c.name not in keyed
-        and not getattr(c, "is_static", False)
+        and not c.is_static
         and not c.cql_type.startswith(("list<", "set<", "map<"))
     )
     if not summed:

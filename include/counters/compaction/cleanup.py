@@ -281,14 +281,6 @@ def _check_left(
     _check_counters(store, shard, bucket, mine, chosen, report, tombstone_ts)
     if rest and len(report.stamped_ahead) > ahead_before:
         _check_counters(store, shard, bucket, mine, rest, report, tombstone_ts)
-    if len(report.stamped_ahead) > ahead_before:
-        log.warning(
-            "family %s: %d counted row(s) were stamped ahead of this run's tombstones (a "
-            "writer's clock ahead of the cluster's): deleted again at their own write time: %s",
-            store.family.name,
-            len(report.stamped_ahead) - ahead_before,
-            "; ".join(report.stamped_ahead[ahead_before : ahead_before + 5]),
-        )
 
 
 def _check_counters(

@@ -437,6 +437,8 @@ class RunSteps:
             )
             raise RunFailed(message, checks, failed=[outcome.name], counters=outcome.counters)
         warned = stamped_ahead_check(cleanups)
+        if warned is not None:
+            log.warning("family %s: %s: %s", self.family, warned.name, warned.detail)
         return CleanedRun(outcome, rows_deleted, seconds, () if warned is None else (warned,))
 
     def conclude(self, verified: VerifiedRun, cleaned: CleanedRun) -> RunOutcome:

@@ -333,11 +333,15 @@ class RawTable:
 
     def read_rows_at(self, counter: Key, keys: Sequence[Packed]) -> list[Row]:
         """Those of the given rows of a counter that are present: point reads, no range."""
+        found = self._read_at("raw_read_at", counter, keys)
+        return self.keys.parse_rows(found, 0).get((), [])
+
+    def _read_at(self, name: str, counter: Key, keys: Sequence[Packed]) -> list[tuple[Any, ...]]:
+        """Statement ``name`` over the given rows of a counter, ``ROWS_PER_BATCH`` a request."""
         bind = self._rows_in()[1]
-        statement = self.statements.prepared(self, "raw_read_at")
+        statement = self.statements.prepared(self, name)
         params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
-        results = self.statements.concurrent(statement, params)
-        return self.keys.parse_rows((r for result in results for r in result), 0).get((), [])
+        return [r for result in self.statements.concurrent(statement, params) for r in result]
 
     def written_at(self, counter: Key, keys: Sequence[Packed]) -> dict[Packed, int | None] | None:
         """When each of the given rows of a counter that are present was last written (µs):
@@ -349,10 +353,7 @@ class RawTable:
             return None
         if not keys:
             return {}
-        bind = self._rows_in()[1]
-        statement = self.statements.prepared(self, "raw_written_at")
-        params = [(*counter, bind(group)) for group in bounded(keys, ROWS_PER_BATCH)]
-        found = [r for result in self.statements.concurrent(statement, params) for r in result]
+        found = self._read_at("raw_written_at", counter, keys)
         rows = self.keys.parse_rows((r[:-width] for r in found), 0).get((), [])
         return {
             key: max((t for t in r[-width:] if t is not None), default=None)

@@ -111,6 +111,14 @@ def make_family(
 
 
 @pytest.fixture
+def marks_forgotten_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time compressed: a run forgets every index mark written before it read the index (not
+    only those ``FORGET_MARGIN``, 2 minutes, older), as runs minutes apart do; so the runs
+    after it read a counter only from its newer marks' minutes (``core.read_floor``)."""
+    monkeypatch.setattr("counters.compaction.verify.FORGET_MARGIN", timedelta(0))
+
+
+@pytest.fixture
 def t0() -> datetime:
     """A virtual clock start, a day back, on a minute boundary."""
     now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)

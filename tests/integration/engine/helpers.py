@@ -35,6 +35,19 @@ def skewed(by: timedelta) -> time_machine.travel:
     return time_machine.travel(datetime.now(UTC) + by, tick=True)
 
 
+def plain_insert(
+    store: Store, counter: str, at: datetime, actor: str, amount: int, stamp_us: int
+) -> None:
+    """A writer outside the write API: a plain INSERT stamped ``stamp_us``, no index mark (the
+    test families' default columns)."""
+    f = store.family
+    store.statements.session.execute(
+        f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, increment) "
+        f"VALUES (%s, %s, %s, 1, %s) USING TIMESTAMP {stamp_us}",
+        (counter, at, actor, amount),
+    )
+
+
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:
     f = store.family
     cols = f.columns

@@ -19,17 +19,12 @@ from counters.core import to_micros
 from counters.schema import read_raw_layout
 from counters.store import Store
 
-from .helpers import aware, raw_rows, real_now
+from .helpers import aware, plain_insert, raw_rows, real_now
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("marks_forgotten_at_once")]
 
 HOUR = timedelta(hours=1)
 LONG_MAX = 2**63 - 1
-
-
-@pytest.fixture(autouse=True)
-def marks_forgotten_at_once(monkeypatch):
-    monkeypatch.setattr("counters.compaction.verify.FORGET_MARGIN", timedelta(0))
 
 
 def table(store) -> str:
@@ -55,14 +50,6 @@ def set_note(store, counter: str, at: datetime, actor: str, version: int, stamp_
         f"UPDATE {table(store)} USING TIMESTAMP {stamp_us} SET note = 'enriched' "
         "WHERE type = %s AND modify_time = %s AND actor = %s AND version = %s",
         (counter, at, actor, version),
-    )
-
-
-def plain_insert(store, counter: str, at: datetime, actor: str, amount: int, stamp_us: int) -> None:
-    store.statements.session.execute(
-        f"INSERT INTO {table(store)} (type, modify_time, actor, version, increment) "
-        f"VALUES (%s, %s, %s, 1, %s) USING TIMESTAMP {stamp_us}",
-        (counter, at, actor, amount),
     )
 
 

@@ -25,29 +25,11 @@ from counters.client import CounterClient
 from counters.connection import Connection
 from counters.core import to_micros
 
-from .helpers import aware, raw_rows, real_now, rows_at_or_below, skewed
+from .helpers import aware, plain_insert, raw_rows, real_now, rows_at_or_below, skewed
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("marks_forgotten_at_once")]
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture(autouse=True)
-def marks_forgotten_at_once(monkeypatch):
-    """Time compressed: a run forgets every index mark written before it read the index (not
-    only those ``FORGET_MARGIN``, 2 minutes, older), as runs minutes apart do; so the runs
-    after it read a counter only from its newer marks' minutes (``core.read_floor``)."""
-    monkeypatch.setattr("counters.compaction.verify.FORGET_MARGIN", timedelta(0))
-
-
-def plain_insert(store, counter: str, at: datetime, actor: str, amount: int, stamp_us: int) -> None:
-    """A writer outside the write API: a plain INSERT stamped ``stamp_us``, no index mark."""
-    f = store.family
-    store.statements.session.execute(
-        f"INSERT INTO {f.keyspace}.{f.raw_table} (type, modify_time, actor, version, increment) "
-        f"VALUES (%s, %s, %s, 1, %s) USING TIMESTAMP {stamp_us}",
-        (counter, at, actor, amount),
-    )
 
 
 @pytest.fixture
