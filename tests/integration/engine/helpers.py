@@ -48,6 +48,14 @@ def plain_insert(
     )
 
 
+def forget_marks(store: Store, shard: int = 0) -> None:
+    """Forget the shard's index marks as a run minutes later finds them: each at the server
+    write time it is read with, so a mark written since (a strictly later server timestamp)
+    survives. A tombstone at this host's clock would not do: server timestamps are whole
+    milliseconds, so a mark written in the same millisecond after it would be shadowed."""
+    store.index.forget_touched([t for marks in store.index.touched(shard).values() for t in marks])
+
+
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:
     f = store.family
     cols = f.columns

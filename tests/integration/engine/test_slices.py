@@ -3,7 +3,6 @@ the tombstones of earlier folds behind it are never read, and nothing it must se
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -11,7 +10,7 @@ from counters import engine
 from counters.core import to_millis
 
 from .conftest import Crash
-from .helpers import ledger_as_older_versions_wrote_it, rows_at_or_below
+from .helpers import forget_marks, ledger_as_older_versions_wrote_it, rows_at_or_below
 from .test_engine import inc, same_bucket
 from .test_engine import run as run_once
 
@@ -36,10 +35,7 @@ def run(store, epoch, **kw):
     """A run, then the marks it read forgotten, as a run minutes later finds them (a run keeps
     a mark younger than ``engine.FORGET_MARGIN``). One shard: every mark is in shard 0."""
     summary = run_once(store, epoch, **kw)
-    for shard, bucket in {
-        store.keys.bucket(t.counter) for b in store.index.touched(0).values() for t in b
-    }:
-        store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
+    forget_marks(store)
     return summary
 
 
@@ -97,8 +93,7 @@ def test_counted_rows_a_crash_left_are_read_by_the_slice_and_deleted_once(make_f
 
     def crash(point):
         if point == "cleanup_read_log":  # committed, marks forgotten, nothing deleted
-            for shard, bucket in {store.keys.bucket((c,)) for c in counters}:
-                store.index.forget_bucket(shard, bucket, int(time.time() * 1e6))
+            forget_marks(store)
             raise Crash(point)
 
     with pytest.raises(Crash):

@@ -5,7 +5,6 @@ read to the touched counters. What a run counts must not depend on which way it 
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,7 +16,7 @@ from counters.store import Store
 
 from tests.copies import after_write, change_copy
 
-from .helpers import rows_at_or_below
+from .helpers import forget_marks, rows_at_or_below
 from .test_engine import same_bucket
 
 pytestmark = pytest.mark.integration
@@ -58,7 +57,7 @@ def _run(store, t0, minute, names):
         store, t0 + timedelta(minutes=minute), now=t0 + timedelta(minutes=minute + 2)
     )
     assert summary.outcome == "success", summary.message
-    store.index.forget_bucket(*store.keys.bucket((names[0],)), int(time.time() * 1_000_000))
+    forget_marks(store, store.keys.shard((names[0],)))
     return summary
 
 
