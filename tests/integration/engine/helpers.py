@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -54,6 +55,43 @@ def forget_marks(store: Store, shard: int = 0) -> None:
     survives. A tombstone at this host's clock would not do: server timestamps are whole
     milliseconds, so a mark written in the same millisecond after it would be shadowed."""
     store.index.forget_touched([t for marks in store.index.touched(shard).values() for t in marks])
+
+
+class TombstoneTrace:
+    """The tombstones each statement's reads walk, by the node's own trace ("Read N live rows
+    and M tombstone cells"): every request the store's session sends while ``on`` is traced.
+    ``walked()`` is, per statement text, the most one of its reads walked."""
+
+    WALKED = re.compile(r"Read (\d+) live rows and (\d+) tombstone cells")
+
+    def __init__(self, store: Store):
+        self.on = False
+        self._futures: list[tuple[str, Any]] = []
+        session = store.statements.session
+        send = session.execute_async
+
+        def traced(query: Any, parameters: Any = None, trace: bool = False, *a: Any, **kw: Any):
+            future = send(query, parameters, trace or self.on, *a, **kw)
+            if self.on:
+                prepared = getattr(query, "prepared_statement", None)
+                self._futures.append(
+                    (getattr(prepared or query, "query_string", repr(query)), future)
+                )
+            return future
+
+        session.execute_async = traced
+
+    def walked(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for text, future in self._futures:
+            future.result()
+            for trace in future.get_all_query_traces(max_wait_per=30):
+                for event in trace.events:
+                    match = self.WALKED.search(event.description)
+                    if match:
+                        found[text] = max(found.get(text, 0), int(match.group(2)))
+        self._futures = []
+        return found
 
 
 def raw_rows(store: Store, counter: tuple) -> list[tuple]:

@@ -1,0 +1,65 @@
+"""A family that runs every minute for months: what its runs read must not grow with the runs
+behind it. Each fold leaves a tombstone per row it deletes, kept ``gc_grace_seconds`` (3 h, 180
+runs) and then until compaction purges it; a read that walked the tombstones of every earlier
+run would be refused by the node past its ``tombstone_failure_threshold`` (100,000), however
+few rows it returned. Running 14,400 runs is out of a test's reach; the node's own trace of
+each read is not: a run's reads walk as many tombstones after 60 runs as after 10."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from counters import engine
+
+from .helpers import TombstoneTrace
+from .test_engine import inc, same_bucket
+
+pytestmark = pytest.mark.integration
+
+ROWS = 3  # per counter and minute
+
+
+@pytest.mark.usefixtures("marks_forgotten_at_once")
+@pytest.mark.parametrize("n", [4, 50], ids=["by-name", "by-scan"])
+def test_a_runs_reads_walk_no_more_tombstones_after_sixty_runs_than_after_ten(make_family, t0, n):
+    """``n`` counters of one bucket, each with ``ROWS`` rows every minute, a run every minute
+    (no sweep falls in the hour): 4 are read by name (``IN``), 50 by a token-range scan. Every
+    statement of run 61 walks no more tombstones than it did in run 11: every read starts
+    above the rows the last commit counted, whatever lies behind."""
+    _family, store, client = make_family(shards=1, sweep_interval="1d")
+    counters = same_bucket(store, n)
+    trace = TombstoneTrace(store)
+    walked: dict[int, dict[str, int]] = {}
+    for minute in range(61):
+        client.record(
+            [
+                inc(
+                    c, 1, t0 + timedelta(minutes=minute, seconds=10 * (j + 1)), "w", minute * 10 + j
+                )
+                for c in counters
+                for j in range(ROWS)
+            ]
+        )
+        trace.on = minute in (10, 60)
+        epoch = t0 + timedelta(minutes=minute + 1)
+        summary = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+        assert summary.outcome == "success", summary.message
+        assert not summary.plan.sweep or minute == 0
+        if trace.on:
+            trace.on = False
+            walked[minute] = trace.walked()
+    assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(
+        counters, 61 * ROWS
+    )
+    # the raw reads walk the tombstones of the last run's deletes (they read down to the rows
+    # its commit counted, which may still be there), never those of the runs before it
+    raw_table = f'."{store.family.raw_table}" '
+    raw_reads = [text for text in walked[60] if text.startswith("SELECT") and raw_table in text]
+    assert raw_reads and max(walked[60][t] for t in raw_reads) <= n * ROWS
+    grew = {
+        text: (walked[10].get(text, 0), count)
+        for text, count in walked[60].items()
+        if count > walked[10].get(text, 0)
+    }
+    assert not grew, f"reads that walk more tombstones after 60 runs than after 10: {grew}"
