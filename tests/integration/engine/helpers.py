@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import time_machine
+from cassandra import ReadFailure, ReadTimeout
 from cassandra.query import ValueSequence
 from counters.config import Family
 from counters.core import LEDGER_STATE, STATE_FIELDS, utc_aware
@@ -59,32 +60,45 @@ def forget_marks(store: Store, shard: int = 0) -> None:
 
 class TombstoneTrace:
     """The tombstones each statement's reads walk, by the node's own trace ("Read N live rows
-    and M tombstone cells"): every request the store's session sends while ``on`` is traced.
+    and M tombstone cells"): inside ``with``, every request the store's session sends while
+    ``on`` is traced.
     ``walked()`` is, per statement text, the most one of its reads walked."""
 
     WALKED = re.compile(r"Read (\d+) live rows and (\d+) tombstone cells")
 
     def __init__(self, store: Store):
         self.on = False
+        self.refused: list[str] = []
+        """The statements of the reads the node refused (too many tombstones), since ``walked``."""
         self._futures: list[tuple[str, Any]] = []
-        session = store.statements.session
-        send = session.execute_async
+        self._session = store.statements.session
+
+    def __enter__(self) -> TombstoneTrace:
+        send = self._session.execute_async
 
         def traced(query: Any, parameters: Any = None, trace: bool = False, *a: Any, **kw: Any):
             future = send(query, parameters, trace or self.on, *a, **kw)
             if self.on:
                 prepared = getattr(query, "prepared_statement", None)
-                self._futures.append(
-                    (getattr(prepared or query, "query_string", repr(query)), future)
-                )
+                text = getattr(prepared or query, "query_string", repr(query))
+                self._futures.append((text, future))
             return future
 
-        session.execute_async = traced
+        self._session.execute_async = traced  # the session is the test session's, shared
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self._session.execute_async
 
     def walked(self) -> dict[str, int]:
         found: dict[str, int] = {}
+        self.refused = []
         for text, future in self._futures:
-            future.result()
+            try:
+                future.result()
+            except (ReadFailure, ReadTimeout):  # the node's refusal: no trace of its count
+                self.refused.append(text)
+                continue
             for trace in future.get_all_query_traces(max_wait_per=30):
                 for event in trace.events:
                     match = self.WALKED.search(event.description)

@@ -7,12 +7,14 @@ each read is not: a run's reads walk as many tombstones after 60 runs as after 1
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
+from cassandra import ReadFailure
 from counters import engine
 
-from .helpers import TombstoneTrace
+from .helpers import TombstoneTrace, plain_insert, rows_at_or_below
 from .test_engine import inc, same_bucket
 
 pytestmark = pytest.mark.integration
@@ -29,26 +31,30 @@ def test_a_runs_reads_walk_no_more_tombstones_after_sixty_runs_than_after_ten(ma
     above the rows the last commit counted, whatever lies behind."""
     _family, store, client = make_family(shards=1, sweep_interval="1d")
     counters = same_bucket(store, n)
-    trace = TombstoneTrace(store)
     walked: dict[int, dict[str, int]] = {}
-    for minute in range(61):
-        client.record(
-            [
-                inc(
-                    c, 1, t0 + timedelta(minutes=minute, seconds=10 * (j + 1)), "w", minute * 10 + j
-                )
-                for c in counters
-                for j in range(ROWS)
-            ]
-        )
-        trace.on = minute in (10, 60)
-        epoch = t0 + timedelta(minutes=minute + 1)
-        summary = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
-        assert summary.outcome == "success", summary.message
-        assert not summary.plan.sweep or minute == 0
-        if trace.on:
-            trace.on = False
-            walked[minute] = trace.walked()
+    with TombstoneTrace(store) as trace:
+        for minute in range(61):
+            client.record(
+                [
+                    inc(
+                        c,
+                        1,
+                        t0 + timedelta(minutes=minute, seconds=10 * (j + 1)),
+                        "w",
+                        minute * 10 + j,
+                    )
+                    for c in counters
+                    for j in range(ROWS)
+                ]
+            )
+            trace.on = minute in (10, 60)
+            epoch = t0 + timedelta(minutes=minute + 1)
+            summary = engine.run_family(store, epoch, now=epoch + timedelta(minutes=5))
+            assert summary.outcome == "success", summary.message
+            assert not summary.plan.sweep or minute == 0
+            if trace.on:
+                trace.on = False
+                walked[minute] = trace.walked()
     assert {v.counter[0]: v.value for v in client.read_many(counters)} == dict.fromkeys(
         counters, 61 * ROWS
     )
@@ -63,3 +69,36 @@ def test_a_runs_reads_walk_no_more_tombstones_after_sixty_runs_than_after_ten(ma
         if count > walked[10].get(text, 0)
     }
     assert not grew, f"reads that walk more tombstones after 60 runs than after 10: {grew}"
+
+
+def test_a_sweep_of_a_bucket_past_the_tombstone_limit_folds_every_row_once(make_family, t0):
+    """Fifty counters of one bucket, each well under the node's tombstone limit, the bucket
+    past it together (110,000 deleted rows: a busy shard's ~3 h inside ``gc_grace_seconds``).
+    The sweep's scan of the bucket is refused; it reads the bucket counter by counter instead
+    and folds what only a sweep finds: a plain-CQL row below the last epoch (no mark) and a
+    counter no one marked."""
+    _family, store, client = make_family(shards=1, sweep_interval="1h")
+    names = same_bucket(store, 51)
+    counters, stranger = names[:50], names[50]
+    client.record(
+        [inc(c, 1, t0 + timedelta(milliseconds=i), "w", i) for c in counters for i in range(2_200)]
+    )
+    e1 = t0 + timedelta(minutes=10)
+    first = engine.run_family(store, e1, now=e1 + timedelta(minutes=2))
+    assert (first.outcome, first.tally.rows_deleted) == ("success", 110_000), first.message
+    shard, bucket = store.keys.bucket((stranger,))
+    with pytest.raises(ReadFailure):  # the bucket is past the limit, no counter of it is
+        store.raw.scan_rows(shard, bucket)
+    assert store.raw.read_rows([(c,) for c in counters]) == {(c,): [] for c in counters}
+
+    client.record([inc(c, 2, t0 + timedelta(minutes=12), "w", -1) for c in counters])
+    stamp = int(time.time() * 1e6)
+    plain_insert(store, counters[0], t0 + timedelta(minutes=5), "late", 100, stamp)
+    plain_insert(store, stranger, t0 + timedelta(minutes=11), "new", 7, stamp)
+    e2 = t0 + timedelta(minutes=31)  # the fixture's sweeps fall at t0 + 30 min, then hourly
+    second = engine.run_family(store, e2, now=e2 + timedelta(minutes=2))
+    assert second.plan.sweep and second.outcome == "success", second.message
+    assert (second.tally.rows_folded, second.tally.rows_deleted) == (52, 52)
+    values = {v.counter[0]: v.value for v in client.read_many(names)}
+    assert values == {**dict.fromkeys(counters, 2_202), counters[0]: 2_302, stranger: 7}
+    assert all(rows_at_or_below(store, (c,), e2) == 0 for c in names)
