@@ -173,7 +173,8 @@ def bookkeeping_ddl(family: Family, layout: RawLayout) -> list[str]:
         # one partition per token-range bucket: a conditional batch on its static head commits
         # many counters in one Paxos round
         f"CREATE TABLE IF NOT EXISTS {ks}.{q(ledger_table(family))} (shard int, bucket int, "
-        f"head timeuuid static, population int static, shards int static, {key_defs}, "
+        f"head timeuuid static, population int static, shards int static, "
+        f"scan_refused_ms bigint static, {key_defs}, "
         "value bigint, "
         "epoch_ms bigint, commit_id timeuuid, "
         "run_id text, pending text, pending_sum bigint, pending_rows int, pending_low_ms bigint, "
@@ -599,6 +600,7 @@ def ensure_schema(
         ("state", "blob"),
         ("origin_ms", "bigint"),
         ("shards", "int static"),
+        ("scan_refused_ms", "bigint static"),
     ):
         if ledger is not None and column not in ledger.columns:  # a ledger from before it
             session.execute(

@@ -40,6 +40,7 @@ from ..store import (
     COMMIT_CHUNK,
     NODE_REQUEST_BYTES,
     REQUEST_BYTES,
+    SCAN_REFUSED_TTL_S,
     Copy,
     Ledger,
     Store,
@@ -212,6 +213,23 @@ def _placed(
     return placed
 
 
+def _remember_refused_scan(ctx: ShardContext, bucket: int) -> None:
+    """The node refused a whole scan of the bucket: its partitions hold more tombstones
+    together than it reads past. Each refusal is a read of that many tombstones and an error in
+    the node's log, so the ledger keeps it for a while and the sweeps meanwhile read the bucket
+    counter by counter without asking again (``LedgerTable.remember_scan_refused``)."""
+    log.warning(
+        "family %s shard %s bucket %s: the node refused a whole scan of the bucket (too many "
+        "tombstones); it is read counter by counter, and so for the next %d h",
+        ctx.store.family.name,
+        ctx.shard,
+        bucket,
+        SCAN_REFUSED_TTL_S // 3600,
+    )
+    if not ctx.dry_run:
+        ctx.store.ledger.remember_scan_refused(ctx.shard, bucket, ctx.index_read_at // 1000)
+
+
 def _release_quietly(store: Store, shard: int, run_id: str) -> None:
     try:
         store.lease.release_lease(shard, run_id)
@@ -257,13 +275,20 @@ def _compact_bucket(
             rows: dict[Key, list[Row]] = {c: [] for c in found}
         elif scan:
             floor, apart = (None, []) if sweep else _slice(ctx, touched, ledger)
-            try:
-                rows = store.raw.scan_rows(ctx.shard, bucket, floor)
-            except (ReadFailure, ReadTimeout):  # tombstone overload: read counter by counter
+            scanned = None
+            if floor is not None or ledger.scan_refused_ms is None:
+                try:
+                    scanned = store.raw.scan_rows(ctx.shard, bucket, floor)
+                except (ReadFailure, ReadTimeout):
+                    if floor is None:
+                        _remember_refused_scan(ctx, bucket)
+            if scanned is None:  # tombstone overload, now or lately: read counter by counter
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
                 known |= set(store.raw.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
                 apart = []
+            else:
+                rows = scanned
             if apart:  # their past reaches below the slice: read whole, by name
                 whole_rows, more = read_rows_tolerant(store, apart, ledger, copies)
                 rows.update(whole_rows)

@@ -37,7 +37,7 @@ from ..schema import RawLayout
 from .auditlog import AuditLog
 from .control import LeaseTable, OwnersTable, QuarantineTable, StateTable, known_families
 from .keys import PACKED_TYPES, PLAIN_KEY_TYPES, Keys, normal_key
-from .ledger import LedgerTable
+from .ledger import SCAN_REFUSED_TTL_S, LedgerTable
 from .raw import RawTable
 from .reads import READ_ATTEMPTS, READ_HINT_S, READ_HINTS, Reader
 from .records import (
@@ -176,6 +176,7 @@ __all__ = [
     "ROW_BYTES",
     "RUN_LOG_FETCH",
     "SCAN_FETCH",
+    "SCAN_REFUSED_TTL_S",
     "SCAN_SPLITS",
     "AuditLog",
     "CommitRecord",

@@ -67,6 +67,11 @@ LEDGER_VALUES = (
 )
 """The read-back of committed values, without a legacy ``pending`` list."""
 
+SCAN_REFUSED_TTL_S = 10_800
+"""How long a bucket's refused whole scan is remembered: the raw table's ``gc_grace_seconds``
+(3 h), the least time its tombstones stay; a bucket still past the limit then is refused once
+more and remembered again."""
+
 
 class LedgerTable:
     """The ledger (``{ledger}``: each bucket's head and its counters' checkpoints) and the
@@ -75,11 +80,11 @@ class LedgerTable:
 
     STATEMENTS = declare(
         ledger_scan=Cql(
-            f"SELECT head, shards, {{key}}, {LEDGER_COLUMNS} FROM {{ledger}} "
+            f"SELECT head, shards, scan_refused_ms, {{key}}, {LEDGER_COLUMNS} FROM {{ledger}} "
             "WHERE shard = ? AND bucket = ?"
         ),
         ledger_scan_values=Cql(
-            f"SELECT head, shards, {{key}}, {LEDGER_VALUES} FROM {{ledger}} "
+            f"SELECT head, shards, scan_refused_ms, {{key}}, {LEDGER_VALUES} FROM {{ledger}} "
             "WHERE shard = ? AND bucket = ?"
         ),
         ledger_read=Cql(
@@ -106,7 +111,11 @@ class LedgerTable:
             "VALUES (?, ?, {key_marks}, {row_marks})"
         ),
         ledger_head=Cql(
-            "SELECT head, population, shards FROM {ledger} WHERE shard = ? AND bucket = ? LIMIT 1"
+            "SELECT head, population, shards, scan_refused_ms FROM {ledger} WHERE shard = ? AND "
+            "bucket = ? LIMIT 1"
+        ),
+        ledger_scan_refused=Cql(
+            "UPDATE {ledger} USING TTL ? SET scan_refused_ms = ? WHERE shard = ? AND bucket = ?"
         ),
         ledger_head_cas=Cql(
             "UPDATE {ledger} SET head = ?, population = ?, shards = ? WHERE shard = ? AND bucket "
@@ -221,14 +230,14 @@ class LedgerTable:
         if counters is None:
             statement = self.statements.prepared(self, "ledger_scan" + suffix)
             rows = list(self.statements.execute(statement, (shard, bucket), profile=BULK_PROFILE))
-            head, shards = (rows[0][0], rows[0][1]) if rows else (None, None)
+            head, shards, refused = (rows[0][0], rows[0][1], rows[0][2]) if rows else (None,) * 3
             checkpoints = {
-                tuple(r[2 : 2 + width]): self._checkpoint(r[2 + width :], with_pending)
+                tuple(r[3 : 3 + width]): self._checkpoint(r[3 + width :], with_pending)
                 for r in rows
-                if r[2] is not None
+                if r[3] is not None
             }
             # its population is counted by the caller, who reads the compact rows too
-            return Ledger(head, checkpoints, None, shards)
+            return Ledger(head, checkpoints, None, shards, refused)
         head_statement = self._head_statement()
         statement = self.statements.prepared(self, "ledger_read" + suffix)
         requests: list[tuple[Any, Any]] = [(head_statement, (shard, bucket))]
@@ -237,7 +246,7 @@ class LedgerTable:
             for group in bounded(counters, ROWS_PER_BATCH)
         ]
         results = self.statements.run(requests)
-        head, population, shards = self._head_of(results[0].one())
+        head, population, shards, refused = self._head_of(results[0].one())
         asked = {normal_key(c): c for c in counters}  # the caller's key values (a date, not a Date)
         checkpoints = {
             asked.get(normal_key(r[:width]), tuple(r[:width])): self._checkpoint(
@@ -246,7 +255,7 @@ class LedgerTable:
             for result in results[1:]
             for r in result
         }
-        return Ledger(head, checkpoints, population, shards)
+        return Ledger(head, checkpoints, population, shards, refused)
 
     def population(self, shard: int, bucket: int) -> int | None:
         """A bucket's population alone: enough to choose how to read it."""
@@ -264,9 +273,17 @@ class LedgerTable:
         return self.statements.prepared(self, "ledger_head")
 
     @staticmethod
-    def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None, int | None]:
-        """(head, population, shards) of a head read; None where never set."""
-        return (row[0], row[1], row[2]) if row is not None else (None, None, None)
+    def _head_of(row: Sequence[Any] | None) -> tuple[Any, int | None, int | None, int | None]:
+        """(head, population, shards, scan_refused_ms) of a head read; None where never set."""
+        return (row[0], row[1], row[2], row[3]) if row is not None else (None, None, None, None)
+
+    def remember_scan_refused(self, shard: int, bucket: int, at_ms: int) -> None:
+        """Note that the node refused a whole scan of the bucket (more tombstones than its
+        ``tombstone_failure_threshold``): for ``SCAN_REFUSED_TTL_S`` the cell lives, and the
+        sweeps read the bucket counter by counter without asking the node for that scan again
+        (each refusal is an error in the node's log and a read of as many tombstones)."""
+        statement = self.statements.prepared(self, "ledger_scan_refused")
+        self.statements.execute(statement, (SCAN_REFUSED_TTL_S, at_ms, shard, bucket))
 
     def commit_bucket(
         self,

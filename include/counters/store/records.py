@@ -58,6 +58,9 @@ class Ledger:
     shards: int | None = None
     """The shard count the partition was committed under (None: before it was recorded;
     ``MOVING``: a reshard is moving it). Every commit is conditioned on it."""
+    scan_refused_ms: int | None = None
+    """When the node last refused a whole scan of the bucket (too many tombstones), if within
+    ``SCAN_REFUSED_TTL_S``: a sweep then reads the bucket counter by counter at once."""
 
 
 MOVING = -1

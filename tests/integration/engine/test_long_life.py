@@ -96,9 +96,33 @@ def test_a_sweep_of_a_bucket_past_the_tombstone_limit_folds_every_row_once(make_
     plain_insert(store, counters[0], t0 + timedelta(minutes=5), "late", 100, stamp)
     plain_insert(store, stranger, t0 + timedelta(minutes=11), "new", 7, stamp)
     e2 = t0 + timedelta(minutes=31)  # the fixture's sweeps fall at t0 + 30 min, then hourly
-    second = engine.run_family(store, e2, now=e2 + timedelta(minutes=2))
+    with TombstoneTrace(store) as trace:
+        trace.on = True
+        second = engine.run_family(store, e2, now=e2 + timedelta(minutes=2))
+        trace.walked()
     assert second.plan.sweep and second.outcome == "success", second.message
     assert (second.tally.rows_folded, second.tally.rows_deleted) == (52, 52)
     values = {v.counter[0]: v.value for v in client.read_many(names)}
     assert values == {**dict.fromkeys(counters, 2_202), counters[0]: 2_302, stranger: 7}
     assert all(rows_at_or_below(store, (c,), e2) == 0 for c in names)
+    # the node refused the bucket's scan once; the ledger keeps that for the next sweeps
+    assert len(trace.refused) == 1 and "token(" in trace.refused[0]
+    assert store.ledger.read_ledger(shard, bucket, None).scan_refused_ms is not None
+
+    client.record([inc(c, 3, e2 + timedelta(minutes=1), "w", -2) for c in names])
+    plain_insert(store, counters[1], e2 - timedelta(minutes=1), "late", 1_000, stamp)
+    e3 = t0 + timedelta(minutes=91)
+    with TombstoneTrace(store) as trace:
+        trace.on = True
+        third = engine.run_family(store, e3, now=e3 + timedelta(minutes=2))
+        trace.walked()
+    assert third.plan.sweep and third.outcome == "success", third.message
+    assert trace.refused == []  # read counter by counter at once
+    values = {v.counter[0]: v.value for v in client.read_many(names)}
+    assert values == {
+        **dict.fromkeys(counters, 2_205),
+        counters[0]: 2_305,
+        counters[1]: 3_205,
+        stranger: 10,
+    }
+    assert all(rows_at_or_below(store, (c,), e3) == 0 for c in names)
