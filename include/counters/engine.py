@@ -46,7 +46,7 @@ from .compaction.sequence import (
     run_steps,
 )
 from .compaction.shard import commit_folds, committed_checkpoint, compact_shard
-from .compaction.verify import Verification, hot_counter_outcomes, verify_run
+from .compaction.verify import Verification, read_warnings, verify_run
 from .errors import (
     ArchiveError,
     ChecksFailed,
@@ -112,7 +112,6 @@ __all__ = [
     "decide_plan",
     "dry_run_message",
     "epoch_advanced",
-    "hot_counter_outcomes",
     "new_run_id",
     "plan_reset",
     "plan_run",
@@ -120,6 +119,7 @@ __all__ = [
     "prune_archive",
     "quarantine_message",
     "quarantined",
+    "read_warnings",
     "reconcile",
     "recover_reset_points",
     "release",

@@ -44,11 +44,13 @@ AUDIT_COLUMNS = [  # the audit row's columns as the engine writes them (no CQL c
     "late_rows", "late_sum", "max_lateness_ms", "conflicts", "rows_deleted", "checks",
     "durations", "message",
 ]  # fmt: skip
-SUMMARY_KEYS = [  # counterctl compact --json, as the previous release printed it
+SUMMARY_KEYS = [  # counterctl compact --json, as the previous release printed it, and one more
     "peak_rss_mib", "family", "run_id", "outcome", "epoch_before", "epoch", "sweep", "message",
     "rows_read", "counters_seen", "counters_committed", "counters_refused",
     "counters_quarantined", "conflicts", "rows_folded", "sum_folded", "late_rows", "late_sum",
-    "max_lateness_ms", "rows_deleted", "windowed_reads", "capped_counters", "rows_left",
+    "max_lateness_ms", "rows_deleted", "windowed_reads", "capped_counters",
+    "buckets_by_counter",  # new in this release
+    "rows_left",
     "counted_present", "rows_gone", "quarantined", "windowed_counters", "checks",
     "durations_s", "requests", "gx_result",
 ]  # fmt: skip

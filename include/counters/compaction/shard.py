@@ -283,6 +283,7 @@ def _compact_bucket(
                     if floor is None:
                         _remember_refused_scan(ctx, bucket)
             if scanned is None:  # tombstone overload, now or lately: read counter by counter
+                ctx.tally.buckets_by_counter += floor is None
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
                 known |= set(store.raw.distinct_counters(ctx.shard, bucket, around=list(known)))
                 rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)

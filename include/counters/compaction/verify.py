@@ -28,7 +28,7 @@ from ..core import (
     needs_closer_look,
     shared_floor,
 )
-from ..store import Copy, Store, Touched
+from ..store import SCAN_REFUSED_TTL_S, Copy, Store, Touched
 from .common import (
     FORGET_MARGIN,
     HOT_LATE_WINDOW,
@@ -352,21 +352,33 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
             tuple(failures[:20]) or tuple(tally.quarantined),
         )
     )
-    outcomes += hot_counter_outcomes(tally)
+    outcomes += read_warnings(tally)
     return Verification(outcomes, evidence, tally, executions)
 
 
-def hot_counter_outcomes(tally: Tally) -> list[CheckOutcome]:
-    """A warning (not a failure) naming the counters folded from a window only."""
+def read_warnings(tally: Tally) -> list[CheckOutcome]:
+    """Warnings (not failures): the counters folded from a window only; the buckets a sweep
+    read counter by counter because the node would not scan them whole."""
+    out = []
+    if tally.buckets_by_counter:
+        detail = (
+            f"{tally.buckets_by_counter} bucket(s) held more tombstones than the node reads past "
+            "and were read counter by counter (the node refused the scan, in this run or within "
+            f"{SCAN_REFUSED_TTL_S // 3600} h); exact, but each refusal is an error in the node's "
+            "log: more shards spread the family's deletes, a shorter gc_grace_seconds on the raw "
+            "table keeps fewer tombstones"
+        )
+        out.append(CheckOutcome("buckets_scanned_whole", False, False, detail))
     if not tally.windowed_reads:
-        return []
+        return out
     detail = (
         f"{tally.windowed_reads} hot counter(s) could not be read whole (tombstone overload) and "
         f"were folded by parts: late rows more than {HOT_LATE_WINDOW} behind their epoch are "
         "kept and counted once the partition can be read whole again"
     )
     return [
+        *out,
         CheckOutcome(
             "hot_counters_read_whole", False, False, detail, tuple(tally.windowed_counters)
-        )
+        ),
     ]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .codec import fields_unchanged, versioned
+from .codec import CodecError, versioned
 from .folds import Fold, Key, format_key
 from .shards import BIGINT_MAX, BIGINT_MIN
 
@@ -24,6 +24,7 @@ _TALLY_SUMS = (
     "rows_deleted",
     "windowed_reads",
     "capped_counters",
+    "buckets_by_counter",
     "rows_left",
     "counted_present",
     "rows_gone",
@@ -31,7 +32,15 @@ _TALLY_SUMS = (
 NAMED_MAX = 20
 
 
-@versioned(1, fields_unchanged("Tally"))  # a previous release's tally inside a report on XCom
+def _tally_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A tally a previous release wrote inside a report on XCom (no ``v``, or 1: no
+    ``buckets_by_counter``)."""
+    if version not in (0, 1):
+        raise CodecError(f"Tally: field 'v' is {version!r}, expected 2")
+    return {**payload, "buckets_by_counter": 0}
+
+
+@versioned(2, _tally_upgrade)
 @dataclass(frozen=True, slots=True)
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards (``merge``). Built once from a
@@ -52,6 +61,10 @@ class Tally:
     rows_deleted: int = 0
     windowed_reads: int = 0
     capped_counters: int = 0
+    buckets_by_counter: int = 0
+    """Buckets a scan with no floor (a sweep's) read counter by counter: the node refused the
+    scan, in this run or one within ``SCAN_REFUSED_TTL_S``, their partitions together holding
+    more tombstones than it reads past."""
     rows_left: int = 0
     """Rows at or below the epoch that the run saw and did not fold (quarantined counters)."""
     counted_present: int = 0
@@ -108,6 +121,7 @@ class RunningTally:
     rows_deleted: int = 0
     windowed_reads: int = 0
     capped_counters: int = 0
+    buckets_by_counter: int = 0
     rows_left: int = 0
     counted_present: int = 0
     rows_gone: int = 0

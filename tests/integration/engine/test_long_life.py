@@ -108,6 +108,10 @@ def test_a_sweep_of_a_bucket_past_the_tombstone_limit_folds_every_row_once(make_
     # the node refused the bucket's scan once; the ledger keeps that for the next sweeps
     assert len(trace.refused) == 1 and "token(" in trace.refused[0]
     assert store.ledger.read_ledger(shard, bucket, None).scan_refused_ms is not None
+    warning = {c.name: c for c in second.checks}["buckets_scanned_whole"]
+    assert (warning.success, warning.critical, second.tally.buckets_by_counter) == (False, False, 1)
+    assert "1 bucket(s) held more tombstones than the node reads past" in warning.detail
+    assert "buckets_scanned_whole" not in {c.name for c in first.checks}
 
     client.record([inc(c, 3, e2 + timedelta(minutes=1), "w", -2) for c in names])
     plain_insert(store, counters[1], e2 - timedelta(minutes=1), "late", 1_000, stamp)
@@ -117,7 +121,7 @@ def test_a_sweep_of_a_bucket_past_the_tombstone_limit_folds_every_row_once(make_
         third = engine.run_family(store, e3, now=e3 + timedelta(minutes=2))
         trace.walked()
     assert third.plan.sweep and third.outcome == "success", third.message
-    assert trace.refused == []  # read counter by counter at once
+    assert trace.refused == [] and third.tally.buckets_by_counter == 1  # by counter at once
     values = {v.counter[0]: v.value for v in client.read_many(names)}
     assert values == {
         **dict.fromkeys(counters, 2_205),
