@@ -288,7 +288,7 @@ def refold(
     ledger = store.ledger.read_ledger(ctx.shard, bucket, counters)
     check_partition(store, ctx.shard, bucket, ledger)
     copies = store.ledger.read_copies(ctx.shard, bucket, counters)
-    fresh, windowed = read_rows_tolerant(store, counters, ledger, copies)
+    fresh, windowed = read_rows_tolerant(store, counters, ledger, copies, deep=ctx.sweep)
     rows.update(fresh)
     bases, _recopy, suspects = fold_bases(ledger.checkpoints, copies, fresh, ctx.quarantined)
     quarantine_counters(

@@ -15,6 +15,7 @@ from typing import Any
 from cassandra import ReadFailure, ReadTimeout
 
 from ..core import EMPTY_CHECKPOINT, Checkpoint, Key, Row, format_key, from_millis, to_text
+from ..errors import EngineError
 from ..store import Copy, Store
 from .common import BUCKET_THREADS, HOT_LATE_WINDOW
 
@@ -37,11 +38,17 @@ def each_bucket(work: Callable[[int], Any], buckets: Sequence[int]) -> Iterator[
 
 
 def read_rows_tolerant(
-    store: Store, counters: Sequence[Key], ledger: Any, copies: dict[Key, Copy]
+    store: Store,
+    counters: Sequence[Key],
+    ledger: Any,
+    copies: dict[Key, Copy],
+    *,
+    deep: bool = False,
 ) -> tuple[dict[Key, list[Row]], dict[Key, int]]:
     """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
-    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``).
-    Returns the rows, and per hot counter the time (ms) before which late rows were not read."""
+    over the tombstone failure threshold) is read in parts instead (``read_hot_counter``; all
+    of its past when ``deep``, a sweep's). Returns the rows, and per hot counter read from a
+    window only the time (ms) before which late rows were not read."""
     if not counters:
         return {}, {}
     try:
@@ -61,38 +68,51 @@ def read_rows_tolerant(
             if base is None and counter in copies:
                 copy = copies[counter]
                 base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
-            found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc)
+            found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc, deep)
             rows[counter] = found
-            floors[counter] = floor
+            if floor is not None:
+                floors[counter] = floor
     return rows, floors
 
 
 def read_hot_counter(
-    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception
-) -> tuple[list[Row], int]:
+    store: Store, counter: Key, checkpoint: Checkpoint, error: Exception, deep: bool = False
+) -> tuple[list[Row], int | None]:
     """The rows a fold must see, read without crossing the tombstones of folded rows: every row
     after the counter's epoch (no tombstone of ours lies there), every row its checkpoint lists
     as pending that is still present (point reads: keeping them in ``pending`` is what stops a
-    later run from counting them twice), and, if that range can be read, late rows of the last
-    ``HOT_LATE_WINDOW``."""
+    later run from counting them twice), and late rows: when ``deep`` (a sweep), every one,
+    its whole past walked in slices the node does not refuse (``RawTable.read_rows_upto``);
+    else, or where even a slice of one millisecond is refused, those of the last
+    ``HOT_LATE_WINDOW`` if that range can be read. Returns the rows and the time before which
+    late rows were not read (None: none were left out). A minute's run reads the window only:
+    walking the whole past of a hot counter every minute would cost the node every tombstone in
+    it each time; a sweep folds the older late rows within ``sweep_interval``."""
     if checkpoint.epoch_ms is None:  # never folded: no tombstones of ours to work around
         raise error
     epoch = checkpoint.epoch_ms
     found = {r[1]: r for r in store.raw.read_rows([counter], epoch)[counter]}
     found.update((r[1], r) for r in store.raw.read_rows_at(counter, list(checkpoint.pending)))
-    floor = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
-    try:
-        found.update((r[1], r) for r in store.raw.read_rows_between(counter, floor, epoch))
-    except (ReadFailure, ReadTimeout):
-        floor = epoch
+    floor: int | None = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
+    if deep:
+        try:
+            found.update((r[1], r) for r in store.raw.read_rows_upto(counter, epoch))
+            floor = None
+        except EngineError:  # a millisecond of it holds more tombstones than the node reads
+            pass
+    if floor is not None:
+        try:
+            found.update((r[1], r) for r in store.raw.read_rows_between(counter, floor, epoch))
+        except (ReadFailure, ReadTimeout):
+            floor = epoch
     log.warning(
         "family %r counter %s: whole-partition read failed (%s); read its rows after %s, its "
-        "pending rows, and late rows since %s",
+        "pending rows, and late rows %s",
         store.family.name,
         format_key(counter),
         type(error).__name__,
         to_text(from_millis(epoch)),
-        to_text(from_millis(floor)),
+        "of its whole past, in slices" if floor is None else f"since {to_text(from_millis(floor))}",
     )
     return sorted(found.values(), key=lambda r: r[0]), floor
 

@@ -286,12 +286,14 @@ def _compact_bucket(
                 ctx.tally.buckets_by_counter += floor is None
                 known = set(marked) | set(ledger.checkpoints) | set(copies)
                 known |= set(store.raw.distinct_counters(ctx.shard, bucket, around=list(known)))
-                rows, windowed = read_rows_tolerant(store, sorted(known, key=repr), ledger, copies)
+                rows, windowed = read_rows_tolerant(
+                    store, sorted(known, key=repr), ledger, copies, deep=ctx.sweep
+                )
                 apart = []
             else:
                 rows = scanned
             if apart:  # their past reaches below the slice: read whole, by name
-                whole_rows, more = read_rows_tolerant(store, apart, ledger, copies)
+                whole_rows, more = read_rows_tolerant(store, apart, ledger, copies, deep=ctx.sweep)
                 rows.update(whole_rows)
                 windowed.update(more)
         else:
@@ -305,7 +307,7 @@ def _compact_bucket(
                 except (ReadFailure, ReadTimeout):  # read them as a hot counter is read
                     rows = {}
             rest = [c for c in marked if c not in rows]  # whole, or by parts if it must
-            whole_rows, windowed = read_rows_tolerant(store, rest, ledger, copies)
+            whole_rows, windowed = read_rows_tolerant(store, rest, ledger, copies, deep=ctx.sweep)
             rows.update(whole_rows)
         if not sweep:
             rows = {c: rows.get(c, []) for c in marked}

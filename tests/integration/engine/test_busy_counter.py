@@ -100,15 +100,10 @@ def test_every_command_works_on_a_counter_with_more_folded_rows_than_the_node_re
     with pytest.raises(ReadFailure):  # the partition is past the threshold from its start
         store.raw.read_rows([hot])
 
-    # late rows among and below the tombstones (present, uncounted: only a run that reads the
-    # partition whole, or a reset, reaches them), and a row after every epoch and reset point
-    # of the test (a writer's clock ahead: it stays newer)
-    late_among = Increment(
-        hot, 100, utc_aware(base + timedelta(seconds=50, microseconds=500)), ("l", 1)
-    )
-    late_below = Increment(hot, 1000, utc_aware(base - timedelta(minutes=5)), ("l", 2))
+    # a row after every epoch and reset point of the test (a writer's clock ahead: it stays
+    # newer)
     newer = Increment(hot, 7, utc_aware(real_now() + timedelta(minutes=10)), ("w", -1))
-    client.record([late_among, late_below, newer])
+    client.record([newer])
 
     read = invoke("--config", path, "read", "--family", name, "hot")
     assert read.exit_code == 0 and read.output.startswith(f"hot\t{DELETED + 7}\t"), read.output
@@ -127,8 +122,16 @@ def test_every_command_works_on_a_counter_with_more_folded_rows_than_the_node_re
     swept = compact("--json")
     assert swept.exit_code == 0, swept.output
     summary = json.loads(swept.stdout)
-    assert summary["sweep"] and summary["windowed_counters"] == ["hot"], summary
+    assert summary["sweep"] and summary["windowed_counters"] == [], summary  # its whole past
     assert client.read("hot") == DELETED + 7
+
+    # late rows among and below the tombstones, after that sweep (present, uncounted: the next
+    # sweep, which walks the partition in slices, or a reset reaches them)
+    late_among = Increment(
+        hot, 100, utc_aware(base + timedelta(seconds=50, microseconds=500)), ("l", 1)
+    )
+    late_below = Increment(hot, 1000, utc_aware(base - timedelta(minutes=5)), ("l", 2))
+    client.record([late_among, late_below])
 
     recount = invoke("--config", path, "recount", "--family", name, "--json")
     assert recount.exit_code == 0, recount.output

@@ -55,20 +55,23 @@ def test_hot_counter_keeps_compacting_and_stays_exact(make_family, t0):
     assert (second.tally.rows_folded, second.tally.sum_folded) == (3, 112)
     assert client.read("hot") == HOT_ROWS + 100 + 7
     assert client.read("cold") == 25
-    # the deep late row is kept (uncounted, not lost) for a run that can read the whole partition
+    # the deep late row is kept (uncounted, not lost) for the next sweep
     deep_key = store.keys.pack_clustering((late_deep.time, *late_deep.identity))
     assert [r[2] for r in store.raw.read_rows_at(hot, [deep_key])] == [1000]
 
     # a sweep (the fixture's sweeps fall half an interval after t0: this run is the first after
-    # t0 + 37.5 min): the bucket's scan is refused, its counters are found around the hot one
+    # t0 + 37.5 min): the bucket's scan is refused, its counters are found around the hot one,
+    # and the hot one's whole past is walked in slices: the deep late row is folded, once
     third = engine.run_family(
         store, epoch2 + timedelta(minutes=1), now=epoch2 + timedelta(minutes=3)
     )
     assert third.plan.sweep and not second.plan.sweep
     assert third.outcome == "success", third.message
-    assert client.read("hot") == HOT_ROWS + 100 + 7  # pending rows were not counted again
+    assert (third.tally.late_rows, third.tally.late_sum) == (1, 1000)
+    assert third.tally.windowed_reads == 0
+    assert client.read("hot") == HOT_ROWS + 100 + 7 + 1000  # pending rows not counted again
     recent_key = store.keys.pack_clustering((late_recent.time, *late_recent.identity))
-    assert store.raw.read_rows_at(hot, [recent_key]) == []
+    assert store.raw.read_rows_at(hot, [recent_key, deep_key]) == []
 
 
 def test_raw_table_with_only_a_time_clustering_column(conn, engine_keyspace, make_family, t0):
