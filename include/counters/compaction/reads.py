@@ -96,7 +96,7 @@ def read_hot_counter(
     floor: int | None = epoch - int(HOT_LATE_WINDOW.total_seconds() * 1000)
     if deep:
         try:
-            found.update((r[1], r) for r in store.raw.read_rows_upto(counter, epoch))
+            found.update((r[1], r) for r in store.raw.read_rows_upto(counter, epoch, sliced=True))
             floor = None
         except EngineError:  # a millisecond of it holds more tombstones than the node reads
             pass

@@ -3,6 +3,7 @@ unique family's set table."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -251,12 +252,15 @@ class RawTable:
             "raw_read_slice", (*counter, low, self.keys.time_bound(high_ms))
         )
 
-    def read_rows_upto(self, counter: Key, high_ms: int, low_ms: int | None = None) -> list[Row]:
+    def read_rows_upto(
+        self, counter: Key, high_ms: int, low_ms: int | None = None, *, sliced: bool = False
+    ) -> list[Row]:
         """Every present row of ``counter`` in ``(low_ms, high_ms]`` (from its partition's
         start when ``low_ms`` is None), however many tombstones lie among them: in slices the
         node does not refuse (``walk_slices``). What an operator's command reads of a busy
-        counter's past (a reset's consumed rows)."""
-        parts = self.walk_slices(counter, high_ms, low_ms, self._rows_in_slice)
+        counter's past (a reset's consumed rows), and a sweep of a hot counter's late rows.
+        ``sliced``: the node just refused the range whole; start with a slice."""
+        parts = self.walk_slices(counter, high_ms, low_ms, self._rows_in_slice, sliced=sliced)
         return sorted((r for part in parts for r in part), key=lambda r: r[0])
 
     def count_upto(self, counter: Key, high_ms: int, low_ms: int | None = None) -> tuple[int, int]:
@@ -272,6 +276,8 @@ class RawTable:
         high_ms: int,
         low_ms: int | None,
         read: Callable[[Key, int | None, int], Part],
+        *,
+        sliced: bool = False,
     ) -> list[Part]:
         """``read(counter, start, top)`` over ``(low_ms, high_ms]``: whole, else, once the node
         refuses it (more tombstones than its ``tombstone_failure_threshold``, or a timeout),
@@ -279,6 +285,9 @@ class RawTable:
         (``core.SliceWalk``). Past a slice of one millisecond it gives up, naming the
         counter; nothing was written."""
         walk: SliceWalk | None = SliceWalk(low_ms, high_ms)
+        if sliced:  # refused whole a moment ago: asking again costs the node as many tombstones
+            with contextlib.suppress(ValueError):  # a range too narrow to slice is read whole
+                walk = SliceWalk(low_ms, high_ms).refused()
         parts: list[Part] = []
         refusals = 0
         while walk is not None:

@@ -22,7 +22,7 @@ from counters.core import BUCKETS, to_millis
 from counters.reshard import reshard
 from counters.store import Store
 
-from .helpers import aware, forget_marks, plain_insert, raw_rows, rows_at_or_below
+from .helpers import TombstoneTrace, aware, forget_marks, plain_insert, raw_rows, rows_at_or_below
 from .test_engine import inc, same_bucket
 
 pytestmark = pytest.mark.integration
@@ -267,7 +267,14 @@ def test_a_sweep_folds_a_hot_counters_late_row_below_its_window(make_family, t0,
     plain_insert(store, hot, e1 - timedelta(minutes=20), "late", 1000, stamp)
     plain_insert(store, other, e1 - timedelta(minutes=20), "late", 1, stamp)
     e2 = t0 + timedelta(minutes=31)
-    second = run(store, e2)
+    with TombstoneTrace(store) as trace:
+        trace.on = True
+        second = run(store, e2)
+        trace.walked()
+    # refused: the bucket's scan (unless remembered), the IN reads that find the hot counter
+    # and one slice of the walk; never its whole past again (the reads just refused it)
+    whole_past = [t for t in trace.refused if t.endswith('"type" = ? AND "modify_time" <= ?')]
+    assert len(trace.refused) == (3 if remembered else 4) and not whole_past, trace.refused
     assert second.plan.sweep and second.outcome == "success", second.message
     assert values(client, names) == {hot: 111_000, other: 1}
     tally = second.tally  # the other counter was never folded: its row is not late
