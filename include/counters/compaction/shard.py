@@ -220,11 +220,13 @@ def _remember_refused_scan(ctx: ShardContext, bucket: int) -> None:
     counter by counter without asking again (``LedgerTable.remember_scan_refused``)."""
     log.warning(
         "family %s shard %s bucket %s: the node refused a whole scan of the bucket (too many "
-        "tombstones); it is read counter by counter, and so for the next %d h",
+        "tombstones); it is read counter by counter%s",
         ctx.store.family.name,
         ctx.shard,
         bucket,
-        SCAN_REFUSED_TTL_S // 3600,
+        " (a dry run: not remembered)"
+        if ctx.dry_run
+        else f", and so for the next {SCAN_REFUSED_TTL_S // 3600} h",
     )
     if not ctx.dry_run:
         ctx.store.ledger.remember_scan_refused(ctx.shard, bucket, ctx.index_read_at // 1000)
