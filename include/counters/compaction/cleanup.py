@@ -19,7 +19,7 @@ from ..core import (
     lowest_floor,
     to_micros,
 )
-from ..core.codec import CodecError, versioned
+from ..core.codec import fields_added, versioned
 from ..rowkeys import CountedKeys
 from ..store import Store
 from .common import (
@@ -43,14 +43,7 @@ log = logging.getLogger(__name__)
 # --- cleanup -----------------------------------------------------------------------------
 
 
-def _cleanup_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A report a previous release returned to XCom (no ``v``, or 1: no ``stamped_ahead``)."""
-    if version not in (0, 1):
-        raise CodecError(f"CleanupReport: field 'v' is {version!r}, expected 2")
-    return {**payload, "stamped_ahead": []}
-
-
-@versioned(2, _cleanup_upgrade)
+@versioned(2, fields_added("CleanupReport", 2, stamped_ahead=[]))  # older ones: XCom
 @dataclass(frozen=True, slots=True)
 class CleanupReport:
     """One shard's cleanup: rows deleted, and what an independent count found left after

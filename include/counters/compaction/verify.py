@@ -357,8 +357,8 @@ def verify_run(reports: Sequence[ShardReport]) -> Verification:
 
 
 def read_warnings(tally: Tally) -> list[CheckOutcome]:
-    """Warnings (not failures): the counters folded from a window only; the buckets a sweep
-    read counter by counter because the node would not scan them whole."""
+    """Warnings (not failures): the buckets a sweep read counter by counter because the node
+    would not scan them whole; the counters folded from a window only."""
     out = []
     if tally.buckets_by_counter:
         detail = (
@@ -369,16 +369,15 @@ def read_warnings(tally: Tally) -> list[CheckOutcome]:
             "table keeps fewer tombstones"
         )
         out.append(CheckOutcome("buckets_scanned_whole", False, False, detail))
-    if not tally.windowed_reads:
-        return out
-    detail = (
-        f"{tally.windowed_reads} hot counter(s) could not be read whole (tombstone overload) and "
-        f"were folded by parts: late rows more than {HOT_LATE_WINDOW} behind their epoch are "
-        "kept and counted once the partition can be read whole again"
-    )
-    return [
-        *out,
-        CheckOutcome(
-            "hot_counters_read_whole", False, False, detail, tuple(tally.windowed_counters)
-        ),
-    ]
+    if tally.windowed_reads:
+        detail = (
+            f"{tally.windowed_reads} hot counter(s) could not be read whole (tombstone overload) "
+            f"and were folded by parts: late rows more than {HOT_LATE_WINDOW} behind their epoch "
+            "are kept and counted by the next sweep, which walks the partition in slices"
+        )
+        out.append(
+            CheckOutcome(
+                "hot_counters_read_whole", False, False, detail, tuple(tally.windowed_counters)
+            )
+        )
+    return out

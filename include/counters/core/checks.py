@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .codec import CodecError, versioned
+from .codec import fields_added, versioned
 from .folds import Fold, Key, format_key
 from .shards import BIGINT_MAX, BIGINT_MIN
 
@@ -32,15 +32,7 @@ _TALLY_SUMS = (
 NAMED_MAX = 20
 
 
-def _tally_upgrade(version: int, payload: dict[str, Any]) -> dict[str, Any]:
-    """A tally a previous release wrote inside a report on XCom (no ``v``, or 1: no
-    ``buckets_by_counter``)."""
-    if version not in (0, 1):
-        raise CodecError(f"Tally: field 'v' is {version!r}, expected 2")
-    return {**payload, "buckets_by_counter": 0}
-
-
-@versioned(2, _tally_upgrade)
+@versioned(2, fields_added("Tally", 2, buckets_by_counter=0))  # older ones: XCom
 @dataclass(frozen=True, slots=True)
 class Tally:
     """Totals of a run (or a shard of it); adds up across shards (``merge``). Built once from a

@@ -76,6 +76,19 @@ def fields_unchanged(name: str, version: int = 1) -> Upgrade:
     return upgrade
 
 
+def fields_added(name: str, version: int, **added: Any) -> Upgrade:
+    """The upgrade of a type whose every earlier form (no ``v``, or a version before
+    ``version``) lacked the fields ``added``: it reads with their defaults; a later version is
+    refused."""
+
+    def upgrade(found: int, payload: dict[str, Any]) -> dict[str, Any]:
+        if not 0 <= found < version:
+            raise CodecError(f"{name}: field 'v' is {found!r}, expected {version}")
+        return {**payload, **added}
+
+    return upgrade
+
+
 def encode(value: T) -> Encoded[T]:
     """``value`` (a dataclass) as plain JSON."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):

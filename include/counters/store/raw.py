@@ -284,10 +284,11 @@ class RawTable:
         slice by slice from the top down, each slice sized by the last ones
         (``core.SliceWalk``). Past a slice of one millisecond it gives up, naming the
         counter; nothing was written."""
-        walk: SliceWalk | None = SliceWalk(low_ms, high_ms)
+        whole = SliceWalk(low_ms, high_ms)
+        walk: SliceWalk | None = whole
         if sliced:  # refused whole a moment ago: asking again costs the node as many tombstones
             with contextlib.suppress(ValueError):  # a range too narrow to slice is read whole
-                walk = SliceWalk(low_ms, high_ms).refused()
+                walk = whole.refused()
         parts: list[Part] = []
         refusals = 0
         while walk is not None:
