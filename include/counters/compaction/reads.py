@@ -44,11 +44,12 @@ def read_rows_tolerant(
     copies: dict[Key, Copy],
     *,
     deep: bool = False,
-) -> tuple[dict[Key, list[Row]], dict[Key, int]]:
+) -> tuple[dict[Key, list[Row]], dict[Key, int | None]]:
     """Every row of each counter; a counter whose partition cannot be read whole (a hot counter
     over the tombstone failure threshold) is read in parts instead (``read_hot_counter``; all
-    of its past when ``deep``, a sweep's). Returns the rows, and per hot counter read from a
-    window only the time (ms) before which late rows were not read."""
+    of its past when ``deep``, a sweep's). Returns the rows, and per hot counter the time (ms)
+    before which late rows were not read (None: its whole past was walked). Either way its
+    epoch is never lowered (``fold_rows``): readers could not read below it."""
     if not counters:
         return {}, {}
     try:
@@ -56,7 +57,7 @@ def read_rows_tolerant(
     except (ReadFailure, ReadTimeout):
         pass
     rows: dict[Key, list[Row]] = {}
-    floors: dict[Key, int] = {}
+    floors: dict[Key, int | None] = {}
     for counter in counters:  # one at a time, to find the counter(s) that cannot be read
         try:
             rows.update(store.raw.read_rows([counter]))
@@ -69,9 +70,7 @@ def read_rows_tolerant(
                 copy = copies[counter]
                 base = Checkpoint(copy.value, copy.epoch_ms, None, copy.legacy_pending)
             found, floor = read_hot_counter(store, counter, base or EMPTY_CHECKPOINT, exc, deep)
-            rows[counter] = found
-            if floor is not None:
-                floors[counter] = floor
+            rows[counter], floors[counter] = found, floor
     return rows, floors
 
 

@@ -263,7 +263,7 @@ def _compact_bucket(
         if not sweep:
             ledger, copies = _only(ledger, copies, marked)
     ctx.fault("read_compact")
-    windowed: dict[Key, int] = {}
+    windowed: dict[Key, int | None] = {}  # hot counters read by parts
     with phases.timed("read_raw", store):
         if store.family.folds_by_slice:  # counted by the server: only the counters are needed
             around = [*marked, *ledger.checkpoints, *copies]  # a refused range is listed round them
@@ -315,8 +315,8 @@ def _compact_bucket(
             rows = {c: rows.get(c, []) for c in marked}
     ctx.fault("read_raw")
     ctx.tally.rows_read += sum(map(len, rows.values()))
-    if windowed:
-        ctx.tally.add_windowed(list(windowed))
+    if any(floor is not None for floor in windowed.values()):  # late rows left out
+        ctx.tally.add_windowed([c for c, floor in windowed.items() if floor is not None])
     checkpoints, recopy, suspects = fold_bases(ledger.checkpoints, copies, rows, ctx.quarantined)
     with phases.timed("read_compact", store):
         suspects = settle(ctx, bucket, checkpoints, copies, suspects)

@@ -272,7 +272,7 @@ def forget_marks(
     touched: list[Touched],
     folds: list[Fold],
     rows: dict[Key, list[Row]],
-    windowed: dict[Key, int],
+    windowed: dict[Key, int | None],
 ) -> None:
     """Forget the bucket's marks that were written ``FORGET_MARGIN`` before the run read the
     index (their rows had time to land before this run read the raw rows): one partition
