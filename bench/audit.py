@@ -120,21 +120,21 @@ def tablestats(instance: str | None, keyspace: str, table: str) -> dict[str, Any
     if not instance:
         return {"error": "no local instance (CASSANDRA_LOCAL_INSTANCE)"}
     script = Path(__file__).resolve().parents[1] / "scripts" / "cassandra_node.py"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "nodetool",
-            "--instance",
-            instance,
-            "--",
-            "tablestats",
-            f"{keyspace}.{table}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [
+        sys.executable,
+        str(script),
+        "nodetool",
+        "--instance",
+        instance,
+        "--",
+        "tablestats",
+        f"{keyspace}.{table}",
+    ]
+    for _attempt in range(12):  # a node that serves CQL may still refuse nodetool a while
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0 or "not initialized yet" not in proc.stderr + proc.stdout:
+            break
+        time.sleep(5)
     if proc.returncode != 0:
         return {"error": (proc.stderr or proc.stdout).strip()[:300]}
     wanted = {
