@@ -66,8 +66,14 @@ if [[ -n "${WHEEL:-}" ]]; then
   [[ -f "$WHEEL" ]] || die "WHEEL=$WHEEL: no such file"
   cp "$WHEEL" "$out/"
 else
-  "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" .
-  rm -rf build include/*.egg-info
+  # built from a copy: setuptools writes include/*.egg-info while it builds, which a process
+  # reading the installed package's metadata meanwhile (a test in the other lane) takes for it
+  src="$(mktemp -d)"
+  tar -c --exclude=./.venv --exclude=./.cache --exclude=./var --exclude=./dist --exclude=./.git \
+    --exclude=./build . | tar -x -C "$src"
+  target_dir="$(pwd)/$out"
+  (cd "$src" && "$PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$target_dir" .)
+  rm -rf "$src"
 fi
 wheel="$(cd "$out" && ls counters_compaction-*.whl)"
 ranges="$(grep -v '^#' requirements.txt | grep -v '^$')"
